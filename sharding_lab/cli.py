@@ -1,0 +1,172 @@
+"""The command line: ``python -m sharding_lab {train,layout} [options] [--json]``.
+
+A bad configuration exits 2 with one line on stderr saying what to change — never a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import sys
+
+import jax
+
+from .config import LabConfig, Plan, plan as make_plan
+from .errors import ConfigError
+from .layout import ArrayLayout
+from .mesh import MeshSpec, default_axes, device_ids, parse_axis_names, parse_mesh_shape
+from .model import ModelSpec
+from .optimizer import OPTIMIZERS
+from .rules import LOGICAL_AXES, PRESETS, bind_preset
+
+
+def add_config_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--mesh", default="2x4", help="mesh shape, e.g. 2x4, 8, 2x2x2 (default 2x4)")
+    parser.add_argument("--axes", default=None, help="axis names, e.g. data,model (default by rank)")
+    parser.add_argument("--axis-type", choices=["auto", "explicit"], default="auto")
+    parser.add_argument("--preset", default="seed", help=f"one of {', '.join(PRESETS)}, or 'none'")
+    parser.add_argument("--rule", action="append", default=[], metavar="LOGICAL=AXIS",
+                        help="override a logical rule, e.g. mlp=model, embed=none, mlp=model+data")
+    parser.add_argument("--override", action="append", default=[], metavar="ARRAY=D0:D1",
+                        help="per-parameter spec, e.g. w2=model:none")
+    parser.add_argument("--optimizer", choices=list(OPTIMIZERS), default="seed-sgd")
+    parser.add_argument("--lr", type=float, default=0.01)
+    parser.add_argument("--decay", type=float, default=0.9, help="momentum decay (default 0.9)")
+    parser.add_argument("--din", type=int, default=1)
+    parser.add_argument("--width", type=int, default=32, help="hidden width dmid (default 32)")
+    parser.add_argument("--dout", type=int, default=1)
+    parser.add_argument("--hidden-layers", type=int, default=0)
+    parser.add_argument("--batch", type=int, default=32)
+    parser.add_argument("--steps", type=int, default=3000)
+    parser.add_argument("--chunk", type=int, default=100, help="steps per compiled call")
+    parser.add_argument("--seed", type=int, default=0)
+
+
+def _target(text: str):
+    names = [n.strip() for n in text.split("+") if n.strip()]
+    names = [n for n in names if n.lower() not in ("none", "replicated", "-")]
+    if not names:
+        return None
+    return names[0] if len(names) == 1 else tuple(names)
+
+
+def _pair(text: str, what: str) -> tuple[str, str]:
+    if "=" not in text:
+        raise ConfigError(f"{what} {text!r} is not NAME=VALUE, e.g. mlp=model", "rules")
+    name, value = text.split("=", 1)
+    return name.strip(), value.strip()
+
+
+def config_from_args(args) -> LabConfig:
+    shape = parse_mesh_shape(args.mesh)
+    axes = parse_axis_names(args.axes) if args.axes else default_axes(len(shape))
+    mesh = MeshSpec(shape, axes, args.axis_type)
+    preset = None if args.preset.lower() == "none" else args.preset
+    rules = None
+    if args.rule or args.override or preset is None:
+        mesh.validate(len(jax.devices()))
+        rules = bind_preset(preset, mesh) if preset else bind_preset("replicated", mesh)
+        for text in args.rule:
+            axis, value = _pair(text, "rule")
+            if axis not in LOGICAL_AXES:
+                raise ConfigError(f"rule {text!r}: logical axis must be one of "
+                                  f"{', '.join(LOGICAL_AXES)}", "rules")
+            rules = dataclasses.replace(rules, **{axis: _target(value)})
+        for text in args.override:
+            array, value = _pair(text, "override")
+            rules = rules.with_override(array, tuple(_target(v) for v in value.split(":")))
+        preset = None
+    return LabConfig(mesh=mesh, preset=preset, rules=rules,
+                     model=ModelSpec(args.din, args.width, args.dout, args.hidden_layers),
+                     optimizer=args.optimizer, lr=args.lr, decay=args.decay,
+                     batch_size=args.batch, steps=args.steps, seed=args.seed, chunk=args.chunk)
+
+
+def plan_json(plan: Plan, layouts: dict[str, ArrayLayout]) -> dict:
+    return {"config": plan.config.to_json(),
+            "mesh": {"shape": list(plan.config.mesh.shape), "axes": list(plan.config.mesh.axes),
+                     "device_ids": device_ids(plan.mesh)},
+            "warnings": plan.warnings,
+            "layout": {path: layout.to_json() for path, layout in layouts.items()}}
+
+
+def layout_table(layouts: dict[str, ArrayLayout]) -> str:
+    """One block per array: spec, shard shape, bytes/device and which devices hold which slice."""
+    lines = []
+    for path, layout in layouts.items():
+        changed = f"  (requested {_spec(layout.requested_spec)})" if layout.changed_by_jax else ""
+        lines.append(f"{path:<18} shape {str(layout.shape):<10} spec {_spec(layout.spec)}{changed}  "
+                     f"shard {layout.shard_shape}  {layout.bytes_per_device} B/device")
+        for ranges, group in layout.replica_groups().items():
+            where = ", ".join(f"[{a}:{b}]" for a, b in ranges) or "scalar"
+            lines.append(f"    {where:<28} on devices {', '.join(map(str, group))}")
+    return "\n".join(lines)
+
+
+def _spec(spec) -> str:
+    return "P(" + ", ".join(repr(t) for t in spec) + ")"
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m sharding_lab",
+                                     description="Shard the seed MLP over a device mesh and train it.")
+    commands = parser.add_subparsers(dest="command", required=True)
+    for name, help_text in (("train", "build, train, print the loss and the verified layout"),
+                            ("layout", "print where every array would live, without training")):
+        sub = commands.add_parser(name, help=help_text)
+        add_config_options(sub)
+        sub.add_argument("--json", action="store_true", help="print one JSON object")
+    args = parser.parse_args(argv)
+    try:
+        config = config_from_args(args)
+        plan = make_plan(config)
+        if args.command == "layout":
+            return _print_layout(plan, args.json)
+        return _train(plan, args.json)
+    except ConfigError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+
+
+def _print_layout(plan: Plan, as_json: bool) -> int:
+    layouts = plan.layouts()
+    if as_json:
+        print(json.dumps(plan_json(plan, layouts)))
+        return 0
+    print(f"mesh {plan.config.mesh.label()} on devices {device_ids(plan.mesh)}")
+    for warning in plan.warnings:
+        print(f"warning: {warning}")
+    print(layout_table(layouts))
+    return 0
+
+
+def _train(plan: Plan, as_json: bool) -> int:
+    from .training import Lab, Trainer
+
+    lab = Lab(plan)
+    trainer = Trainer(lab)
+
+    def report(progress):
+        if not as_json:
+            print(f"step {progress.step:>6}  loss {progress.losses[-1] if progress.losses else float('nan'):.5f}"
+                  f"  {progress.steps_per_s:8.0f} steps/s", file=sys.stderr)
+
+    result = trainer.run(report)
+    layouts = lab.actual_layouts()
+    problems = lab.verify_layout()
+    if as_json:
+        out = plan_json(plan, layouts)
+        out.update({"final_loss": result.final_loss, "steps": result.steps,
+                    "steps_per_s": result.steps_per_s, "stop_reason": result.stop_reason,
+                    "layout_matches_plan": not problems})
+        print(json.dumps(out))
+    else:
+        for warning in plan.warnings:
+            print(f"warning: {warning}")
+        print(layout_table(layouts))
+        print("layout verified: live arrays match the plan on "
+              f"{plan.config.mesh.size} devices" if not problems else "\n".join(problems))
+        print(f"{result.stop_reason}: {result.steps} steps, {result.steps_per_s:.0f} steps/s")
+        print(f"final_loss={result.final_loss:.6f}")
+    return 1 if result.diverged else 0

@@ -1,0 +1,174 @@
+"""Config and plan: everything a run needs, validated, and where every array will live.
+
+:class:`LabConfig` is plain, hashable data (mesh spec, rules, model, optimizer, data and
+training settings). :func:`plan` checks it — every mistake becomes a :class:`ConfigError` naming the
+fix, every silent JAX fallback becomes a warning — and returns a :class:`Plan` with the mesh and
+the planned layout of every parameter, optimizer buffer and batch array. Nothing is allocated and
+nothing is compiled (except a one-op program for a dimension JAX will not split).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import jax
+from jax.sharding import PartitionSpec as P
+
+from .data import DEFAULT_BATCH
+from .errors import ConfigError, nearest_divisible
+from .layout import ArrayLayout, divides, planned_layout, realized_spec
+from .mesh import MeshSpec, build_mesh
+from .model import ModelSpec
+from .optimizer import OPTIMIZER_SCALARS, OPTIMIZERS
+from .rules import Rules, bind_preset
+
+MAX_STEPS = 200_000
+MAX_BATCH = 65_536
+BATCH_LOGICAL = {"x": ("data", None), "y": ("data", None)}
+OPTIMIZER_BUFFERS = {"seed-sgd": ("momentum",), "sgd": ("trace",), "adamw": ("mu", "nu")}
+
+
+@dataclasses.dataclass(frozen=True)
+class LabConfig:
+    mesh: MeshSpec = MeshSpec()
+    preset: str | None = "seed"
+    rules: Rules | None = None  # used when preset is None (custom rules)
+    model: ModelSpec = ModelSpec()
+    optimizer: str = "seed-sgd"
+    lr: float = 0.01
+    decay: float = 0.9
+    batch_size: int = DEFAULT_BATCH
+    steps: int = 3000
+    seed: int = 0
+    chunk: int = 100
+
+    def resolved_rules(self) -> Rules:
+        if self.preset is not None:
+            return bind_preset(self.preset, self.mesh)
+        if self.rules is None:
+            raise ConfigError("no rules given: choose a preset or set the rules", "rules")
+        return self.rules
+
+    def to_json(self) -> dict:
+        rules = self.resolved_rules()
+        return {"mesh": list(self.mesh.shape), "axes": list(self.mesh.axes),
+                "axis_type": self.mesh.axis_type, "preset": self.preset,
+                "rules": {**{k: _jsonable(v) for k, v in rules.logical().items()},
+                          "overrides": {n: [_jsonable(t) for t in d] for n, d in rules.overrides}},
+                "model": dataclasses.asdict(self.model), "optimizer": self.optimizer,
+                "lr": self.lr, "decay": self.decay, "batch_size": self.batch_size,
+                "steps": self.steps, "seed": self.seed}
+
+
+def _jsonable(target):
+    return list(target) if isinstance(target, tuple) else target
+
+
+@dataclasses.dataclass(frozen=True)
+class ArrayPlan:
+    path: str
+    shape: tuple[int, ...]
+    logical_axes: tuple
+    requested: P
+    spec: P
+
+
+@dataclasses.dataclass
+class Plan:
+    config: LabConfig
+    rules: Rules
+    mesh: jax.sharding.Mesh
+    arrays: dict[str, ArrayPlan]
+    warnings: list[str]
+
+    def layouts(self) -> dict[str, ArrayLayout]:
+        return {path: planned_layout(path, a.shape, self.mesh, a.requested, a.spec)
+                for path, a in self.arrays.items()}
+
+    def spec(self, path: str) -> P:
+        return self.arrays[path].spec
+
+
+def _array_paths(config: LabConfig) -> dict[str, tuple[tuple[int, ...], tuple, str]]:
+    """layout path → (shape, logical axes, rules name) for every array a run holds."""
+    model = config.model
+    arrays = {}
+    params = model.parameters()
+    for name, (shape, logical) in params.items():
+        arrays[f"params/{name}"] = (shape, logical, name)
+    for buffer in OPTIMIZER_BUFFERS.get(config.optimizer, ()):
+        for name, (shape, logical) in params.items():
+            arrays[f"opt/{buffer}/{name}"] = (shape, logical, name)
+    for scalar in OPTIMIZER_SCALARS.get(config.optimizer, ()):
+        arrays[f"opt/{scalar}"] = ((), (), scalar)
+    arrays["batch/x"] = ((config.batch_size, model.din), BATCH_LOGICAL["x"], "x")
+    arrays["batch/y"] = ((config.batch_size, model.dout), BATCH_LOGICAL["y"], "y")
+    return arrays
+
+
+def _check_numbers(config: LabConfig) -> None:
+    if not isinstance(config.steps, int) or not 1 <= config.steps <= MAX_STEPS:
+        raise ConfigError(f"steps must be between 1 and {MAX_STEPS:,}, got {config.steps!r}", "steps")
+    if not isinstance(config.batch_size, int) or not 1 <= config.batch_size <= MAX_BATCH:
+        raise ConfigError(f"batch size must be between 1 and {MAX_BATCH:,}, got "
+                          f"{config.batch_size!r}", "batch")
+    if not isinstance(config.chunk, int) or config.chunk < 1:
+        raise ConfigError(f"chunk must be a whole number ≥ 1, got {config.chunk!r}", "steps")
+    if not (isinstance(config.lr, (int, float)) and math.isfinite(config.lr) and config.lr > 0):
+        raise ConfigError(f"learning rate must be a number > 0, got {config.lr!r}: try 0.01", "optimizer")
+    if not (isinstance(config.decay, (int, float)) and 0 <= config.decay < 1):
+        raise ConfigError(f"momentum decay must be in [0, 1), got {config.decay!r}: try 0.9", "optimizer")
+    if config.optimizer not in OPTIMIZERS:
+        raise ConfigError(f"unknown optimizer {config.optimizer!r}: choose one of "
+                          f"{', '.join(OPTIMIZERS)}", "optimizer")
+
+
+def _axis_product(mesh: MeshSpec, target) -> int:
+    names = () if target is None else (target,) if isinstance(target, str) else target
+    return math.prod(mesh.axis_sizes[n] for n in names)
+
+
+def plan(config: LabConfig) -> Plan:
+    """Validate ``config`` and lay out every array; raises ConfigError with the fix."""
+    config.mesh.validate(len(jax.devices()))
+    config.model.validate()
+    _check_numbers(config)
+    rules = config.resolved_rules()
+    arrays = _array_paths(config)
+    rules.validate(config.mesh, {name: logical for _, logical, name in arrays.values()
+                                 if name in config.model.parameters()} | BATCH_LOGICAL)
+    mesh = build_mesh(config.mesh)
+    explicit = config.mesh.axis_type == "explicit"
+    warnings, planned = [], {}
+    for path, (shape, logical, name) in arrays.items():
+        requested = rules.spec(name, logical) if logical else P()
+        spec = requested
+        if not divides(shape, requested, mesh):
+            bad = [(i, dim, target) for i, (dim, target) in enumerate(zip(shape, requested))
+                   if target is not None and dim % _axis_product(config.mesh, target)]
+            i, dim, target = bad[0]
+            ways = _axis_product(config.mesh, target)
+            sizes = " or ".join(map(str, nearest_divisible(dim, ways)))
+            what = f"{path} {shape}: dimension {i} (size {dim}) cannot be split {ways} ways over " \
+                   f"{_describe(target)}"
+            if path.startswith("batch/"):
+                raise ConfigError(f"{what}: use a batch size that {ways} divides, e.g. {sizes}", "batch")
+            if explicit:
+                raise ConfigError(f"{what}: with Explicit axes JAX refuses this — use a size "
+                                  f"{ways} divides (e.g. {sizes}) or replicate that dimension", "rules")
+            spec = realized_spec(mesh, shape, requested)
+            if path.startswith("params/"):
+                warnings.append(f"{what}, so JAX silently lays it out as {_fmt(spec)} instead of "
+                                f"{_fmt(requested)}; sizes that divide: {sizes}")
+        planned[path] = ArrayPlan(path, shape, logical, requested, spec)
+    return Plan(config, rules, mesh, planned, warnings)
+
+
+def _describe(target) -> str:
+    names = (target,) if isinstance(target, str) else target
+    return " × ".join(f"'{n}'" for n in names)
+
+
+def _fmt(spec: P) -> str:
+    return "P(" + ", ".join(repr(t) for t in spec) + ")" if len(spec) else "P() (replicated)"

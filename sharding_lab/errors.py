@@ -1,0 +1,21 @@
+"""The one exception a learner sees for a configuration that cannot work."""
+
+
+class ConfigError(ValueError):
+    """A configuration that JAX would reject (or that makes no sense), explained in plain words.
+
+    The message always says what is wrong and how to fix it, on one line, so the CLI can print it
+    and the app can show it next to the widget that caused it. ``field`` names that widget's
+    setting (``"mesh"``, ``"rules"``, ``"batch"``, ``"model"``, ``"optimizer"``, ``"steps"``).
+    """
+
+    def __init__(self, message: str, field: str = "config"):
+        super().__init__(message)
+        self.field = field
+
+
+def nearest_divisible(value: int, divisor: int) -> list[int]:
+    """The closest positive sizes to ``value`` that ``divisor`` divides, smaller first."""
+    below = (value // divisor) * divisor
+    above = below + divisor
+    return [size for size in (below, above) if size > 0]

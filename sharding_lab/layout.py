@@ -1,0 +1,141 @@
+"""Layout: which slice of an array lives on which device.
+
+The *planned* layout comes from JAX without allocating anything
+(``NamedSharding.devices_indices_map``); the *actual* layout is read from a live array's
+``addressable_shards``. Both are :class:`ArrayLayout`\\ s, so checking that JAX did what was
+planned is an equality test.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import math
+
+import jax
+import jax.numpy as jnp
+from jax.sharding import NamedSharding, PartitionSpec as P
+
+Ranges = tuple[tuple[int, int], ...]
+
+
+@dataclasses.dataclass(frozen=True)
+class ArrayLayout:
+    """One array's placement: ``devices`` maps device id → per-dimension [start, stop) ranges."""
+
+    path: str
+    shape: tuple[int, ...]
+    itemsize: int
+    requested_spec: tuple
+    spec: tuple
+    devices: dict[int, Ranges]
+
+    @property
+    def shard_shape(self) -> tuple[int, ...]:
+        first = next(iter(self.devices.values()))
+        return tuple(stop - start for start, stop in first)
+
+    @property
+    def bytes_per_device(self) -> int:
+        return math.prod(self.shard_shape) * self.itemsize
+
+    @property
+    def total_bytes(self) -> int:
+        return math.prod(self.shape) * self.itemsize
+
+    def replica_groups(self) -> dict[Ranges, list[int]]:
+        """Each distinct block → the devices holding a copy of it (one device: no replica)."""
+        groups: dict[Ranges, list[int]] = {}
+        for device, ranges in sorted(self.devices.items()):
+            groups.setdefault(ranges, []).append(device)
+        return groups
+
+    @property
+    def replicated(self) -> bool:
+        return len(self.replica_groups()) == 1 and len(self.devices) > 1
+
+    @property
+    def changed_by_jax(self) -> bool:
+        return tuple(self.spec) != tuple(self.requested_spec)
+
+    def to_json(self) -> dict:
+        return {"shape": list(self.shape), "requested_spec": spec_to_json(self.requested_spec),
+                "spec": spec_to_json(self.spec),
+                "devices": {str(d): [list(r) for r in ranges] for d, ranges in sorted(self.devices.items())}}
+
+
+def spec_to_json(spec) -> list:
+    return [list(t) if isinstance(t, tuple) else t for t in spec]
+
+
+def _ranges(index: tuple[slice, ...], shape: tuple[int, ...]) -> Ranges:
+    return tuple(s.indices(n)[:2] for s, n in zip(index, shape))
+
+
+@functools.lru_cache(maxsize=4096)
+def _planned_devices(mesh, spec: P, shape: tuple[int, ...]) -> tuple:
+    index_map = NamedSharding(mesh, spec).devices_indices_map(shape)
+    return tuple((device.id, _ranges(index, shape)) for device, index in index_map.items())
+
+
+def planned_layout(path: str, shape, mesh, requested: P, spec: P, itemsize: int = 4) -> ArrayLayout:
+    """Where JAX will put an array of ``shape`` sharded as ``spec`` on ``mesh`` (no allocation)."""
+    shape = tuple(shape)
+    return ArrayLayout(path, shape, itemsize, tuple(requested), tuple(spec),
+                       dict(_planned_devices(mesh, spec, shape)))
+
+
+def actual_layout(path: str, array: jax.Array, requested: P = P()) -> ArrayLayout:
+    """Where a live array's shards really are."""
+    shape = tuple(array.shape)
+    spec = array.sharding.spec if isinstance(array.sharding, NamedSharding) else P()
+    devices = {shard.device.id: _ranges(shard.index, shape) for shard in array.addressable_shards}
+    return ArrayLayout(path, shape, array.dtype.itemsize, tuple(requested), _trim(spec), devices)
+
+
+def _trim(spec) -> tuple:
+    dims = list(spec)
+    while dims and dims[-1] is None:
+        dims.pop()
+    return tuple(dims)
+
+
+def divides(shape, spec: P, mesh) -> bool:
+    sizes = dict(mesh.shape)
+    for dim, target in zip(shape, spec):
+        names = () if target is None else (target,) if isinstance(target, str) else target
+        if dim % math.prod(sizes[n] for n in names):
+            return False
+    return True
+
+
+@functools.lru_cache(maxsize=1024)
+def realized_spec(mesh, shape: tuple[int, ...], requested: P) -> P:
+    """The sharding JAX really gives an array created under ``jit`` with ``requested``.
+
+    With Auto axes, a dimension that an axis does not divide is silently left unsplit (or split
+    over only the leading axes that divide it). Divisible specs come back unchanged; for the
+    others we ask JAX itself by compiling a one-op program, so the answer is JAX's, not ours.
+    """
+    if divides(shape, requested, mesh):
+        return P(*_trim(requested))
+    constrain = jax.jit(lambda: jax.lax.with_sharding_constraint(
+        jnp.zeros(shape, jnp.float32), NamedSharding(mesh, requested)))
+    return P(*_trim(constrain.lower().compile().output_shardings.spec))
+
+
+def compare_layouts(planned: dict[str, ArrayLayout], actual: dict[str, ArrayLayout]) -> list[str]:
+    """Human-readable differences between planned and actual layouts; empty when they agree."""
+    problems = []
+    for path in sorted(set(planned) | set(actual)):
+        if path not in actual:
+            problems.append(f"{path}: planned but not found in the live state")
+        elif path not in planned:
+            problems.append(f"{path}: in the live state but not planned")
+        else:
+            p, a = planned[path], actual[path]
+            if p.shape != a.shape:
+                problems.append(f"{path}: shape {p.shape} planned, {a.shape} found")
+            elif p.devices != a.devices:
+                problems.append(f"{path}: planned spec {p.spec} but JAX placed it as {a.spec}")
+    return problems
