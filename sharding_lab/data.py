@@ -11,6 +11,7 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax.sharding import AxisType
 
 NUM_POINTS = 100
 DEFAULT_BATCH = 32
@@ -28,6 +29,12 @@ def sample_batch(key: jax.Array, x_all: jax.Array, y_all: jax.Array, batch_size:
                  sharding) -> tuple[jax.Array, jax.Array]:
     """One batch drawn with replacement, laid out with ``sharding`` (split along the data axis)."""
     idx = jax.random.randint(key, (batch_size,), 0, x_all.shape[0])
-    x, y = x_all[idx], y_all[idx]
-    return (jax.lax.with_sharding_constraint(x, sharding),
-            jax.lax.with_sharding_constraint(y, sharding))
+    return place(x_all[idx], sharding), place(y_all[idx], sharding)
+
+
+def place(x: jax.Array, sharding) -> jax.Array:
+    """Lay ``x`` out as ``sharding`` inside jit: a constraint for Auto axes (the compiler decides
+    how), ``reshard`` for Explicit axes (where a constraint may only assert what already is)."""
+    if AxisType.Explicit in sharding.mesh.axis_types:
+        return jax.sharding.reshard(x, sharding)
+    return jax.lax.with_sharding_constraint(x, sharding)

@@ -13,6 +13,7 @@ import dataclasses
 import jax
 import jax.numpy as jnp
 from flax import nnx
+from jax.sharding import AxisType, PartitionSpec as P
 
 from .errors import ConfigError
 from .rules import Rules
@@ -74,5 +75,43 @@ class MLP(nnx.Module):
         weights = [name for name in self.names if name.startswith("w")]
         h = x
         for w in weights[:-1]:
-            h = nnx.relu(h @ getattr(self, w)[...] + getattr(self, "b" + w[1:])[...])
-        return h @ getattr(self, weights[-1])[...]
+            h = matmul(h, getattr(self, w)[...])
+            h = nnx.relu(h + like_columns(getattr(self, "b" + w[1:])[...], h))
+        return matmul(h, getattr(self, weights[-1])[...])
+
+
+def _axes(target) -> tuple[str, ...]:
+    return () if target is None else (target,) if isinstance(target, str) else tuple(target)
+
+
+def _explicit() -> bool:
+    return AxisType.Explicit in jax.sharding.get_abstract_mesh().axis_types
+
+
+def _spec(x: jax.Array) -> tuple:
+    spec = tuple(jax.typeof(x).sharding.spec)
+    return spec + (None,) * (x.ndim - len(spec))
+
+
+def matmul(h: jax.Array, w: jax.Array) -> jax.Array:
+    """``h @ w``. With Auto axes the compiler picks every sharding (the seed's way). With Explicit
+    axes shardings are part of the types, so we say what the compiler would otherwise infer: a
+    weight split over an axis the batch also uses is gathered first (that *is* FSDP), and the
+    output keeps the batch's rows and the weight's columns."""
+    if not _explicit():
+        return h @ w
+    rows = _spec(h)[0]
+    w_spec = tuple(None if set(_axes(t)) & set(_axes(rows)) else t for t in _spec(w))
+    if w_spec != _spec(w):
+        w = jax.sharding.reshard(w, P(*w_spec))
+    cols = w_spec[1]
+    if set(_axes(cols)) & set(_axes(rows)):
+        cols = None
+    return jnp.matmul(h, w, out_sharding=P(rows, cols))
+
+
+def like_columns(b: jax.Array, h: jax.Array) -> jax.Array:
+    """The bias laid out like ``h``'s columns, so ``h + b`` is well typed under Explicit axes."""
+    if not _explicit() or _spec(b)[0] == _spec(h)[1]:
+        return b
+    return jax.sharding.reshard(b, P(_spec(h)[1]))
