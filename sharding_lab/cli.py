@@ -14,7 +14,7 @@ import jax
 
 from .config import LabConfig, Plan, plan as make_plan
 from .errors import ConfigError
-from .layout import ArrayLayout
+from .layout import ArrayLayout, format_spec
 from .mesh import MeshSpec, default_axes, device_ids, parse_axis_names, parse_mesh_shape
 from .model import ModelSpec
 from .optimizer import OPTIMIZERS
@@ -95,17 +95,13 @@ def layout_table(layouts: dict[str, ArrayLayout]) -> str:
     """One block per array: spec, shard shape, bytes/device and which devices hold which slice."""
     lines = []
     for path, layout in layouts.items():
-        changed = f"  (requested {_spec(layout.requested_spec)})" if layout.changed_by_jax else ""
-        lines.append(f"{path:<18} shape {str(layout.shape):<10} spec {_spec(layout.spec)}{changed}  "
+        changed = f"  (requested {format_spec(layout.requested_spec)})" if layout.changed_by_jax else ""
+        lines.append(f"{path:<18} shape {str(layout.shape):<10} spec {format_spec(layout.spec)}{changed}  "
                      f"shard {layout.shard_shape}  {layout.bytes_per_device} B/device")
         for ranges, group in layout.replica_groups().items():
             where = ", ".join(f"[{a}:{b}]" for a, b in ranges) or "scalar"
             lines.append(f"    {where:<28} on devices {', '.join(map(str, group))}")
     return "\n".join(lines)
-
-
-def _spec(spec) -> str:
-    return "P(" + ", ".join(repr(t) for t in spec) + ")"
 
 
 def main(argv=None) -> int:

@@ -139,3 +139,53 @@ def compare_layouts(planned: dict[str, ArrayLayout], actual: dict[str, ArrayLayo
             elif p.devices != a.devices:
                 problems.append(f"{path}: planned spec {p.spec} but JAX placed it as {a.spec}")
     return problems
+
+
+def _dim_names(rank: int) -> list[str]:
+    return {0: [], 1: ["entries"], 2: ["rows", "columns"]}.get(rank, [f"dim {i}" for i in range(rank)])
+
+
+def describe(layout: ArrayLayout, axis_sizes: dict[str, int]) -> str:
+    """One sentence on what to look for, e.g. "w1: columns split 4 ways along `model`; rows whole
+    on every device; each slice is held by 2 devices."""
+    name = layout.path.split("/")[-1] if layout.path.startswith("params/") else layout.path
+    if not layout.shape:
+        return f"{name} is a scalar: every device holds a copy."
+    parts = []
+    spec = list(layout.spec) + [None] * (len(layout.shape) - len(layout.spec))
+    for dim_name, target in zip(_dim_names(len(layout.shape)), spec):
+        if target is None:
+            parts.append(f"{dim_name} whole on every device")
+        else:
+            names = (target,) if isinstance(target, str) else tuple(target)
+            ways = math.prod(axis_sizes[n] for n in names)
+            parts.append(f"{dim_name} split {ways} ways along " + "×".join(f"`{n}`" for n in names))
+    groups = layout.replica_groups()
+    copies = len(layout.devices) // max(1, len(groups))
+    if len(groups) == 1 and len(layout.devices) > 1:
+        tail = f"all {len(layout.devices)} devices hold the whole array"
+    elif copies > 1:
+        tail = f"each slice is held by {copies} devices"
+    else:
+        tail = "every device holds a different slice"
+    text = f"{name}: " + "; ".join(parts) + f" — {tail}."
+    if layout.changed_by_jax:
+        text += (f" Requested {format_spec(layout.requested_spec)}, but a dimension does not divide, "
+                 f"so JAX used {format_spec(layout.spec)}.")
+    return text
+
+
+def format_spec(spec) -> str:
+    return "P(" + ", ".join(repr(t) for t in spec) + ")"
+
+
+def memory_per_device(layouts: dict[str, ArrayLayout]) -> dict[int, dict[str, int]]:
+    """device → bytes of params, optimizer state and batch it holds."""
+    groups = {"params": "params", "opt": "optimizer", "batch": "batch"}
+    table: dict[int, dict[str, int]] = {}
+    for path, layout in layouts.items():
+        part = groups[path.split("/")[0]]
+        for device in layout.devices:
+            row = table.setdefault(device, {"params": 0, "optimizer": 0, "batch": 0})
+            row[part] += layout.bytes_per_device
+    return dict(sorted(table.items()))

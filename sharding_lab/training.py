@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import math
 import threading
 import time
 from typing import Callable, Iterator
@@ -202,7 +203,7 @@ class Trainer:
         """Yield one Progress per chunk; the last one has ``done=True`` and a ``stop_reason``."""
         lab, key = self.lab, jax.random.key(self.lab.config.seed)
         start_time, done = time.perf_counter(), 0
-        reason = "finished"
+        reason, unreported = "finished", []
         with jax.set_mesh(lab.plan.mesh):
             while done < self.steps:
                 if stop is not None and stop.is_set():
@@ -211,22 +212,21 @@ class Trainer:
                 n_active = min(self.chunk, self.steps - done)
                 state, losses = self._program(lab.state, key, jnp.int32(lab.steps_done),
                                               jnp.int32(n_active), lab.x_all, lab.y_all)
-                chunk_losses = np.asarray(losses)[:n_active]  # blocks: one program in flight
+                unreported = np.asarray(losses)[:n_active].tolist()  # blocks: one program in flight
                 lab.state = state
                 lab.steps_done += n_active
                 done += n_active
-                self.losses.extend(chunk_losses.tolist())
-                elapsed = time.perf_counter() - start_time
-                bad = np.flatnonzero(~np.isfinite(chunk_losses))
-                if bad.size:
-                    reason = _diverged(lab.config, lab.steps_done - n_active + int(bad[0]),
-                                       chunk_losses[bad[0]])
+                self.losses.extend(unreported)
+                bad = [i for i, loss in enumerate(unreported) if not math.isfinite(loss)]
+                if bad:
+                    reason = _diverged(lab.config, lab.steps_done - n_active + bad[0], unreported[bad[0]])
                     break
                 if done < self.steps:
-                    yield Progress(done, self.steps, chunk_losses.tolist(), elapsed, done / elapsed)
+                    elapsed = time.perf_counter() - start_time
+                    yield Progress(done, self.steps, unreported, elapsed, done / elapsed)
+                    unreported = []
         elapsed = time.perf_counter() - start_time
-        last = self.losses[-(done % self.chunk or self.chunk):] if reason == "finished" else []
-        yield Progress(done, self.steps, last, elapsed, done / elapsed if elapsed else 0.0,
+        yield Progress(done, self.steps, unreported, elapsed, done / elapsed if elapsed else 0.0,
                        done=True, stop_reason=reason)
 
     def run(self, on_progress: Callable[[Progress], None] | None = None,

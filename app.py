@@ -1,0 +1,13 @@
+"""Sharding Lab: see how JAX shards a Flax NNX model across devices, by clicking."""
+
+import streamlit as st
+
+import ui
+
+st.set_page_config(page_title="Sharding Lab", page_icon=":material/grid_view:", layout="wide")
+ui.init_state()
+page = st.navigation([
+    st.Page("pages/layout.py", title="Layout", icon=":material/grid_view:", default=True),
+    st.Page("pages/train.py", title="Train", icon=":material/show_chart:"),
+])
+page.run()

@@ -1,0 +1,87 @@
+"""Layout: where every parameter, optimizer buffer and batch slice lives, for the chosen mesh and
+rules — computed from JAX's own sharding maths, without compiling or allocating anything."""
+
+import pandas as pd
+import streamlit as st
+
+import sharding_lab as sl
+import ui
+from sharding_lab import figures
+from sharding_lab.layout import describe, format_spec, memory_per_device
+from sharding_lab.mesh import device_ids, mesh_coords
+
+st.title("Sharding layout")
+st.caption("Pick a mesh and a preset in the sidebar, or edit the rules below: every map updates at once. "
+           "One colour per device, the same on every picture.")
+
+result = ui.sidebar()
+mesh_spec, model_spec = ui.mesh_spec(), ui.model_spec()
+left, right = st.columns([3, 2], gap="large")
+
+with right:
+    st.subheader("Rules")
+    try:
+        mesh_spec.validate(sl.device_info().count)
+        ui.rules_table(mesh_spec, model_spec)
+    except sl.ConfigError as error:
+        st.info(f"Fix the mesh first: {error}")
+
+if isinstance(result, sl.ConfigError):
+    left.error(f"**This configuration cannot run.** {result}", icon=":material/error:")
+    st.stop()
+
+plan: sl.Plan = result
+layouts = plan.layouts()
+coords = mesh_coords(plan.mesh)
+axes = plan.config.mesh.axes
+
+with left:
+    st.subheader(f"Mesh {plan.config.mesh.label()}")
+    st.plotly_chart(figures.mesh_figure(device_ids(plan.mesh), axes), key="mesh_picture")
+    unused = sl.device_info().count - plan.config.mesh.size
+    st.caption(f"{plan.config.mesh.size} devices on the mesh"
+               + (f"; {unused} more exist but are not used." if unused else ".")
+               + " Each box: device id and its mesh coordinates.")
+
+st.markdown("**Resolved PartitionSpecs** — what the rules ask for, and what JAX will really do")
+st.dataframe(pd.DataFrame([{
+    "array": path, "shape": str(a.shape), "logical axes": str(a.logical_axes),
+    "requested": format_spec(a.requested), "used by JAX": format_spec(a.spec),
+    "shard shape": str(layouts[path].shard_shape), "bytes/device": layouts[path].bytes_per_device,
+} for path, a in plan.arrays.items()]), hide_index=True)
+
+used_axes = {name for t in plan.rules.logical().values() for name in ((t,) if isinstance(t, str) else t or ())}
+for name, size in plan.config.mesh.axis_sizes.items():
+    if size == 1 and name in used_axes:
+        st.info(f"Mesh axis `{name}` has size 1: the rules split over it, but one way — nothing is "
+                f"divided along it. Give `{name}` more devices to see the split.", icon=":material/info:")
+for warning in plan.warnings:
+    st.warning(warning, icon=":material/sync_problem:")
+
+st.subheader("Shard maps")
+groups = {"Parameters": "params/", "Optimizer state": "opt/", "Batch": "batch/"}
+for tab, prefix in zip(st.tabs(list(groups)), groups.values()):
+    with tab:
+        paths = [p for p in layouts if p.startswith(prefix)]
+        for row_start in range(0, len(paths), 3):
+            for col, path in zip(st.columns(3), paths[row_start:row_start + 3]):
+                layout = layouts[path]
+                col.plotly_chart(figures.shard_map_figure(layout, coords, axes,
+                                                          f"{path}  {format_spec(layout.spec)}"),
+                                 key=f"map_{path}")
+                col.caption(describe(layout, plan.config.mesh.axis_sizes))
+
+st.subheader("Memory per device")
+memory = memory_per_device(layouts)
+unsharded = {"params": 0, "optimizer": 0, "batch": 0}
+for path, layout in layouts.items():
+    unsharded[{"params": "params", "opt": "optimizer", "batch": "batch"}[path.split("/")[0]]] += layout.total_bytes
+chart, table = st.columns([3, 2])
+chart.plotly_chart(figures.memory_figure(memory), key="memory_chart")
+frame = pd.DataFrame([{"device": f"dev {d}", **row, "total": sum(row.values())} for d, row in memory.items()])
+table.dataframe(frame, hide_index=True)
+biggest = max(sum(row.values()) for row in memory.values())
+table.caption(f"Unsharded, one copy of everything is {sum(unsharded.values()):,} bytes; the fullest device "
+              f"holds {biggest:,} bytes ({biggest / max(1, sum(unsharded.values())):.0%}).")
+
+ui.show_code(sl.rules.Rules.spec, sl.model.MLP.__init__, sl.layout.planned_layout)

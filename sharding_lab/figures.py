@@ -1,0 +1,188 @@
+"""Figures (Plotly): the mesh, one shard map per array, memory per device, loss and model fit.
+
+Every figure colours device ``d`` with :func:`device_color` ``(d)``, so a device is the same colour
+on the mesh picture and on every shard map. A block held by several devices is drawn as stripes,
+one per device, so replication is visible at a glance; hovering a stripe names the device, its
+mesh coordinates, the index ranges, the shard shape and bytes, and who shares the block.
+"""
+
+from __future__ import annotations
+
+import colorsys
+import math
+
+import numpy as np
+import plotly.graph_objects as go
+from plotly.subplots import make_subplots
+
+from .layout import ArrayLayout
+
+PALETTE = ["#4C78A8", "#F58518", "#54A24B", "#E45756", "#72B7B2", "#B279A2", "#EECA3B", "#9D755D",
+           "#FF9DA6", "#BAB0AC", "#1F77B4", "#17BECF", "#8C564B", "#BCBD22", "#7F7F7F", "#D62728"]
+MAX_FACETS = 8
+
+
+def device_color(device: int) -> str:
+    if device < len(PALETTE):
+        return PALETTE[device]
+    hue = (device * 0.618033988749895) % 1.0
+    r, g, b = colorsys.hls_to_rgb(hue, 0.55, 0.6)
+    return f"#{int(r * 255):02x}{int(g * 255):02x}{int(b * 255):02x}"
+
+
+def _device_list(devices: list[int]) -> str:
+    """[0,1,2,3,5] → '0–3, 5'."""
+    runs, start = [], None
+    for i, d in enumerate(devices):
+        if start is None:
+            start = d
+        if i + 1 == len(devices) or devices[i + 1] != d + 1:
+            runs.append(f"{start}" if start == d else f"{start}–{d}")
+            start = None
+    return ", ".join(runs)
+
+
+def mesh_figure(device_ids: list, axes: tuple[str, ...], highlight: set[int] | None = None) -> go.Figure:
+    """The mesh as a grid of coloured devices; a 3-axis mesh is drawn as one grid per first index."""
+    grid = np.array(device_ids)
+    if grid.ndim == 1:
+        grid = grid[None, :]
+        row_axis, col_axis, facets = None, axes[0], [grid]
+    elif grid.ndim == 2:
+        row_axis, col_axis, facets = axes[0], axes[1], [grid]
+    else:
+        row_axis, col_axis, facets = axes[1], axes[2], list(grid)
+    fig = make_subplots(rows=1, cols=len(facets), horizontal_spacing=0.06,
+                        subplot_titles=[f"{axes[0]}={i}" for i in range(len(facets))] if len(facets) > 1 else None)
+    for f, facet in enumerate(facets):
+        for (r, c), device in np.ndenumerate(facet):
+            coords = ((f,) if len(facets) > 1 else ()) + ((r,) if row_axis else ()) + (c,)
+            dim = highlight is not None and int(device) not in highlight
+            _add_box(fig, c, c + 0.92, r, r + 0.92, device_color(int(device)), f"<b>{device}</b><br>{coords}",
+                     f"device {device}<br>mesh coords {dict(zip(axes, coords))}", row=1, col=f + 1,
+                     opacity=0.25 if dim else 0.95, name=f"device {device}", meta={"device": int(device)})
+        fig.update_xaxes(title_text=f"{col_axis} →", tickvals=[i + 0.46 for i in range(facet.shape[1])],
+                         ticktext=[str(i) for i in range(facet.shape[1])], row=1, col=f + 1,
+                         showgrid=False, zeroline=False)
+        fig.update_yaxes(title_text=f"{row_axis} ↓" if row_axis else "", autorange="reversed",
+                         tickvals=[i + 0.46 for i in range(facet.shape[0])],
+                         ticktext=[str(i) for i in range(facet.shape[0])] if row_axis else [""],
+                         row=1, col=f + 1, showgrid=False, zeroline=False, scaleanchor=f"x{f + 1 if f else ''}")
+    fig.update_layout(showlegend=False, height=90 + 70 * facets[0].shape[0], margin=dict(l=10, r=10, t=30, b=10),
+                      plot_bgcolor="rgba(0,0,0,0)")
+    return fig
+
+
+def _add_box(fig, x0, x1, y0, y1, color, label, hover, row=None, col=None, opacity=0.9, name=None,
+             meta=None, show_label=True):
+    fig.add_trace(go.Scatter(
+        x=[x0, x1, x1, x0, x0], y=[y0, y0, y1, y1, y0], fill="toself", mode="lines",
+        line=dict(color="white", width=1), fillcolor=color, opacity=opacity, hoveron="fills",
+        hoverinfo="text", text=hover, name=name or "", meta=meta), row=row, col=col)
+    if show_label and label:
+        fig.add_annotation(x=(x0 + x1) / 2, y=(y0 + y1) / 2, text=label, showarrow=False,
+                           font=dict(color="white", size=11), row=row, col=col)
+
+
+def _view_2d(layout: ArrayLayout):
+    """(rows, cols, per-device (facet key, row range, col range)) for any rank."""
+    shape = layout.shape
+    if len(shape) == 0:
+        return 1, 1, {d: ((), (0, 1), (0, 1)) for d in layout.devices}
+    if len(shape) == 1:
+        return 1, shape[0], {d: ((), (0, 1), r[0]) for d, r in layout.devices.items()}
+    return shape[-2], shape[-1], {d: (tuple(r[:-2]), r[-2], r[-1]) for d, r in layout.devices.items()}
+
+
+def shard_map_figure(layout: ArrayLayout, coords: dict[int, tuple[int, ...]], axes: tuple[str, ...],
+                     title: str | None = None, height: int = 230) -> go.Figure:
+    """Which block of ``layout``'s array each device holds, drawn in array coordinates.
+
+    Rank 1 is a single row; rank ≥ 3 gets one panel per distinct slice of the leading dimensions.
+    Blocks are rectangles, whatever the array's size.
+    """
+    rows, cols, view = _view_2d(layout)
+    blocks: dict[tuple, list[int]] = {}
+    for device, key in sorted(view.items()):
+        blocks.setdefault(key, []).append(device)
+    facets = sorted({key[0] for key in blocks})[:MAX_FACETS]
+    fig = make_subplots(rows=1, cols=len(facets), horizontal_spacing=0.04,
+                        subplot_titles=[_facet_title(f) for f in facets] if len(facets) > 1 else None)
+    shard = layout.shard_shape
+    for (facet, (r0, r1), (c0, c1)), group in blocks.items():
+        if facet not in facets:
+            continue
+        full_ranges = layout.devices[group[0]]
+        where = ", ".join(f"{a}:{b}" for a, b in full_ranges) or "the scalar"
+        width = (c1 - c0) / len(group)
+        for i, device in enumerate(group):
+            shared = f"<br>replicated on devices {_device_list(group)}" if len(group) > 1 else ""
+            hover = (f"<b>device {device}</b> mesh coords {dict(zip(axes, coords.get(device, ())))}"
+                     f"<br>holds [{where}]<br>shard shape {shard}, {layout.bytes_per_device:,} bytes{shared}")
+            _add_box(fig, c0 + i * width, c0 + (i + 1) * width, r0, r1, device_color(device), None, hover,
+                     row=1, col=facets.index(facet) + 1, name=f"device {device}",
+                     meta={"device": device, "ranges": [list(r) for r in full_ranges], "shared_with": group})
+        label = ("dev " if len(group) == 1 else "devs ") + _device_list(group)
+        fig.add_annotation(x=(c0 + c1) / 2, y=(r0 + r1) / 2, text=label, showarrow=False,
+                           font=dict(color="white", size=11), bgcolor="rgba(0,0,0,0.35)",
+                           row=1, col=facets.index(facet) + 1)
+    for f in range(len(facets)):
+        fig.update_xaxes(range=[0, cols], title_text=f"dim {len(layout.shape) - 1} (size {cols})"
+                         if layout.shape else "", showgrid=False, zeroline=False, row=1, col=f + 1)
+        fig.update_yaxes(range=[rows, 0], title_text=f"dim {len(layout.shape) - 2} ({rows})"
+                         if len(layout.shape) > 1 else "", showgrid=False, zeroline=False,
+                         showticklabels=len(layout.shape) > 1, row=1, col=f + 1)
+    fig.update_layout(title=dict(text=title or layout.path, font=dict(size=14)), showlegend=False,
+                      height=height, margin=dict(l=10, r=10, t=40, b=10), plot_bgcolor="rgba(0,0,0,0.04)")
+    return fig
+
+
+def _facet_title(ranges: tuple) -> str:
+    return "[" + ", ".join(f"{a}:{b}" for a, b in ranges) + ", :, :]"
+
+
+def memory_figure(per_device: dict[int, dict[str, int]]) -> go.Figure:
+    """Stacked bars: bytes of params, optimizer state and batch on each device."""
+    devices = sorted(per_device)
+    fig = go.Figure()
+    for part, color in (("params", "#4C78A8"), ("optimizer", "#F58518"), ("batch", "#54A24B")):
+        fig.add_trace(go.Bar(x=[f"dev {d}" for d in devices], y=[per_device[d][part] for d in devices],
+                             name=part, marker_color=color))
+    fig.update_layout(barmode="stack", height=260, yaxis_title="bytes", margin=dict(l=10, r=10, t=10, b=10),
+                      legend=dict(orientation="h", y=1.12))
+    return fig
+
+
+def downsample(values: list[float], limit: int = 1500) -> tuple[np.ndarray, np.ndarray]:
+    """(steps, values) with at most ``limit`` points: a long curve keeps its shape, drawn fast."""
+    y = np.asarray(values, dtype=float)
+    x = np.arange(1, len(y) + 1)
+    if len(y) <= limit:
+        return x, y
+    stride = math.ceil(len(y) / limit)
+    usable = len(y) // stride * stride
+    return x[stride - 1:usable:stride], y[:usable].reshape(-1, stride).mean(axis=1)
+
+
+def loss_figure(losses: list[float], log_scale: bool = True, total_steps: int | None = None) -> go.Figure:
+    x, y = downsample(losses)
+    fig = go.Figure(go.Scatter(x=x, y=y, mode="lines", name="loss", line=dict(color="#4C78A8")))
+    fig.update_layout(height=300, margin=dict(l=10, r=10, t=30, b=10), xaxis_title="step",
+                      yaxis_title="MSE loss", title=dict(text="Training loss", font=dict(size=14)))
+    if total_steps:
+        fig.update_xaxes(range=[0, total_steps])
+    if log_scale:
+        fig.update_yaxes(type="log")
+    return fig
+
+
+def fit_figure(x: np.ndarray, y: np.ndarray, prediction: np.ndarray | None) -> go.Figure:
+    fig = go.Figure(go.Scatter(x=x[:, 0], y=y[:, 0], mode="markers", name="data",
+                               marker=dict(color="#4C78A8", size=6)))
+    if prediction is not None:
+        fig.add_trace(go.Scatter(x=x[:, 0], y=prediction[:, 0], mode="lines", name="model",
+                                 line=dict(color="black", width=3)))
+    fig.update_layout(height=300, margin=dict(l=10, r=10, t=30, b=10), xaxis_title="x", yaxis_title="y",
+                      title=dict(text="Model fit: y = 0.8·x² + 0.1 + noise", font=dict(size=14)),
+                      legend=dict(orientation="h", y=1.1))
+    return fig

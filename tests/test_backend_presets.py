@@ -1,0 +1,62 @@
+"""Every preset trains the seed model on every mesh, and every live array sits where the plan says."""
+
+import pytest
+
+from sharding_lab import PRESETS, ConfigError, Lab, LabConfig, MeshSpec, plan, train
+from sharding_lab.mesh import default_axes
+
+MESHES = {
+    "2x4": MeshSpec((2, 4), ("data", "model")),
+    "1x8": MeshSpec((1, 8), ("data", "model")),
+    "8x1": MeshSpec((8, 1), ("data", "model")),
+    "2x2x2": MeshSpec((2, 2, 2), default_axes(3)),
+}
+CASES = [(preset, mesh) for preset in PRESETS for mesh in MESHES]
+SEED_PATHS = {"params/w1", "params/b1", "params/w2", "opt/momentum/w1", "opt/momentum/b1",
+              "opt/momentum/w2", "batch/x", "batch/y"}
+
+
+@pytest.fixture(scope="module")
+def runs():
+    """(preset, mesh) → (lab, result), each trained once (default LabConfig: 3000 steps)."""
+    cache = {}
+
+    def get(preset, mesh):
+        if (preset, mesh) not in cache:
+            cache[preset, mesh] = train(LabConfig(mesh=MESHES[mesh], preset=preset))
+        return cache[preset, mesh]
+
+    return get
+
+
+@pytest.mark.parametrize("preset,mesh", CASES)
+def test_preset_trains_seed_model_below_0_05(runs, preset, mesh):
+    _, result = runs(preset, mesh)
+    assert result.stop_reason == "finished"
+    assert result.steps == 3000 and len(result.losses) == 3000
+    assert result.final_loss < 0.05
+
+
+@pytest.mark.parametrize("preset,mesh", CASES)
+def test_trained_layout_matches_plan_for_every_array(runs, preset, mesh):
+    lab, _ = runs(preset, mesh)
+    assert lab.verify_layout() == []
+    planned, actual = lab.plan.layouts(), lab.actual_layouts()
+    assert set(planned) == set(actual) == SEED_PATHS
+    for path in SEED_PATHS:
+        assert actual[path].shape == planned[path].shape, path
+        assert actual[path].devices == planned[path].devices, path
+        assert actual[path].spec == planned[path].spec, path
+        assert set(actual[path].devices) == set(range(8)), path
+
+
+def test_fsdp_tp_needs_two_axes_on_a_one_axis_mesh():
+    with pytest.raises(ConfigError, match="two different mesh axes") as info:
+        plan(LabConfig(mesh=MeshSpec((8,), ("data",)), preset="fsdp_tp"))
+    assert "'data'" in str(info.value) and info.value.field == "rules"
+
+
+@pytest.mark.parametrize("preset", [p for p in PRESETS if p != "fsdp_tp"])
+def test_other_presets_apply_on_a_one_axis_mesh(preset):
+    lab = Lab(LabConfig(mesh=MeshSpec((8,), ("data",)), preset=preset))
+    assert lab.verify_layout() == []
