@@ -147,11 +147,11 @@ PRESETS: dict[str, Preset] = {p.name: p for p in [
            "The batch is split on data; every device keeps a full copy of the parameters and "
            "gradients are all-reduced.",
            {"embed": None, "mlp": None, "data": "data"}),
-    Preset("fsdp", "Fully sharded data parallel (FSDP)",
+    Preset("fsdp", "FSDP (fully sharded)",
            "The batch and every parameter are split on data; weights are all-gathered for use, "
            "so each device stores only its slice of parameters and momentum.",
            {"embed": None, "mlp": "data", "data": "data"}, (("w2", ("data", None)),)),
-    Preset("tp", "Tensor parallel (Megatron)",
+    Preset("tp", "Tensor parallel",
            "w1 is split by columns and w2 by rows on model, so the hidden layer lives in "
            "slices; the batch is not split.",
            {"embed": None, "mlp": "model", "data": None}, (("w2", ("model", None)),)),

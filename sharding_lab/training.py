@@ -241,7 +241,7 @@ class Trainer:
 
 def _diverged(config: LabConfig, step: int, value: float) -> str:
     return (f"diverged: the loss became {value} at step {step} — learning rate {config.lr} is "
-            f"too large for {config.optimizer}; try {config.lr / 10:g} or smaller")
+            f"too large for {config.optimizer}; try {min(config.lr / 10, 0.01):g} or smaller")
 
 
 def train(config: LabConfig, on_progress=None, stop=None) -> tuple[Lab, TrainResult]:

@@ -1,0 +1,58 @@
+"""Parameter dimensions the mesh does not divide: with Auto axes a warning (not an error), and the
+planned layout is what JAX really does."""
+
+import dataclasses
+
+import numpy as np
+import pytest
+
+from sharding_lab import ConfigError, Lab, LabConfig, MeshSpec, ModelSpec, Rules, Trainer, plan
+from sharding_lab.layout import realized_spec
+
+CONFIGS = {
+    # w1 (3, 30) on data×model, b1 (30,) on model, w2 (30, 2) on data×model: 3, 30 and 2 don't split
+    "odd widths": LabConfig(preset=None, rules=Rules(embed="data", mlp="model", data="data"),
+                            model=ModelSpec(din=3, dmid=30, dout=2)),
+    # 36 hidden units split over model×data (8 ways): JAX can split them over model alone
+    "tuple target": LabConfig(preset=None, rules=Rules(mlp=("model", "data"), data="data"),
+                              model=ModelSpec(dmid=36)),
+}
+
+
+@pytest.fixture(scope="module", params=CONFIGS)
+def lab(request):
+    return Lab(CONFIGS[request.param])
+
+
+def test_each_indivisible_parameter_gets_one_warning(lab):
+    warnings = lab.plan.warnings
+    assert len(warnings) == 3
+    for name, warning in zip(("params/w1", "params/b1", "params/w2"), warnings):
+        assert warning.startswith(name) and "cannot be split" in warning and "instead of" in warning
+
+
+def test_planned_spec_is_jax_realized_spec(lab):
+    for path, array in lab.plan.arrays.items():
+        assert array.spec == realized_spec(lab.plan.mesh, array.shape, array.requested), path
+        if path.startswith(("params/", "opt/")):
+            assert array.spec != array.requested, path
+
+
+def test_live_layout_matches_plan(lab):
+    assert lab.verify_layout() == []
+    planned, actual = lab.plan.layouts(), lab.actual_layouts()
+    for path in planned:
+        assert actual[path].devices == planned[path].devices, path
+        assert actual[path].spec == planned[path].spec, path
+
+
+def test_indivisible_model_still_trains():
+    result = Trainer(Lab(CONFIGS["odd widths"]), steps=200).run()
+    assert result.stop_reason == "finished"
+    assert np.isfinite(result.losses).all() and result.losses[-50:].mean() < result.losses[:5].mean()
+
+
+def test_explicit_axes_turn_the_warning_into_an_error():
+    explicit = dataclasses.replace(CONFIGS["odd widths"], mesh=MeshSpec(axis_type="explicit"))
+    with pytest.raises(ConfigError, match="params/w1 .*Explicit"):
+        plan(explicit)

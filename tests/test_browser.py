@@ -1,0 +1,118 @@
+"""End to end: `streamlit run app.py` on 127.0.0.1, driven by Playwright in Debian's Chromium.
+
+Screenshots land in artifacts/screenshots/ for a person to look at.
+"""
+
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+SHOTS = ROOT / "artifacts" / "screenshots"
+CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
+CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic",
+                  "--disable-background-networking", "--disable-component-update", "--disable-sync",
+                  "--no-first-run"]
+
+pytestmark = [pytest.mark.browser,
+              pytest.mark.skipif(not Path(CHROMIUM).exists(), reason="Debian's chromium is not installed")]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def server():
+    port = free_port()
+    env = dict(os.environ, SHARDING_LAB_DEVICES="8")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "streamlit", "run", "app.py", "--server.headless=true",
+         f"--server.port={port}", "--server.address=127.0.0.1", "--browser.gatherUsageStats=false"],
+        cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    url = f"http://127.0.0.1:{port}/"
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        try:
+            if urllib.request.urlopen(url + "_stcore/health", timeout=2).read() == b"ok":
+                break
+        except OSError:
+            time.sleep(0.3)
+    else:
+        proc.kill()
+        pytest.fail("streamlit did not start: " + proc.stdout.read().decode()[-2000:])
+    yield url
+    proc.terminate()
+    try:
+        proc.wait(10)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+
+
+@pytest.fixture
+def page(server):
+    from playwright.sync_api import sync_playwright
+
+    SHOTS.mkdir(parents=True, exist_ok=True)
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_FLAGS)
+        tab = browser.new_page(viewport={"width": 1500, "height": 2400})
+        tab.goto(server)
+        tab.wait_for_selector("text=Shard maps", timeout=60_000)
+        yield tab
+        browser.close()
+
+
+def loss_points(tab) -> int:
+    """How many points the loss chart draws right now (read from Plotly's own data)."""
+    return tab.evaluate("""() => {
+        const plot = [...document.querySelectorAll('.js-plotly-plot')]
+            .find(p => p.layout && p.layout.title && String(p.layout.title.text).includes('Training loss'));
+        const x = plot && plot.data.length ? plot.data[0].x : null;
+        if (!x) return 0;
+        if (x.bdata !== undefined) return atob(x.bdata).length / Number(x.dtype.slice(1));
+        return x.length;
+    }""")
+
+
+def test_change_preset_train_watch_and_stop(page):
+    page.screenshot(path=str(SHOTS / "01-layout-seed.png"))
+    # Change the preset to FSDP in the sidebar.
+    page.get_by_role("combobox", name="Preset").click()
+    page.get_by_role("option", name="FSDP (fully sharded)").click()
+    page.wait_for_selector("text=params/w1  P(None, 'data')", timeout=30_000)
+    page.screenshot(path=str(SHOTS / "02-layout-fsdp.png"))
+
+    page.get_by_role("link", name="Train").click()
+    page.wait_for_selector("text=Press", timeout=30_000)
+    page.get_by_label("Steps").fill("20000")
+    page.get_by_label("Steps").press("Enter")
+    time.sleep(0.5)
+    page.get_by_role("button", name="Train").click()
+
+    counts, deadline = [], time.monotonic() + 60
+    while time.monotonic() < deadline and len(set(c for c in counts if c)) < 4:
+        counts.append(loss_points(page))
+        time.sleep(0.25)
+    page.screenshot(path=str(SHOTS / "03-training.png"))
+    updates = sorted(set(c for c in counts if c))
+    assert len(updates) >= 4, f"the loss chart updated only {updates}"
+
+    page.get_by_role("button", name="Stop").click()
+    page.wait_for_selector("text=stopped", timeout=30_000)
+    stopped_at = loss_points(page)
+    assert 0 < stopped_at < 20_000
+    time.sleep(1)
+    assert loss_points(page) == stopped_at  # nothing trains after Stop
+    page.screenshot(path=str(SHOTS / "04-stopped.png"))
+    # the preset survived the page switch
+    assert page.get_by_role("combobox", name="Preset").input_value() == "FSDP (fully sharded)"
