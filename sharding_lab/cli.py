@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import math
 import sys
 
 import jax
@@ -153,7 +154,8 @@ def _train(plan: Plan, as_json: bool) -> int:
     problems = lab.verify_layout()
     if as_json:
         out = plan_json(plan, layouts)
-        out.update({"final_loss": result.final_loss, "steps": result.steps,
+        final = result.final_loss
+        out.update({"final_loss": final if math.isfinite(final) else None, "steps": result.steps,
                     "steps_per_s": result.steps_per_s, "stop_reason": result.stop_reason,
                     "layout_matches_plan": not problems})
         print(json.dumps(out))

@@ -141,7 +141,8 @@ def plan(config: LabConfig) -> Plan:
     mesh = build_mesh(config.mesh)
     explicit = config.mesh.axis_type == "explicit"
     warnings, planned = [], {}
-    for path, (shape, logical, name) in arrays.items():
+    batch_first = sorted(arrays.items(), key=lambda item: not item[0].startswith("batch/"))
+    for path, (shape, logical, name) in batch_first:
         requested = rules.spec(name, logical) if logical else P()
         spec = requested
         if not divides(shape, requested, mesh):
@@ -152,8 +153,11 @@ def plan(config: LabConfig) -> Plan:
             sizes = " or ".join(map(str, nearest_divisible(dim, ways)))
             what = f"{path} {shape}: dimension {i} (size {dim}) cannot be split {ways} ways over " \
                    f"{_describe(target)}"
-            if path.startswith("batch/"):
+            if path.startswith("batch/") and i == 0:
                 raise ConfigError(f"{what}: use a batch size that {ways} divides, e.g. {sizes}", "batch")
+            if path.startswith("batch/"):
+                raise ConfigError(f"{what}: a batch's feature dimension cannot be split here — "
+                                  f"map it to replicated", "rules")
             if explicit:
                 raise ConfigError(f"{what}: with Explicit axes JAX refuses this — use a size "
                                   f"{ways} divides (e.g. {sizes}) or replicate that dimension", "rules")
@@ -162,7 +166,7 @@ def plan(config: LabConfig) -> Plan:
                 warnings.append(f"{what}, so JAX silently lays it out as {_fmt(spec)} instead of "
                                 f"{_fmt(requested)}; sizes that divide: {sizes}")
         planned[path] = ArrayPlan(path, shape, logical, requested, spec)
-    return Plan(config, rules, mesh, planned, warnings)
+    return Plan(config, rules, mesh, {path: planned[path] for path in arrays}, warnings)
 
 
 def _describe(target) -> str:

@@ -165,8 +165,10 @@ PRESETS: dict[str, Preset] = {p.name: p for p in [
 
 def preset_roles(mesh: MeshSpec) -> dict[str, str]:
     """Which mesh axis plays ``data`` and which plays ``model``."""
-    return {"data": "data" if "data" in mesh.axes else mesh.axes[0],
-            "model": "model" if "model" in mesh.axes else mesh.axes[-1]}
+    axes = mesh.axes
+    data = "data" if "data" in axes else next((a for a in axes if a != "model"), axes[0])
+    model = "model" if "model" in axes else next((a for a in reversed(axes) if a != data), axes[-1])
+    return {"data": data, "model": model}
 
 
 def bind_preset(name: str, mesh: MeshSpec) -> Rules:

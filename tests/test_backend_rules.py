@@ -33,16 +33,10 @@ def test_tp_and_fsdp_override_w2_rows():
     assert bind_preset("fsdp", mesh).spec("w2", W) == P("x")
 
 
-def _roles_bug(which):
-    return pytest.mark.xfail(strict=True, raises=(AssertionError, ConfigError), reason=(
-        f"BUG: rules.preset_roles binds both roles to the axis named {which!r} (the other, unnamed "
-        "axis is never used), so fsdp_tp is refused on a mesh with two distinct axes"))
-
-
 @pytest.mark.parametrize("axes,data,model", [
     pytest.param(("x", "y"), "x", "y", id="x,y"),
-    pytest.param(("x", "data"), "data", "x", marks=_roles_bug("data"), id="x,data"),
-    pytest.param(("model", "x"), "x", "model", marks=_roles_bug("model"), id="model,x"),
+    pytest.param(("x", "data"), "data", "x", id="x,data"),
+    pytest.param(("model", "x"), "x", "model", id="model,x"),
 ])
 def test_two_distinct_axes_get_two_distinct_roles(axes, data, model):
     mesh = MeshSpec((2, 4), axes)
