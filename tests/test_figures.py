@@ -1,0 +1,58 @@
+"""The Plotly figures draw blocks per device for any rank, with consistent device colours."""
+
+import sharding_lab as sl
+from sharding_lab import figures
+from sharding_lab.layout import planned_layout
+from sharding_lab.mesh import device_ids, mesh_coords
+from jax.sharding import PartitionSpec as P
+
+
+def _stripes(fig):
+    return [t for t in fig.data if t.meta and "ranges" in t.meta]
+
+
+def test_rank3_array_gets_one_panel_per_leading_slice():
+    mesh = sl.build_mesh(sl.MeshSpec((2, 4), ("data", "model")))
+    layout = planned_layout("act", (4, 6, 8), mesh, P("data", None, "model"), P("data", None, "model"))
+    fig = figures.shard_map_figure(layout, mesh_coords(mesh), ("data", "model"))
+    stripes = _stripes(fig)
+    assert sorted(t.meta["device"] for t in stripes) == list(range(8))
+    assert {tuple(t.meta["ranges"][0]) for t in stripes} == {(0, 2), (2, 4)}
+    assert len(fig.layout.annotations) >= 2 + 8  # two panel titles, one label per block
+
+
+def test_large_dimensions_draw_blocks_not_cells():
+    mesh = sl.build_mesh(sl.MeshSpec((1, 8), ("data", "model")))
+    layout = planned_layout("w", (4096, 16384), mesh, P(None, "model"), P(None, "model"))
+    fig = figures.shard_map_figure(layout, mesh_coords(mesh), ("data", "model"))
+    assert len(_stripes(fig)) == 8
+
+
+def test_scalar_and_replicated_blocks_are_striped_per_device():
+    mesh = sl.build_mesh(sl.MeshSpec((2, 4), ("data", "model")))
+    layout = planned_layout("opt/count", (), mesh, P(), P())
+    stripes = _stripes(figures.shard_map_figure(layout, mesh_coords(mesh), ("data", "model")))
+    assert len(stripes) == 8 and all(t.meta["shared_with"] == list(range(8)) for t in stripes)
+    assert "replicated on devices 0–7" in stripes[0].text
+
+
+def test_device_colours_match_between_mesh_and_maps():
+    mesh = sl.build_mesh(sl.MeshSpec((2, 4), ("data", "model")))
+    picture = figures.mesh_figure(device_ids(mesh), ("data", "model"))
+    layout = planned_layout("b1", (32,), mesh, P("model"), P("model"))
+    stripes = _stripes(figures.shard_map_figure(layout, mesh_coords(mesh), ("data", "model")))
+    mesh_colour = {t.meta["device"]: t.fillcolor for t in picture.data}
+    assert all(mesh_colour[t.meta["device"]] == t.fillcolor for t in stripes)
+    assert len(set(mesh_colour.values())) == 8
+
+
+def test_three_axis_mesh_picture_has_a_panel_per_first_index():
+    mesh = sl.build_mesh(sl.MeshSpec((2, 2, 2), ("x", "y", "z")))
+    picture = figures.mesh_figure(device_ids(mesh), ("x", "y", "z"))
+    assert sorted(t.meta["device"] for t in picture.data) == list(range(8))
+    assert [a.text for a in picture.layout.annotations][:2] == ["x=0", "x=1"]
+
+
+def test_long_loss_curves_are_downsampled():
+    x, y = figures.downsample(list(range(10_000)), limit=1000)
+    assert len(x) == len(y) <= 1000 and x[-1] == 10_000
