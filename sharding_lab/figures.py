@@ -172,7 +172,7 @@ def loss_figure(losses: list[float], log_scale: bool = True, total_steps: int | 
     if total_steps:
         fig.update_xaxes(range=[0, total_steps])
     if log_scale:
-        fig.update_yaxes(type="log")
+        fig.update_yaxes(type="log", dtick=1)
     return fig
 
 
