@@ -7,7 +7,7 @@ import streamlit as st
 import sharding_lab as sl
 import ui
 from sharding_lab import figures
-from sharding_lab.layout import describe, format_spec, memory_per_device
+from sharding_lab.layout import describe, format_spec, memory_part, memory_per_device
 from sharding_lab.mesh import device_ids, mesh_coords
 
 st.title("Sharding layout")
@@ -75,7 +75,7 @@ st.subheader("Memory per device")
 memory = memory_per_device(layouts)
 unsharded = {"params": 0, "optimizer": 0, "batch": 0}
 for path, layout in layouts.items():
-    unsharded[{"params": "params", "opt": "optimizer", "batch": "batch"}[path.split("/")[0]]] += layout.total_bytes
+    unsharded[memory_part(path)] += layout.total_bytes
 chart, table = st.columns([3, 2])
 chart.plotly_chart(figures.memory_figure(memory), key="memory_chart")
 frame = pd.DataFrame([{"device": f"dev {d}", **row, "total": sum(row.values())} for d, row in memory.items()])

@@ -20,13 +20,12 @@ from .errors import ConfigError, nearest_divisible
 from .layout import ArrayLayout, divides, planned_layout, realized_spec
 from .mesh import MeshSpec, build_mesh
 from .model import ModelSpec
-from .optimizer import OPTIMIZER_SCALARS, OPTIMIZERS
+from .optimizer import OPTIMIZER_BUFFERS, OPTIMIZER_SCALARS, OPTIMIZERS
 from .rules import Rules, bind_preset
 
 MAX_STEPS = 200_000
 MAX_BATCH = 65_536
 BATCH_LOGICAL = {"x": ("data", None), "y": ("data", None)}
-OPTIMIZER_BUFFERS = {"seed-sgd": ("momentum",), "sgd": ("trace",), "adamw": ("mu", "nu")}
 
 
 @dataclasses.dataclass(frozen=True)

@@ -52,10 +52,6 @@ class Snapshot:
         return self.state in ("starting", "compiling", "training")
 
 
-def running_jobs() -> int:
-    return MAX_JOBS - _slots._value  # noqa: SLF001 - the semaphore's count is the truth
-
-
 class TrainingJob:
     """One background training run of ``config``; poll :meth:`snapshot`, end with :meth:`stop`."""
 

@@ -179,12 +179,19 @@ def format_spec(spec) -> str:
     return "P(" + ", ".join(repr(t) for t in spec) + ")"
 
 
+MEMORY_PARTS = {"params": "params", "opt": "optimizer", "batch": "batch"}
+
+
+def memory_part(path: str) -> str:
+    """Which memory column an array path counts in: params, optimizer or batch."""
+    return MEMORY_PARTS[path.split("/")[0]]
+
+
 def memory_per_device(layouts: dict[str, ArrayLayout]) -> dict[int, dict[str, int]]:
     """device → bytes of params, optimizer state and batch it holds."""
-    groups = {"params": "params", "opt": "optimizer", "batch": "batch"}
     table: dict[int, dict[str, int]] = {}
     for path, layout in layouts.items():
-        part = groups[path.split("/")[0]]
+        part = memory_part(path)
         for device in layout.devices:
             row = table.setdefault(device, {"params": 0, "optimizer": 0, "batch": 0})
             row[part] += layout.bytes_per_device

@@ -46,6 +46,8 @@ class SGD(nnx.Pytree):
                      is_leaf=lambda x: isinstance(x, nnx.Variable))
 
 
+# Per-parameter buffers each optimizer keeps (each sharded like its parameter), as layout names.
+OPTIMIZER_BUFFERS = {"seed-sgd": ("momentum",), "sgd": ("trace",), "adamw": ("mu", "nu")}
 # Scalars an optimizer keeps besides its per-parameter buffers (always replicated).
 OPTIMIZER_SCALARS = {"seed-sgd": (), "sgd": ("step",), "adamw": ("count", "step")}
 
