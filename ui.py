@@ -15,7 +15,7 @@ import streamlit as st
 import sharding_lab as sl
 from sharding_lab.mesh import default_axes
 from sharding_lab.model import MAX_HIDDEN_LAYERS
-from sharding_lab.rules import LOGICAL_AXES, PRESETS
+from sharding_lab.rules import LOGICAL_AXES, PRESETS, parse_target, target_text
 
 CUSTOM = "custom"
 FROM_RULES = "(rule)"
@@ -77,17 +77,8 @@ def target_options(axes: tuple[str, ...]) -> list[str]:
     return options
 
 
-def to_option(target) -> str:
-    if target is None:
-        return REPLICATED
-    return target if isinstance(target, str) else "+".join(target)
-
-
 def to_target(option: str):
-    if option in (REPLICATED, FROM_RULES, None):
-        return None
-    names = tuple(option.split("+"))
-    return names[0] if len(names) == 1 else names
+    return None if option in (FROM_RULES, None) else parse_target(option)
 
 
 def _override_keys(model: sl.ModelSpec):
@@ -103,10 +94,10 @@ def _apply_preset(mesh: sl.MeshSpec, model: sl.ModelSpec) -> sl.ConfigError | No
     except sl.ConfigError as error:
         return error
     for axis in LOGICAL_AXES:
-        st.session_state[f"rule_{axis}"] = to_option(getattr(rules, axis))
+        st.session_state[f"rule_{axis}"] = target_text(getattr(rules, axis))
     for name, dim, key in _override_keys(model):
         override = rules.override_for(name)
-        st.session_state[key] = FROM_RULES if override is None or dim >= len(override) else to_option(override[dim])
+        st.session_state[key] = FROM_RULES if override is None or dim >= len(override) else target_text(override[dim])
     return None
 
 

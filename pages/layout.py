@@ -9,6 +9,7 @@ import ui
 from sharding_lab import figures
 from sharding_lab.layout import describe, format_spec, memory_part, memory_per_device
 from sharding_lab.mesh import device_ids, mesh_coords
+from sharding_lab.rules import axis_names
 
 st.title("Sharding layout")
 st.caption("Pick a mesh and a preset in the sidebar, or edit the rules below: every map updates at once. "
@@ -50,7 +51,7 @@ st.dataframe(pd.DataFrame([{
     "shard shape": str(layouts[path].shard_shape), "bytes/device": layouts[path].bytes_per_device,
 } for path, a in plan.arrays.items()]), hide_index=True)
 
-used_axes = {name for t in plan.rules.logical().values() for name in ((t,) if isinstance(t, str) else t or ())}
+used_axes = {name for target in plan.rules.logical().values() for name in axis_names(target)}
 for name, size in plan.config.mesh.axis_sizes.items():
     if size == 1 and name in used_axes:
         st.info(f"Mesh axis `{name}` has size 1: the rules split over it, but one way — nothing is "

@@ -19,7 +19,7 @@ from .layout import ArrayLayout, format_spec
 from .mesh import MeshSpec, default_axes, device_ids, parse_axis_names, parse_mesh_shape
 from .model import ModelSpec
 from .optimizer import OPTIMIZERS
-from .rules import LOGICAL_AXES, PRESETS, bind_preset
+from .rules import LOGICAL_AXES, PRESETS, bind_preset, parse_target
 
 
 def add_config_options(parser: argparse.ArgumentParser) -> None:
@@ -44,14 +44,6 @@ def add_config_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--seed", type=int, default=0)
 
 
-def _target(text: str):
-    names = [n.strip() for n in text.split("+") if n.strip()]
-    names = [n for n in names if n.lower() not in ("none", "replicated", "-")]
-    if not names:
-        return None
-    return names[0] if len(names) == 1 else tuple(names)
-
-
 def _pair(text: str, what: str) -> tuple[str, str]:
     if "=" not in text:
         raise ConfigError(f"{what} {text!r} is not NAME=VALUE, e.g. mlp=model", "rules")
@@ -73,10 +65,10 @@ def config_from_args(args) -> LabConfig:
             if axis not in LOGICAL_AXES:
                 raise ConfigError(f"rule {text!r}: logical axis must be one of "
                                   f"{', '.join(LOGICAL_AXES)}", "rules")
-            rules = dataclasses.replace(rules, **{axis: _target(value)})
+            rules = dataclasses.replace(rules, **{axis: parse_target(value)})
         for text in args.override:
             array, value = _pair(text, "override")
-            rules = rules.with_override(array, tuple(_target(v) for v in value.split(":")))
+            rules = rules.with_override(array, tuple(parse_target(v) for v in value.split(":")))
         preset = None
     return LabConfig(mesh=mesh, preset=preset, rules=rules,
                      model=ModelSpec(args.din, args.width, args.dout, args.hidden_layers),

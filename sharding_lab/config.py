@@ -17,11 +17,11 @@ from jax.sharding import PartitionSpec as P
 
 from .data import DEFAULT_BATCH
 from .errors import ConfigError, nearest_divisible
-from .layout import ArrayLayout, divides, planned_layout, realized_spec
+from .layout import ArrayLayout, divides, format_spec, planned_layout, realized_spec
 from .mesh import MeshSpec, build_mesh
 from .model import ModelSpec
 from .optimizer import OPTIMIZER_BUFFERS, OPTIMIZER_SCALARS, OPTIMIZERS
-from .rules import Rules, bind_preset
+from .rules import Rules, axis_names, bind_preset, split_ways
 
 MAX_STEPS = 200_000
 MAX_BATCH = 65_536
@@ -123,11 +123,6 @@ def _check_numbers(config: LabConfig) -> None:
                           f"{', '.join(OPTIMIZERS)}", "optimizer")
 
 
-def _axis_product(mesh: MeshSpec, target) -> int:
-    names = () if target is None else (target,) if isinstance(target, str) else target
-    return math.prod(mesh.axis_sizes[n] for n in names)
-
-
 def plan(config: LabConfig) -> Plan:
     """Validate ``config`` and lay out every array; raises ConfigError with the fix."""
     config.mesh.validate(len(jax.devices()))
@@ -146,9 +141,9 @@ def plan(config: LabConfig) -> Plan:
         spec = requested
         if not divides(shape, requested, mesh):
             bad = [(i, dim, target) for i, (dim, target) in enumerate(zip(shape, requested))
-                   if target is not None and dim % _axis_product(config.mesh, target)]
+                   if dim % split_ways(target, config.mesh.axis_sizes)]
             i, dim, target = bad[0]
-            ways = _axis_product(config.mesh, target)
+            ways = split_ways(target, config.mesh.axis_sizes)
             sizes = " or ".join(map(str, nearest_divisible(dim, ways)))
             what = f"{path} {shape}: dimension {i} (size {dim}) cannot be split {ways} ways over " \
                    f"{_describe(target)}"
@@ -169,9 +164,8 @@ def plan(config: LabConfig) -> Plan:
 
 
 def _describe(target) -> str:
-    names = (target,) if isinstance(target, str) else target
-    return " × ".join(f"'{n}'" for n in names)
+    return " × ".join(f"'{n}'" for n in axis_names(target))
 
 
 def _fmt(spec: P) -> str:
-    return "P(" + ", ".join(repr(t) for t in spec) + ")" if len(spec) else "P() (replicated)"
+    return format_spec(spec) + ("" if len(spec) else " (replicated)")

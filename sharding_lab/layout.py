@@ -16,6 +16,8 @@ import jax
 import jax.numpy as jnp
 from jax.sharding import NamedSharding, PartitionSpec as P
 
+from .rules import axis_names, split_ways, trim
+
 Ranges = tuple[tuple[int, int], ...]
 
 
@@ -90,23 +92,12 @@ def actual_layout(path: str, array: jax.Array, requested: P = P()) -> ArrayLayou
     shape = tuple(array.shape)
     spec = array.sharding.spec if isinstance(array.sharding, NamedSharding) else P()
     devices = {shard.device.id: _ranges(shard.index, shape) for shard in array.addressable_shards}
-    return ArrayLayout(path, shape, array.dtype.itemsize, tuple(requested), _trim(spec), devices)
-
-
-def _trim(spec) -> tuple:
-    dims = list(spec)
-    while dims and dims[-1] is None:
-        dims.pop()
-    return tuple(dims)
+    return ArrayLayout(path, shape, array.dtype.itemsize, tuple(requested), trim(spec), devices)
 
 
 def divides(shape, spec: P, mesh) -> bool:
     sizes = dict(mesh.shape)
-    for dim, target in zip(shape, spec):
-        names = () if target is None else (target,) if isinstance(target, str) else target
-        if dim % math.prod(sizes[n] for n in names):
-            return False
-    return True
+    return all(dim % split_ways(target, sizes) == 0 for dim, target in zip(shape, spec))
 
 
 @functools.lru_cache(maxsize=1024)
@@ -118,10 +109,10 @@ def realized_spec(mesh, shape: tuple[int, ...], requested: P) -> P:
     others we ask JAX itself by compiling a one-op program, so the answer is JAX's, not ours.
     """
     if divides(shape, requested, mesh):
-        return P(*_trim(requested))
+        return P(*trim(requested))
     constrain = jax.jit(lambda: jax.lax.with_sharding_constraint(
         jnp.zeros(shape, jnp.float32), NamedSharding(mesh, requested)))
-    return P(*_trim(constrain.lower().compile().output_shardings.spec))
+    return P(*trim(constrain.lower().compile().output_shardings.spec))
 
 
 def compare_layouts(planned: dict[str, ArrayLayout], actual: dict[str, ArrayLayout]) -> list[str]:
@@ -157,9 +148,8 @@ def describe(layout: ArrayLayout, axis_sizes: dict[str, int]) -> str:
         if target is None:
             parts.append(f"{dim_name} whole on every device")
         else:
-            names = (target,) if isinstance(target, str) else tuple(target)
-            ways = math.prod(axis_sizes[n] for n in names)
-            parts.append(f"{dim_name} split {ways} ways along " + "×".join(f"`{n}`" for n in names))
+            parts.append(f"{dim_name} split {split_ways(target, axis_sizes)} ways along "
+                         + "×".join(f"`{n}`" for n in axis_names(target)))
     groups = layout.replica_groups()
     copies = len(layout.devices) // max(1, len(groups))
     if len(groups) == 1 and len(layout.devices) > 1:

@@ -16,7 +16,7 @@ from flax import nnx
 from jax.sharding import AxisType, PartitionSpec as P
 
 from .errors import ConfigError
-from .rules import Rules
+from .rules import Rules, axis_names
 
 MAX_WIDTH = 16384
 MAX_HIDDEN_LAYERS = 8
@@ -80,10 +80,6 @@ class MLP(nnx.Module):
         return matmul(h, getattr(self, weights[-1])[...])
 
 
-def _axes(target) -> tuple[str, ...]:
-    return () if target is None else (target,) if isinstance(target, str) else tuple(target)
-
-
 def _explicit() -> bool:
     return AxisType.Explicit in jax.sharding.get_abstract_mesh().axis_types
 
@@ -101,11 +97,11 @@ def matmul(h: jax.Array, w: jax.Array) -> jax.Array:
     if not _explicit():
         return h @ w
     rows = _spec(h)[0]
-    w_spec = tuple(None if set(_axes(t)) & set(_axes(rows)) else t for t in _spec(w))
+    w_spec = tuple(None if set(axis_names(t)) & set(axis_names(rows)) else t for t in _spec(w))
     if w_spec != _spec(w):
         w = jax.sharding.reshard(w, P(*w_spec))
     cols = w_spec[1]
-    if set(_axes(cols)) & set(_axes(rows)):
+    if set(axis_names(cols)) & set(axis_names(rows)):
         cols = None
     return jnp.matmul(h, w, out_sharding=P(rows, cols))
 

@@ -14,6 +14,7 @@ last ``model``).
 from __future__ import annotations
 
 import dataclasses
+import math
 from typing import Union
 
 from jax.sharding import PartitionSpec as P
@@ -23,28 +24,46 @@ from .mesh import MeshSpec
 
 Target = Union[None, str, tuple[str, ...]]
 LOGICAL_AXES = ("embed", "mlp", "data")
+REPLICATED_WORDS = ("", "none", "replicated", "-")
 
 
-def _targets(target: Target) -> tuple[str, ...]:
+def axis_names(target: Target) -> tuple[str, ...]:
+    """The mesh axes one dimension is split over: None → (), 'model' → ('model',), a tuple as is."""
     if target is None:
         return ()
     return (target,) if isinstance(target, str) else tuple(target)
 
 
+def split_ways(target: Target, axis_sizes: dict[str, int]) -> int:
+    """Into how many pieces ``target`` splits a dimension (the product of its axes' sizes)."""
+    return math.prod(axis_sizes[name] for name in axis_names(target))
+
+
+def trim(spec) -> tuple:
+    """A spec without its trailing replicated dimensions, as JAX prints it: (None, 'x', None) → (None, 'x')."""
+    dims = list(spec)
+    while dims and dims[-1] is None:
+        dims.pop()
+    return tuple(dims)
+
+
 def _normalise(target) -> Target:
     """Lists become tuples, 1-tuples become plain names, empty becomes None."""
-    names = _targets(target) if not isinstance(target, list) else tuple(target)
-    names = tuple(n for n in names if n not in (None, "", "None", "none", "-"))
+    names = axis_names(target) if not isinstance(target, list) else tuple(target)
+    names = tuple(n for n in names if n is not None and n.lower() not in REPLICATED_WORDS)
     if not names:
         return None
     return names[0] if len(names) == 1 else names
 
 
-def describe_target(target: Target) -> str:
-    names = _targets(target)
-    if not names:
-        return "replicated"
-    return " × ".join(names)
+def parse_target(text: str) -> Target:
+    """User text → a target: 'model', 'data+model' (split over both), 'replicated' or 'none'."""
+    return _normalise([name.strip() for name in text.split("+")])
+
+
+def target_text(target: Target) -> str:
+    """The inverse of :func:`parse_target`: None → 'replicated', ('data', 'model') → 'data+model'."""
+    return "+".join(axis_names(target)) or "replicated"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -85,16 +104,13 @@ class Rules:
 
     def spec(self, name: str, logical_axes: tuple[str | None, ...]) -> P:
         """The requested PartitionSpec of one array (trailing replicated dims dropped, as JAX prints)."""
-        dims = list(self.targets(name, logical_axes))
-        while dims and dims[-1] is None:
-            dims.pop()
-        return P(*dims)
+        return P(*trim(self.targets(name, logical_axes)))
 
     def validate(self, mesh: MeshSpec, arrays: dict[str, tuple[str | None, ...]]) -> None:
         """Unknown mesh axes, an axis used twice in one array, overrides of the wrong rank."""
         known = set(mesh.axes)
         for axis, target in self.logical().items():
-            for name in _targets(target):
+            for name in axis_names(target):
                 if name not in known:
                     raise ConfigError(
                         f"rule {axis} → {name!r}: the mesh has no axis {name!r} (its axes are "
@@ -109,13 +125,13 @@ class Rules:
                     f"override for {array}: {len(dims)} dimensions given but {array} has rank "
                     f"{rank}: give at most {rank}", "rules")
             for target in dims:
-                for name in _targets(target):
+                for name in axis_names(target):
                     if name not in known:
                         raise ConfigError(
                             f"override for {array} → {name!r}: the mesh has no axis {name!r} (its "
                             f"axes are {', '.join(mesh.axes)})", "rules")
         for array, logical_axes in arrays.items():
-            used = [name for target in self.targets(array, logical_axes) for name in _targets(target)]
+            used = [name for target in self.targets(array, logical_axes) for name in axis_names(target)]
             twice = sorted({name for name in used if used.count(name) > 1})
             if twice:
                 raise ConfigError(
