@@ -102,7 +102,8 @@ def main(argv=None) -> int:
                                      description="Shard the seed MLP over a device mesh and train it.")
     commands = parser.add_subparsers(dest="command", required=True)
     for name, help_text in (("train", "build, train, print the loss and the verified layout"),
-                            ("layout", "print where every array would live, without training")):
+                            ("layout", "print where every array would live, without training"),
+                            ("comm", "compile one train step; print its collectives and memory")):
         sub = commands.add_parser(name, help=help_text)
         add_config_options(sub)
         sub.add_argument("--json", action="store_true", help="print one JSON object")
@@ -112,6 +113,8 @@ def main(argv=None) -> int:
         plan = make_plan(config)
         if args.command == "layout":
             return _print_layout(plan, args.json)
+        if args.command == "comm":
+            return _print_comm(plan, args.json)
         return _train(plan, args.json)
     except ConfigError as error:
         print(f"error: {error}", file=sys.stderr)
@@ -127,6 +130,24 @@ def _print_layout(plan: Plan, as_json: bool) -> int:
     for warning in plan.warnings:
         print(f"warning: {warning}")
     print(layout_table(layouts))
+    return 0
+
+
+def _print_comm(plan: Plan, as_json: bool) -> int:
+    from .communication import analyze, explain_memory
+
+    report = analyze(plan)
+    if as_json:
+        print(json.dumps(report.to_json()))
+        return 0
+    axes = plan.config.mesh.axes
+    print(f"one training step on {plan.config.mesh.label()}: {len(report.collectives)} kinds of collective, "
+          f"{report.total_bytes:,} bytes per device")
+    for c in report.collectives:
+        print(f"  {c.count} × {c.op:<18} {c.dtype:<4} {str([list(s) for s in c.shape]):<28} "
+              f"{c.bytes:>10,} B  {c.where(axes).replace('`', ''):<18} {c.phase}")
+    print("memory per device: " + ", ".join(f"{k} {v:,} B" for k, v in report.memory.items()))
+    print(explain_memory(report.memory))
     return 0
 
 

@@ -1,0 +1,244 @@
+"""Communication: which collectives the compiled train step really runs, and over which mesh axes.
+
+The seed says "JAX automatically handles the necessary communication". Here we compile one
+training step for the current plan — with abstract inputs carrying the planned shardings, so
+nothing is allocated — and read the collectives out of the optimized HLO text: all-reduce,
+all-gather, reduce-scatter, collective-permute and all-to-all, including async ``-start`` forms,
+tuple-shaped results and ops inside called computations. Each op's replica groups (device
+positions, in any of XLA's three notations) are mapped back to the mesh axes they run over.
+The compiled program's ``memory_analysis()`` comes along for the memory view.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import math
+import re
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from flax import nnx
+from jax.sharding import NamedSharding
+
+from .config import Plan
+from .layout import memory_per_device
+from .optimizer import buffer_name
+
+COLLECTIVES = ("all-reduce", "all-gather", "reduce-scatter", "collective-permute", "all-to-all")
+DTYPE_BYTES = {"pred": 1, "s8": 1, "u8": 1, "f16": 2, "bf16": 2, "s16": 2, "u16": 2, "f32": 4,
+               "s32": 4, "u32": 4, "f64": 8, "s64": 8, "u64": 8, "c64": 8, "c128": 16}
+
+_OP = re.compile(r"=\s*(?P<shape>\(.*?\)|[a-z0-9]+\[[^\]]*\](?:\{[^}]*\})?)\s+"
+                 r"(?P<op>" + "|".join(COLLECTIVES) + r")(?P<suffix>-start|-done)?\(")
+_ARRAY = re.compile(r"\b([a-z]+[0-9]*)\[([0-9,]*)\]")
+
+
+@dataclasses.dataclass(frozen=True)
+class Collective:
+    """One kind of collective in the step: ``count`` identical ops of ``bytes`` per device each."""
+
+    op: str
+    dtype: str
+    shape: tuple  # the result's array shapes (several for a tuple result)
+    bytes: int  # bytes of the result on each device, for one op
+    axes: tuple[str, ...]  # mesh axes its groups run over ("all" when every axis)
+    phase: str  # forward, backward, optimizer or unknown
+    groups: tuple[tuple[int, ...], ...]
+    count: int = 1
+
+    def where(self, mesh_axes: tuple[str, ...]) -> str:
+        if not self.axes:
+            return "within each device"
+        if set(self.axes) == {a for a in mesh_axes} and len(mesh_axes) > 1:
+            return "over all axes"
+        return "over " + " × ".join(f"`{a}`" for a in self.axes)
+
+    def to_json(self) -> dict:
+        shape = [list(s) for s in self.shape]
+        return {"op": self.op, "dtype": self.dtype, "shape": shape[0] if len(shape) == 1 else shape,
+                "bytes": self.bytes, "axes": list(self.axes), "count": self.count, "phase": self.phase}
+
+
+# --- replica groups ---------------------------------------------------------------------------
+
+def _iota(dims: list[int], perm: list[int] | None) -> np.ndarray:
+    ids = np.arange(math.prod(dims)).reshape(dims)
+    return ids.transpose(perm) if perm else ids
+
+
+def _ints(text: str) -> list[int]:
+    return [int(t) for t in text.split(",") if t.strip()]
+
+
+def parse_replica_groups(line: str) -> list[list[int]] | None:
+    """Device-position groups of one HLO op, from any of XLA's notations; None if absent."""
+    explicit = re.search(r"replica_groups=\{((?:\{[0-9,]*\},?)*)\}", line)
+    if explicit:
+        return [_ints(g) for g in re.findall(r"\{([0-9,]*)\}", explicit.group(1))]
+    iota = re.search(r"replica_groups=\[([0-9,]+)\]<=\[([0-9,]+)\](?:T\(([0-9,]+)\))?", line)
+    if iota:
+        shape = _ints(iota.group(1))
+        ids = _iota(_ints(iota.group(2)), _ints(iota.group(3)) if iota.group(3) else None)
+        return ids.reshape(shape[0], -1).tolist()
+    mesh = re.search(r"replica_groups=mesh\[([^\]]*)\](?:,\s*device_ids=\(\[([0-9,]+)\]"
+                     r"(?:T\(([0-9,]+)\))?\))?\s*\{([^}]*)\}", line)
+    if mesh:
+        axes = re.findall(r"'([^']+)'=([0-9]+)", mesh.group(1))
+        names, sizes = [a for a, _ in axes], [int(s) for _, s in axes]
+        ids = (_iota(_ints(mesh.group(2)), _ints(mesh.group(3)) if mesh.group(3) else None).reshape(-1)
+               if mesh.group(2) else np.arange(math.prod(sizes)))
+        grid = ids.reshape(sizes)
+        chosen = [names.index(a) for a in re.findall(r"'([^']+)'", mesh.group(4))]
+        rest = [i for i in range(len(names)) if i not in chosen]
+        size = math.prod(sizes[i] for i in chosen)
+        return grid.transpose(rest + chosen).reshape(-1, size).tolist()
+    pairs = re.search(r"source_target_pairs=\{((?:\{[0-9,]*\},?)*)\}", line)
+    if pairs:
+        return [p for p in (_ints(g) for g in re.findall(r"\{([0-9,]*)\}", pairs.group(1))) if p[0] != p[1]]
+    return None
+
+
+def group_axes(groups: list[list[int]], mesh_shape: tuple[int, ...], axis_names: tuple[str, ...]) -> tuple[str, ...]:
+    """The mesh axes along which members of a group differ (positions in the mesh's device order)."""
+    varying = set()
+    for group in groups:
+        coords = np.array(np.unravel_index(np.asarray(group), mesh_shape)).T
+        varying |= {axis for axis in range(len(mesh_shape)) if len(set(coords[:, axis])) > 1}
+    return tuple(axis_names[i] for i in sorted(varying))
+
+
+# --- HLO text ---------------------------------------------------------------------------------
+
+def _phase(line: str) -> str:
+    name = re.search(r'op_name="([^"]*)"', line)
+    if not name:
+        return "unknown"
+    if "transpose(" in name.group(1):
+        return "backward"
+    if "jvp(" in name.group(1):
+        return "forward"
+    return "optimizer"
+
+
+def _result_arrays(op: str, suffix: str | None, shape_text: str) -> list[tuple[str, tuple[int, ...]]]:
+    arrays = [(dtype, tuple(_ints(dims))) for dtype, dims in _ARRAY.findall(shape_text)]
+    if suffix == "-start" and op in ("all-gather", "collective-permute") and len(arrays) >= 2:
+        return [arrays[1]]  # async start returns (operand, result, context...): the result counts
+    return arrays
+
+
+def parse_collectives(hlo_text: str, mesh_shape: tuple[int, ...], axis_names: tuple[str, ...]) -> list[Collective]:
+    """Every collective op in ``hlo_text`` (``-done`` halves skipped), identical ones counted."""
+    found: dict[Collective, int] = {}
+    for line in hlo_text.splitlines():
+        match = _OP.search(line)
+        if not match or match.group("suffix") == "-done":
+            continue
+        arrays = _result_arrays(match.group("op"), match.group("suffix"), match.group("shape"))
+        groups = parse_replica_groups(line) or []
+        dtypes = sorted({d for d, _ in arrays})
+        collective = Collective(
+            op=match.group("op"), dtype="/".join(dtypes), shape=tuple(s for _, s in arrays),
+            bytes=sum(math.prod(s) * DTYPE_BYTES.get(d, 4) for d, s in arrays),
+            axes=group_axes(groups, mesh_shape, axis_names) if groups else tuple(
+                a for a, n in zip(axis_names, mesh_shape) if n > 1),
+            phase=_phase(line), groups=tuple(tuple(g) for g in groups))
+        found[collective] = found.get(collective, 0) + 1
+    return [dataclasses.replace(c, count=n) for c, n in found.items()]
+
+
+# --- the compiled step ------------------------------------------------------------------------
+
+@dataclasses.dataclass
+class CommReport:
+    collectives: list[Collective]
+    memory: dict[str, int]  # argument, output, temp (compiled) + params, optimizer, batch (ours)
+    hlo: str
+
+    @property
+    def total_bytes(self) -> int:
+        return sum(c.bytes * c.count for c in self.collectives)
+
+    def to_json(self) -> dict:
+        return {"collectives": [c.to_json() for c in self.collectives],
+                "total_bytes": self.total_bytes, "memory": self.memory}
+
+
+def _step_fn(graphdef):
+    def step(state, x, y):
+        model, optimizer = nnx.merge(graphdef, state)
+        loss, grads = nnx.value_and_grad(lambda m: jnp.mean((y - m(x)) ** 2))(model)
+        optimizer.update(model, grads)
+        return nnx.state((model, optimizer)), loss
+    return step
+
+
+def abstract_state(plan: Plan):
+    """(graphdef, state of ShapeDtypeStructs with the planned shardings): the run, unallocated."""
+    from .training import _create
+
+    config = plan.config
+    with jax.set_mesh(plan.mesh):
+        model, optimizer = nnx.eval_shape(lambda: _create(config.model, plan.rules, config.optimizer,
+                                                          config.lr, config.decay, config.seed))
+    graphdef, state = nnx.split((model, optimizer))
+
+    def with_sharding(path, leaf):
+        keys = [getattr(p, "key", getattr(p, "idx", getattr(p, "name", None))) for p in path]
+        part, names = keys[0], tuple(k for k in keys[1:] if k != "value")
+        where = "params/" + "/".join(map(str, names)) if part == 0 else buffer_name(names)
+        return jax.ShapeDtypeStruct(leaf.shape, leaf.dtype,
+                                    sharding=NamedSharding(plan.mesh, plan.arrays[where].spec))
+
+    return graphdef, jax.tree_util.tree_map_with_path(with_sharding, state)
+
+
+@functools.lru_cache(maxsize=32)
+def _analyze(config) -> CommReport:
+    from .config import plan as make_plan
+
+    plan = make_plan(config)
+    graphdef, state = abstract_state(plan)
+    batch = jax.ShapeDtypeStruct((config.batch_size, config.model.din), jnp.float32,
+                                 sharding=NamedSharding(plan.mesh, plan.spec("batch/x")))
+    target = jax.ShapeDtypeStruct((config.batch_size, config.model.dout), jnp.float32,
+                                  sharding=NamedSharding(plan.mesh, plan.spec("batch/y")))
+    with jax.set_mesh(plan.mesh):
+        compiled = jax.jit(_step_fn(graphdef)).lower(state, batch, target).compile()
+    hlo = compiled.as_text()
+    stats = compiled.memory_analysis()
+    ours = memory_per_device(plan.layouts())
+    fullest = max(ours.values(), key=lambda row: sum(row.values()))
+    memory = {"argument": int(stats.argument_size_in_bytes), "output": int(stats.output_size_in_bytes),
+              "temp": int(stats.temp_size_in_bytes), **fullest}
+    return CommReport(parse_collectives(hlo, config.mesh.shape, config.mesh.axes), memory, hlo)
+
+
+def analyze(plan: Plan) -> CommReport:
+    """Compile one training step of ``plan`` (no allocation) and report its collectives and memory."""
+    config = dataclasses.replace(plan.config, steps=1, seed=0, chunk=1)
+    if config.preset is None and config.rules is None:
+        config = dataclasses.replace(config, rules=plan.rules)
+    return _analyze(config)
+
+
+def explain_memory(memory: dict[str, int]) -> str:
+    """Reconcile XLA's argument bytes with our own accounting of params + optimizer + batch."""
+    ours = memory["params"] + memory["optimizer"] + memory["batch"]
+    gap = memory["argument"] - ours
+    if gap == 0:
+        return (f"XLA's argument bytes ({memory['argument']:,}) are exactly the parameters, optimizer "
+                f"state and batch slice this device holds ({ours:,}).")
+    return (f"XLA's argument bytes ({memory['argument']:,}) differ from our params + optimizer + batch "
+            f"({ours:,}) by {gap:+,} bytes: scalars such as the step counter, and on devices holding "
+            "fewer slices, padding XLA keeps for the largest one.")
+
+
+def highlight_devices(collective: Collective, group_index: int = 0) -> set[int]:
+    return set(collective.groups[group_index]) if collective.groups else set()
+
+
+__all__ = ["COLLECTIVES", "Collective", "CommReport", "analyze", "explain_memory", "group_axes",
+           "parse_collectives", "parse_replica_groups", "highlight_devices"]
