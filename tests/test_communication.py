@@ -56,7 +56,7 @@ def test_mesh_form_with_device_order_maps_to_model(parsed):
     ) == [[0, 1, 2, 3], [4, 5, 6, 7]]
 
 
-def test_ops_inside_called_computations_are_found_and_identical_ones_counted():
+def test_ops_inside_called_computations_are_found_and_identical_ones_counted(parsed):
     eights = [c for c in parse_collectives(SNIPPET, *MESH_2x4) if c.op == "all-reduce" and c.shape == ((8,),)]
     # the async start (no metadata: phase unknown) and two identical forward ones, one of them
     # inside %called_body
