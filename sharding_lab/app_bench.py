@@ -26,13 +26,11 @@ def _rerun_times(at, change, n: int = 20) -> list[float]:
     return times
 
 
-def _first_loss_s(ui_defaults) -> float:
+def _first_loss_s() -> float:
     from streamlit.testing.v1 import AppTest
 
     at = AppTest.from_file(APP, default_timeout=120)
-    for key, value in ui_defaults.items():
-        at.session_state[key] = value
-    at.switch_page("pages/train.py")
+    at.switch_page("app_pages/train.py")
     at.run()
     start = time.perf_counter()
     at.button(key="train").click().run()
@@ -53,8 +51,6 @@ def _first_loss_s(ui_defaults) -> float:
 def main() -> int:
     from streamlit.testing.v1 import AppTest
 
-    import ui
-
     at = AppTest.from_file(APP, default_timeout=120).run()
     presets = ["fsdp", "tp"]
     idle = _rerun_times(at, lambda at, i: None)
@@ -63,8 +59,8 @@ def main() -> int:
     print(f"layout rerun, nothing changed:   median {idle_s * 1000:6.0f} ms (n=20)")
     print(f"layout rerun after preset change: median {changed_s * 1000:6.0f} ms (n=20)")
     print(f"preset change / idle rerun = {changed_s / idle_s:.2f}")
-    cold = _first_loss_s(ui.DEFAULTS)
-    warm = _first_loss_s(ui.DEFAULTS)
+    cold = _first_loss_s()
+    warm = _first_loss_s()
     print(f"Train → first loss point: cold {cold:.2f} s, warm {warm:.2f} s (warm/cold {warm / cold:.2f})")
     return 0
 

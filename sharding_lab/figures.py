@@ -186,3 +186,29 @@ def fit_figure(x: np.ndarray, y: np.ndarray, prediction: np.ndarray | None) -> g
                       title=dict(text="Model fit: y = 0.8·x² + 0.1 + noise", font=dict(size=14)),
                       legend=dict(orientation="h", y=1.1))
     return fig
+
+
+def compare_figure(rows: list[dict], metrics: dict[str, str]) -> go.Figure:
+    """One bar chart per metric, strategies side by side; ``rows`` carry a ``name`` and each metric."""
+    fig = make_subplots(rows=1, cols=len(metrics), subplot_titles=list(metrics.values()),
+                        horizontal_spacing=0.07)
+    names = [row["name"] for row in rows]
+    for col, key in enumerate(metrics, start=1):
+        values = [row.get(key) for row in rows]
+        fig.add_trace(go.Bar(x=names, y=[v if v is not None else 0 for v in values],
+                             marker_color=[PALETTE[i % len(PALETTE)] for i in range(len(rows))],
+                             text=[_short(v) for v in values], textposition="auto", name=key,
+                             meta={"metric": key}), row=1, col=col)
+    fig.update_layout(showlegend=False, height=340, margin=dict(l=10, r=10, t=40, b=10))
+    return fig
+
+
+def _short(value) -> str:
+    if value is None:
+        return "—"
+    if isinstance(value, float) and value < 10:
+        return f"{value:.3g}"
+    for unit, size in (("G", 1e9), ("M", 1e6), ("k", 1e3)):
+        if abs(value) >= size:
+            return f"{value / size:.3g}{unit}"
+    return f"{value:.0f}"

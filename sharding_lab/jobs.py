@@ -33,6 +33,16 @@ class Busy(RuntimeError):
     """Every training slot is taken; try again in a moment."""
 
 
+def take_slot() -> None:
+    """Claim one of the server's training slots, or raise :class:`Busy`; pair with :func:`release_slot`."""
+    if not _slots.acquire(blocking=False):
+        raise Busy(f"all {MAX_JOBS} training slots are in use right now — try again in a moment")
+
+
+def release_slot() -> None:
+    _slots.release()
+
+
 @dataclasses.dataclass
 class Snapshot:
     state: str  # "starting", "compiling", "training", "finished", "stopped", "diverged", "failed"
@@ -56,8 +66,7 @@ class TrainingJob:
     """One background training run of ``config``; poll :meth:`snapshot`, end with :meth:`stop`."""
 
     def __init__(self, config: LabConfig):
-        if not _slots.acquire(blocking=False):
-            raise Busy(f"all {MAX_JOBS} training slots are in use right now — try again in a moment")
+        take_slot()
         self.config = config
         self._stop = threading.Event()
         self._lock = threading.Lock()
@@ -124,4 +133,4 @@ class TrainingJob:
         except Exception as error:  # a JAX failure must end the job visibly, not kill the server
             self._publish(state="failed", message=f"{type(error).__name__}: {error}")
         finally:
-            _slots.release()
+            release_slot()

@@ -7,8 +7,6 @@ from pathlib import Path
 import pytest
 from streamlit.testing.v1 import AppTest
 
-import ui
-
 TIMEOUT = 120
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -25,6 +23,13 @@ def device_blocks(spec: dict) -> dict[int, list]:
     return {trace["meta"]["device"]: trace["meta"]["ranges"] for trace in spec["data"]}
 
 
+def page(path: str) -> AppTest:
+    """Open ``path`` directly, as a shared link to that page would."""
+    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=TIMEOUT)
+    at.switch_page(path)
+    return at.run()
+
+
 @pytest.fixture
 def app() -> AppTest:
     return AppTest.from_file(str(ROOT / "app.py"), default_timeout=TIMEOUT).run()
@@ -32,13 +37,7 @@ def app() -> AppTest:
 
 @pytest.fixture
 def train_page() -> AppTest:
-    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=TIMEOUT)
-    # AppTest (1.67) ignores defaults that the entry script puts in session_state when it starts
-    # on a non-default page; a browser does not. Seed them as a returning session would have them.
-    for key, value in ui.DEFAULTS.items():
-        at.session_state[key] = value
-    at.switch_page("pages/train.py")
-    return at.run()
+    return page("app_pages/train.py")
 
 
 def test_layout_page_renders_the_seed_layout(app):
@@ -132,3 +131,64 @@ def test_train_page_reports_divergence(train_page):
         app.run()
     assert not app.exception
     assert any("diverged" in e.value and "learning rate" in e.value for e in app.error)
+
+
+def plotly_values(values) -> list:
+    """Plotly's JSON arrays: plain lists, or {'dtype', 'bdata'} (base64 numpy) for numeric data."""
+    if isinstance(values, dict) and "bdata" in values:
+        import base64
+
+        import numpy as np
+        return np.frombuffer(base64.b64decode(values["bdata"]), dtype=values["dtype"]).tolist()
+    return list(values)
+
+
+def test_communication_page_lists_the_seed_collectives():
+    at = page("app_pages/communication.py")
+    assert not at.exception and not at.error
+    metrics = {m.label: m.value for m in at.metric}
+    assert metrics["Collectives per step"] == "2"
+    assert any("exactly the parameters" in c.value for c in at.caption)
+    at.selectbox(key="comm_selected").select(1).run()  # the gradient all-reduce over data
+    mesh = chart_spec(at, "comm_mesh")
+    bright = {t["meta"]["device"] for t in mesh["data"] if t.get("opacity", 1) > 0.5}
+    assert bright == {0, 4}  # group 1: device 0 and its partner across `data`
+
+
+def test_communication_page_on_one_device_has_no_collectives():
+    at = page("app_pages/communication.py")
+    at.number_input(key="size_0").set_value(1)
+    at.number_input(key="size_1").set_value(1).run()
+    assert not at.exception
+    assert {m.label: m.value for m in at.metric}["Collectives per step"] == "0"
+
+
+def test_compare_page_shows_fsdp_storing_less_than_dp():
+    at = page("app_pages/compare.py")
+    assert not at.exception and not at.error
+    spec = chart_spec(at, "compare_chart")
+    params = next(t for t in spec["data"] if t["meta"]["metric"] == "params")
+    by_name = dict(zip(plotly_values(params["x"]), plotly_values(params["y"])))
+    assert set(by_name) == {"dp", "fsdp", "tp"}
+    assert by_name["fsdp"] < by_name["dp"]
+    comm = next(t for t in spec["data"] if t["meta"]["metric"] == "comm_bytes")
+    assert all(v > 0 for v in plotly_values(comm["y"]))
+
+
+def test_compare_page_short_run_measures_speed_and_loss():
+    at = page("app_pages/compare.py")
+    at.select_slider(key="compare_width").set_value(128)
+    at.number_input(key="compare_steps").set_value(50)
+    at.button(key="compare_go").click().run()
+    assert not at.exception and not at.error
+    spec = chart_spec(at, "compare_chart")
+    metrics = {t["meta"]["metric"]: plotly_values(t["y"]) for t in spec["data"]}
+    assert all(v > 0 for v in metrics["steps_per_s"])
+    assert all(0 < v < 10 for v in metrics["final_loss"])
+
+
+def test_settings_survive_a_page_switch(app):
+    app.selectbox(key="preset").select("tp").run()
+    app.switch_page("app_pages/train.py").run()
+    assert not app.exception and not app.error
+    assert any("preset tp" in c.value for c in app.caption)

@@ -59,17 +59,34 @@ def server():
 
 
 @pytest.fixture
-def page(server):
+def browser_tab():
     from playwright.sync_api import sync_playwright
 
     SHOTS.mkdir(parents=True, exist_ok=True)
     with sync_playwright() as p:
         browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_FLAGS)
-        tab = browser.new_page(viewport={"width": 1500, "height": 2400})
-        tab.goto(server)
-        tab.wait_for_selector("text=Shard maps", timeout=60_000)
-        yield tab
+        yield browser.new_page(viewport={"width": 1500, "height": 2400})
         browser.close()
+
+
+@pytest.fixture
+def page(server, browser_tab):
+    browser_tab.goto(server)
+    browser_tab.wait_for_selector("text=Shard maps", timeout=60_000)
+    return browser_tab
+
+
+def test_a_shared_link_to_a_page_works_on_a_fresh_server(server, browser_tab):
+    # First request to this server: Streamlit must run app.py (navigation, defaults), not the
+    # page file on its own — it did, while the pages lived in a folder named `pages/`.
+    browser_tab.goto(server + "communication")
+    browser_tab.wait_for_selector("text=Memory per device", timeout=60_000)
+    assert browser_tab.get_by_role("link", name="Compare").count() == 1
+    assert browser_tab.get_by_label("Name 1").input_value() == "data"
+    browser_tab.screenshot(path=str(SHOTS / "05-communication.png"))
+    browser_tab.get_by_role("link", name="Compare").click()
+    browser_tab.wait_for_selector("text=collective bytes / step", timeout=60_000)
+    browser_tab.screenshot(path=str(SHOTS / "06-compare.png"))
 
 
 def loss_points(tab) -> int:

@@ -24,13 +24,15 @@ class JobSlot:
 
 
 @st.cache_resource(scope="session", on_release=lambda slot: slot.stop(), show_spinner=False)
-def job_slot() -> JobSlot:
-    return JobSlot()
+def stop_when_session_ends(_slot: JobSlot) -> JobSlot:
+    """Streamlit releases session-scoped resources when the tab closes: stop the job then."""
+    return _slot
 
 
 st.title("Train")
 result = ui.sidebar()
-slot = job_slot()
+slot = st.session_state.setdefault("job_slot", JobSlot())
+stop_when_session_ends(slot)
 
 c1, c2, c3, c4 = st.columns(4)
 c1.number_input("Steps", 1, 20_000, step=500, key="steps")

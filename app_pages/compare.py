@@ -1,0 +1,65 @@
+"""Compare: 2–4 sharding strategies on one model size, side by side."""
+
+import pandas as pd
+import streamlit as st
+
+import sharding_lab as sl
+import ui
+from sharding_lab import figures
+from sharding_lab.compare import METRICS, compare
+from sharding_lab.jobs import Busy
+
+CURRENT = "your rules"
+
+st.title("Compare strategies")
+st.caption("Same mesh, same model, different rules: what each costs in memory per device and in "
+           "communication per step, and — with a short run — in speed.")
+
+result = ui.sidebar()
+if isinstance(result, sl.ConfigError):
+    st.error(f"**Fix the configuration first.** {result}", icon=":material/error:")
+    st.stop()
+plan: sl.Plan = result
+
+c1, c2, c3 = st.columns([3, 2, 2])
+chosen = c1.multiselect("Strategies (2–4)", list(sl.PRESETS) + [CURRENT], default=["dp", "fsdp", "tp"],
+                        max_selections=4, key="compare_strategies")
+width = c2.select_slider("Hidden width", [32, 128, 512, 1024, 2048, 4096], value=1024, key="compare_width")
+depth = c2.slider("Extra hidden layers", 0, 4, 2, key="compare_depth")
+steps = c3.number_input("Short run (steps, 0 = skip)", 0, 500, 0, step=50, key="compare_steps",
+                        help="Trains each strategy for this many steps to measure steps/s and loss.")
+go = c3.button("Compare", type="primary", key="compare_go")
+
+if len(chosen) < 2:
+    st.info("Pick at least two strategies.")
+    st.stop()
+
+base = sl.LabConfig(mesh=plan.config.mesh, model=sl.ModelSpec(plan.config.model.din, width,
+                    plan.config.model.dout, depth), optimizer=plan.config.optimizer,
+                    lr=plan.config.lr, decay=plan.config.decay, batch_size=plan.config.batch_size)
+strategies = {name: (plan.rules if name == CURRENT else name) for name in chosen}
+key = (base, tuple(chosen), steps)
+if go or st.session_state.get("compare_key") != key:
+    try:
+        with st.spinner("Planning, compiling" + (" and training" if steps else "") + " each strategy…"):
+            st.session_state.compare_rows = compare(base, strategies, int(steps))
+            st.session_state.compare_key = key
+    except Busy as busy:
+        st.warning(f"The server is busy: {busy}.", icon=":material/hourglass_top:")
+        st.stop()
+
+rows = st.session_state.compare_rows
+ok = [r for r in rows if "error" not in r]
+for row in rows:
+    if "error" in row:
+        st.warning(f"**{row['name']}** cannot run here: {row['error']}", icon=":material/block:")
+metrics = {k: v for k, v in METRICS.items() if steps or k not in ("steps_per_s", "final_loss")}
+st.plotly_chart(figures.compare_figure(ok, metrics), key="compare_chart")
+st.dataframe(pd.DataFrame([{"strategy": r["name"], **{METRICS[k]: r[k] for k in metrics},
+                            "collectives / step": r["collectives"]} for r in ok]), hide_index=True)
+smallest = min(ok, key=lambda r: r["params"] + r["optimizer"]) if ok else None
+for row in ok:
+    share = (row["params"] + row["optimizer"]) / max(1, max(r["params"] + r["optimizer"] for r in ok))
+    st.markdown(f"**{row['name']}** — {row['explanation']} Here: {share:.0%} of the largest per-device "
+                f"model + optimizer memory, {row['comm_bytes']:,} bytes of collectives per step"
+                + (" — the smallest footprint." if row is smallest else "."))

@@ -1,0 +1,57 @@
+"""Compare: several sharding strategies on one model, side by side.
+
+For each strategy: bytes per device of parameters and optimizer state (from the plan), the
+collectives of one compiled step and their bytes (from :mod:`~sharding_lab.communication`),
+and — when asked — steps/s and final loss of a short real run.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from .communication import analyze
+from .config import LabConfig, plan as make_plan
+from .errors import ConfigError
+from .jobs import release_slot, take_slot
+from .layout import memory_per_device
+from .rules import PRESETS, Rules
+
+METRICS = {"params": "params bytes / device", "optimizer": "optimizer bytes / device",
+           "comm_bytes": "collective bytes / step", "steps_per_s": "steps / s", "final_loss": "final loss"}
+
+
+def compare(base: LabConfig, strategies: dict[str, str | Rules], train_steps: int = 0) -> list[dict]:
+    """One row per strategy (a preset name or a Rules), or a row with ``error`` if it cannot apply."""
+    rows = []
+    for name, strategy in strategies.items():
+        config = (dataclasses.replace(base, preset=strategy, rules=None) if isinstance(strategy, str)
+                  else dataclasses.replace(base, preset=None, rules=strategy))
+        row = {"name": name, "explanation": PRESETS[strategy].explanation if isinstance(strategy, str)
+               else "Your rules from the Layout page."}
+        try:
+            plan = make_plan(config)
+        except ConfigError as error:
+            rows.append({**row, "error": str(error)})
+            continue
+        fullest = max(memory_per_device(plan.layouts()).values(), key=lambda r: r["params"] + r["optimizer"])
+        report = analyze(plan)
+        row.update(params=fullest["params"], optimizer=fullest["optimizer"], comm_bytes=report.total_bytes,
+                   collectives=sum(c.count for c in report.collectives), warnings=plan.warnings,
+                   steps_per_s=None, final_loss=None)
+        if train_steps:
+            row.update(_short_run(plan, train_steps))
+        rows.append(row)
+    return rows
+
+
+def _short_run(plan, steps: int) -> dict:
+    from .training import Lab, Trainer
+
+    take_slot()
+    try:
+        chunk = min(steps, 100)
+        Trainer(Lab(plan), steps=chunk, chunk=chunk).run()  # compile, on a throwaway copy
+        result = Trainer(Lab(plan), steps=steps, chunk=chunk).run()
+    finally:
+        release_slot()
+    return {"steps_per_s": result.steps_per_s, "final_loss": result.final_loss}
