@@ -103,7 +103,8 @@ def main(argv=None) -> int:
     commands = parser.add_subparsers(dest="command", required=True)
     for name, help_text in (("train", "build, train, print the loss and the verified layout"),
                             ("layout", "print where every array would live, without training"),
-                            ("comm", "compile one train step; print its collectives and memory")):
+                            ("comm", "compile one train step; print its collectives and memory"),
+                            ("export", "print a standalone JAX/Flax script that reproduces this run")):
         sub = commands.add_parser(name, help=help_text)
         add_config_options(sub)
         sub.add_argument("--json", action="store_true", help="print one JSON object")
@@ -115,6 +116,11 @@ def main(argv=None) -> int:
             return _print_layout(plan, args.json)
         if args.command == "comm":
             return _print_comm(plan, args.json)
+        if args.command == "export":
+            from .export import export_script
+
+            print(export_script(config), end="")
+            return 0
         return _train(plan, args.json)
     except ConfigError as error:
         print(f"error: {error}", file=sys.stderr)
