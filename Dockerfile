@@ -1,12 +1,37 @@
-# Sharding Lab — placeholder image (the classroom-ready image is a later issue).
-FROM python:3.11-slim
+# Sharding Lab for a classroom: one container serves the app on port 8501.
+#
+#   docker build -t sharding-lab .
+#   docker run --rm -p 8501:8501 sharding-lab
+#   docker run --rm -p 8501:8501 -e SHARDING_LAB_MAX_JOBS=8 -e SHARDING_LAB_DEVICES=16 sharding-lab
+#
+# Pinned base (the Python the requirements were checked with: 3.11, Debian 12 slim).
+FROM python:3.11.14-slim-bookworm
+
+# SHARDING_LAB_DEVICES: simulated host devices (1-64). SHARDING_LAB_MAX_JOBS: training runs the
+# server allows at once (more are told "busy"). SHARDING_LAB_JOB_TIME_LIMIT_S: longest run.
+# SHARDING_LAB_UNWATCHED_LIMIT_S: a run nobody looks at (tab closed) stops after this long.
+ENV PYTHONDONTWRITEBYTECODE=1 \
+    PYTHONUNBUFFERED=1 \
+    PIP_DISABLE_PIP_VERSION_CHECK=1 \
+    SHARDING_LAB_DEVICES=8 \
+    SHARDING_LAB_MAX_JOBS=4 \
+    SHARDING_LAB_JOB_TIME_LIMIT_S=300 \
+    SHARDING_LAB_UNWATCHED_LIMIT_S=30
+
 WORKDIR /app
+
+# Dependencies first (pinned in requirements.txt), so code changes do not reinstall them.
 COPY requirements.txt .
 RUN pip install --no-cache-dir -r requirements.txt
+
+# A fixed numeric uid/gid, so `docker run --user` and volume permissions are predictable. The code
+# stays owned by root: the app user can read it, not change it.
+RUN groupadd --gid 10001 lab \
+    && useradd --uid 10001 --gid 10001 --create-home --shell /usr/sbin/nologin lab
 COPY . .
-RUN useradd --create-home lab && chown -R lab /app
-USER lab
-ENV SHARDING_LAB_DEVICES=8
+USER 10001:10001
+
 EXPOSE 8501
-HEALTHCHECK CMD python -c "import urllib.request; urllib.request.urlopen('http://127.0.0.1:8501/_stcore/health')"
-CMD ["streamlit", "run", "app.py", "--server.address=0.0.0.0", "--server.port=8501", "--server.headless=true"]
+HEALTHCHECK --interval=30s --timeout=5s --start-period=60s --retries=3 \
+    CMD ["python", "-c", "import sys, urllib.request as u; sys.exit(u.urlopen('http://127.0.0.1:8501/_stcore/health', timeout=4).read() != b'ok')"]
+CMD ["streamlit", "run", "app.py", "--server.address=0.0.0.0", "--server.port=8501"]

@@ -6,6 +6,7 @@ import ui
 
 st.set_page_config(page_title="Sharding Lab", page_icon=":material/grid_view:", layout="wide")
 ui.init_state()
+ui.restore_link()
 page = st.navigation([
     st.Page("app_pages/layout.py", title="Layout", icon=":material/grid_view:", default=True),
     st.Page("app_pages/train.py", title="Train", icon=":material/show_chart:"),

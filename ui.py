@@ -9,19 +9,21 @@ from __future__ import annotations
 
 import inspect
 import itertools
+import re
+from urllib.parse import urlencode
 
 import streamlit as st
 
+import share
 import sharding_lab as sl
 from sharding_lab.mesh import default_axes
-from sharding_lab.model import MAX_HIDDEN_LAYERS
+from sharding_lab.export import export_script, script_name
 from sharding_lab.rules import LOGICAL_AXES, PRESETS, parse_target, target_text
 
-CUSTOM = "custom"
+CUSTOM = share.CUSTOM
 FROM_RULES = "(rule)"
 REPLICATED = "replicated"
 DEFAULT_SHAPES = {1: (8,), 2: (2, 4), 3: (2, 2, 2)}
-MAX_AXIS_SIZE = 64
 DEFAULTS = {
     "n_axes": 2, "size_0": 2, "size_1": 4, "size_2": 2, "name_0": "data", "name_1": "model",
     "name_2": "z", "axis_type": "Auto", "preset": "seed", "din": 1, "dmid": 32, "dout": 1,
@@ -60,7 +62,7 @@ def mesh_widgets() -> None:
              help="How many named axes the device grid has.")
     for i in range(int(st.session_state.n_axes or 2)):
         size_col, name_col = st.columns([1, 2])
-        size_col.number_input(f"Size {i + 1}", 1, MAX_AXIS_SIZE, key=f"size_{i}")
+        size_col.number_input(f"Size {i + 1}", 1, share.MAX_AXIS_SIZE, key=f"size_{i}")
         name_col.text_input(f"Name {i + 1}", key=f"name_{i}", max_chars=32)
     st.radio("Axis type", ["Auto", "Explicit"], key="axis_type", horizontal=True,
              help="Auto: the compiler infers shardings (the seed's way). Explicit: shardings are "
@@ -154,6 +156,7 @@ def sidebar() -> sl.Plan | sl.ConfigError:
     Returns the validated Plan, or the ConfigError saying what to fix."""
     info = sl.device_info()
     with st.sidebar:
+        link_notice()
         st.caption(info.describe())
         st.subheader("Mesh")
         mesh_widgets()
@@ -167,20 +170,60 @@ def sidebar() -> sl.Plan | sl.ConfigError:
         rules_error = st.empty()
         with st.expander("Model, optimizer, batch", expanded=False):
             c1, c2, c3 = st.columns(3)
-            c1.number_input("din", 1, 4096, key="din")
-            c2.number_input("dmid", 1, 16384, key="dmid", help="Hidden width (the seed: 32)")
-            c3.number_input("dout", 1, 4096, key="dout")
-            st.number_input("Extra hidden layers", 0, MAX_HIDDEN_LAYERS, key="hidden")
+            c1.number_input("din", *share.NUMBER_RANGES["din"], key="din")
+            c2.number_input("dmid", *share.NUMBER_RANGES["dmid"], key="dmid", help="Hidden width (the seed: 32)")
+            c3.number_input("dout", *share.NUMBER_RANGES["dout"], key="dout")
+            st.number_input("Extra hidden layers", *share.NUMBER_RANGES["hidden"], key="hidden")
             st.selectbox("Optimizer", list(sl.OPTIMIZERS), key="optimizer",
                          help="\n\n".join(f"**{k}**: {v}" for k, v in sl.OPTIMIZERS.items()))
-            st.number_input("Batch size", 1, 4096, key="batch",
+            st.number_input("Batch size", *share.NUMBER_RANGES["batch"], key="batch",
                             help="Split along the mesh axis that the `data` rule names.")
         other_error = st.empty()
     result = _build_plan()
     if isinstance(result, sl.ConfigError):
         slot = {"mesh": mesh_error, "rules": rules_error}.get(result.field, other_error)
-        slot.error(f"{result}", icon=":material/error:")
+        show_error(result, lead="", where=slot)
+    query = share.to_query(st.session_state)
+    st.query_params.from_dict(query)
+    with st.sidebar.expander("Share this layout", icon=":material/share:"):
+        base = str(st.context.url or "").split("?")[0]
+        st.code(f"{base}?{urlencode(query)}", language=None, wrap_lines=True)
+        st.caption("Copy the link (icon at the right): it opens this exact configuration.")
+        if isinstance(result, sl.Plan):
+            st.download_button("Download as a Python script", export_script(result.config),
+                               file_name=script_name(result.config), mime="text/x-python",
+                               key="download_script", icon=":material/download:",
+                               help="Plain JAX + Flax, no Sharding Lab needed: prints the layout "
+                                    "and the final loss.")
     return result
+
+
+def plain(text) -> str:
+    """``text`` shown literally inside Markdown: user-typed names cannot format, link or inject."""
+    return re.sub(r"([\\`*_{}\[\]()#+\-.!|<>~$&])", r"\\\1", str(text))
+
+
+def show_error(error, lead: str = "Fix the configuration first.", where=st) -> None:
+    """A ConfigError (or any message) as an error box, with its text shown literally."""
+    where.error(f"**{lead}** {plain(error)}" if lead else plain(error), icon=":material/error:")
+
+
+def restore_link() -> None:
+    """Once per session: apply the link's query parameters; say what could not be used."""
+    if st.session_state.get("link_restored"):
+        return
+    st.session_state.link_restored = True
+    updates, problems = share.from_query(st.query_params.to_dict())
+    for key, value in updates.items():
+        st.session_state[key] = value
+    st.session_state.link_problems = problems
+
+
+def link_notice() -> None:
+    problems = st.session_state.get("link_problems")
+    if problems:
+        st.warning("Parts of the link were not understood, so those settings are at their "
+                   "defaults: " + plain("; ".join(problems)), icon=":material/link_off:")
 
 
 def _build_plan() -> sl.Plan | sl.ConfigError:

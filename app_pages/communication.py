@@ -16,7 +16,7 @@ st.caption("\"JAX automatically handles the necessary communication\" — here i
 
 result = ui.sidebar()
 if isinstance(result, sl.ConfigError):
-    st.error(f"**Fix the configuration first.** {result}", icon=":material/error:")
+    ui.show_error(result)
     st.stop()
 
 plan: sl.Plan = result

@@ -17,7 +17,7 @@ st.caption("Same mesh, same model, different rules: what each costs in memory pe
 
 result = ui.sidebar()
 if isinstance(result, sl.ConfigError):
-    st.error(f"**Fix the configuration first.** {result}", icon=":material/error:")
+    ui.show_error(result)
     st.stop()
 plan: sl.Plan = result
 
@@ -52,7 +52,7 @@ rows = st.session_state.compare_rows
 ok = [r for r in rows if "error" not in r]
 for row in rows:
     if "error" in row:
-        st.warning(f"**{row['name']}** cannot run here: {row['error']}", icon=":material/block:")
+        st.warning(f"**{row['name']}** cannot run here: {ui.plain(row['error'])}", icon=":material/block:")
 metrics = {k: v for k, v in METRICS.items() if steps or k not in ("steps_per_s", "final_loss")}
 st.plotly_chart(figures.compare_figure(ok, metrics), key="compare_chart")
 st.dataframe(pd.DataFrame([{"strategy": r["name"], **{METRICS[k]: r[k] for k in metrics},

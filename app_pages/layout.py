@@ -28,7 +28,7 @@ with right:
         st.info(f"Fix the mesh first: {error}")
 
 if isinstance(result, sl.ConfigError):
-    left.error(f"**This configuration cannot run.** {result}", icon=":material/error:")
+    ui.show_error(result, lead="This configuration cannot run.", where=left)
     st.stop()
 
 plan: sl.Plan = result
@@ -57,7 +57,7 @@ for name, size in plan.config.mesh.axis_sizes.items():
         st.info(f"Mesh axis `{name}` has size 1: the rules split over it, but one way — nothing is "
                 f"divided along it. Give `{name}` more devices to see the split.", icon=":material/info:")
 for warning in plan.warnings:
-    st.warning(warning, icon=":material/sync_problem:")
+    st.warning(ui.plain(warning), icon=":material/sync_problem:")
 
 st.subheader("Shard maps")
 groups = {"Parameters": "params/", "Optimizer state": "opt/", "Batch": "batch/"}

@@ -4,6 +4,7 @@ import dataclasses
 
 import streamlit as st
 
+import share
 import sharding_lab as sl
 import ui
 from sharding_lab import figures
@@ -35,13 +36,13 @@ slot = st.session_state.setdefault("job_slot", JobSlot())
 stop_when_session_ends(slot)
 
 c1, c2, c3, c4 = st.columns(4)
-c1.number_input("Steps", 1, 20_000, step=500, key="steps")
-c2.number_input("Learning rate", min_value=0.0, max_value=1000.0, step=0.005, format="%.4f", key="lr")
-c3.number_input("Momentum decay", min_value=0.0, max_value=0.999, step=0.05, key="decay")
+c1.number_input("Steps", *share.NUMBER_RANGES["steps"], step=500, key="steps")
+c2.number_input("Learning rate", *share.NUMBER_RANGES["lr"], step=0.005, format="%.4f", key="lr")
+c3.number_input("Momentum decay", *share.NUMBER_RANGES["decay"], step=0.05, key="decay")
 log_scale = c4.toggle("Log-scale loss", value=True, key="log_scale")
 
 if isinstance(result, sl.ConfigError):
-    st.error(f"**Fix the configuration first.** {result}", icon=":material/error:")
+    ui.show_error(result)
     st.stop()
 
 plan: sl.Plan = result
@@ -58,7 +59,7 @@ if start_col.button("Train", type="primary", disabled=running, key="train"):
         slot.job = TrainingJob(config)
         running = True
     except sl.ConfigError as error:
-        st.error(str(error), icon=":material/error:")
+        ui.show_error(error, lead="")
     except Busy as busy:
         st.warning(f"The server is busy: {busy}.", icon=":material/hourglass_top:")
 if stop_col.button("Stop", disabled=not running, key="stop"):
@@ -86,9 +87,9 @@ def live_view() -> None:
     loss_col.caption("Each point is one step's loss on a fresh batch; it should fall quickly, then flatten.")
     fit_col.caption("The black line is the model's prediction on all 100 points, refreshed while it trains.")
     if snap.state == "diverged":
-        st.error(snap.message, icon=":material/local_fire_department:")
+        st.error(ui.plain(snap.message), icon=":material/local_fire_department:")
     elif snap.state == "failed":
-        st.error(f"Training failed: {snap.message}", icon=":material/error:")
+        ui.show_error(snap.message, lead="Training failed:")
     elif not snap.running:
         if snap.message:
             st.info(snap.message)
@@ -96,7 +97,7 @@ def live_view() -> None:
             st.success(f"{snap.state.capitalize()} — layout verified on {snap.devices} devices: every live "
                        "parameter, optimizer buffer and batch shard is where the plan said.", icon=":material/verified:")
         elif snap.layout_problems:
-            st.error("Layout differs from the plan: " + "; ".join(snap.layout_problems))
+            ui.show_error("; ".join(snap.layout_problems), lead="Layout differs from the plan:")
     if running and not snap.running:
         st.rerun()  # the job ended: redraw the page so the polling stops and the buttons reset
 
