@@ -12,5 +12,6 @@ page = st.navigation([
     st.Page("app_pages/train.py", title="Train", icon=":material/show_chart:"),
     st.Page("app_pages/communication.py", title="Communication", icon=":material/swap_horiz:"),
     st.Page("app_pages/compare.py", title="Compare", icon=":material/compare_arrows:"),
+    st.Page("app_pages/lesson.py", title="Lesson", icon=":material/school:"),
 ])
 page.run()

@@ -8,6 +8,8 @@ nothing from Sharding Lab. Run, it prints every array's per-device slices as
 
 from __future__ import annotations
 
+import re
+
 import math
 
 from .config import LabConfig, plan as make_plan
@@ -210,8 +212,6 @@ print(f"final_loss={np.mean(losses[-100:]):.6f}")
 
 def _fill(template: str, **values) -> str:
     """Put literal values into a template's UPPERCASE placeholders (whole words only)."""
-    import re
-
     return re.sub(r"\b(" + "|".join(values) + r")\b", lambda m: str(values[m.group(1)]), template)
 
 
@@ -229,8 +229,8 @@ def export_script(config: LabConfig) -> str:
         axis_type="Explicit" if mesh.axis_type == "explicit" else "Auto",
         rules="{" + ", ".join(f"{k!r}: {v!r}" for k, v in rules.logical().items()) + "}",
         overrides="{" + ", ".join(f"{n!r}: {tuple(d)!r}" for n, d in rules.overrides) + "}")]
-    parts.append(_MATMUL_EXPLICIT if mesh.axis_type == "explicit" else _MATMUL_AUTO)
     parts.append(_MODEL)
+    parts.append(_MATMUL_EXPLICIT if mesh.axis_type == "explicit" else _MATMUL_AUTO)
     if config.optimizer in optax_tx:
         parts.append(_fill(_OPTAX, TX_NAME=f"optax {config.optimizer}", TX=optax_tx[config.optimizer]))
     else:
@@ -243,3 +243,16 @@ def export_script(config: LabConfig) -> str:
 def script_name(config: LabConfig) -> str:
     shape = "x".join(map(str, config.mesh.shape))
     return f"sharding_lab_{shape}_{config.preset or 'custom'}.py"
+
+
+def script_sections(config: LabConfig) -> dict[int, str]:
+    """The exported script cut at its numbered comments: step number → that step's code."""
+    sections: dict[int, list[str]] = {0: []}
+    current = 0
+    for line in export_script(config).splitlines():
+        match = re.match(r"^# (\d+)\. ", line)
+        if match:
+            current = int(match.group(1))
+            sections[current] = []
+        sections[current].append(line)
+    return {step: "\n".join(lines).strip() + "\n" for step, lines in sections.items()}

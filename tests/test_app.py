@@ -192,3 +192,15 @@ def test_settings_survive_a_page_switch(app):
     app.switch_page("app_pages/train.py").run()
     assert not app.exception and not app.error
     assert any("preset tp" in c.value for c in app.caption)
+
+
+def test_lesson_page_walks_every_step():
+    at = page("app_pages/lesson.py")
+    for step in range(9):
+        at.radio(key="lesson_step").set_value(step).run()
+        assert not at.exception, step
+        assert step == 0 or at.code, step  # every step shows its code
+    assert any("Explicit axes refuse" in e.value for e in at.error)  # the seed preset, step 8
+    at.selectbox(key="preset").select("tp").run()
+    assert any("JAX refuses" in e.value and "out" in e.value for e in at.error)
+    assert any("Instead" in s.value for s in at.success)

@@ -1,0 +1,128 @@
+"""Lesson: the seed's walk-through as a guided path, each step with a live view and its code."""
+
+import pandas as pd
+import streamlit as st
+
+import sharding_lab as sl
+import ui
+from sharding_lab import figures
+from sharding_lab.communication import analyze
+from sharding_lab.explicit import lesson as explicit_lesson
+from sharding_lab.export import script_sections
+from sharding_lab.layout import describe, format_spec
+from sharding_lab.mesh import device_ids, mesh_coords
+
+STEPS = ["What changed", "1 Mesh", "2 Rules", "3 Model", "4 Optimizer state", "5 Enforcing sharding",
+         "6 The batch", "7 The jitted step", "8 Auto vs Explicit"]
+NAME_CHANGES = pd.DataFrame([
+    ("nnx.Param(..., sharding=...)", "nnx.Param(..., out_sharding=...), created under jax.set_mesh(mesh)"),
+    ("nnx.Object", "nnx.Pytree; attributes holding state wrapped in nnx.data(...)"),
+    ("variable.value", "variable[...]"),
+    ("optimizer.update(grads)", "optimizer.update(model, grads); nnx.Optimizer(model, tx, wrt=nnx.Param)"),
+    ("Mesh(mesh_utils.create_device_mesh(...), names)",
+     "same, or jax.make_mesh(shape, names, axis_types=...) — whose default is Explicit axes"),
+    ("with_sharding_constraint + nnx.update after creation",
+     "create inside nnx.jit under jax.set_mesh: arrays are born sharded"),
+    ("(implicit) Auto axes", "AxisType.Auto: compiler infers shardings; AxisType.Explicit: shardings are types"),
+], columns=["the blog (Flax ≈ 0.8)", "today (flax 0.12.8, jax 0.10.2 — checked by this app's tests)"])
+
+st.title("Lesson: sharding the seed, step by step")
+result = ui.sidebar()
+if isinstance(result, sl.ConfigError):
+    ui.show_error(result)
+    st.stop()
+plan: sl.Plan = result
+config, axes = plan.config, plan.config.mesh.axes
+layouts = plan.layouts()
+coords = mesh_coords(plan.mesh)
+code = script_sections(config)
+
+step = st.radio("Step", range(len(STEPS)), format_func=lambda i: STEPS[i], horizontal=True, key="lesson_step")
+st.divider()
+
+
+def maps(prefix: str) -> None:
+    paths = [p for p in layouts if p.startswith(prefix)]
+    for col, path in zip(st.columns(max(1, len(paths))), paths):
+        col.plotly_chart(figures.shard_map_figure(layouts[path], coords, axes,
+                                                  f"{path}  {format_spec(layouts[path].spec)}", height=200),
+                         key=f"lesson_{path}")
+        col.caption(describe(layouts[path], config.mesh.axis_sizes))
+
+
+def show_step_code(number: int) -> None:
+    st.markdown("**The code for this step** (from the script the sidebar's *Share* box downloads)")
+    st.code(code[number], language="python")
+
+
+if step == 0:
+    st.markdown("The blog walks through Flax's `10_fsdp_and_optimizer.py` as it was in 2024. Its code no "
+                "longer runs on today's Flax. What changed, and what this lesson uses:")
+    st.dataframe(NAME_CHANGES, hide_index=True)
+    st.info("Everything below is the current configuration from the sidebar: change the mesh or the preset "
+            "and every step updates.", icon=":material/school:")
+elif step == 1:
+    st.markdown("A **mesh** is a grid of devices with named axes. Here the devices are simulated on the CPU "
+                "(`--xla_force_host_platform_device_count`), exactly like the blog.")
+    st.plotly_chart(figures.mesh_figure(device_ids(plan.mesh), axes), key="lesson_mesh")
+    show_step_code(1)
+elif step == 2:
+    st.markdown("**Rules** name each array dimension by meaning — `embed`, `mlp`, `data` — and map each "
+                "meaning to a mesh axis (or none: replicated). That is the blog's `MeshRules`. Edit them:")
+    ui.rules_table(config.mesh, config.model)
+    st.dataframe(pd.DataFrame([{"array": p, "logical axes": str(a.logical_axes), "PartitionSpec": format_spec(a.spec)}
+                               for p, a in plan.arrays.items() if p.startswith("params/")]), hide_index=True)
+    show_step_code(2)
+elif step == 3:
+    st.markdown("Each parameter is **born sharded**: `nnx.Param(value, out_sharding=spec)` places it as the "
+                "rules say. Every device holds only its slice:")
+    maps("params/")
+    show_step_code(3)
+elif step == 4:
+    st.markdown("Optimizer state must live **where its parameter lives**: each buffer is created from the "
+                "parameter's value *and metadata*, so it inherits the sharding.")
+    maps("opt/")
+    show_step_code(4)
+elif step == 5:
+    st.markdown("The blog applies `with_sharding_constraint` and `nnx.update` after creating the model. Today "
+                "the model and optimizer are created **inside `jit`, under the mesh**, so each array is born "
+                "in place. Inside `jit`, a dimension a mesh axis does not divide is quietly left unsplit:")
+    for warning in plan.warnings:
+        st.warning(ui.plain(warning), icon=":material/sync_problem:")
+    if not plan.warnings:
+        st.success("Every requested split divides its dimension: nothing is changed by JAX.")
+    show_step_code(5)
+elif step == 6:
+    st.markdown("Each batch is **split along the data axis**: every device along `data` sees its own rows.")
+    maps("batch/")
+    show_step_code(6)
+elif step == 7:
+    st.markdown("The step is compiled once for this layout. JAX inserts the communication the layout needs:")
+    report = analyze(plan)
+    st.dataframe(pd.DataFrame([{"op": c.op, "shape": " ".join(str(list(s)) for s in c.shape), "bytes": c.bytes,
+                                "count": c.count, "over": c.where(axes).replace("`", ""), "phase": c.phase}
+                               for c in report.collectives]), hide_index=True)
+    st.page_link("app_pages/train.py", label="Train this layout", icon=":material/play_arrow:")
+    show_step_code(7)
+else:
+    st.markdown("With **Auto** axes (the seed) the compiler fills in every sharding. With **Explicit** axes "
+                "(`jax.make_mesh`'s default) shardings are part of each array's type and JAX checks every "
+                "operation as it traces. Here is the forward pass of this configuration under Explicit axes, "
+                "op by op — the seed's line, what JAX says, and what this app's code does instead:")
+    lesson = explicit_lesson(config)
+    if lesson.plan_error:
+        st.error("**Explicit axes refuse this configuration before any op runs.** " + ui.plain(lesson.plan_error),
+                 icon=":material/block:")
+    else:
+        for s in lesson.steps:
+            with st.container(border=True):
+                st.markdown(f"`{s.op}`")
+                if s.refused:
+                    st.error("JAX refuses: " + ui.plain(s.naive), icon=":material/block:")
+                    st.success("Instead: " + ui.plain(s.fix), icon=":material/build:")
+                else:
+                    st.caption(f"fine as written → {s.naive}")
+        st.info("Same rules, both modes: the layout of every array is "
+                + ("identical." if lesson.same_layout_as_auto else "different (see the Layout page).")
+                + " Train works in both: switch *Axis type* in the sidebar.", icon=":material/compare:")
+    show_step_code(3)

@@ -1,0 +1,502 @@
+#!/usr/bin/env python
+"""Load test: N students at once against ONE `streamlit run app.py` on 127.0.0.1.
+
+Each session is its own browser context (own cookies, own Streamlit session) in one headless
+Chromium. Session i picks its own configuration in the sidebar — a preset, a mesh shape and axis
+names ``d<i>``/``m<i>`` that no other session uses — opens the Train page, sets its own step count,
+waits for every session to be ready (the teacher says "now press Train"), clicks **Train** and
+watches until "layout verified on N devices". A "The server is busy" answer (more clicks than
+``SHARDING_LAB_MAX_JOBS``) is retried after a short wait, a bounded number of times, and counts
+as success once a run is accepted.
+
+Recorded per session: time from the first Train click to the first loss point ("Last loss" no
+longer "—"), the same from the accepted click, time to finish, busy retries, errors (an exception
+box, "Traceback", an error alert such as "Training failed") and cross-talk (the page must show this
+session's own mesh, preset, step count and device count — on the Train page caption, the progress
+bar, the verdict, and the sidebar widgets at the end). The server's peak RSS (itself and its
+children, sampled every 0.2 s) is reported with the table.
+
+    .venv/bin/python loadtest.py --sessions 20 --steps 300
+    .venv/bin/python loadtest.py --sessions 8 --max-jobs 2 --json artifacts/load.json
+    .venv/bin/python loadtest.py --url http://127.0.0.1:8501/ --sessions 5   # a server already running
+
+Exit status 0 when every session finished with no error and no cross-talk, 1 otherwise.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import dataclasses
+import json
+import os
+import random
+import shutil
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import urllib.request
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent
+CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
+CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic",
+                  "--disable-background-networking", "--disable-component-update", "--disable-sync",
+                  "--no-first-run"]
+PRESETS = ["seed", "replicated", "dp", "fsdp", "tp", "fsdp_tp"]
+MESHES = [(2, 4), (4, 2), (1, 8), (8, 1), (2, 2), (4, 1), (1, 4), (2, 1)]
+NO_LOSS = "—"
+POLL_S = 0.2
+
+
+def preset_titles() -> dict[str, str]:
+    """The preset names as the Preset combobox shows them (the app's own titles)."""
+    sys.path.insert(0, str(ROOT))
+    from sharding_lab.rules import PRESETS as APP_PRESETS
+
+    return {name: preset.title for name, preset in APP_PRESETS.items()}
+
+
+@dataclasses.dataclass
+class SessionPlan:
+    index: int
+    preset: str
+    shape: tuple[int, int]
+    axes: tuple[str, str]
+    steps: int
+
+    @property
+    def label(self) -> str:  # as MeshSpec.label() prints it
+        return "×".join(map(str, self.shape)) + " (" + ", ".join(self.axes) + ")"
+
+    @property
+    def devices(self) -> int:
+        return self.shape[0] * self.shape[1]
+
+
+def session_plans(sessions: int, steps: int) -> list[SessionPlan]:
+    """Session i: preset i mod 6, mesh i mod 8 (distinct pairs up to 24), own axis names and steps."""
+    return [SessionPlan(i, PRESETS[i % len(PRESETS)], MESHES[i % len(MESHES)], (f"d{i}", f"m{i}"),
+                        steps + 10 * i) for i in range(sessions)]
+
+
+@dataclasses.dataclass
+class SessionResult:
+    plan: SessionPlan
+    status: str = "not started"  # "finished" when it all went well
+    busy_retries: int = 0
+    first_loss_s: float | None = None  # from the first Train click
+    first_loss_accepted_s: float | None = None  # from the click the server accepted
+    finish_s: float | None = None  # from the first Train click to "layout verified"
+    setup_s: float | None = None
+    errors: list[str] = dataclasses.field(default_factory=list)
+    crosstalk: list[str] = dataclasses.field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return self.status == "finished" and not self.errors and not self.crosstalk
+
+
+# One look at the page: what a student sees, read straight from the DOM.
+PAGE_STATE_JS = """() => {
+    const app = document.querySelector('[data-testid=stApp]');
+    const text = el => (el ? el.innerText.trim() : '');
+    const metrics = {};
+    document.querySelectorAll('[data-testid=stMetric]').forEach(m => {
+        const label = m.querySelector('[data-testid=stMetricLabel]');
+        const value = m.querySelector('[data-testid=stMetricValue]');
+        if (label && value) metrics[text(label)] = text(value);
+    });
+    const alerts = [...document.querySelectorAll('[data-testid=stAlertContainer]')].map(a => {
+        const content = a.querySelector('[data-testid^=stAlertContent]');
+        return {kind: content ? content.dataset.testid.replace('stAlertContent', '').toLowerCase() : '',
+                text: text(a)};
+    });
+    const body = document.body ? document.body.innerText : '';
+    return {
+        script: app ? app.getAttribute('data-test-script-state') : null,
+        connection: app ? app.getAttribute('data-test-connection-state') : null,
+        metrics,
+        progress: [...document.querySelectorAll('[data-testid=stProgress]')].map(text),
+        alerts,
+        captions: [...document.querySelectorAll('[data-testid=stCaptionContainer]')].map(text),
+        headings: [...document.querySelectorAll('h1, h2, h3')].map(text),
+        exceptions: document.querySelectorAll('[data-testid=stException]').length,
+        traceback: body.includes('Traceback'),
+        connectionError: body.includes('Connection error'),
+    };
+}"""
+
+
+def page_errors(state: dict) -> list[str]:
+    errors = []
+    if state["exceptions"]:
+        errors.append(f"{state['exceptions']} exception box(es)")
+    if state["traceback"]:
+        errors.append("'Traceback' on the page")
+    if state["connectionError"]:
+        errors.append("Streamlit 'Connection error'")
+    errors += [f"{a['kind']}: {a['text'][:200]}" for a in state["alerts"]
+               if a["kind"] == "error" or "failed" in a["text"].lower()]
+    return errors
+
+
+async def read_state(page) -> dict:
+    return await page.evaluate(PAGE_STATE_JS)
+
+
+async def wait_until(page, predicate, timeout: float, what: str) -> dict:
+    """Poll the page until ``predicate(state)``; raise TimeoutError saying ``what`` after ``timeout``."""
+    deadline = time.monotonic() + timeout
+    while True:
+        state = await read_state(page)
+        if predicate(state):
+            return state
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"timed out after {timeout:.0f} s waiting for {what}; page: "
+                               f"{json.dumps({k: state[k] for k in ('headings', 'progress', 'alerts')})[:600]}")
+        await asyncio.sleep(POLL_S)
+
+
+async def set_input(page, label: str, value: str, attempts: int = 5) -> None:
+    """Type into a sidebar/page input and commit it (Enter); retried if a rerun swallowed it."""
+    box = page.get_by_label(label, exact=True)
+    for _ in range(attempts):
+        if await box.input_value() == value:
+            return
+        await box.fill(value)
+        await box.press("Enter")
+        await asyncio.sleep(0.3)
+    if await box.input_value() != value:
+        raise RuntimeError(f"could not set {label!r} to {value!r}")
+
+
+async def choose_preset(page, title: str, attempts: int = 5) -> None:
+    combo = page.get_by_role("combobox", name="Preset")
+    for _ in range(attempts):
+        if await combo.input_value() == title:
+            return
+        await combo.click()
+        await page.get_by_role("option", name=title, exact=True).click(timeout=20_000)
+        await asyncio.sleep(0.3)
+    if await combo.input_value() != title:
+        raise RuntimeError(f"could not choose preset {title!r}")
+
+
+def own_caption(plan: SessionPlan):
+    prefix = f"{plan.label} · preset {plan.preset} · "
+    return lambda state: any(c.startswith(prefix) for c in state["captions"])
+
+
+async def configure(page, url: str, plan: SessionPlan, title: str, timeout: float) -> None:
+    """Layout page: preset, mesh sizes and names in the sidebar; then the Train page and its steps."""
+    await page.goto(url, timeout=timeout * 1000)
+    await wait_until(page, lambda s: "Shard maps" in s["headings"], timeout, "the Layout page")
+    if plan.preset != "seed":
+        await choose_preset(page, title)
+    await set_input(page, "Size 1", str(plan.shape[0]))
+    await set_input(page, "Size 2", str(plan.shape[1]))
+    await set_input(page, "Name 1", plan.axes[0])
+    await set_input(page, "Name 2", plan.axes[1])
+    await wait_until(page, lambda s: f"Mesh {plan.label}" in s["headings"], timeout,
+                     f"the Layout page to show mesh {plan.label}")
+    await page.get_by_role("link", name="Train", exact=True).click()
+    await wait_until(page, lambda s: "Train" in s["headings"] and own_caption(plan)(s), timeout,
+                     "the Train page with this session's caption")
+    await set_input(page, "Steps", str(plan.steps))
+
+
+async def train(page, plan: SessionPlan, result: SessionResult, timeout: float, max_retries: int) -> None:
+    """Click Train (again while the server is busy); watch until the run's verdict."""
+    train_button = page.get_by_role("button", name="Train", exact=True)
+    deadline = time.monotonic() + timeout
+    first_click = clicked = time.monotonic()
+    await train_button.click()
+    accepted_at = None
+    saw_run = False
+    while time.monotonic() < deadline:
+        state = await read_state(page)
+        now = time.monotonic()
+        errors = page_errors(state)
+        if errors:
+            result.errors += errors
+            result.status = "error"
+            return
+        saw_run = saw_run or state["script"] != "notRunning"
+        if state["progress"]:
+            if accepted_at is None:
+                accepted_at = clicked
+            if result.first_loss_s is None and state["metrics"].get("Last loss", NO_LOSS) != NO_LOSS:
+                result.first_loss_s = now - first_click
+                result.first_loss_accepted_s = now - accepted_at
+            verdict = [a["text"] for a in state["alerts"] if "layout verified on" in a["text"]]
+            if verdict and state["script"] == "notRunning":
+                result.finish_s = now - first_click
+                result.status = "finished"
+                return
+        elif (any("server is busy" in a["text"] for a in state["alerts"])
+              and state["script"] == "notRunning" and (saw_run or now - clicked > 3) and now - clicked > 0.3):
+            if result.busy_retries >= max_retries:
+                result.status = f"still busy after {max_retries} retries"
+                return
+            result.busy_retries += 1
+            await asyncio.sleep(random.uniform(0.5, 1.5))
+            clicked, saw_run = time.monotonic(), False
+            await train_button.click()
+            continue
+        await asyncio.sleep(POLL_S)
+    result.status = "timed out" + (" (never accepted)" if accepted_at is None else "")
+
+
+async def check_final(page, plan: SessionPlan, title: str, result: SessionResult) -> None:
+    """Cross-talk: everything on this page must be this session's own configuration and run."""
+    state = await read_state(page)
+    if not own_caption(plan)(state):
+        result.crosstalk.append(f"caption {state['captions'][:2]}")
+    want = f"finished — step {plan.steps:,} / {plan.steps:,}"
+    if state["progress"] != [want]:
+        result.crosstalk.append(f"progress {state['progress']} (want {want!r})")
+    verified = f"layout verified on {plan.devices} devices"
+    if not any(verified in a["text"] for a in state["alerts"]):
+        result.crosstalk.append(f"verdict {[a['text'][:80] for a in state['alerts']]} (want {verified!r})")
+    widgets = {"Size 1": str(plan.shape[0]), "Size 2": str(plan.shape[1]), "Name 1": plan.axes[0],
+               "Name 2": plan.axes[1], "Steps": str(plan.steps)}
+    for label, value in widgets.items():
+        seen = await page.get_by_label(label, exact=True).input_value()
+        if seen != value:
+            result.crosstalk.append(f"{label}={seen!r} (want {value!r})")
+    seen = await page.get_by_role("combobox", name="Preset").input_value()
+    if seen != title:
+        result.crosstalk.append(f"Preset={seen!r} (want {title!r})")
+    result.errors += page_errors(state)
+
+
+async def run_session(browser, url: str, plan: SessionPlan, title: str, ready: asyncio.Barrier | None,
+                      timeout: float, max_retries: int) -> SessionResult:
+    result = SessionResult(plan)
+    context = await browser.new_context(viewport={"width": 1400, "height": 1000})
+    page = await context.new_page()
+    page.on("pageerror", lambda error: result.errors.append(f"page error: {error}"))
+    deadline = time.monotonic() + timeout
+    try:
+        await asyncio.sleep(random.uniform(0, 1.0))  # students do not arrive in the same millisecond
+        started = time.monotonic()
+        result.status = "configuring"
+        await configure(page, url, plan, title, timeout=max(5.0, deadline - time.monotonic()))
+        result.setup_s = time.monotonic() - started
+        result.status = "waiting for the others"
+        if ready is not None:
+            await asyncio.wait_for(ready.wait(), timeout=max(1.0, deadline - time.monotonic()))
+        result.status = "training"
+        await train(page, plan, result, max(5.0, deadline - time.monotonic()), max_retries)
+        if result.status == "finished":
+            await check_final(page, plan, title, result)
+    except Exception as error:  # a session that breaks is a result, not a crash of the load test
+        result.errors.append(f"{type(error).__name__}: {str(error)[:500]}")
+        result.status = result.status if result.status != "finished" else "error"
+        if ready is not None and result.status in ("configuring", "not started"):
+            ready.abort()  # do not keep the others waiting for a session that will never be ready
+    finally:
+        await context.close()
+    return result
+
+
+class RssSampler:
+    """Peak resident memory of a process and its children, sampled in a thread."""
+
+    def __init__(self, pid: int, interval: float = 0.2):
+        import psutil
+
+        self.process = psutil.Process(pid)
+        self.interval = interval
+        self.peak = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _sample(self) -> int:
+        import psutil
+
+        total = 0
+        for proc in [self.process, *self.process.children(recursive=True)]:
+            try:
+                total += proc.memory_info().rss
+            except psutil.Error:
+                pass
+        return total
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            try:
+                self.peak = max(self.peak, self._sample())
+            except Exception:
+                return
+            self._stop.wait(self.interval)
+
+    def __enter__(self):
+        self.peak = self._sample()
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self._stop.set()
+        self._thread.join(5)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Server:
+    """`streamlit run app.py` on 127.0.0.1 only (a free port), output to a log file."""
+
+    def __init__(self, max_jobs: int | None = None, devices: int = 8, extra_env: dict | None = None):
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}/"
+        env = dict(os.environ, SHARDING_LAB_DEVICES=str(devices), **(extra_env or {}))
+        if max_jobs is not None:
+            env["SHARDING_LAB_MAX_JOBS"] = str(max_jobs)
+        self.log = tempfile.NamedTemporaryFile("w+", prefix="sharding-lab-load-", suffix=".log", delete=False)
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "streamlit", "run", "app.py", "--server.headless=true",
+             f"--server.port={self.port}", "--server.address=127.0.0.1", "--browser.gatherUsageStats=false"],
+            cwd=ROOT, env=env, stdout=self.log, stderr=subprocess.STDOUT)
+
+    def wait_healthy(self, timeout: float = 60) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline and self.proc.poll() is None:
+            try:
+                if urllib.request.urlopen(self.url + "_stcore/health", timeout=2).read() == b"ok":
+                    return
+            except OSError:
+                time.sleep(0.3)
+        raise RuntimeError("streamlit did not start: " + self.output()[-2000:])
+
+    def output(self) -> str:
+        return Path(self.log.name).read_text(errors="replace")
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(15)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(5)
+        self.log.close()
+
+    def __enter__(self):
+        try:
+            self.wait_healthy()
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def __exit__(self, *exc):
+        self.stop()
+
+
+async def run_load(url: str, sessions: int, steps: int, timeout: float, max_retries: int = 200,
+                   together: bool = True) -> list[SessionResult]:
+    """All sessions at once in one Chromium; returns one result per session, in order."""
+    from playwright.async_api import async_playwright
+
+    titles = preset_titles()
+    plans = session_plans(sessions, steps)
+    ready = asyncio.Barrier(sessions) if together else None
+    async with async_playwright() as p:
+        browser = await p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_FLAGS)
+        try:
+            return list(await asyncio.gather(*[
+                run_session(browser, url, plan, titles[plan.preset], ready, timeout, max_retries)
+                for plan in plans]))
+        finally:
+            await browser.close()
+
+
+def summarize(results: list[SessionResult], peak_rss: int | None, wall: float) -> dict:
+    first = [r.first_loss_s for r in results if r.first_loss_s is not None]
+    accepted = [r.first_loss_accepted_s for r in results if r.first_loss_accepted_s is not None]
+    finish = [r.finish_s for r in results if r.finish_s is not None]
+    return {
+        "sessions": len(results), "ok": sum(r.ok for r in results),
+        "median_first_loss_s": statistics.median(first) if first else None,
+        "max_first_loss_s": max(first) if first else None,
+        "median_first_loss_after_accept_s": statistics.median(accepted) if accepted else None,
+        "max_first_loss_after_accept_s": max(accepted) if accepted else None,
+        "max_finish_s": max(finish) if finish else None,
+        "peak_rss_mb": round(peak_rss / 2**20) if peak_rss else None,
+        "errors": sum(len(r.errors) for r in results),
+        "crosstalk": sum(len(r.crosstalk) for r in results),
+        "busy_retries": sum(r.busy_retries for r in results),
+        "wall_s": wall,
+    }
+
+
+def fmt(value: float | None) -> str:
+    return "-" if value is None else f"{value:.1f}"
+
+
+def report(results: list[SessionResult], summary: dict) -> str:
+    lines = [f"{'#':>3} {'preset':<10} {'mesh':<16} {'steps':>5} {'setup s':>7} {'busy':>4} "
+             f"{'1st loss s':>10} {'(accepted)':>10} {'finish s':>8}  status / problems"]
+    for r in results:
+        problems = "; ".join(r.errors + [f"cross-talk: {c}" for c in r.crosstalk])
+        lines.append(f"{r.plan.index:>3} {r.plan.preset:<10} {r.plan.label:<16} {r.plan.steps:>5} "
+                     f"{fmt(r.setup_s):>7} {r.busy_retries:>4} {fmt(r.first_loss_s):>10} "
+                     f"{fmt(r.first_loss_accepted_s):>10} {fmt(r.finish_s):>8}  {r.status}"
+                     + (f" — {problems}" if problems else ""))
+    s = summary
+    lines.append(
+        f"SUMMARY sessions={s['sessions']} ok={s['ok']} "
+        f"first_loss median={fmt(s['median_first_loss_s'])}s max={fmt(s['max_first_loss_s'])}s "
+        f"(after accepted click: median={fmt(s['median_first_loss_after_accept_s'])}s "
+        f"max={fmt(s['max_first_loss_after_accept_s'])}s) "
+        f"max_finish={fmt(s['max_finish_s'])}s peak_rss={s['peak_rss_mb']}MB errors={s['errors']} "
+        f"crosstalk={s['crosstalk']} busy_retries={s['busy_retries']} wall={s['wall_s']:.1f}s")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--sessions", type=int, default=20)
+    parser.add_argument("--steps", type=int, default=300, help="steps for session 0; session i runs steps + 10·i")
+    parser.add_argument("--max-jobs", type=int, default=None,
+                        help="SHARDING_LAB_MAX_JOBS for the server started here (default: the app's, 4)")
+    parser.add_argument("--timeout", type=float, default=900, help="seconds per session, all included")
+    parser.add_argument("--max-retries", type=int, default=300, help="busy retries per session")
+    parser.add_argument("--staggered", action="store_true",
+                        help="click Train as soon as each session is set up (default: all at once)")
+    parser.add_argument("--url", help="use this running server (its RSS is not measured) instead of starting one")
+    parser.add_argument("--json", type=Path, help="also write the results here")
+    args = parser.parse_args(argv)
+    if not 1 <= args.sessions <= 200:
+        parser.error("--sessions must be 1..200")
+
+    started = time.monotonic()
+    if args.url:
+        results = asyncio.run(run_load(args.url, args.sessions, args.steps, args.timeout, args.max_retries,
+                                       not args.staggered))
+        peak = None
+    else:
+        with Server(args.max_jobs) as server, RssSampler(server.proc.pid) as rss:
+            results = asyncio.run(run_load(server.url, args.sessions, args.steps, args.timeout,
+                                           args.max_retries, not args.staggered))
+            peak = rss.peak
+    summary = summarize(results, peak, time.monotonic() - started)
+    print(report(results, summary))
+    if args.json:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(json.dumps({"summary": summary, "sessions": [
+            {**dataclasses.asdict(r), "ok": r.ok} for r in results]}, indent=1))
+    return 0 if summary["ok"] == summary["sessions"] else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,55 @@
+"""Explicit axes: training works, layouts equal Auto's for the same rules, and the lesson shows
+what JAX refuses (its own error messages) and how the app's code avoids it."""
+
+import dataclasses
+
+import pytest
+
+import sharding_lab as sl
+from sharding_lab.explicit import lesson
+from sharding_lab.mesh import MeshSpec
+
+
+def explicit(config: sl.LabConfig) -> sl.LabConfig:
+    return dataclasses.replace(config, mesh=dataclasses.replace(config.mesh, axis_type="explicit"))
+
+
+def test_seed_preset_trains_under_explicit_axes_where_it_divides():
+    # On 2×4 the seed's w2 (32×1) cannot split 4 ways — an error with Explicit axes. On 8×1 the
+    # `model` axis has size 1, so the seed's rules apply as written.
+    config = explicit(sl.LabConfig(mesh=MeshSpec((8, 1)), preset="seed"))
+    lab, result = sl.train(config)
+    assert result.final_loss < 0.05
+    assert lab.verify_layout() == []
+
+
+@pytest.mark.parametrize("preset", ["dp", "fsdp", "tp", "fsdp_tp"])
+def test_live_layout_under_explicit_equals_auto(preset):
+    auto = sl.LabConfig(preset=preset, steps=200)
+    lab, result = sl.train(explicit(auto))
+    assert not result.diverged
+    live = {path: layout.devices for path, layout in lab.actual_layouts().items()}
+    assert live == {path: layout.devices for path, layout in sl.plan(auto).layouts().items()}
+    assert lesson(auto).same_layout_as_auto
+
+
+def test_lesson_on_the_seed_explains_the_refusal():
+    taught = lesson(sl.LabConfig(preset="seed"))
+    assert taught.plan_error and "w2" in taught.plan_error and "Explicit" in taught.plan_error
+    assert taught.steps == ()
+
+
+def test_lesson_on_fsdp_shows_jax_errors_and_fixes():
+    steps = {s.op: s for s in lesson(sl.LabConfig(preset="fsdp")).steps}
+    assert steps["with_sharding_constraint(batch)"].refused
+    assert "reshard" in steps["with_sharding_constraint(batch)"].fix
+    assert steps["h @ w1"].refused and "ShardingTypeError" in steps["h @ w1"].naive
+    assert "gather" in steps["h @ w1"].fix and "out_sharding" in steps["h @ w1"].fix
+    assert not steps["h @ w2"].refused
+
+
+def test_lesson_on_tp_needs_out_sharding_for_the_row_parallel_matmul():
+    steps = {s.op: s for s in lesson(sl.LabConfig(preset="tp")).steps}
+    assert not steps["h @ w1"].refused
+    assert steps["h @ w2"].refused and "out_sharding" in steps["h @ w2"].naive
+    assert not steps["with_sharding_constraint(batch)"].refused  # tp does not split the batch
