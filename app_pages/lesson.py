@@ -1,5 +1,7 @@
 """Lesson: the seed's walk-through as a guided path, each step with a live view and its code."""
 
+import dataclasses
+
 import pandas as pd
 import streamlit as st
 
@@ -125,4 +127,6 @@ else:
         st.info("Same rules, both modes: the layout of every array is "
                 + ("identical." if lesson.same_layout_as_auto else "different (see the Layout page).")
                 + " Train works in both: switch *Axis type* in the sidebar.", icon=":material/compare:")
-    show_step_code(3)
+        explicit = dataclasses.replace(config, mesh=dataclasses.replace(config.mesh, axis_type="explicit"))
+        st.markdown("**The model's code under Explicit axes** — the helpers after the class are what change:")
+        st.code(script_sections(explicit)[3], language="python")

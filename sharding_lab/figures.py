@@ -127,9 +127,9 @@ def shard_map_figure(layout: ArrayLayout, coords: dict[int, tuple[int, ...]], ax
                            font=dict(color="white", size=11), bgcolor="rgba(0,0,0,0.35)",
                            row=1, col=facets.index(facet) + 1)
     for f in range(len(facets)):
-        fig.update_xaxes(range=[0, cols], title_text=f"dim {len(layout.shape) - 1} (size {cols})"
+        fig.update_xaxes(range=[0, cols], dtick=max(1, math.ceil(cols / 4)), title_text=f"dim {len(layout.shape) - 1} (size {cols})"
                          if layout.shape else "", showgrid=False, zeroline=False, row=1, col=f + 1)
-        fig.update_yaxes(range=[rows, 0], title_text=f"dim {len(layout.shape) - 2} ({rows})"
+        fig.update_yaxes(range=[rows, 0], dtick=max(1, math.ceil(rows / 4)), title_text=f"dim {len(layout.shape) - 2} ({rows})"
                          if len(layout.shape) > 1 else "", showgrid=False, zeroline=False,
                          showticklabels=len(layout.shape) > 1, row=1, col=f + 1)
     fig.update_layout(title=dict(text=title or layout.path, font=dict(size=14)), showlegend=False,

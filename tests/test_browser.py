@@ -89,6 +89,16 @@ def test_a_shared_link_to_a_page_works_on_a_fresh_server(server, browser_tab):
     browser_tab.screenshot(path=str(SHOTS / "06-compare.png"))
 
 
+def test_a_link_with_settings_opens_the_lesson_there(server, browser_tab):
+    browser_tab.goto(server + "lesson?mesh=1x8&preset=tp")
+    browser_tab.wait_for_selector("text=What changed", timeout=60_000)
+    assert browser_tab.get_by_role("combobox", name="Preset").input_value() == "Tensor parallel"
+    browser_tab.get_by_text("8 Auto vs Explicit").click()
+    browser_tab.wait_for_selector("text=JAX refuses", timeout=30_000)
+    browser_tab.screenshot(path=str(SHOTS / "07-lesson-explicit.png"))
+    assert "preset=tp" in browser_tab.url and "mesh=1x8" in browser_tab.url
+
+
 def loss_points(tab) -> int:
     """How many points the loss chart draws right now (read from Plotly's own data)."""
     return tab.evaluate("""() => {
@@ -114,7 +124,7 @@ def test_change_preset_train_watch_and_stop(page):
     page.get_by_label("Steps").fill("20000")
     page.get_by_label("Steps").press("Enter")
     time.sleep(0.5)
-    page.get_by_role("button", name="Train").click()
+    page.get_by_test_id("stMainBlockContainer").get_by_role("button", name="Train").click()
 
     counts, deadline = [], time.monotonic() + 60
     while time.monotonic() < deadline and len(set(c for c in counts if c)) < 4:
@@ -124,7 +134,7 @@ def test_change_preset_train_watch_and_stop(page):
     updates = sorted(set(c for c in counts if c))
     assert len(updates) >= 4, f"the loss chart updated only {updates}"
 
-    page.get_by_role("button", name="Stop").click()
+    page.get_by_test_id("stMainBlockContainer").get_by_role("button", name="Stop").click()
     page.wait_for_selector("text=stopped", timeout=30_000)
     stopped_at = loss_points(page)
     assert 0 < stopped_at < 20_000
