@@ -51,6 +51,8 @@ if go or st.session_state.get("compare_key") != key:
 rows = st.session_state.compare_rows
 ok = [r for r in rows if "error" not in r]
 for row in rows:
+    if "run_error" in row:
+        st.warning(f"**{row['name']}** was not trained: {ui.plain(row['run_error'])}", icon=":material/memory:")
     if "error" in row:
         st.warning(f"**{row['name']}** cannot run here: {ui.plain(row['error'])}", icon=":material/block:")
 metrics = {k: v for k, v in METRICS.items() if steps or k not in ("steps_per_s", "final_loss")}

@@ -10,7 +10,7 @@ from __future__ import annotations
 import dataclasses
 
 from .communication import analyze
-from .config import LabConfig, plan as make_plan
+from .config import LabConfig, check_memory, plan as make_plan
 from .errors import ConfigError
 from .jobs import release_slot, take_slot
 from .layout import memory_per_device
@@ -39,7 +39,10 @@ def compare(base: LabConfig, strategies: dict[str, str | Rules], train_steps: in
                    collectives=sum(c.count for c in report.collectives), warnings=plan.warnings,
                    steps_per_s=None, final_loss=None)
         if train_steps:
-            row.update(_short_run(plan, train_steps))
+            try:
+                row.update(_short_run(plan, train_steps))
+            except ConfigError as error:
+                row["run_error"] = str(error)
         rows.append(row)
     return rows
 
@@ -47,6 +50,7 @@ def compare(base: LabConfig, strategies: dict[str, str | Rules], train_steps: in
 def _short_run(plan, steps: int) -> dict:
     from .training import Lab, Trainer
 
+    check_memory(plan)
     take_slot()
     try:
         chunk = min(steps, 100)

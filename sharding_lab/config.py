@@ -11,8 +11,10 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import os
 
 import jax
+import psutil
 from jax.sharding import PartitionSpec as P
 
 from .data import DEFAULT_BATCH
@@ -161,6 +163,37 @@ def plan(config: LabConfig) -> Plan:
                                 f"{_fmt(requested)}; sizes that divide: {sizes}")
         planned[path] = ArrayPlan(path, shape, logical, requested, spec)
     return Plan(config, rules, mesh, {path: planned[path] for path in arrays}, warnings)
+
+
+def memory_limit_bytes() -> int:
+    """What a run may use on this machine: SHARDING_LAB_MEMORY_LIMIT_MB, else half of free memory."""
+    configured = os.environ.get("SHARDING_LAB_MEMORY_LIMIT_MB")
+    if configured and configured.isdigit():
+        return int(configured) * 2**20
+    return psutil.virtual_memory().available // 2
+
+
+def estimated_bytes(plan: Plan) -> int:
+    """Memory a training run needs, summed over the devices (simulated devices share host RAM):
+    parameters, optimizer state and batch as laid out, plus gradients (one more copy of the
+    parameters) and activations (batch × width per layer, forward and backward)."""
+    layouts = plan.layouts()
+    held = sum(layout.bytes_per_device * len(layout.devices) for layout in layouts.values())
+    grads = sum(layout.bytes_per_device * len(layout.devices) for path, layout in layouts.items()
+                if path.startswith("params/"))
+    model = plan.config.model
+    activations = 2 * 4 * plan.config.batch_size * model.dmid * (model.hidden_layers + 1) * plan.config.mesh.size
+    return held + grads + activations
+
+
+def check_memory(plan: Plan) -> None:
+    """Before allocating: refuse a run that would not fit in this machine's memory."""
+    need, limit = estimated_bytes(plan), memory_limit_bytes()
+    if need > limit:
+        raise ConfigError(
+            f"this run needs about {need / 2**30:.1f} GiB across {plan.config.mesh.size} devices but only "
+            f"{limit / 2**30:.1f} GiB may be used here: choose a smaller width or fewer layers, a "
+            f"leaner optimizer than {plan.config.optimizer}, or shard the parameters (fsdp, tp)", "model")
 
 
 def _describe(target) -> str:

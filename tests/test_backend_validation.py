@@ -112,3 +112,17 @@ def test_batch_feature_dimension_error_does_not_blame_the_batch_size():
     with pytest.raises(ConfigError, match="dimension 1") as info:
         plan(LabConfig(preset=None, rules=rules))
     assert "batch size" not in str(info.value)
+
+
+def test_a_run_that_would_not_fit_in_memory_is_refused_before_allocating(monkeypatch):
+    from sharding_lab.config import check_memory, estimated_bytes
+
+    config = LabConfig(model=ModelSpec(dmid=4096, hidden_layers=4), preset="dp", optimizer="adamw")
+    planned = plan(config)  # laying it out is free
+    # 8 replicas of 4 × 4096² floats (params, mu, nu, grads): well over a gigabyte.
+    assert estimated_bytes(planned) > 8 * 4 * 4096 * 4096 * 4 * 4
+    monkeypatch.setenv("SHARDING_LAB_MEMORY_LIMIT_MB", "1024")
+    with pytest.raises(ConfigError, match="GiB") as info:
+        check_memory(planned)
+    assert "fsdp" in str(info.value) and info.value.field == "model"
+    check_memory(plan(LabConfig()))  # the seed fits anywhere
