@@ -5,9 +5,10 @@ Each session is its own browser context (own cookies, own Streamlit session) in 
 Chromium. Session i picks its own configuration in the sidebar — a preset, a mesh shape and axis
 names ``d<i>``/``m<i>`` that no other session uses — opens the Train page, sets its own step count,
 waits for every session to be ready (the teacher says "now press Train"), clicks **Train** and
-watches until "layout verified on N devices". A "The server is busy" answer (more clicks than
-``SHARDING_LAB_MAX_JOBS``) is retried after a short wait, a bounded number of times, and counts
-as success once a run is accepted.
+watches until "layout verified on N devices". More clicks than ``SHARDING_LAB_MAX_JOBS`` wait in
+the server's queue (the time there is recorded); a "The server is busy" answer (the queue is full)
+is retried after a short wait, a bounded number of times, and counts as success once a run is
+accepted.
 
 Recorded per session: time from the first Train click to the first loss point ("Last loss" no
 longer "—"), the same from the accepted click, time to finish, busy retries, errors (an exception
@@ -31,6 +32,7 @@ import dataclasses
 import json
 import os
 import random
+import re
 import shutil
 import socket
 import statistics
@@ -50,7 +52,11 @@ CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic
 PRESETS = ["seed", "replicated", "dp", "fsdp", "tp", "fsdp_tp"]
 MESHES = [(2, 4), (4, 2), (1, 8), (8, 1), (2, 2), (4, 1), (1, 4), (2, 1)]
 NO_LOSS = "—"
-POLL_S = 0.2
+POLL_S = 0.5  # while a run is on (the page itself refreshes every 0.2-2 s)
+IDLE_POLL_S = 1.0  # while setting up, queued, or waiting out a "busy"
+BUSY_RETRY_S = (2.0, 4.0)  # a student tries Train again after a few seconds
+EVALUATE_TIMEOUT_S = 60.0
+SCREENSHOTS: Path | None = ROOT / "artifacts" / "load"  # a session that does not finish is photographed
 
 
 def preset_titles() -> dict[str, str]:
@@ -92,13 +98,25 @@ class SessionResult:
     first_loss_s: float | None = None  # from the first Train click
     first_loss_accepted_s: float | None = None  # from the click the server accepted
     finish_s: float | None = None  # from the first Train click to "layout verified"
+    queued_s: float | None = None  # time in the server's queue (None: it never waited there)
     setup_s: float | None = None
+    reapplied: int = 0  # sidebar edits typed again because the server never showed them
+    lost_edits: list[str] = dataclasses.field(default_factory=list)
     errors: list[str] = dataclasses.field(default_factory=list)
     crosstalk: list[str] = dataclasses.field(default_factory=list)
 
     @property
     def ok(self) -> bool:
         return self.status == "finished" and not self.errors and not self.crosstalk
+
+
+# Twenty tabs on the server's own two cores: spinners and transitions repainting in every tab would
+# take the CPU the server needs. What the test reads (text, widgets) is unchanged.
+NO_ANIMATIONS_JS = """document.addEventListener('DOMContentLoaded', () => {
+    const style = document.createElement('style');
+    style.textContent = '*, *::before, *::after { animation: none !important; transition: none !important; }';
+    document.head.appendChild(style);
+});"""
 
 
 # One look at the page: what a student sees, read straight from the DOM.
@@ -116,7 +134,7 @@ PAGE_STATE_JS = """() => {
         return {kind: content ? content.dataset.testid.replace('stAlertContent', '').toLowerCase() : '',
                 text: text(a)};
     });
-    const body = document.body ? document.body.innerText : '';
+    const body = document.body ? document.body.textContent : '';  // no layout forced, unlike innerText
     return {
         script: app ? app.getAttribute('data-test-script-state') : null,
         connection: app ? app.getAttribute('data-test-connection-state') : null,
@@ -146,25 +164,40 @@ def page_errors(state: dict) -> list[str]:
 
 
 async def read_state(page) -> dict:
-    return await page.evaluate(PAGE_STATE_JS)
+    """Bounded: a renderer swamped by other tabs must not hang the load test."""
+    return await asyncio.wait_for(page.evaluate(PAGE_STATE_JS), EVALUATE_TIMEOUT_S)
 
 
-async def wait_until(page, predicate, timeout: float, what: str) -> dict:
-    """Poll the page until ``predicate(state)``; raise TimeoutError saying ``what`` after ``timeout``."""
+def crashes(state: dict) -> list[str]:
+    """What must never show, even for a moment: an exception box or a traceback."""
+    return [e for e in page_errors(state) if not e.startswith(("error:", "warning:", "info:", "success:"))]
+
+
+async def wait_until(page, predicate, timeout: float, what: str, seen: list[str] | None = None) -> dict:
+    """Poll the page until ``predicate(state)``; raise TimeoutError saying ``what`` after ``timeout``.
+    Exception boxes and tracebacks seen meanwhile are added to ``seen``."""
     deadline = time.monotonic() + timeout
     while True:
         state = await read_state(page)
+        if seen is not None:
+            seen += [c for c in crashes(state) if c not in seen]
         if predicate(state):
             return state
         if time.monotonic() > deadline:
             raise TimeoutError(f"timed out after {timeout:.0f} s waiting for {what}; page: "
-                               f"{json.dumps({k: state[k] for k in ('headings', 'progress', 'alerts')})[:600]}")
-        await asyncio.sleep(POLL_S)
+                               f"{json.dumps({k: state[k] for k in ('headings', 'captions', 'progress', 'alerts')})[:900]}")
+        await asyncio.sleep(IDLE_POLL_S)
 
 
-async def set_input(page, label: str, value: str, attempts: int = 5) -> None:
-    """Type into a sidebar/page input and commit it (Enter); retried if a rerun swallowed it."""
+async def set_input(page, label: str, value: str, force: bool = False, attempts: int = 5) -> None:
+    """Type into an input and commit it (Enter). ``force``: commit another value first, so the
+    server gets a fresh change even when the box already shows ``value``."""
     box = page.get_by_label(label, exact=True)
+    if force:
+        other = (value + "_") if not value.isdigit() else ("2" if value == "1" else "1")
+        await box.fill(other)
+        await box.press("Enter")
+        await asyncio.sleep(0.3)
     for _ in range(attempts):
         if await box.input_value() == value:
             return
@@ -181,7 +214,7 @@ async def choose_preset(page, title: str, attempts: int = 5) -> None:
         if await combo.input_value() == title:
             return
         await combo.click()
-        await page.get_by_role("option", name=title, exact=True).click(timeout=20_000)
+        await page.get_by_role("option", name=title, exact=True).click()
         await asyncio.sleep(0.3)
     if await combo.input_value() != title:
         raise RuntimeError(f"could not choose preset {title!r}")
@@ -192,21 +225,40 @@ def own_caption(plan: SessionPlan):
     return lambda state: any(c.startswith(prefix) for c in state["captions"])
 
 
-async def configure(page, url: str, plan: SessionPlan, title: str, timeout: float) -> None:
-    """Layout page: preset, mesh sizes and names in the sidebar; then the Train page and its steps."""
+async def configure(page, url: str, plan: SessionPlan, title: str, result: "SessionResult",
+                    timeout: float, attempts: int = 4) -> None:
+    """Open the app (Layout page), follow the link to Train, set this session's preset, mesh and
+    axis names in the sidebar and its steps; done when the Train page's caption (drawn by the
+    server) shows this session's mesh and preset. An edit the server never saw is typed again
+    (counted in ``result.reapplied``)."""
+    deadline = time.monotonic() + timeout
+    seen = result.errors
     await page.goto(url, timeout=timeout * 1000)
-    await wait_until(page, lambda s: "Shard maps" in s["headings"], timeout, "the Layout page")
-    if plan.preset != "seed":
-        await choose_preset(page, title)
-    await set_input(page, "Size 1", str(plan.shape[0]))
-    await set_input(page, "Size 2", str(plan.shape[1]))
-    await set_input(page, "Name 1", plan.axes[0])
-    await set_input(page, "Name 2", plan.axes[1])
-    await wait_until(page, lambda s: f"Mesh {plan.label}" in s["headings"], timeout,
-                     f"the Layout page to show mesh {plan.label}")
+    await wait_until(page, lambda s: "Sharding layout" in s["headings"], timeout, "the Layout page", seen)
     await page.get_by_role("link", name="Train", exact=True).click()
-    await wait_until(page, lambda s: "Train" in s["headings"] and own_caption(plan)(s), timeout,
-                     "the Train page with this session's caption")
+    await wait_until(page, lambda s: "Train" in s["headings"] and any(
+        a["text"].startswith("Press Train") for a in s["alerts"]), deadline - time.monotonic(), "the Train page",
+        seen)
+    for attempt in range(attempts):
+        if plan.preset != "seed":
+            await choose_preset(page, title)
+        force = attempt > 0
+        await set_input(page, "Size 1", str(plan.shape[0]), force)
+        await set_input(page, "Size 2", str(plan.shape[1]), force)
+        await set_input(page, "Name 1", plan.axes[0], force)
+        await set_input(page, "Name 2", plan.axes[1], force)
+        try:
+            await wait_until(page, own_caption(plan), min(60.0, max(1.0, deadline - time.monotonic())),
+                             f"the Train page caption to show {plan.label} · preset {plan.preset}", seen)
+            break
+        except TimeoutError:
+            if attempt == attempts - 1 or time.monotonic() > deadline:
+                raise
+            result.reapplied += 1
+            state = await read_state(page)
+            boxes = {label: await page.get_by_label(label, exact=True).input_value()
+                     for label in ("Size 1", "Size 2", "Name 1", "Name 2")}
+            result.lost_edits.append(f"sidebar shows {boxes}, server drew {state['captions'][1:2]}")
     await set_input(page, "Steps", str(plan.steps))
 
 
@@ -230,6 +282,11 @@ async def train(page, plan: SessionPlan, result: SessionResult, timeout: float, 
         if state["progress"]:
             if accepted_at is None:
                 accepted_at = clicked
+            waiting = state["progress"][0].startswith("queued")
+            if waiting and result.queued_s is None:
+                result.queued_s = 0.0
+            elif not waiting and result.queued_s == 0.0:
+                result.queued_s = now - accepted_at
             if result.first_loss_s is None and state["metrics"].get("Last loss", NO_LOSS) != NO_LOSS:
                 result.first_loss_s = now - first_click
                 result.first_loss_accepted_s = now - accepted_at
@@ -244,11 +301,11 @@ async def train(page, plan: SessionPlan, result: SessionResult, timeout: float, 
                 result.status = f"still busy after {max_retries} retries"
                 return
             result.busy_retries += 1
-            await asyncio.sleep(random.uniform(0.5, 1.5))
+            await asyncio.sleep(random.uniform(*BUSY_RETRY_S))
             clicked, saw_run = time.monotonic(), False
             await train_button.click()
             continue
-        await asyncio.sleep(POLL_S)
+        await asyncio.sleep(POLL_S if accepted_at is not None else IDLE_POLL_S)
     result.status = "timed out" + (" (never accepted)" if accepted_at is None else "")
 
 
@@ -275,31 +332,62 @@ async def check_final(page, plan: SessionPlan, title: str, result: SessionResult
     result.errors += page_errors(state)
 
 
-async def run_session(browser, url: str, plan: SessionPlan, title: str, ready: asyncio.Barrier | None,
-                      timeout: float, max_retries: int) -> SessionResult:
+class StartLine:
+    """Where sessions wait until every one is set up (or has given up): then all press Train."""
+
+    def __init__(self, sessions: int):
+        self.left = sessions
+        self.all_here = asyncio.Event()
+
+    def arrive(self) -> None:
+        self.left -= 1
+        if self.left <= 0:
+            self.all_here.set()
+
+    async def wait(self) -> None:
+        await self.all_here.wait()
+
+
+async def screenshot(page, index: int) -> None:
+    if SCREENSHOTS is not None:
+        SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+        try:
+            await page.screenshot(path=str(SCREENSHOTS / f"session-{index:02d}.png"), full_page=True)
+        except Exception:  # noqa: BLE001 - a picture is a bonus
+            pass
+
+
+async def run_session(browser, url: str, plan: SessionPlan, title: str, ready: StartLine | None,
+                      timeout: float, max_retries: int, arrive_at: float = 0.0) -> SessionResult:
     result = SessionResult(plan)
-    context = await browser.new_context(viewport={"width": 1400, "height": 1000})
+    context = await browser.new_context(viewport={"width": 1280, "height": 800}, reduced_motion="reduce")
+    await context.add_init_script(NO_ANIMATIONS_JS)
     page = await context.new_page()
+    page.set_default_timeout(min(120_000, timeout * 1000))  # a loaded 2-core machine is slow to draw
     page.on("pageerror", lambda error: result.errors.append(f"page error: {error}"))
     deadline = time.monotonic() + timeout
     try:
-        await asyncio.sleep(random.uniform(0, 1.0))  # students do not arrive in the same millisecond
+        await asyncio.sleep(arrive_at)  # students do not all arrive in the same second
         started = time.monotonic()
         result.status = "configuring"
-        await configure(page, url, plan, title, timeout=max(5.0, deadline - time.monotonic()))
+        await configure(page, url, plan, title, result, timeout=max(5.0, deadline - time.monotonic()))
         result.setup_s = time.monotonic() - started
         result.status = "waiting for the others"
         if ready is not None:
+            ready.arrive()
             await asyncio.wait_for(ready.wait(), timeout=max(1.0, deadline - time.monotonic()))
         result.status = "training"
         await train(page, plan, result, max(5.0, deadline - time.monotonic()), max_retries)
         if result.status == "finished":
             await check_final(page, plan, title, result)
+        if result.status != "finished":
+            await screenshot(page, plan.index)
     except Exception as error:  # a session that breaks is a result, not a crash of the load test
         result.errors.append(f"{type(error).__name__}: {str(error)[:500]}")
-        result.status = result.status if result.status != "finished" else "error"
+        await screenshot(page, plan.index)
         if ready is not None and result.status in ("configuring", "not started"):
-            ready.abort()  # do not keep the others waiting for a session that will never be ready
+            ready.arrive()  # do not keep the others waiting for a session that will never be ready
+        result.status = result.status if result.status != "finished" else "error"
     finally:
         await context.close()
     return result
@@ -403,24 +491,45 @@ class Server:
 
 
 async def run_load(url: str, sessions: int, steps: int, timeout: float, max_retries: int = 200,
-                   together: bool = True) -> list[SessionResult]:
-    """All sessions at once in one Chromium; returns one result per session, in order."""
+                   together: bool = True, arrive_over: float | None = None) -> list[SessionResult]:
+    """All sessions in one Chromium, arriving at random times over ``arrive_over`` seconds (default
+    0.5 s per session) and — when ``together`` — pressing Train at the same moment once all are set
+    up; returns one result per session, in order."""
     from playwright.async_api import async_playwright
 
     titles = preset_titles()
     plans = session_plans(sessions, steps)
-    ready = asyncio.Barrier(sessions) if together else None
+    ready = StartLine(sessions) if together else None
+    spread = 0.5 * sessions if arrive_over is None else arrive_over
     async with async_playwright() as p:
         browser = await p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_FLAGS)
         try:
             return list(await asyncio.gather(*[
-                run_session(browser, url, plan, titles[plan.preset], ready, timeout, max_retries)
+                run_session(browser, url, plan, titles[plan.preset], ready, timeout, max_retries,
+                            random.uniform(0, spread))
                 for plan in plans]))
         finally:
             await browser.close()
 
 
-def summarize(results: list[SessionResult], peak_rss: int | None, wall: float) -> dict:
+ANSI = re.compile(r"\x1b\[[0-9;]*m")
+
+
+def server_exceptions(log: str) -> list[str]:
+    """The last line of every traceback in the server's log (Streamlit prints them boxed, coloured)."""
+    lines = [ANSI.sub("", line).strip() for line in log.splitlines()]
+    found, inside = [], False
+    for line in lines:
+        if "Traceback" in line:
+            inside = True
+        elif inside and re.match(r"^[A-Za-z_.]+(Error|Exception|Exit|Interrupt)\b", line):
+            found.append(line[:300])
+            inside = False
+    return found
+
+
+def summarize(results: list[SessionResult], peak_rss: int | None, wall: float,
+              server_log: str | None = None) -> dict:
     first = [r.first_loss_s for r in results if r.first_loss_s is not None]
     accepted = [r.first_loss_accepted_s for r in results if r.first_loss_accepted_s is not None]
     finish = [r.finish_s for r in results if r.finish_s is not None]
@@ -435,6 +544,10 @@ def summarize(results: list[SessionResult], peak_rss: int | None, wall: float) -
         "errors": sum(len(r.errors) for r in results),
         "crosstalk": sum(len(r.crosstalk) for r in results),
         "busy_retries": sum(r.busy_retries for r in results),
+        "queued": sum(r.queued_s is not None for r in results),
+        "max_queued_s": max((r.queued_s for r in results if r.queued_s is not None), default=None),
+        "reapplied": sum(r.reapplied for r in results),
+        "server_exceptions": server_exceptions(server_log) if server_log is not None else None,
         "wall_s": wall,
     }
 
@@ -445,12 +558,12 @@ def fmt(value: float | None) -> str:
 
 def report(results: list[SessionResult], summary: dict) -> str:
     lines = [f"{'#':>3} {'preset':<10} {'mesh':<16} {'steps':>5} {'setup s':>7} {'busy':>4} "
-             f"{'1st loss s':>10} {'(accepted)':>10} {'finish s':>8}  status / problems"]
+             f"{'queued s':>8} {'1st loss s':>10} {'(accepted)':>10} {'finish s':>8} {'retyped':>7}  status / problems"]
     for r in results:
         problems = "; ".join(r.errors + [f"cross-talk: {c}" for c in r.crosstalk])
         lines.append(f"{r.plan.index:>3} {r.plan.preset:<10} {r.plan.label:<16} {r.plan.steps:>5} "
-                     f"{fmt(r.setup_s):>7} {r.busy_retries:>4} {fmt(r.first_loss_s):>10} "
-                     f"{fmt(r.first_loss_accepted_s):>10} {fmt(r.finish_s):>8}  {r.status}"
+                     f"{fmt(r.setup_s):>7} {r.busy_retries:>4} {fmt(r.queued_s):>8} {fmt(r.first_loss_s):>10} "
+                     f"{fmt(r.first_loss_accepted_s):>10} {fmt(r.finish_s):>8} {r.reapplied:>7}  {r.status}"
                      + (f" — {problems}" if problems else ""))
     s = summary
     lines.append(
@@ -459,7 +572,12 @@ def report(results: list[SessionResult], summary: dict) -> str:
         f"(after accepted click: median={fmt(s['median_first_loss_after_accept_s'])}s "
         f"max={fmt(s['max_first_loss_after_accept_s'])}s) "
         f"max_finish={fmt(s['max_finish_s'])}s peak_rss={s['peak_rss_mb']}MB errors={s['errors']} "
-        f"crosstalk={s['crosstalk']} busy_retries={s['busy_retries']} wall={s['wall_s']:.1f}s")
+        f"crosstalk={s['crosstalk']} busy_retries={s['busy_retries']} queued={s['queued']} "
+        f"(max {fmt(s['max_queued_s'])}s) retyped={s['reapplied']} "
+        f"server_exceptions={len(s['server_exceptions']) if s['server_exceptions'] is not None else '-'} "
+        f"wall={s['wall_s']:.1f}s")
+    lines += [f"  server: {e}" for e in (s["server_exceptions"] or [])]
+    lines += [f"  session {r.plan.index} retyped: {note}" for r in results for note in r.lost_edits]
     return "\n".join(lines)
 
 
@@ -471,6 +589,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="SHARDING_LAB_MAX_JOBS for the server started here (default: the app's, 4)")
     parser.add_argument("--timeout", type=float, default=900, help="seconds per session, all included")
     parser.add_argument("--max-retries", type=int, default=300, help="busy retries per session")
+    parser.add_argument("--arrive-over", type=float, default=None,
+                        help="students arrive at random over this many seconds (default: 0.5 s per session)")
     parser.add_argument("--staggered", action="store_true",
                         help="click Train as soon as each session is set up (default: all at once)")
     parser.add_argument("--url", help="use this running server (its RSS is not measured) instead of starting one")
@@ -482,20 +602,21 @@ def main(argv: list[str] | None = None) -> int:
     started = time.monotonic()
     if args.url:
         results = asyncio.run(run_load(args.url, args.sessions, args.steps, args.timeout, args.max_retries,
-                                       not args.staggered))
+                                       not args.staggered, args.arrive_over))
         peak = None
     else:
         with Server(args.max_jobs) as server, RssSampler(server.proc.pid) as rss:
             results = asyncio.run(run_load(server.url, args.sessions, args.steps, args.timeout,
-                                           args.max_retries, not args.staggered))
+                                           args.max_retries, not args.staggered, args.arrive_over))
             peak = rss.peak
-    summary = summarize(results, peak, time.monotonic() - started)
+            log = server.output()
+    summary = summarize(results, peak, time.monotonic() - started, None if args.url else log)
     print(report(results, summary))
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps({"summary": summary, "sessions": [
             {**dataclasses.asdict(r), "ok": r.ok} for r in results]}, indent=1))
-    return 0 if summary["ok"] == summary["sessions"] else 1
+    return 0 if summary["ok"] == summary["sessions"] and not summary["server_exceptions"] else 1
 
 
 if __name__ == "__main__":

@@ -2,15 +2,15 @@
 
 import dataclasses
 
+import pandas as pd
 import streamlit as st
 
 import share
 import sharding_lab as sl
 import ui
 from sharding_lab import figures
-from sharding_lab.jobs import Busy, TrainingJob
-
-POLL_S = 0.2
+from sharding_lab.distributed import process_choices, process_table
+from sharding_lab.jobs import Busy, DistributedJob, TrainingJob, poll_interval
 
 
 class JobSlot:
@@ -35,11 +35,21 @@ result = ui.sidebar()
 slot = st.session_state.setdefault("job_slot", JobSlot())
 stop_when_session_ends(slot)
 
-c1, c2, c3, c4 = st.columns(4)
+c1, c2, c3, c4, c5 = st.columns(5)
 c1.number_input("Steps", *share.NUMBER_RANGES["steps"], step=500, key="steps")
 c2.number_input("Learning rate", *share.NUMBER_RANGES["lr"], step=0.005, format="%.4f", key="lr")
 c3.number_input("Momentum decay", *share.NUMBER_RANGES["decay"], step=0.05, key="decay")
-log_scale = c4.toggle("Log-scale loss", value=True, key="log_scale")
+# The choice lives under a key of its own: Streamlit forgets a widget's key on pages that do not draw it.
+choices = process_choices(ui.mesh_spec().size)
+if st.session_state.setdefault("processes_choice", 1) not in choices:
+    st.session_state.processes_choice = 1
+st.session_state.processes = st.session_state.processes_choice
+c4.selectbox("Processes", choices, key="processes",
+             on_change=lambda: st.session_state.update(processes_choice=st.session_state.processes),
+             help="Train as this many JAX processes on this machine, each owning an equal share of "
+                  "the mesh's devices and joined into one mesh by jax.distributed — as on several hosts.")
+processes = int(st.session_state.processes_choice)
+log_scale = c5.toggle("Log-scale loss", value=True, key="log_scale")
 
 if isinstance(result, sl.ConfigError):
     ui.show_error(result)
@@ -50,13 +60,19 @@ config = dataclasses.replace(plan.config, steps=int(st.session_state.steps), lr=
                              decay=float(st.session_state.decay))
 st.caption(f"{plan.config.mesh.label()} · {'preset ' + config.preset if config.preset else 'custom rules'} · "
            f"{config.optimizer} · batch {config.batch_size} split as {sl.layout.format_spec(plan.spec('batch/x'))}")
+if processes > 1:
+    st.caption(f"**{processes} JAX processes**, {plan.config.mesh.size // processes} devices each: they join over "
+               "127.0.0.1 with `jax.distributed.initialize` (gloo CPU collectives) into this one mesh, and each "
+               "loads only its own rows of every batch. Starting them takes a few seconds, and every step's "
+               "collectives now cross process boundaries: expect fewer steps/s than in one process.")
 
 running = slot.job is not None and slot.job.snapshot().running
 start_col, stop_col, _ = st.columns([1, 1, 4])
-if start_col.button("Train", type="primary", disabled=running, key="train"):
+# `not running`: a second click can leave the browser before the rerun that disables the button.
+if start_col.button("Train", type="primary", disabled=running, key="train") and not running:
     try:
-        sl.plan(config)  # steps / lr / decay checked like everything else
-        slot.job = TrainingJob(config)
+        sl.config.check_memory(sl.plan(config))  # steps / lr / decay checked too; memory before allocating
+        slot.job = DistributedJob(config, processes) if processes > 1 else TrainingJob(config)
         running = True
     except sl.ConfigError as error:
         ui.show_error(error, lead="")
@@ -66,7 +82,10 @@ if stop_col.button("Stop", disabled=not running, key="stop"):
     slot.stop()
 
 
-@st.fragment(run_every=POLL_S if running else None)
+queued = running and slot.job.snapshot().state == "queued"
+
+
+@st.fragment(run_every=poll_interval(queued) if running else None)
 def live_view() -> None:
     job = slot.job
     if job is None:
@@ -75,17 +94,23 @@ def live_view() -> None:
         return
     snap = job.snapshot()
     st.progress(min(1.0, snap.step / max(1, snap.total_steps)),
-                text=f"{snap.state} — step {snap.step:,} / {snap.total_steps:,}")
+                text=f"{snap.state} — step {snap.step:,} / {snap.total_steps:,}"
+                     + (f" — {snap.message}" if snap.running and snap.message else ""))
     m1, m2, m3, m4 = st.columns(4)
     m1.metric("Last loss", f"{snap.losses[-1]:.4f}" if snap.losses else "—")
     m2.metric("Steps/s", f"{snap.steps_per_s:,.0f}")
     m3.metric("Elapsed", f"{snap.elapsed:.1f} s")
     m4.metric("Final loss (mean of last 100)", f"{snap.final_loss:.4f}" if snap.final_loss is not None else "—")
+    # The same elements in the same places on every poll (the browser patches them by position).
     loss_col, fit_col = st.columns(2)
-    loss_col.plotly_chart(figures.loss_figure(snap.losses, log_scale, snap.total_steps), key="loss")
-    fit_col.plotly_chart(figures.fit_figure(job.x, job.y, snap.prediction), key="fit")
-    loss_col.caption("Each point is one step's loss on a fresh batch; it should fall quickly, then flatten.")
-    fit_col.caption("The black line is the model's prediction on all 100 points, refreshed while it trains.")
+    if snap.losses or not snap.running:
+        loss_figure, fit_figure = charts(job, snap)
+        loss_col.plotly_chart(loss_figure, key="loss")
+        fit_col.plotly_chart(fit_figure, key="fit")
+        loss_col.caption("Each point is one step's loss on a fresh batch; it should fall quickly, then flatten.")
+        fit_col.caption("The black line is the model's prediction on all 100 points, refreshed while it trains.")
+    else:  # queued or compiling: nothing to draw yet, and a page that polls should cost little
+        loss_col.caption("The loss curve and the model fit appear with the first 100 steps.")
     if snap.state == "diverged":
         st.error(ui.plain(snap.message), icon=":material/local_fire_department:")
     elif snap.state == "failed":
@@ -93,13 +118,53 @@ def live_view() -> None:
     elif not snap.running:
         if snap.message:
             st.info(snap.message)
-        if snap.layout_problems == []:
+        if snap.layout_problems == [] and snap.processes > 1:
+            st.success(f"{snap.state.capitalize()} — layout verified on {snap.devices} devices across "
+                       f"{snap.processes} processes: the shards every process reported, put together, are "
+                       "where the one-process plan said.", icon=":material/verified:")
+        elif snap.layout_problems == []:
             st.success(f"{snap.state.capitalize()} — layout verified on {snap.devices} devices: every live "
                        "parameter, optimizer buffer and batch shard is where the plan said.", icon=":material/verified:")
         elif snap.layout_problems:
             ui.show_error("; ".join(snap.layout_problems), lead="Layout differs from the plan:")
-    if running and not snap.running:
-        st.rerun()  # the job ended: redraw the page so the polling stops and the buttons reset
+        if snap.owners:
+            process_view(job.config, snap)
+    if running and (not snap.running or queued and snap.state != "queued"):
+        st.rerun()  # the job ended or left the queue: redraw the page to reset polling and buttons
+
+
+def charts(job, snap):
+    """The loss and fit figures, rebuilt only when the run has moved on since the last poll."""
+    key = (id(job), snap.step, snap.state, log_scale)
+    cached = st.session_state.get("train_charts")
+    if cached is None or cached[0] != key:
+        cached = (key, figures.loss_figure(snap.losses, log_scale, snap.total_steps),
+                  figures.fit_figure(job.x, job.y, snap.prediction))
+        st.session_state.train_charts = cached
+    return cached[1], cached[2]
+
+
+def process_view(config: sl.LabConfig, snap) -> None:
+    """After a multi-process run: who owns which device, and which shards each process can address."""
+    st.subheader("Processes")
+    mesh = sl.build_mesh(config.mesh)
+    left, right = st.columns([2, 3])
+    left.plotly_chart(figures.mesh_figure(sl.mesh.device_ids(mesh), config.mesh.axes, owners=snap.owners),
+                      key="process_mesh")
+    right.dataframe(pd.DataFrame(process_table(snap.owners, snap.jax_ids, snap.hosts, snap.layouts, snap.kinds)), hide_index=True)
+    moved = {d: i for d, i in snap.jax_ids.items() if d != i}
+    right.caption(f"Started in {snap.startup_s:.1f} s. A process can address only the shards on its own devices; "
+                  "the layout shown here is put together from what each one reported."
+                  + (f" JAX numbers the other processes' devices differently ({', '.join(f'{d} → {i}' for d, i in moved.items())}); "
+                     "the app shows every device at its mesh position, so colours match the Layout page." if moved else ""))
+    paths = list(snap.layouts)
+    path = st.selectbox("Shard map of", paths, index=paths.index("batch/x") if "batch/x" in paths else 0,
+                        key="process_array")
+    st.plotly_chart(figures.shard_map_figure(snap.layouts[path], sl.mesh.mesh_coords(mesh), config.mesh.axes,
+                                             f"{path}  {sl.layout.format_spec(snap.layouts[path].spec)}",
+                                             owners=snap.owners), key="process_map")
+    st.caption("Hover a stripe: it names the process that owns that device. The batch rows a process's devices "
+               "hold are the only rows it loaded (jax.make_array_from_process_local_data).")
 
 
 live_view()

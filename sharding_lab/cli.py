@@ -108,6 +108,10 @@ def main(argv=None) -> int:
         sub = commands.add_parser(name, help=help_text)
         add_config_options(sub)
         sub.add_argument("--json", action="store_true", help="print one JSON object")
+        if name == "train":
+            sub.add_argument("--processes", type=int, default=1,
+                             help="train as this many JAX processes on this machine, sharing the "
+                                  "mesh's devices (jax.distributed; default 1: this process)")
     args = parser.parse_args(argv)
     try:
         config = config_from_args(args)
@@ -121,6 +125,8 @@ def main(argv=None) -> int:
 
             print(export_script(config), end="")
             return 0
+        if args.processes != 1:
+            return _train_processes(plan, args.processes, args.json)
         return _train(plan, args.json)
     except ConfigError as error:
         print(f"error: {error}", file=sys.stderr)
@@ -157,16 +163,20 @@ def _print_comm(plan: Plan, as_json: bool) -> int:
     return 0
 
 
+def _report(as_json: bool):
+    def report(progress, *_):
+        if not as_json:
+            print(f"step {progress.step:>6}  loss {progress.losses[-1] if progress.losses else float('nan'):.5f}"
+                  f"  {progress.steps_per_s:8.0f} steps/s", file=sys.stderr)
+    return report
+
+
 def _train(plan: Plan, as_json: bool) -> int:
     from .training import Lab, Trainer
 
     lab = Lab(plan)
     trainer = Trainer(lab)
-
-    def report(progress):
-        if not as_json:
-            print(f"step {progress.step:>6}  loss {progress.losses[-1] if progress.losses else float('nan'):.5f}"
-                  f"  {progress.steps_per_s:8.0f} steps/s", file=sys.stderr)
+    report = _report(as_json)
 
     result = trainer.run(report)
     layouts = lab.actual_layouts()
@@ -185,5 +195,43 @@ def _train(plan: Plan, as_json: bool) -> int:
         print("layout verified: live arrays match the plan on "
               f"{plan.config.mesh.size} devices" if not problems else "\n".join(problems))
         print(f"{result.stop_reason}: {result.steps} steps, {result.steps_per_s:.0f} steps/s")
+        print(f"final_loss={result.final_loss:.6f}")
+    return 1 if result.diverged else 0
+
+
+def _train_processes(plan: Plan, processes: int, as_json: bool) -> int:
+    """``train --processes N``: the same run as N JAX processes (:mod:`sharding_lab.distributed`)."""
+    from .distributed import WorkerFailed, run
+
+    try:
+        result = run(plan.config, processes, _report(as_json))
+    except WorkerFailed as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 3
+    except KeyboardInterrupt:  # the launcher has already killed its processes
+        print("interrupted: the processes were stopped", file=sys.stderr)
+        return 130
+    if as_json:
+        out = plan_json(plan, result.layouts)
+        final = result.final_loss
+        out.update({"final_loss": final if math.isfinite(final) else None, "steps": result.steps,
+                    "steps_per_s": result.steps_per_s, "stop_reason": result.stop_reason,
+                    "layout_matches_plan": not result.problems,
+                    "processes": {str(d): p for d, p in result.owners.items()},
+                    "jax_device_ids": {str(d): i for d, i in result.jax_ids.items()},
+                    "hosts": {str(p): h for p, h in result.hosts.items()}})
+        print(json.dumps(out))
+    else:
+        for warning in plan.warnings:
+            print(f"warning: {warning}")
+        print(layout_table(result.layouts))
+        for process, devices in result.addressable().items():
+            print(f"process {process} on {result.hosts[process]} owns devices "
+                  f"{', '.join(map(str, devices))} (JAX ids {', '.join(str(result.jax_ids[d]) for d in devices)})"
+                  " and addresses only their shards")
+        print(f"layout verified: the shards gathered from {processes} processes match the plan on "
+              f"{plan.config.mesh.size} devices" if not result.problems else "\n".join(result.problems))
+        print(f"{result.stop_reason}: {result.steps} steps, {result.steps_per_s:.0f} steps/s "
+              f"({processes} processes, started in {result.startup_s:.1f} s)")
         print(f"final_loss={result.final_loss:.6f}")
     return 1 if result.diverged else 0

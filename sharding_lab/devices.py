@@ -3,6 +3,9 @@
 JAX fixes its device list when its backend starts, so the forced host-device count must be set
 before the first array is made. Importing :mod:`sharding_lab` does that once, reading
 ``SHARDING_LAB_DEVICES`` (default 8, the seed's count).
+
+Forcing host devices only shapes JAX's CPU backend: when JAX sees GPUs or TPUs, ``jax.devices()``
+— and so every mesh — is made of those, and :func:`device_info` says which kind they are.
 """
 
 from __future__ import annotations
@@ -15,6 +18,11 @@ import jax
 DEVICE_COUNT_ENV = "SHARDING_LAB_DEVICES"
 DEFAULT_DEVICE_COUNT = 8
 MAX_DEVICE_COUNT = 64
+
+# On GPUs a JAX process grabs 75% of each one's memory as it starts. This lab's arrays are tiny, and
+# the app server, its jobs and the worker processes of a multi-process run share the same GPUs:
+# allocate on demand instead (set XLA_PYTHON_CLIENT_PREALLOCATE=true to have it back).
+os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
 
 
 def requested_host_devices() -> int:

@@ -42,8 +42,10 @@ def _device_list(devices: list[int]) -> str:
     return ", ".join(runs)
 
 
-def mesh_figure(device_ids: list, axes: tuple[str, ...], highlight: set[int] | None = None) -> go.Figure:
-    """The mesh as a grid of coloured devices; a 3-axis mesh is drawn as one grid per first index."""
+def mesh_figure(device_ids: list, axes: tuple[str, ...], highlight: set[int] | None = None,
+                owners: dict[int, int] | None = None) -> go.Figure:
+    """The mesh as a grid of coloured devices; a 3-axis mesh is drawn as one grid per first index.
+    With ``owners`` (device → JAX process) each box also names the process that owns it."""
     grid = np.array(device_ids)
     if grid.ndim == 1:
         grid = grid[None, :]
@@ -58,9 +60,13 @@ def mesh_figure(device_ids: list, axes: tuple[str, ...], highlight: set[int] | N
         for (r, c), device in np.ndenumerate(facet):
             coords = ((f,) if len(facets) > 1 else ()) + ((r,) if row_axis else ()) + (c,)
             dim = highlight is not None and int(device) not in highlight
-            _add_box(fig, c, c + 0.92, r, r + 0.92, device_color(int(device)), f"<b>{device}</b><br>{coords}",
-                     f"device {device}<br>mesh coords {dict(zip(axes, coords))}", row=1, col=f + 1,
-                     opacity=0.25 if dim else 0.95, name=f"device {device}", meta={"device": int(device)})
+            owner = None if owners is None else owners.get(int(device))
+            where = "" if owner is None else f"<br>process {owner}"
+            _add_box(fig, c, c + 0.92, r, r + 0.92, device_color(int(device)),
+                     f"<b>{device}</b><br>{coords}" if owner is None else f"<b>{device}</b><br>process {owner}",
+                     f"device {device}<br>mesh coords {dict(zip(axes, coords))}{where}", row=1, col=f + 1,
+                     opacity=0.25 if dim else 0.95, name=f"device {device}",
+                     meta={"device": int(device)} if owner is None else {"device": int(device), "process": owner})
         fig.update_xaxes(title_text=f"{col_axis} →", tickvals=[i + 0.46 for i in range(facet.shape[1])],
                          ticktext=[str(i) for i in range(facet.shape[1])], row=1, col=f + 1,
                          showgrid=False, zeroline=False)
@@ -95,11 +101,13 @@ def _view_2d(layout: ArrayLayout):
 
 
 def shard_map_figure(layout: ArrayLayout, coords: dict[int, tuple[int, ...]], axes: tuple[str, ...],
-                     title: str | None = None, height: int = 230) -> go.Figure:
+                     title: str | None = None, height: int = 230,
+                     owners: dict[int, int] | None = None) -> go.Figure:
     """Which block of ``layout``'s array each device holds, drawn in array coordinates.
 
     Rank 1 is a single row; rank ≥ 3 gets one panel per distinct slice of the leading dimensions.
-    Blocks are rectangles, whatever the array's size.
+    Blocks are rectangles, whatever the array's size. With ``owners`` (device → JAX process), the
+    hover says which process owns each shard — the only one that can address it.
     """
     rows, cols, view = _view_2d(layout)
     blocks: dict[tuple, list[int]] = {}
@@ -119,9 +127,12 @@ def shard_map_figure(layout: ArrayLayout, coords: dict[int, tuple[int, ...]], ax
             shared = f"<br>replicated on devices {_device_list(group)}" if len(group) > 1 else ""
             hover = (f"<b>device {device}</b> mesh coords {dict(zip(axes, coords.get(device, ())))}"
                      f"<br>holds [{where}]<br>shard shape {shard}, {layout.bytes_per_device:,} bytes{shared}")
+            meta = {"device": device, "ranges": [list(r) for r in full_ranges], "shared_with": group}
+            if owners is not None and device in owners:
+                hover += f"<br>owned by process {owners[device]}: only it can address this shard"
+                meta["process"] = owners[device]
             _add_box(fig, c0 + i * width, c0 + (i + 1) * width, r0, r1, device_color(device), None, hover,
-                     row=1, col=facets.index(facet) + 1, name=f"device {device}",
-                     meta={"device": device, "ranges": [list(r) for r in full_ranges], "shared_with": group})
+                     row=1, col=facets.index(facet) + 1, name=f"device {device}", meta=meta)
         label = ("dev " if len(group) == 1 else "devs ") + _device_list(group)
         fig.add_annotation(x=(c0 + c1) / 2, y=(r0 + r1) / 2, text=label, showarrow=False,
                            font=dict(color="white", size=11), bgcolor="rgba(0,0,0,0.35)",

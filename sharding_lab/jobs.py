@@ -4,12 +4,24 @@ A :class:`TrainingJob` owns one run. Its thread builds the :class:`~sharding_lab
 runs the trainer chunk by chunk and publishes a :class:`Snapshot` (losses so far, speed, the
 model's current prediction, the final verdict) that a page can poll as often as it likes. A job
 stops when asked, when its time limit passes, or when nobody has looked at it for a while (the tab
-was closed). At most ``SHARDING_LAB_MAX_JOBS`` jobs train at once across the whole server; one
-more is refused with :class:`Busy` rather than queued behind a hidden wait.
+was closed). At most ``SHARDING_LAB_MAX_JOBS`` jobs train at once across the whole server; the
+next ones wait their turn in a first-come, first-served queue whose place they report
+("queued — 3 runs ahead of you"), up to ``SHARDING_LAB_MAX_QUEUED`` of them; one more than that is
+refused with :class:`Busy`. A queue rather than "try again": a class pressing Train together would
+otherwise keep re-clicking, and every click redraws a page on the same cores the runs need.
+:func:`poll_interval` tells pages how often to look, slower as more runs share the server, for the
+same reason.
+
+A :class:`DistributedJob` is the same for a run as several JAX processes
+(:mod:`sharding_lab.distributed`): same :class:`Snapshot`, plus which process owns each device and
+the layout gathered from all of them. It takes a training slot and one of
+``SHARDING_LAB_MAX_MULTIPROCESS_JOBS`` (default 1) multi-process slots: each such run starts
+several JAX processes, which a small server cannot afford many of.
 """
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import os
 import threading
@@ -22,11 +34,17 @@ from .data import make_dataset
 from .errors import ConfigError
 
 MAX_JOBS = max(1, int(os.environ.get("SHARDING_LAB_MAX_JOBS", "4")))
+MAX_MULTIPROCESS_JOBS = max(1, int(os.environ.get("SHARDING_LAB_MAX_MULTIPROCESS_JOBS", "1")))
 JOB_TIME_LIMIT_S = float(os.environ.get("SHARDING_LAB_JOB_TIME_LIMIT_S", "300"))
 UNWATCHED_LIMIT_S = float(os.environ.get("SHARDING_LAB_UNWATCHED_LIMIT_S", "30"))
+MAX_QUEUED = max(0, int(os.environ.get("SHARDING_LAB_MAX_QUEUED", "64")))
 PREDICTION_INTERVAL_S = 0.2
+FASTEST_POLL_S, SLOWEST_POLL_S, QUEUED_POLL_S = 0.2, 3.0, 1.5
 
-_slots = threading.BoundedSemaphore(MAX_JOBS)
+_turns = threading.Condition()  # guards _free and _queue
+_free = MAX_JOBS
+_queue: collections.deque = collections.deque()
+_multi_slots = threading.BoundedSemaphore(MAX_MULTIPROCESS_JOBS)
 
 
 class Busy(RuntimeError):
@@ -34,18 +52,61 @@ class Busy(RuntimeError):
 
 
 def take_slot() -> None:
-    """Claim one of the server's training slots, or raise :class:`Busy`; pair with :func:`release_slot`."""
-    if not _slots.acquire(blocking=False):
-        raise Busy(f"all {MAX_JOBS} training slots are in use right now — try again in a moment")
+    """Claim a training slot now, or raise :class:`Busy` (also when runs are queued: no jumping
+    the queue); pair with :func:`release_slot`."""
+    global _free
+    with _turns:
+        if _free == 0 or _queue:
+            raise Busy(f"all {MAX_JOBS} training slots are in use right now — try again in a moment")
+        _free -= 1
 
 
 def release_slot() -> None:
-    _slots.release()
+    global _free
+    with _turns:
+        _free += 1
+        _turns.notify_all()
+
+
+def wait_for_slot(ticket: object, cancelled, on_wait) -> bool:
+    """Queue ``ticket`` and block until it is first in line and a slot is free (then the slot is
+    taken: True), or until ``cancelled()`` (False). ``on_wait(runs_ahead)`` is called as the line
+    moves (at least every 0.5 s)."""
+    global _free
+    with _turns:
+        _queue.append(ticket)
+        try:
+            while not (_queue[0] is ticket and _free > 0):
+                if cancelled():
+                    return False
+                on_wait(_queue.index(ticket))
+                _turns.wait(0.5)
+            _free -= 1
+            return True
+        finally:
+            _queue.remove(ticket)
+            _turns.notify_all()
+
+
+def load() -> tuple[int, int]:
+    """(runs training, runs queued) on this server right now."""
+    with _turns:
+        return MAX_JOBS - _free, len(_queue)
+
+
+def poll_interval(queued: bool = False) -> float:
+    """How often a page should look at its run: 5× a second while one run has the server, slower
+    as more share it (every 0.2 s × the runs training or queued, at most every 3 s), at least every
+    1.5 s while waiting in the queue — so that the cores go to training, not to redrawing twenty
+    students' charts (a poll that takes longer than its interval never lets the page catch up)."""
+    running, waiting = load()
+    interval = min(SLOWEST_POLL_S, FASTEST_POLL_S * max(1, running + waiting))
+    return max(QUEUED_POLL_S, interval) if queued else interval
 
 
 @dataclasses.dataclass
 class Snapshot:
-    state: str  # "starting", "compiling", "training", "finished", "stopped", "diverged", "failed"
+    state: str  # "queued", "starting", "compiling", "training", "finished", "stopped", "diverged", "failed"
     losses: list[float]
     step: int
     total_steps: int
@@ -56,26 +117,39 @@ class Snapshot:
     final_loss: float | None = None
     layout_problems: list[str] | None = None
     devices: int = 0
+    processes: int = 1
+    owners: dict[int, int] | None = None       # device → process (multi-process runs, at the end)
+    jax_ids: dict[int, int] | None = None      # device → JAX's own id
+    hosts: dict[int, str] | None = None        # process → host name
+    kinds: dict[int, str] | None = None        # device → device kind ("cpu", "NVIDIA H100 ...")
+    layouts: dict | None = None                # path → ArrayLayout gathered from every process
+    startup_s: float | None = None
 
     @property
     def running(self) -> bool:
-        return self.state in ("starting", "compiling", "training")
+        return self.state in ("queued", "starting", "compiling", "training")
 
 
 class TrainingJob:
     """One background training run of ``config``; poll :meth:`snapshot`, end with :meth:`stop`."""
 
     def __init__(self, config: LabConfig):
-        take_slot()
+        running, waiting = load()
+        if running >= MAX_JOBS and waiting >= MAX_QUEUED:
+            raise Busy(f"all {MAX_JOBS} training slots are in use and {waiting} runs are waiting for one — "
+                       "try again in a minute")
         self.config = config
         self._stop = threading.Event()
         self._lock = threading.Lock()
         self._losses: list[float] = []
-        self._snapshot = Snapshot("starting", [], 0, config.steps, 0.0, 0.0, None)
+        self._snapshot = self._first_snapshot()
         self.x, self.y = make_dataset(config.seed, config.model.din, config.model.dout)
         self.last_seen = time.monotonic()
         self.thread = threading.Thread(target=self._run, name="sharding-lab-job", daemon=True)
         self.thread.start()
+
+    def _first_snapshot(self) -> Snapshot:
+        return Snapshot("queued", [], 0, self.config.steps, 0.0, 0.0, None, message="waiting for a free slot")
 
     def snapshot(self) -> Snapshot:
         """The latest state (cheap; also tells the job someone is still watching)."""
@@ -99,11 +173,34 @@ class TrainingJob:
         if now - started > JOB_TIME_LIMIT_S:
             self._publish(message=f"stopped after the {JOB_TIME_LIMIT_S:.0f} s limit per run")
             self._stop.set()
-        elif now - self.last_seen > UNWATCHED_LIMIT_S:
+        elif self._unwatched():
             self._publish(message="stopped: nobody was watching (tab closed?)")
             self._stop.set()
 
+    def _unwatched(self) -> bool:
+        return time.monotonic() - self.last_seen > UNWATCHED_LIMIT_S
+
+    def _wait_turn(self) -> bool:
+        def on_wait(ahead: int) -> None:
+            line = "next in line" if ahead == 0 else f"{ahead} run{'s' if ahead > 1 else ''} ahead of you"
+            self._publish(message=f"waiting for a free slot — {line} ({MAX_JOBS} train at once on this server)")
+
+        if wait_for_slot(self, lambda: self._stop.is_set() or self._unwatched(), on_wait):
+            self._publish(state="starting", message="")
+            return True
+        self._publish(state="stopped", message="stopped: nobody was watching (tab closed?)"
+                      if self._unwatched() else "stopped before it started (it was waiting in the queue)")
+        return False
+
     def _run(self) -> None:
+        if not self._wait_turn():
+            return
+        try:
+            self._train()
+        finally:
+            release_slot()
+
+    def _train(self) -> None:
         from .training import Lab, Trainer
 
         started = time.monotonic()
@@ -132,5 +229,78 @@ class TrainingJob:
             self._publish(state="failed", message=str(error))
         except Exception as error:  # a JAX failure must end the job visibly, not kill the server
             self._publish(state="failed", message=f"{type(error).__name__}: {error}")
+
+
+class _WatchedStop:
+    """The job's stop flag as the launcher reads it (every 50 ms): each look also runs the watchdog."""
+
+    def __init__(self, job: "DistributedJob"):
+        self.job = job
+
+    def is_set(self) -> bool:
+        if time.monotonic() - self.job.last_seen > UNWATCHED_LIMIT_S and not self.job._stop.is_set():
+            self.job._publish(message="stopped: nobody was watching (tab closed?)")
+            self.job._stop.set()
+        return self.job._stop.is_set()
+
+
+class DistributedJob(TrainingJob):
+    """One background run of ``config`` as ``processes`` JAX processes; same interface."""
+
+    def __init__(self, config: LabConfig, processes: int):
+        from .distributed import check_processes
+
+        check_processes(config, processes)
+        if not _multi_slots.acquire(blocking=False):
+            raise Busy(f"{MAX_MULTIPROCESS_JOBS} multi-process run{'s are' if MAX_MULTIPROCESS_JOBS > 1 else ' is'} "
+                       "already going on on this server (each starts several JAX processes) — try again "
+                       "in a moment, or train with 1 process")
+        self.processes = processes
+        try:
+            super().__init__(config)
+        except BaseException:
+            _multi_slots.release()
+            raise
+
+    def _first_snapshot(self) -> Snapshot:
+        return dataclasses.replace(super()._first_snapshot(), processes=self.processes)
+
+    def _run(self) -> None:
+        try:
+            super()._run()
         finally:
-            release_slot()
+            _multi_slots.release()
+
+    def _train(self) -> None:
+        from .distributed import WorkerFailed, run
+
+        self._publish(message=f"starting {self.processes} JAX processes…")
+
+        def on_status(state: str, info: dict) -> None:
+            changes = {"state": state}
+            if "startup_s" in info:
+                changes.update(startup_s=info["startup_s"], message="")
+            self._publish(**changes)
+
+        def on_progress(progress, prediction) -> None:
+            with self._lock:
+                self._losses.extend(progress.losses)
+            self._publish(step=progress.step, elapsed=progress.elapsed, steps_per_s=progress.steps_per_s,
+                          state="training", prediction=prediction)
+
+        try:
+            result = run(self.config, self.processes, on_progress, stop=_WatchedStop(self),
+                         time_limit_s=JOB_TIME_LIMIT_S, on_status=on_status)
+            reason = result.stop_reason
+            state = "diverged" if result.diverged else "stopped" if reason.startswith("stopped") else reason
+            final = result.final_loss
+            self._publish(state=state, final_loss=final if np.isfinite(final) else None,
+                          layout_problems=result.problems, devices=self.config.mesh.size,
+                          owners=result.owners, jax_ids=result.jax_ids, hosts=result.hosts, kinds=result.kinds,
+                          layouts=result.layouts, startup_s=result.startup_s,
+                          message=reason if state == "diverged" or reason.startswith("stopped:")
+                          else self._snapshot.message)
+        except (ConfigError, WorkerFailed) as error:
+            self._publish(state="failed", message=str(error))
+        except Exception as error:  # the server must live on, and say what happened
+            self._publish(state="failed", message=f"{type(error).__name__}: {error}")

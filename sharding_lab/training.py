@@ -6,6 +6,12 @@ the seed's math — MSE loss, gradients, momentum update — but many steps per 
 ``lax.scan`` over a *chunk*, sampling each batch on device), reporting after every chunk and
 stopping between chunks on request or when the loss stops being a number.
 
+With ``host_batches=True`` the same steps take their batches from host memory instead: before each
+chunk every JAX process loads only the rows of each batch that its own devices hold
+(``jax.make_array_from_process_local_data``) — the way data reaches a model trained by several
+processes (:mod:`sharding_lab.worker`). The batches are the very ones the device sampler draws, so
+both ways give the same losses.
+
 Every chunk's result is waited on before the next is dispatched: XLA's CPU collectives can abort
 the process when many collective programs are in flight at once.
 """
@@ -25,8 +31,8 @@ import numpy as np
 from flax import nnx
 from jax.sharding import NamedSharding, PartitionSpec as P
 
-from .config import LabConfig, Plan, plan as make_plan
-from .data import make_dataset, sample_batch
+from .config import LabConfig, Plan, check_memory, plan as make_plan
+from .data import make_dataset, place, sample_batch
 from .layout import ArrayLayout, actual_layout, compare_layouts
 from .model import MLP
 from .optimizer import buffer_name, make_optimizer
@@ -74,15 +80,17 @@ class Lab:
 
     def __init__(self, config_or_plan: LabConfig | Plan):
         self.plan = config_or_plan if isinstance(config_or_plan, Plan) else make_plan(config_or_plan)
+        check_memory(self.plan)  # refuse before allocating what would not fit
         config = self.plan.config
         with jax.set_mesh(self.plan.mesh):
             model, optimizer = _create(config.model, self.plan.rules, config.optimizer, config.lr,
                                        config.decay, config.seed)
         self.graphdef, self.state = nnx.split((model, optimizer))
-        x, y = make_dataset(config.seed, config.model.din, config.model.dout)
+        self.x_host, self.y_host = make_dataset(config.seed, config.model.din, config.model.dout)
         replicated = NamedSharding(self.plan.mesh, P())
-        self.x_all, self.y_all = jax.device_put((x, y), replicated)
+        self.x_all, self.y_all = jax.device_put((self.x_host, self.y_host), replicated)
         self.steps_done = 0
+        self._predict_all = None
 
     @property
     def config(self) -> LabConfig:
@@ -101,9 +109,26 @@ class Lab:
         fn = _batch_fn(self.plan.mesh, self.config.batch_size, _batch_sharding(self.plan))
         return fn(jax.random.key(self.config.seed), jnp.int32(step), self.x_all, self.y_all)
 
-    def actual_layouts(self) -> dict[str, ArrayLayout]:
+    def load_batches(self, start: int, count: int) -> tuple[jax.Array, jax.Array]:
+        """The batches of steps ``start .. start+count-1`` stacked, shape (count, batch, features),
+        built from host memory: this process loads only the batch rows its devices hold."""
+        idx = np.asarray(_indices_fn(self.config.batch_size, count, self.x_host.shape[0])(
+            jax.random.key(self.config.seed), jnp.int32(start)))  # the device sampler's indices
+        return tuple(_from_process_rows(host, idx, NamedSharding(self.plan.mesh, P(None, *self.plan.spec(path))))
+                     for host, path in ((self.x_host, "batch/x"), (self.y_host, "batch/y")))
+
+    def load_batch(self, step: int = 0) -> tuple[jax.Array, jax.Array]:
+        """One step's batch, loaded from host memory as :meth:`load_batches` does."""
+        idx = np.asarray(_indices_fn(self.config.batch_size, 1, self.x_host.shape[0])(
+            jax.random.key(self.config.seed), jnp.int32(step)))[0]
+        return tuple(_from_process_rows(host, idx, NamedSharding(self.plan.mesh, self.plan.spec(path)))
+                     for host, path in ((self.x_host, "batch/x"), (self.y_host, "batch/y")))
+
+    def actual_layouts(self, batch: tuple[jax.Array, jax.Array] | None = None) -> dict[str, ArrayLayout]:
+        """Where the live arrays are (this process's shards only, when there are several). The
+        batch is ``batch`` if given, else one drawn by the device sampler."""
         arrays = self.live_arrays()
-        arrays["batch/x"], arrays["batch/y"] = self.sample_batch()
+        arrays["batch/x"], arrays["batch/y"] = batch if batch is not None else self.sample_batch()
         return {path: actual_layout(path, array, self.plan.arrays[path].requested
                                     if path in self.plan.arrays else P())
                 for path, array in arrays.items()}
@@ -116,6 +141,16 @@ class Lab:
         model, _ = nnx.merge(self.graphdef, self.state)
         with jax.set_mesh(self.plan.mesh):
             return np.asarray(_predict(model, jnp.asarray(x, jnp.float32)))
+
+    def predict_dataset(self) -> np.ndarray:
+        """The prediction on the 100 training points, gathered whole onto every device — so any
+        process can read it (every process must call this together)."""
+        if self._predict_all is None:
+            graphdef = self.graphdef
+            self._predict_all = jax.jit(lambda state, x: nnx.merge(graphdef, state)[0](x),
+                                        out_shardings=NamedSharding(self.plan.mesh, P()))
+        with jax.set_mesh(self.plan.mesh):
+            return np.asarray(self._predict_all(self.state, self.x_all))
 
 
 @nnx.jit(static_argnums=(0, 1, 2, 3, 4, 5))
@@ -137,30 +172,56 @@ def _batch_fn(mesh, batch_size, sharding):
     return batch
 
 
-def program_key(config: LabConfig, chunk: int) -> tuple:
+@functools.lru_cache(maxsize=16)
+def _indices_fn(batch_size: int, count: int, n_points: int):
+    """key, start → (count, batch_size) row indices: for each step, the rows ``sample_batch`` draws."""
+    @jax.jit
+    def indices(key, start):
+        return jax.vmap(lambda i: jax.random.randint(jax.random.fold_in(key, start + i), (batch_size,),
+                                                     0, n_points))(jnp.arange(count))
+    return indices
+
+
+def process_rows(sharding: NamedSharding, shape: tuple[int, ...], dim: int) -> np.ndarray:
+    """The indices along ``dim`` that this process's devices hold, in order (all of them when the
+    dimension is not split across processes)."""
+    index_map = sharding.addressable_devices_indices_map(shape)
+    return np.array(sorted({i for index in index_map.values() for i in range(*index[dim].indices(shape[dim])[:2])}))
+
+
+def _from_process_rows(host: np.ndarray, idx: np.ndarray, sharding: NamedSharding) -> jax.Array:
+    """The global array ``host[idx]`` (batch rows along ``idx``'s last dimension), of which this
+    process builds and loads only the rows its devices hold."""
+    shape = idx.shape + host.shape[1:]
+    rows = process_rows(sharding, shape, idx.ndim - 1)
+    return jax.make_array_from_process_local_data(sharding, host[idx[..., rows]], shape)
+
+
+def program_key(config: LabConfig, chunk: int, host_batches: bool = False) -> tuple:
     """What a compiled chunk depends on: equal keys share one program (across runs and sessions)."""
     return (config.mesh, config.resolved_rules(), config.model, config.optimizer, config.lr,
-            config.decay, config.batch_size, chunk)
+            config.decay, config.batch_size, chunk, host_batches)
 
 
 _programs: dict[tuple, Callable] = {}
 _programs_lock = threading.Lock()
 
 
-def chunk_program(lab: Lab, chunk: int):
+def chunk_program(lab: Lab, chunk: int, host_batches: bool = False):
     """The cached compiled chunk for ``lab``'s configuration (built on first use)."""
-    key = program_key(lab.config, chunk)
+    key = program_key(lab.config, chunk, host_batches)
     with _programs_lock:
         if key not in _programs:
             if len(_programs) >= 64:
                 _programs.pop(next(iter(_programs)))
-            _programs[key] = _chunk_program(lab, chunk)
+            _programs[key] = _chunk_program(lab, chunk, host_batches)
         return _programs[key]
 
 
-def _chunk_program(lab: Lab, chunk: int):
+def _chunk_program(lab: Lab, chunk: int, host_batches: bool = False):
     """A jitted function (state, key, start, n_active, x_all, y_all) → (state, losses) running
-    ``chunk`` steps.
+    ``chunk`` steps — or, with ``host_batches``, (state, xs, ys, n_active) → (state, losses), the
+    chunk's batches loaded from the hosts (``xs[i]`` is step i's batch).
 
     Steps at index ≥ ``n_active`` compute but keep the old state, so the last, shorter chunk
     reuses the same program instead of compiling another.
@@ -173,34 +234,49 @@ def _chunk_program(lab: Lab, chunk: int):
     def loss_fn(model, x, y):
         return jnp.mean((y - model(x)) ** 2)
 
+    def train_step(state, x, y, keep):
+        model, optimizer = nnx.merge(graphdef, state)
+        loss, grads = nnx.value_and_grad(loss_fn)(model, x, y)
+        optimizer.update(model, grads)
+        new_state = nnx.state((model, optimizer))
+        return jax.tree.map(lambda new, old: jnp.where(keep, new, old), new_state, state), loss
+
     def run_chunk(state, key, start, n_active, x_all, y_all):
         def one_step(state, i):
-            model, optimizer = nnx.merge(graphdef, state)
             x, y = sample_batch(jax.random.fold_in(key, start + i), x_all, y_all, batch_size,
                                 batch_sharding)
-            loss, grads = nnx.value_and_grad(loss_fn)(model, x, y)
-            optimizer.update(model, grads)
-            new_state = nnx.state((model, optimizer))
-            keep = i < n_active
-            return jax.tree.map(lambda new, old: jnp.where(keep, new, old), new_state, state), loss
+            return train_step(state, x, y, i < n_active)
 
         return jax.lax.scan(one_step, state, jnp.arange(chunk))
 
-    return jax.jit(run_chunk, donate_argnums=0, out_shardings=(state_shardings, replicated))
+    def run_loaded_chunk(state, xs, ys, n_active):
+        def one_step(state, batch):
+            x, y, i = batch
+            return train_step(state, place(x, batch_sharding), place(y, batch_sharding), i < n_active)
+
+        return jax.lax.scan(one_step, state, (xs, ys, jnp.arange(chunk)))
+
+    return jax.jit(run_loaded_chunk if host_batches else run_chunk, donate_argnums=0,
+                   out_shardings=(state_shardings, replicated))
 
 
 class Trainer:
     """Runs ``steps`` training steps on a :class:`Lab` in chunks, streaming :class:`Progress`."""
 
-    def __init__(self, lab: Lab, steps: int | None = None, chunk: int | None = None):
+    def __init__(self, lab: Lab, steps: int | None = None, chunk: int | None = None,
+                 host_batches: bool = False):
         self.lab = lab
         self.steps = steps if steps is not None else lab.config.steps
         self.chunk = max(1, min(chunk or lab.config.chunk, self.steps))
-        self._program = chunk_program(lab, self.chunk)
+        self.host_batches = host_batches
+        self._program = chunk_program(lab, self.chunk, host_batches)
         self.losses: list[float] = []
 
     def chunks(self, stop: threading.Event | None = None) -> Iterator[Progress]:
-        """Yield one Progress per chunk; the last one has ``done=True`` and a ``stop_reason``."""
+        """Yield one Progress per chunk; the last one has ``done=True`` and a ``stop_reason``.
+
+        ``stop`` is anything with ``is_set()``, asked once before each chunk (several processes
+        pass an object that agrees on the answer: :class:`sharding_lab.worker.AgreedStop`)."""
         lab, key = self.lab, jax.random.key(self.lab.config.seed)
         start_time, done = time.perf_counter(), 0
         reason, unreported = "finished", []
@@ -210,8 +286,12 @@ class Trainer:
                     reason = "stopped"
                     break
                 n_active = min(self.chunk, self.steps - done)
-                state, losses = self._program(lab.state, key, jnp.int32(lab.steps_done),
-                                              jnp.int32(n_active), lab.x_all, lab.y_all)
+                if self.host_batches:
+                    xs, ys = lab.load_batches(lab.steps_done, self.chunk)
+                    state, losses = self._program(lab.state, xs, ys, jnp.int32(n_active))
+                else:
+                    state, losses = self._program(lab.state, key, jnp.int32(lab.steps_done),
+                                                  jnp.int32(n_active), lab.x_all, lab.y_all)
                 unreported = np.asarray(losses)[:n_active].tolist()  # blocks: one program in flight
                 lab.state = state
                 lab.steps_done += n_active

@@ -277,6 +277,10 @@ def test_streamlit_config_show_lists_our_values():
     run = subprocess.run([sys.executable, "-m", "streamlit", "config", "show"], cwd=ROOT,
                          capture_output=True, text=True, timeout=60)
     assert run.returncode == 0 and INVALID_OPTION not in run.stdout + run.stderr
+    from streamlit import config
+
     for key, value in config_items().items():
+        if config.get_config_options()[key].visibility == "hidden":
+            continue  # e.g. runner.postScriptGC: valid (see above) but not listed by `config show`
         shown = json.dumps(value) if isinstance(value, str) else str(value).lower()
         assert f"\n{key.split('.')[-1]} = {shown}\n" in run.stdout, key
