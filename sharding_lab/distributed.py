@@ -40,7 +40,7 @@ from .devices import DEVICE_COUNT_ENV, device_info
 from .errors import ConfigError
 from .layout import ArrayLayout, compare_layouts
 from .rules import target_text
-from .training import FINAL_LOSS_WINDOW, Progress
+from .training import Progress, TrainResult
 
 PROCESS_CHOICES = (1, 2, 4)
 MAX_PROCESSES = 16
@@ -118,12 +118,9 @@ def worker_command(config: LabConfig, processes: int, process_id: int, coordinat
 
 
 @dataclasses.dataclass
-class DistributedResult:
-    losses: np.ndarray
-    steps: int
-    elapsed: float          # training time as process 0 measured it (chunks only)
-    steps_per_s: float
-    stop_reason: str
+class DistributedResult(TrainResult):
+    """A one-process :class:`TrainResult` (elapsed: process 0's chunks), plus who owned what."""
+
     processes: int
     layouts: dict[str, ArrayLayout]  # gathered from every process; devices by mesh position
     owners: dict[int, int]           # device → the process that owns (and alone addresses) it
@@ -134,15 +131,6 @@ class DistributedResult:
     startup_s: float                 # launch → every process joined
     wall_s: float                    # launch → every process gone
     prediction: np.ndarray | None = None
-
-    @property
-    def final_loss(self) -> float:
-        tail = self.losses[-FINAL_LOSS_WINDOW:]
-        return float(np.mean(tail)) if len(tail) else float("nan")
-
-    @property
-    def diverged(self) -> bool:
-        return self.stop_reason.startswith("diverged")
 
     def addressable(self) -> dict[int, list[int]]:
         """process → the devices whose shards it can address (its own)."""
