@@ -10,7 +10,7 @@ from __future__ import annotations
 import dataclasses
 
 from .communication import analyze
-from .config import LabConfig, check_memory, plan as make_plan
+from .config import LabConfig, plan as make_plan
 from .errors import ConfigError
 from .jobs import release_slot, take_slot
 from .layout import memory_per_device
@@ -50,8 +50,7 @@ def compare(base: LabConfig, strategies: dict[str, str | Rules], train_steps: in
 def _short_run(plan, steps: int) -> dict:
     from .training import Lab, Trainer
 
-    check_memory(plan)
-    take_slot()
+    take_slot()  # Lab refuses, before allocating, a run that would not fit (check_memory)
     try:
         chunk = min(steps, 100)
         Trainer(Lab(plan), steps=chunk, chunk=chunk).run()  # compile, on a throwaway copy
