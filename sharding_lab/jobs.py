@@ -39,6 +39,7 @@ JOB_TIME_LIMIT_S = float(os.environ.get("SHARDING_LAB_JOB_TIME_LIMIT_S", "300"))
 UNWATCHED_LIMIT_S = float(os.environ.get("SHARDING_LAB_UNWATCHED_LIMIT_S", "30"))
 MAX_QUEUED = max(0, int(os.environ.get("SHARDING_LAB_MAX_QUEUED", "64")))
 PREDICTION_INTERVAL_S = 0.2
+UNWATCHED_MESSAGE = "stopped: nobody was watching (tab closed?)"
 FASTEST_POLL_S, SLOWEST_POLL_S, QUEUED_POLL_S = 0.2, 3.0, 1.5
 
 _turns = threading.Condition()  # guards _free and _queue
@@ -174,7 +175,7 @@ class TrainingJob:
             self._publish(message=f"stopped after the {JOB_TIME_LIMIT_S:.0f} s limit per run")
             self._stop.set()
         elif self._unwatched():
-            self._publish(message="stopped: nobody was watching (tab closed?)")
+            self._publish(message=UNWATCHED_MESSAGE)
             self._stop.set()
 
     def _unwatched(self) -> bool:
@@ -188,7 +189,7 @@ class TrainingJob:
         if wait_for_slot(self, lambda: self._stop.is_set() or self._unwatched(), on_wait):
             self._publish(state="starting", message="")
             return True
-        self._publish(state="stopped", message="stopped: nobody was watching (tab closed?)"
+        self._publish(state="stopped", message=UNWATCHED_MESSAGE
                       if self._unwatched() else "stopped before it started (it was waiting in the queue)")
         return False
 
@@ -238,8 +239,8 @@ class _WatchedStop:
         self.job = job
 
     def is_set(self) -> bool:
-        if time.monotonic() - self.job.last_seen > UNWATCHED_LIMIT_S and not self.job._stop.is_set():
-            self.job._publish(message="stopped: nobody was watching (tab closed?)")
+        if self.job._unwatched() and not self.job._stop.is_set():
+            self.job._publish(message=UNWATCHED_MESSAGE)
             self.job._stop.set()
         return self.job._stop.is_set()
 
