@@ -2,7 +2,7 @@
 
 import streamlit as st
 
-import ui
+from sharding_lab.app import ui
 
 st.set_page_config(page_title="Sharding Lab", page_icon=":material/grid_view:", layout="wide")
 ui.init_state()

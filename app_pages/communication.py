@@ -4,8 +4,8 @@ import pandas as pd
 import streamlit as st
 
 import sharding_lab as sl
-import ui
-from sharding_lab import figures
+from sharding_lab.app import ui
+from sharding_lab.app import figures
 from sharding_lab.communication import analyze, explain_memory
 from sharding_lab.mesh import device_ids
 

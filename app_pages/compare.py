@@ -4,10 +4,10 @@ import pandas as pd
 import streamlit as st
 
 import sharding_lab as sl
-import ui
-from sharding_lab import figures
+from sharding_lab.app import ui
+from sharding_lab.app import figures
 from sharding_lab.compare import METRICS, compare
-from sharding_lab.jobs import Busy
+from sharding_lab.app.scheduler import Busy, slot
 
 CURRENT = "your rules"
 
@@ -42,7 +42,7 @@ key = (base, tuple(chosen), steps)
 if go or st.session_state.get("compare_key") != key:
     try:
         with st.spinner("Planning, compiling" + (" and training" if steps else "") + " each strategy…"):
-            st.session_state.compare_rows = compare(base, strategies, int(steps))
+            st.session_state.compare_rows = compare(base, strategies, int(steps), run_slot=slot)
             st.session_state.compare_key = key
     except Busy as busy:
         st.warning(f"The server is busy: {busy}.", icon=":material/hourglass_top:")

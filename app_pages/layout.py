@@ -5,8 +5,8 @@ import pandas as pd
 import streamlit as st
 
 import sharding_lab as sl
-import ui
-from sharding_lab import figures
+from sharding_lab.app import ui
+from sharding_lab.app import figures
 from sharding_lab.layout import describe, format_spec, memory_part, memory_per_device
 from sharding_lab.mesh import device_ids, mesh_coords
 from sharding_lab.rules import axis_names

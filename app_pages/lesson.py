@@ -6,8 +6,8 @@ import pandas as pd
 import streamlit as st
 
 import sharding_lab as sl
-import ui
-from sharding_lab import figures
+from sharding_lab.app import ui
+from sharding_lab.app import figures
 from sharding_lab.communication import analyze
 from sharding_lab.explicit import lesson as explicit_lesson
 from sharding_lab.export import script_sections

@@ -5,12 +5,12 @@ import dataclasses
 import pandas as pd
 import streamlit as st
 
-import share
+from sharding_lab.app import links as share
 import sharding_lab as sl
-import ui
-from sharding_lab import figures
+from sharding_lab.app import ui
+from sharding_lab.app import figures
 from sharding_lab.distributed import process_choices, process_table
-from sharding_lab.jobs import Busy, DistributedJob, TrainingJob, poll_interval
+from sharding_lab.app.jobs import Busy, DistributedJob, TrainingJob, poll_interval
 
 
 class JobSlot:

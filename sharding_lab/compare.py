@@ -7,12 +7,12 @@ and — when asked — steps/s and final loss of a short real run.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 
 from .communication import analyze
 from .config import LabConfig, plan as make_plan
 from .errors import ConfigError
-from .jobs import release_slot, take_slot
 from .layout import memory_per_device
 from .rules import PRESETS, Rules
 
@@ -20,8 +20,12 @@ METRICS = {"params": "params bytes / device", "optimizer": "optimizer bytes / de
            "comm_bytes": "collective bytes / step", "steps_per_s": "steps / s", "final_loss": "final loss"}
 
 
-def compare(base: LabConfig, strategies: dict[str, str | Rules], train_steps: int = 0) -> list[dict]:
-    """One row per strategy (a preset name or a Rules), or a row with ``error`` if it cannot apply."""
+def compare(base: LabConfig, strategies: dict[str, str | Rules], train_steps: int = 0,
+            run_slot=contextlib.nullcontext) -> list[dict]:
+    """One row per strategy (a preset name or a Rules), or a row with ``error`` if it cannot apply.
+
+    ``run_slot()`` is entered around each short run: the app passes its scheduler's slot, so
+    these runs count against the server's training slots like any other."""
     rows = []
     for name, strategy in strategies.items():
         config = (dataclasses.replace(base, preset=strategy, rules=None) if isinstance(strategy, str)
@@ -40,21 +44,18 @@ def compare(base: LabConfig, strategies: dict[str, str | Rules], train_steps: in
                    steps_per_s=None, final_loss=None)
         if train_steps:
             try:
-                row.update(_short_run(plan, train_steps))
+                row.update(_short_run(plan, train_steps, run_slot))
             except ConfigError as error:
                 row["run_error"] = str(error)
         rows.append(row)
     return rows
 
 
-def _short_run(plan, steps: int) -> dict:
+def _short_run(plan, steps: int, run_slot) -> dict:
     from .training import Lab, Trainer
 
-    take_slot()  # Lab refuses, before allocating, a run that would not fit (check_memory)
-    try:
+    with run_slot():  # Lab refuses, before allocating, a run that would not fit (check_memory)
         chunk = min(steps, 100)
         Trainer(Lab(plan), steps=chunk, chunk=chunk).run()  # compile, on a throwaway copy
         result = Trainer(Lab(plan), steps=steps, chunk=chunk).run()
-    finally:
-        release_slot()
     return {"steps_per_s": result.steps_per_s, "final_loss": result.final_loss}

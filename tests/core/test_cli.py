@@ -10,7 +10,7 @@ import pytest
 
 from sharding_lab import cli
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 SEED_ARGS = ["--mesh", "2x4", "--axes", "data,model", "--preset", "seed"]
 PATHS = ("params/w1", "params/b1", "params/w2", "opt/momentum/w1", "batch/x", "batch/y")
 

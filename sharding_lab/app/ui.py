@@ -14,7 +14,7 @@ from urllib.parse import urlencode
 
 import streamlit as st
 
-import share
+from sharding_lab.app import links as share
 import sharding_lab as sl
 from sharding_lab.mesh import default_axes
 from sharding_lab.export import export_script, script_name

@@ -17,9 +17,9 @@ session's own mesh, preset, step count and device count — on the Train page ca
 bar, the verdict, and the sidebar widgets at the end). The server's peak RSS (itself and its
 children, sampled every 0.2 s) is reported with the table.
 
-    .venv/bin/python loadtest.py --sessions 20 --steps 300
-    .venv/bin/python loadtest.py --sessions 8 --max-jobs 2 --json artifacts/load.json
-    .venv/bin/python loadtest.py --url http://127.0.0.1:8501/ --sessions 5   # a server already running
+    .venv/bin/python -m tools.loadtest --sessions 20 --steps 300
+    .venv/bin/python -m tools.loadtest --sessions 8 --max-jobs 2 --json artifacts/load.json
+    .venv/bin/python -m tools.loadtest --url http://127.0.0.1:8501/ --sessions 5   # a server already running
 
 Exit status 0 when every session finished with no error and no cross-talk, 1 otherwise.
 """
@@ -44,7 +44,7 @@ import time
 import urllib.request
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent
+ROOT = Path(__file__).resolve().parents[1]
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic",
                   "--disable-background-networking", "--disable-component-update", "--disable-sync",

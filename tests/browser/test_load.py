@@ -1,6 +1,6 @@
 """A short classroom load test in CI: a few browser sessions at once against one server.
 
-The full run (20 sessions) is `python loadtest.py`; this runs the same code with 4 sessions, a
+The full run (20 sessions) is `python -m tools.loadtest`; this runs the same code with 4 sessions, a
 few hundred steps each, and only 2 training slots so that the queue is exercised: every session must still finish, see only its own configuration and
 run (no cross-talk), and show no error.
 """
@@ -13,10 +13,8 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-
-import loadtest  # noqa: E402
+ROOT = Path(__file__).resolve().parents[2]
+from tools import loadtest  # noqa: E402
 
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 SESSIONS, STEPS, MAX_JOBS = 4, 100, 2

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 DOCKERFILE = ROOT / "Dockerfile"
 CONFIG = ROOT / ".streamlit" / "config.toml"
 INVALID_OPTION = "is not a valid config option"
@@ -128,7 +128,7 @@ def test_dockerignore_keeps_the_app_and_drops_the_rest():
     patterns = [line.strip() for line in (ROOT / ".dockerignore").read_text().splitlines()
                 if line.strip() and not line.startswith("#")]
     assert not any(p.startswith("!") for p in patterns)
-    needed = ["app.py", "ui.py", "requirements.txt", ".streamlit/config.toml",
+    needed = ["app.py", "sharding_lab/app/ui.py", "requirements.txt", ".streamlit/config.toml",
               *[str(p.relative_to(ROOT)) for p in (ROOT / "app_pages").glob("*.py")],
               *[str(p.relative_to(ROOT)) for p in (ROOT / "sharding_lab").glob("*.py")]]
     assert [p for p in needed if ignored(p, patterns)] == []

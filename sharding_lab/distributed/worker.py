@@ -1,4 +1,4 @@
-"""One JAX process of a multi-process run: ``python -m sharding_lab.worker``.
+"""One JAX process of a multi-process run: ``python -m sharding_lab.distributed.worker``.
 
 Run one per process — by :mod:`sharding_lab.distributed` on this machine, or by hand on each of
 several machines (README, "Beyond one host"). Each joins the others with
@@ -32,11 +32,11 @@ import traceback
 import jax
 import numpy as np
 
-from .cli import add_config_options, config_from_args
-from .config import plan as make_plan
-from .errors import ConfigError
-from .layout import compare_layouts
-from .training import Lab, Trainer
+from ..cli import add_config_options, config_from_args
+from ..config import plan as make_plan
+from ..errors import ConfigError
+from ..layout import compare_layouts
+from ..training import Lab, Trainer
 
 LIFELINE_EXIT_CODE = 70
 LOOPBACK = ("127.0.0.1", "localhost", "[::1]")
@@ -44,7 +44,7 @@ LOOPBACK = ("127.0.0.1", "localhost", "[::1]")
 
 def parse_args(argv=None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
-        prog="python -m sharding_lab.worker",
+        prog="python -m sharding_lab.distributed.worker",
         description="One process of a multi-process Sharding Lab run (start one per process).")
     parser.add_argument("--coordinator", required=True, metavar="HOST:PORT",
                         help="address of process 0, which runs the coordination service there")

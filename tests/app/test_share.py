@@ -3,8 +3,8 @@
 import pytest
 from streamlit.testing.v1 import AppTest
 
-import share
-import ui
+from sharding_lab.app import links as share
+from sharding_lab.app import ui
 from test_app import ROOT, TIMEOUT, chart_spec, device_blocks
 
 

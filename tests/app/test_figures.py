@@ -1,7 +1,7 @@
 """The Plotly figures draw blocks per device for any rank, with consistent device colours."""
 
 import sharding_lab as sl
-from sharding_lab import figures
+from sharding_lab.app import figures
 from sharding_lab.layout import planned_layout
 from sharding_lab.mesh import device_ids, mesh_coords
 from jax.sharding import PartitionSpec as P

@@ -1,6 +1,6 @@
 """Several JAX processes, one mesh: run the same sharded training as N processes on this machine.
 
-:func:`run` starts ``python -m sharding_lab.worker`` N times — the command one would type on each
+:func:`run` starts ``python -m sharding_lab.distributed.worker`` N times — the command one would type on each
 of N machines, with ``127.0.0.1`` and a free port as the coordinator's address — each with its
 share of the mesh's devices (``SHARDING_LAB_DEVICES`` host devices, or its own accelerators). The
 workers join with ``jax.distributed.initialize`` into one global mesh and train it together; this
@@ -35,12 +35,12 @@ from typing import Callable
 
 import numpy as np
 
-from .config import LabConfig, check_memory, plan as make_plan
-from .devices import DEVICE_COUNT_ENV, device_info
-from .errors import ConfigError
-from .layout import ArrayLayout, compare_layouts
-from .rules import target_text
-from .training import Progress, TrainResult
+from ..config import LabConfig, check_memory, plan as make_plan
+from ..devices import DEVICE_COUNT_ENV, device_info
+from ..errors import ConfigError
+from ..layout import ArrayLayout, compare_layouts
+from ..rules import target_text
+from ..training import Progress, TrainResult
 
 PROCESS_CHOICES = (1, 2, 4)
 MAX_PROCESSES = 16
@@ -50,7 +50,7 @@ STOP_GRACE_S = 20.0
 PORT_ATTEMPTS = 3
 POLL_S = 0.05
 STDERR_LINES = 200
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 _NOISE = ("[Gloo]", "W0000", "I0000", "WARNING: All log messages before absl")
 
 
@@ -108,7 +108,7 @@ def config_args(config: LabConfig) -> list[str]:
 def worker_command(config: LabConfig, processes: int, process_id: int, coordinator: str,
                    local_devices: list[int] | None = None, lifeline: bool = True) -> list[str]:
     """The command that starts one worker (the same, but for the address, on a real host)."""
-    command = [sys.executable, "-m", "sharding_lab.worker", "--coordinator", coordinator,
+    command = [sys.executable, "-m", "sharding_lab.distributed.worker", "--coordinator", coordinator,
                "--num-processes", str(processes), "--process-id", str(process_id)]
     if local_devices is not None:
         command += ["--local-devices", ",".join(map(str, local_devices))]

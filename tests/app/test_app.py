@@ -8,7 +8,7 @@ import pytest
 from streamlit.testing.v1 import AppTest
 
 TIMEOUT = 120
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def chart_spec(at: AppTest, key: str) -> dict:

@@ -21,10 +21,10 @@ from markdown_it import MarkdownIt
 from streamlit.testing.v1 import AppTest
 
 import sharding_lab as sl
-from sharding_lab import jobs
+from sharding_lab.app import jobs, scheduler
 from sharding_lab.layout import memory_per_device
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 TIMEOUT = 120
 HOSTILE_NAMES = [
     "<script>alert(1)</script>",
@@ -108,13 +108,13 @@ def all_slots_taken():
     taken = 0
     try:
         while True:
-            jobs.take_slot()
+            scheduler.take_slot()
             taken += 1
-    except jobs.Busy:
+    except scheduler.Busy:
         pass
     yield taken
     for _ in range(taken):
-        jobs.release_slot()
+        scheduler.release_slot()
 
 
 # --- numbers out of range ---------------------------------------------------------------------
@@ -351,15 +351,15 @@ def test_a_full_server_queues_runs_first_come_first_served(all_slots_taken):
         assert first.snapshot().state == second.snapshot().state == "queued"
         assert "next in line" in first.snapshot().message
         assert "1 run ahead of you" in second.snapshot().message
-        assert jobs.load() == (all_slots_taken, 2)
-        jobs.release_slot()  # one slot frees up: the first in line trains, then hands it to the next
+        assert scheduler.load() == (all_slots_taken, 2)
+        scheduler.release_slot()  # one slot frees up: the first in line trains, then hands it to the next
         assert first.wait(60).state == "finished"
         assert second.wait(60).state == "finished"
     finally:
         second.stop()
         first.stop()
-        jobs.take_slot()  # the slot they shared, so the fixture gives back what it took
-    assert jobs.load()[1] == 0
+        scheduler.take_slot()  # the slot they shared, so the fixture gives back what it took
+    assert scheduler.load()[1] == 0
 
 
 def test_a_queued_run_whose_tab_closed_leaves_the_queue(all_slots_taken, monkeypatch):
@@ -367,12 +367,12 @@ def test_a_queued_run_whose_tab_closed_leaves_the_queue(all_slots_taken, monkeyp
     job = jobs.TrainingJob(long_config(300))
     job.thread.join(30)  # nobody polls
     assert job._snapshot.state == "stopped" and "nobody was watching" in job._snapshot.message
-    assert jobs.load()[1] == 0
+    assert scheduler.load()[1] == 0
 
 
 def test_poll_interval_slows_down_as_the_server_fills(all_slots_taken):
-    assert jobs.poll_interval() == pytest.approx(min(3.0, 0.2 * max(1, all_slots_taken)))
-    assert jobs.poll_interval(queued=True) >= 1.5
+    assert scheduler.poll_interval() == pytest.approx(min(3.0, 0.2 * max(1, all_slots_taken)))
+    assert scheduler.poll_interval(queued=True) >= 1.5
 
 
 def test_train_page_shows_its_place_in_the_queue_then_stops(train_page, all_slots_taken):
@@ -404,8 +404,8 @@ def test_abandoned_job_stops_by_itself(monkeypatch):
     snap = job.snapshot()
     assert snap.state == "stopped" and "nobody was watching" in snap.message
     assert 0 < snap.step < 200_000
-    jobs.take_slot()  # its slot came back
-    jobs.release_slot()
+    scheduler.take_slot()  # its slot came back
+    scheduler.release_slot()
 
 
 def test_watched_job_is_not_stopped_for_being_unwatched(monkeypatch):
@@ -453,15 +453,15 @@ DANGEROUS_ATTRS = {("os", "system"), ("os", "popen"), ("pickle", "loads"), ("pic
 
 
 def app_sources() -> list[Path]:
-    files = [ROOT / "app.py", ROOT / "ui.py", *sorted((ROOT / "app_pages").glob("*.py")),
-             *sorted((ROOT / "sharding_lab").glob("*.py"))]
+    files = [ROOT / "app.py", *sorted((ROOT / "app_pages").glob("*.py")),
+             *sorted((ROOT / "sharding_lab").rglob("*.py"))]
     assert len(files) > 10
     return files
 
 
-# The one process launcher: the multi-process run starts `python -m sharding_lab.worker` with an
+# The one process launcher: the multi-process run starts `python -m sharding_lab.distributed.worker` with an
 # argument list rebuilt from a validated LabConfig (names match [A-Za-z_][A-Za-z0-9_]*; no shell).
-ALLOWED_CALLS = {"distributed.py: subprocess.Popen("}
+ALLOWED_CALLS = {"launcher.py: subprocess.Popen("}
 
 
 def test_no_eval_exec_or_shell_in_the_app():
@@ -505,8 +505,7 @@ CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 @pytest.mark.browser
 @pytest.mark.skipif(not Path(CHROMIUM).exists(), reason="Debian's chromium is not installed")
 def test_html_in_an_axis_name_is_shown_as_text_in_the_browser():
-    sys.path.insert(0, str(ROOT))
-    import loadtest
+    from tools import loadtest
     from playwright.sync_api import sync_playwright
 
     with loadtest.Server() as server, sync_playwright() as p:

@@ -4,13 +4,8 @@ A :class:`TrainingJob` owns one run. Its thread builds the :class:`~sharding_lab
 runs the trainer chunk by chunk and publishes a :class:`Snapshot` (losses so far, speed, the
 model's current prediction, the final verdict) that a page can poll as often as it likes. A job
 stops when asked, when its time limit passes, or when nobody has looked at it for a while (the tab
-was closed). At most ``SHARDING_LAB_MAX_JOBS`` jobs train at once across the whole server; the
-next ones wait their turn in a first-come, first-served queue whose place they report
-("queued — 3 runs ahead of you"), up to ``SHARDING_LAB_MAX_QUEUED`` of them; one more than that is
-refused with :class:`Busy`. A queue rather than "try again": a class pressing Train together would
-otherwise keep re-clicking, and every click redraws a page on the same cores the runs need.
-:func:`poll_interval` tells pages how often to look, slower as more runs share the server, for the
-same reason.
+was closed). When it may train is the :mod:`~sharding_lab.app.scheduler`'s call: a job waits in
+its queue, reporting its place, until a slot is free.
 
 A :class:`DistributedJob` is the same for a run as several JAX processes
 (:mod:`sharding_lab.distributed`): same :class:`Snapshot`, plus which process owns each device and
@@ -21,7 +16,6 @@ several JAX processes, which a small server cannot afford many of.
 
 from __future__ import annotations
 
-import collections
 import dataclasses
 import os
 import threading
@@ -29,80 +23,17 @@ import time
 
 import numpy as np
 
-from .config import LabConfig
-from .data import make_dataset
-from .errors import ConfigError
+from ..config import LabConfig
+from ..data import make_dataset
+from ..errors import ConfigError
+from .scheduler import MAX_JOBS, MAX_QUEUED, Busy, load, poll_interval, release_slot, wait_for_slot  # noqa: F401
 
-MAX_JOBS = max(1, int(os.environ.get("SHARDING_LAB_MAX_JOBS", "4")))
 MAX_MULTIPROCESS_JOBS = max(1, int(os.environ.get("SHARDING_LAB_MAX_MULTIPROCESS_JOBS", "1")))
 JOB_TIME_LIMIT_S = float(os.environ.get("SHARDING_LAB_JOB_TIME_LIMIT_S", "300"))
 UNWATCHED_LIMIT_S = float(os.environ.get("SHARDING_LAB_UNWATCHED_LIMIT_S", "30"))
-MAX_QUEUED = max(0, int(os.environ.get("SHARDING_LAB_MAX_QUEUED", "64")))
 PREDICTION_INTERVAL_S = 0.2
 UNWATCHED_MESSAGE = "stopped: nobody was watching (tab closed?)"
-FASTEST_POLL_S, SLOWEST_POLL_S, QUEUED_POLL_S = 0.2, 3.0, 1.5
-
-_turns = threading.Condition()  # guards _free and _queue
-_free = MAX_JOBS
-_queue: collections.deque = collections.deque()
 _multi_slots = threading.BoundedSemaphore(MAX_MULTIPROCESS_JOBS)
-
-
-class Busy(RuntimeError):
-    """Every training slot is taken; try again in a moment."""
-
-
-def take_slot() -> None:
-    """Claim a training slot now, or raise :class:`Busy` (also when runs are queued: no jumping
-    the queue); pair with :func:`release_slot`."""
-    global _free
-    with _turns:
-        if _free == 0 or _queue:
-            raise Busy(f"all {MAX_JOBS} training slots are in use right now — try again in a moment")
-        _free -= 1
-
-
-def release_slot() -> None:
-    global _free
-    with _turns:
-        _free += 1
-        _turns.notify_all()
-
-
-def wait_for_slot(ticket: object, cancelled, on_wait) -> bool:
-    """Queue ``ticket`` and block until it is first in line and a slot is free (then the slot is
-    taken: True), or until ``cancelled()`` (False). ``on_wait(runs_ahead)`` is called as the line
-    moves (at least every 0.5 s)."""
-    global _free
-    with _turns:
-        _queue.append(ticket)
-        try:
-            while not (_queue[0] is ticket and _free > 0):
-                if cancelled():
-                    return False
-                on_wait(_queue.index(ticket))
-                _turns.wait(0.5)
-            _free -= 1
-            return True
-        finally:
-            _queue.remove(ticket)
-            _turns.notify_all()
-
-
-def load() -> tuple[int, int]:
-    """(runs training, runs queued) on this server right now."""
-    with _turns:
-        return MAX_JOBS - _free, len(_queue)
-
-
-def poll_interval(queued: bool = False) -> float:
-    """How often a page should look at its run: 5× a second while one run has the server, slower
-    as more share it (every 0.2 s × the runs training or queued, at most every 3 s), at least every
-    1.5 s while waiting in the queue — so that the cores go to training, not to redrawing twenty
-    students' charts (a poll that takes longer than its interval never lets the page catch up)."""
-    running, waiting = load()
-    interval = min(SLOWEST_POLL_S, FASTEST_POLL_S * max(1, running + waiting))
-    return max(QUEUED_POLL_S, interval) if queued else interval
 
 
 @dataclasses.dataclass
@@ -202,7 +133,7 @@ class TrainingJob:
             release_slot()
 
     def _train(self) -> None:
-        from .training import Lab, Trainer
+        from ..training import Lab, Trainer
 
         started = time.monotonic()
         try:
@@ -249,7 +180,7 @@ class DistributedJob(TrainingJob):
     """One background run of ``config`` as ``processes`` JAX processes; same interface."""
 
     def __init__(self, config: LabConfig, processes: int):
-        from .distributed import check_processes
+        from ..distributed import check_processes
 
         check_processes(config, processes)
         if not _multi_slots.acquire(blocking=False):
@@ -273,7 +204,7 @@ class DistributedJob(TrainingJob):
             _multi_slots.release()
 
     def _train(self) -> None:
-        from .distributed import WorkerFailed, run
+        from ..distributed import WorkerFailed, run
 
         self._publish(message=f"starting {self.processes} JAX processes…")
 

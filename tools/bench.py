@@ -1,6 +1,6 @@
 """Benchmark: the seed's step-by-step loop against the chunked trainer, same config, one process.
 
-    python -m sharding_lab.bench [--mesh 2x4 --axes data,model --preset seed --steps 3000]
+    python -m tools.bench [--mesh 2x4 --axes data,model --preset seed --steps 3000]
 
 Both are compiled first; then each runs the same number of steps and we print steps/s and, last,
 ``speedup=<trainer/seed>``. Absolute numbers move with the machine's load; the ratio is the result.
@@ -16,9 +16,9 @@ import jax
 import numpy as np
 from flax import nnx
 
-from . import cli
-from .data import make_dataset
-from .training import Lab, Trainer
+from sharding_lab import cli
+from sharding_lab.data import make_dataset
+from sharding_lab.training import Lab, Trainer
 
 
 def seed_loop(lab: Lab, steps: int) -> float:
@@ -56,7 +56,7 @@ def trainer_speed(lab: Lab, steps: int) -> float:
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m sharding_lab.bench", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m tools.bench", description=__doc__.split("\n")[0])
     cli.add_config_options(parser)
     parser.add_argument("--repeats", type=int, default=3, help="alternate runs of each; medians are printed")
     args = parser.parse_args(argv)

@@ -1,6 +1,6 @@
 """Benchmark the app's responsiveness through Streamlit's AppTest (the real script, no browser).
 
-    python -m sharding_lab.app_bench
+    python -m tools.app_bench
 
 Prints: the Layout page's rerun time after a preset change (median of 20, alternating two
 presets) against a rerun with nothing changed, both measured in this run; and the time from

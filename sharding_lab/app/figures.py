@@ -15,7 +15,7 @@ import numpy as np
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from .layout import ArrayLayout
+from ..layout import ArrayLayout
 
 PALETTE = ["#4C78A8", "#F58518", "#54A24B", "#E45756", "#72B7B2", "#B279A2", "#EECA3B", "#9D755D",
            "#FF9DA6", "#BAB0AC", "#1F77B4", "#17BECF", "#8C564B", "#BCBD22", "#7F7F7F", "#D62728"]

@@ -1,0 +1,56 @@
+"""The layers: the concepts in ``sharding_lab/`` import without Streamlit or Plotly installed."""
+
+import pkgutil
+import subprocess
+import sys
+from pathlib import Path
+
+import sharding_lab
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def core_modules() -> list[str]:
+    names = []
+    for info in pkgutil.walk_packages(sharding_lab.__path__, "sharding_lab."):
+        if not info.name.startswith("sharding_lab.app") and not info.name.endswith("__main__"):
+            names.append(info.name)
+    return names
+
+
+def test_core_modules_import_without_streamlit_or_plotly():
+    modules = core_modules()
+    assert "sharding_lab.training" in modules and "sharding_lab.distributed.worker" in modules
+    # A finder that refuses streamlit and plotly, as on a machine without them.
+    program = (
+        "import sys, importlib\n"
+        "class Refuse:\n"
+        "    def find_spec(self, name, path=None, target=None):\n"
+        "        if name.split('.')[0] in ('streamlit', 'plotly'):\n"
+        "            raise ImportError(f'{name} is not available here')\n"
+        "sys.meta_path.insert(0, Refuse())\n"
+        f"for name in {modules!r}:\n"
+        "    importlib.import_module(name)\n"
+        "print('ok', len(sys.modules))\n")
+    done = subprocess.run([sys.executable, "-c", program], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.startswith("ok")
+
+
+def test_the_app_layer_does_need_streamlit():
+    """The refusing finder really bites: the app layer fails without Streamlit (so the test above
+    would catch a core module that imported it)."""
+    program = (
+        "import sys\n"
+        "class Refuse:\n"
+        "    def find_spec(self, name, path=None, target=None):\n"
+        "        if name.split('.')[0] in ('streamlit', 'plotly'):\n"
+        "            raise ImportError(name)\n"
+        "sys.meta_path.insert(0, Refuse())\n"
+        "import sharding_lab.app.ui\n")
+    done = subprocess.run([sys.executable, "-c", program], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert done.returncode != 0
+
+
+def test_only_app_py_at_the_root():
+    assert sorted(p.name for p in ROOT.glob("*.py")) == ["app.py"]
