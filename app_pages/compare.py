@@ -22,10 +22,17 @@ if isinstance(result, sl.ConfigError):
 plan: sl.Plan = result
 
 c1, c2, c3 = st.columns([3, 2, 2])
-chosen = c1.multiselect("Strategies (2–4)", list(sl.PRESETS) + [CURRENT], default=["dp", "fsdp", "tp"],
-                        max_selections=4, key="compare_strategies")
-width = c2.select_slider("Hidden width", [32, 128, 512, 1024, 2048, 4096], value=1024, key="compare_width")
-depth = c2.slider("Extra hidden layers", 0, 4, 2, key="compare_depth")
+family = plan.config.family
+chosen = c1.multiselect("Strategies (2–4)", list(family.presets) + [CURRENT],
+                        default=[p for p in ("dp", "fsdp", "tp") if p in family.presets],
+                        max_selections=4, key=f"compare_strategies_{family.name}")
+if family.name == "mlp":  # the seed's 1→32→1 is too small to tell strategies apart: offer a wider one
+    width = c2.select_slider("Hidden width", [32, 128, 512, 1024, 2048, 4096], value=1024, key="compare_width")
+    depth = c2.slider("Extra hidden layers", 0, 4, 2, key="compare_depth")
+    model = sl.ModelSpec(plan.config.model.din, width, plan.config.model.dout, depth)
+else:
+    model = plan.config.model
+    c2.caption("The model's sizes are the sidebar's.")
 steps = c3.number_input("Short run (steps, 0 = skip)", 0, 500, 0, step=50, key="compare_steps",
                         help="Trains each strategy for this many steps to measure steps/s and loss.")
 go = c3.button("Compare", type="primary", key="compare_go")
@@ -34,8 +41,7 @@ if len(chosen) < 2:
     st.info("Pick at least two strategies.")
     st.stop()
 
-base = sl.LabConfig(mesh=plan.config.mesh, model=sl.ModelSpec(plan.config.model.din, width,
-                    plan.config.model.dout, depth), optimizer=plan.config.optimizer,
+base = sl.LabConfig(mesh=plan.config.mesh, model=model, optimizer=plan.config.optimizer,
                     lr=plan.config.lr, decay=plan.config.decay, batch_size=plan.config.batch_size)
 strategies = {name: (plan.rules if name == CURRENT else name) for name in chosen}
 key = (base, tuple(chosen), steps)

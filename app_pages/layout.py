@@ -16,7 +16,7 @@ st.caption("Pick a mesh and a preset in the sidebar, or edit the rules below: ev
            "One colour per device, the same on every picture.")
 
 result = ui.sidebar()
-mesh_spec, model_spec = ui.mesh_spec(), ui.model_spec()
+mesh_spec, model_spec = ui.current_mesh(), ui.current_model()
 left, right = st.columns([3, 2], gap="large")
 
 with right:
@@ -85,4 +85,4 @@ biggest = max(sum(row.values()) for row in memory.values())
 table.caption(f"Unsharded, one copy of everything is {sum(unsharded.values()):,} bytes; the fullest device "
               f"holds {biggest:,} bytes ({biggest / max(1, sum(unsharded.values())):.0%}).")
 
-ui.show_code(sl.rules.Rules.spec, sl.model.MLP.__init__, sl.layout.planned_layout)
+ui.show_code(sl.rules.Rules.spec, result.config.family.Model.__init__, sl.layout.planned_layout)

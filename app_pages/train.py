@@ -5,7 +5,7 @@ import dataclasses
 import pandas as pd
 import streamlit as st
 
-from sharding_lab.app import links as share
+from sharding_lab.app.settings import GENERAL_RANGES
 import sharding_lab as sl
 from sharding_lab.app import ui
 from sharding_lab.app import figures
@@ -36,11 +36,11 @@ slot = st.session_state.setdefault("job_slot", JobSlot())
 stop_when_session_ends(slot)
 
 c1, c2, c3, c4, c5 = st.columns(5)
-c1.number_input("Steps", *share.NUMBER_RANGES["steps"], step=500, key="steps")
-c2.number_input("Learning rate", *share.NUMBER_RANGES["lr"], step=0.005, format="%.4f", key="lr")
-c3.number_input("Momentum decay", *share.NUMBER_RANGES["decay"], step=0.05, key="decay")
+c1.number_input("Steps", *GENERAL_RANGES["steps"], step=500, key="steps")
+c2.number_input("Learning rate", *GENERAL_RANGES["lr"], step=0.005, format="%.4f", key="lr")
+c3.number_input("Momentum decay", *GENERAL_RANGES["decay"], step=0.05, key="decay")
 # The choice lives under a key of its own: Streamlit forgets a widget's key on pages that do not draw it.
-choices = process_choices(ui.mesh_spec().size)
+choices = process_choices(ui.current_mesh().size)
 if st.session_state.setdefault("processes_choice", 1) not in choices:
     st.session_state.processes_choice = 1
 st.session_state.processes = st.session_state.processes_choice
@@ -90,7 +90,8 @@ def live_view() -> None:
     job = slot.job
     if job is None:
         st.info("Press **Train** to train this layout. The loss curve and the model fit update live.")
-        st.plotly_chart(figures.fit_figure(*sl.data.make_dataset(config.seed), None), key="fit")
+        if config.family.name == "mlp":
+            st.plotly_chart(figures.fit_figure(*config.family.make_dataset(config.model, config.seed), None), key="fit")
         return
     snap = job.snapshot()
     st.progress(min(1.0, snap.step / max(1, snap.total_steps)),
@@ -168,4 +169,4 @@ def process_view(config: sl.LabConfig, snap) -> None:
 
 
 live_view()
-ui.show_code(sl.training._chunk_program)
+ui.show_code(sl.training.make_train_step, sl.training._chunk_program)

@@ -17,14 +17,10 @@ import math
 import re
 
 import jax
-import jax.numpy as jnp
 import numpy as np
-from flax import nnx
-from jax.sharding import NamedSharding
 
 from .config import Plan
 from .layout import memory_per_device
-from .optimizer import buffer_name
 
 COLLECTIVES = ("all-reduce", "all-gather", "reduce-scatter", "collective-permute", "all-to-all")
 DTYPE_BYTES = {"pred": 1, "s8": 1, "u8": 1, "f16": 2, "bf16": 2, "s16": 2, "u16": 2, "f32": 4,
@@ -47,6 +43,25 @@ class Collective:
     phase: str  # forward, backward, optimizer or unknown
     groups: tuple[tuple[int, ...], ...]
     count: int = 1
+    group_size: int = 1  # devices in each group (every device of the mesh when no groups are named)
+    op_names: tuple[str, ...] = dataclasses.field(default=(), compare=False)  # JAX's op_name metadata
+
+    @property
+    def wire_bytes(self) -> int:
+        """Bytes each device sends for one op under a ring algorithm, n devices per group, N the
+        op's result bytes (the formulas of the NCCL performance notes, "Bus bandwidth"
+        (github.com/NVIDIA/nccl-tests, doc/PERFORMANCE.md), and the scaling book's ring section):
+        all-reduce 2(n−1)/n·N (a reduce-scatter then an all-gather); all-gather (n−1)/n·N (each
+        device receives the n−1 blocks it lacks); reduce-scatter (n−1)·N (N is one device's
+        block of the result); all-to-all (n−1)/n·N; collective-permute N (one send)."""
+        n, size = self.group_size, self.bytes
+        if self.op == "collective-permute":
+            return size
+        if n <= 1:
+            return 0
+        factor = {"all-reduce": 2 * (n - 1) / n, "all-gather": (n - 1) / n,
+                  "reduce-scatter": float(n - 1), "all-to-all": (n - 1) / n}[self.op]
+        return round(factor * size)
 
     def where(self, mesh_axes: tuple[str, ...]) -> str:
         if not self.axes:
@@ -58,7 +73,8 @@ class Collective:
     def to_json(self) -> dict:
         shape = [list(s) for s in self.shape]
         return {"op": self.op, "dtype": self.dtype, "shape": shape[0] if len(shape) == 1 else shape,
-                "bytes": self.bytes, "axes": list(self.axes), "count": self.count, "phase": self.phase}
+                "bytes": self.bytes, "wire_bytes": self.wire_bytes, "group_size": self.group_size,
+                "axes": list(self.axes), "count": self.count, "phase": self.phase}
 
 
 # --- replica groups ---------------------------------------------------------------------------
@@ -132,6 +148,7 @@ def _result_arrays(op: str, suffix: str | None, shape_text: str) -> list[tuple[s
 def parse_collectives(hlo_text: str, mesh_shape: tuple[int, ...], axis_names: tuple[str, ...]) -> list[Collective]:
     """Every collective op in ``hlo_text`` (``-done`` halves skipped), identical ones counted."""
     found: dict[Collective, int] = {}
+    names: dict[Collective, list[str]] = {}
     for line in hlo_text.splitlines():
         match = _OP.search(line)
         if not match or match.group("suffix") == "-done":
@@ -144,9 +161,13 @@ def parse_collectives(hlo_text: str, mesh_shape: tuple[int, ...], axis_names: tu
             bytes=sum(math.prod(s) * DTYPE_BYTES.get(d, 4) for d, s in arrays),
             axes=group_axes(groups, mesh_shape, axis_names) if groups else tuple(
                 a for a, n in zip(axis_names, mesh_shape) if n > 1),
-            phase=_phase(line), groups=tuple(tuple(g) for g in groups))
+            phase=_phase(line), groups=tuple(tuple(g) for g in groups),
+            group_size=len(groups[0]) if groups and match.group("op") != "collective-permute"
+            else math.prod(mesh_shape))
         found[collective] = found.get(collective, 0) + 1
-    return [dataclasses.replace(c, count=n) for c, n in found.items()]
+        op_name = re.search(r'op_name="([^"]*)"', line)
+        names.setdefault(collective, []).append(op_name.group(1) if op_name else "")
+    return [dataclasses.replace(c, count=n, op_names=tuple(names[c])) for c, n in found.items()]
 
 
 # --- the compiled step ------------------------------------------------------------------------
@@ -161,52 +182,25 @@ class CommReport:
     def total_bytes(self) -> int:
         return sum(c.bytes * c.count for c in self.collectives)
 
+    @property
+    def total_wire_bytes(self) -> int:
+        """Bytes each device sends per step, over every collective (ring algorithms)."""
+        return sum(c.wire_bytes * c.count for c in self.collectives)
+
     def to_json(self) -> dict:
         return {"collectives": [c.to_json() for c in self.collectives],
-                "total_bytes": self.total_bytes, "memory": self.memory}
-
-
-def _step_fn(graphdef):
-    def step(state, x, y):
-        model, optimizer = nnx.merge(graphdef, state)
-        loss, grads = nnx.value_and_grad(lambda m: jnp.mean((y - m(x)) ** 2))(model)
-        optimizer.update(model, grads)
-        return nnx.state((model, optimizer)), loss
-    return step
-
-
-def abstract_state(plan: Plan):
-    """(graphdef, state of ShapeDtypeStructs with the planned shardings): the run, unallocated."""
-    from .training import _create
-
-    config = plan.config
-    with jax.set_mesh(plan.mesh):
-        model, optimizer = nnx.eval_shape(lambda: _create(config.model, plan.rules, config.optimizer,
-                                                          config.lr, config.decay, config.seed))
-    graphdef, state = nnx.split((model, optimizer))
-
-    def with_sharding(path, leaf):
-        keys = [getattr(p, "key", getattr(p, "idx", getattr(p, "name", None))) for p in path]
-        part, names = keys[0], tuple(k for k in keys[1:] if k != "value")
-        where = "params/" + "/".join(map(str, names)) if part == 0 else buffer_name(names)
-        return jax.ShapeDtypeStruct(leaf.shape, leaf.dtype,
-                                    sharding=NamedSharding(plan.mesh, plan.arrays[where].spec))
-
-    return graphdef, jax.tree_util.tree_map_with_path(with_sharding, state)
+                "total_bytes": self.total_bytes, "total_wire_bytes": self.total_wire_bytes, "memory": self.memory}
 
 
 @functools.lru_cache(maxsize=32)
 def _analyze(config) -> CommReport:
     from .config import plan as make_plan
+    from .training import step_program
 
     plan = make_plan(config)
-    graphdef, state = abstract_state(plan)
-    batch = jax.ShapeDtypeStruct((config.batch_size, config.model.din), jnp.float32,
-                                 sharding=NamedSharding(plan.mesh, plan.spec("batch/x")))
-    target = jax.ShapeDtypeStruct((config.batch_size, config.model.dout), jnp.float32,
-                                  sharding=NamedSharding(plan.mesh, plan.spec("batch/y")))
+    fn, state, x, y = step_program(plan)
     with jax.set_mesh(plan.mesh):
-        compiled = jax.jit(_step_fn(graphdef)).lower(state, batch, target).compile()
+        compiled = fn.lower(state, x, y).compile()
     hlo = compiled.as_text()
     stats = compiled.memory_analysis()
     ours = memory_per_device(plan.layouts())
@@ -217,7 +211,8 @@ def _analyze(config) -> CommReport:
 
 
 def analyze(plan: Plan) -> CommReport:
-    """Compile one training step of ``plan`` (no allocation) and report its collectives and memory."""
+    """Compile the trainer's own step for ``plan`` (:func:`sharding_lab.training.step_program`, no
+    allocation) and report its collectives and memory."""
     config = dataclasses.replace(plan.config, steps=1, seed=0, chunk=1)
     if config.preset is None and config.rules is None:
         config = dataclasses.replace(config, rules=plan.rules)
@@ -236,9 +231,5 @@ def explain_memory(memory: dict[str, int]) -> str:
             "fewer slices, padding XLA keeps for the largest one.")
 
 
-def highlight_devices(collective: Collective, group_index: int = 0) -> set[int]:
-    return set(collective.groups[group_index]) if collective.groups else set()
-
-
 __all__ = ["COLLECTIVES", "Collective", "CommReport", "analyze", "explain_memory", "group_axes",
-           "parse_collectives", "parse_replica_groups", "highlight_devices"]
+           "parse_collectives", "parse_replica_groups"]

@@ -14,7 +14,7 @@ from .communication import analyze
 from .config import LabConfig, plan as make_plan
 from .errors import ConfigError
 from .layout import memory_per_device
-from .rules import PRESETS, Rules
+from .rules import Rules
 
 METRICS = {"params": "params bytes / device", "optimizer": "optimizer bytes / device",
            "comm_bytes": "collective bytes / step", "steps_per_s": "steps / s", "final_loss": "final loss"}
@@ -30,7 +30,7 @@ def compare(base: LabConfig, strategies: dict[str, str | Rules], train_steps: in
     for name, strategy in strategies.items():
         config = (dataclasses.replace(base, preset=strategy, rules=None) if isinstance(strategy, str)
                   else dataclasses.replace(base, preset=None, rules=strategy))
-        row = {"name": name, "explanation": PRESETS[strategy].explanation if isinstance(strategy, str)
+        row = {"name": name, "explanation": base.family.presets[strategy].explanation if isinstance(strategy, str)
                else "Your rules from the Layout page."}
         try:
             plan = make_plan(config)

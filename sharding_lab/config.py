@@ -14,20 +14,21 @@ import math
 import os
 
 import jax
+import numpy as np
 import psutil
 from jax.sharding import PartitionSpec as P
 
 from .data import DEFAULT_BATCH
+from .models import family_of
 from .errors import ConfigError, nearest_divisible
 from .layout import ArrayLayout, divides, format_spec, planned_layout, realized_spec
 from .mesh import MeshSpec, build_mesh
-from .model import ModelSpec
+from .models.mlp import ModelSpec
 from .optimizer import OPTIMIZER_BUFFERS, OPTIMIZER_SCALARS, OPTIMIZERS
 from .rules import Rules, axis_names, bind_preset, split_ways
 
 MAX_STEPS = 200_000
 MAX_BATCH = 65_536
-BATCH_LOGICAL = {"x": ("data", None), "y": ("data", None)}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -44,9 +45,14 @@ class LabConfig:
     seed: int = 0
     chunk: int = 100
 
+    @property
+    def family(self):
+        """The model family of ``model`` (:mod:`sharding_lab.models`)."""
+        return family_of(self.model)
+
     def resolved_rules(self) -> Rules:
         if self.preset is not None:
-            return bind_preset(self.preset, self.mesh)
+            return bind_preset(self.preset, self.mesh, self.family.name)
         if self.rules is None:
             raise ConfigError("no rules given: choose a preset or set the rules", "rules")
         return self.rules
@@ -55,9 +61,10 @@ class LabConfig:
         rules = self.resolved_rules()
         return {"mesh": list(self.mesh.shape), "axes": list(self.mesh.axes),
                 "axis_type": self.mesh.axis_type, "preset": self.preset,
-                "rules": {**{k: _jsonable(v) for k, v in rules.logical().items()},
+                "rules": {**{k: _jsonable(rules.target(k)) for k in self.family.logical_axes},
                           "overrides": {n: [_jsonable(t) for t in d] for n, d in rules.overrides}},
-                "model": dataclasses.asdict(self.model), "optimizer": self.optimizer,
+                "model": dataclasses.asdict(self.model), "model_family": self.family.name,
+                "optimizer": self.optimizer,
                 "lr": self.lr, "decay": self.decay, "batch_size": self.batch_size,
                 "steps": self.steps, "seed": self.seed}
 
@@ -73,6 +80,7 @@ class ArrayPlan:
     logical_axes: tuple
     requested: P
     spec: P
+    dtype: str = "float32"
 
 
 @dataclasses.dataclass
@@ -84,27 +92,35 @@ class Plan:
     warnings: list[str]
 
     def layouts(self) -> dict[str, ArrayLayout]:
-        return {path: planned_layout(path, a.shape, self.mesh, a.requested, a.spec)
+        return {path: planned_layout(path, a.shape, self.mesh, a.requested, a.spec, np.dtype(a.dtype).itemsize)
                 for path, a in self.arrays.items()}
+
+    def activation_specs(self) -> dict[str, P]:
+        """Activation name → the PartitionSpec the forward pass constrains it to."""
+        return {path[4:]: a.spec for path, a in self.arrays.items() if path.startswith("act/")}
 
     def spec(self, path: str) -> P:
         return self.arrays[path].spec
 
 
-def _array_paths(config: LabConfig) -> dict[str, tuple[tuple[int, ...], tuple, str]]:
-    """layout path → (shape, logical axes, rules name) for every array a run holds."""
-    model = config.model
+def _array_paths(config: LabConfig) -> dict[str, tuple[tuple[int, ...], tuple, str, str]]:
+    """layout path → (shape, logical axes, rule name) for every array a run holds: parameters,
+    optimizer state (each buffer laid out like its parameter), the batch and the activations the
+    forward pass constrains."""
+    family = config.family
     arrays = {}
-    params = model.parameters()
-    for name, (shape, logical) in params.items():
-        arrays[f"params/{name}"] = (shape, logical, name)
+    params = family.parameters(config.model)
+    for path, a in params.items():
+        arrays[f"params/{path}"] = (a.shape, a.logical_axes, a.rule_name, a.dtype)
     for buffer in OPTIMIZER_BUFFERS.get(config.optimizer, ()):
-        for name, (shape, logical) in params.items():
-            arrays[f"opt/{buffer}/{name}"] = (shape, logical, name)
+        for path, a in params.items():
+            arrays[f"opt/{buffer}/{path}"] = (a.shape, a.logical_axes, a.rule_name, a.dtype)
     for scalar in OPTIMIZER_SCALARS.get(config.optimizer, ()):
-        arrays[f"opt/{scalar}"] = ((), (), scalar)
-    arrays["batch/x"] = ((config.batch_size, model.din), BATCH_LOGICAL["x"], "x")
-    arrays["batch/y"] = ((config.batch_size, model.dout), BATCH_LOGICAL["y"], "y")
+        arrays[f"opt/{scalar}"] = ((), (), scalar, "int32")
+    for name, a in family.batch(config.model, config.batch_size).items():
+        arrays[f"batch/{name}"] = (a.shape, a.logical_axes, name, a.dtype)
+    for name, a in family.activations(config.model, config.batch_size).items():
+        arrays[f"act/{name}"] = (a.shape, a.logical_axes, name, a.dtype)
     return arrays
 
 
@@ -132,13 +148,13 @@ def plan(config: LabConfig) -> Plan:
     _check_numbers(config)
     rules = config.resolved_rules()
     arrays = _array_paths(config)
-    rules.validate(config.mesh, {name: logical for _, logical, name in arrays.values()
-                                 if name in config.model.parameters()} | BATCH_LOGICAL)
+    rules.validate(config.mesh, {name: logical for path, (_, logical, name, _) in arrays.items()
+                                 if not path.startswith("opt/")}, tuple(config.family.logical_axes))
     mesh = build_mesh(config.mesh)
     explicit = config.mesh.axis_type == "explicit"
     warnings, planned = [], {}
     batch_first = sorted(arrays.items(), key=lambda item: not item[0].startswith("batch/"))
-    for path, (shape, logical, name) in batch_first:
+    for path, (shape, logical, name, dtype) in batch_first:
         requested = rules.spec(name, logical) if logical else P()
         spec = requested
         if not divides(shape, requested, mesh):
@@ -161,7 +177,7 @@ def plan(config: LabConfig) -> Plan:
             if path.startswith("params/"):
                 warnings.append(f"{what}, so JAX silently lays it out as {_fmt(spec)} instead of "
                                 f"{_fmt(requested)}; sizes that divide: {sizes}")
-        planned[path] = ArrayPlan(path, shape, logical, requested, spec)
+        planned[path] = ArrayPlan(path, shape, logical, requested, spec, dtype)
     return Plan(config, rules, mesh, {path: planned[path] for path in arrays}, warnings)
 
 
@@ -178,11 +194,12 @@ def estimated_bytes(plan: Plan) -> int:
     parameters, optimizer state and batch as laid out, plus gradients (one more copy of the
     parameters) and activations (batch × width per layer, forward and backward)."""
     layouts = plan.layouts()
-    held = sum(layout.bytes_per_device * len(layout.devices) for layout in layouts.values())
+    held = sum(layout.bytes_per_device * len(layout.devices) for path, layout in layouts.items()
+               if not path.startswith("act/"))
     grads = sum(layout.bytes_per_device * len(layout.devices) for path, layout in layouts.items()
                 if path.startswith("params/"))
-    model = plan.config.model
-    activations = 2 * 4 * plan.config.batch_size * model.dmid * (model.hidden_layers + 1) * plan.config.mesh.size
+    config = plan.config
+    activations = config.family.activation_bytes(config.model, config.batch_size) * config.mesh.size
     return held + grads + activations
 
 

@@ -62,13 +62,8 @@ class DeviceInfo:
         return f"{self.count} × {self.kind} ({self.platform}, real accelerators)"
 
 
-def devices() -> list:
-    """The devices meshes are built from: accelerators if JAX sees any, else the host devices."""
-    return jax.devices()
-
-
 def device_info() -> DeviceInfo:
-    found = devices()
+    found = jax.devices()  # accelerators if JAX sees any, else the host devices
     platform = found[0].platform
     return DeviceInfo(count=len(found), platform=platform, kind=found[0].device_kind,
                       simulated=platform == "cpu")

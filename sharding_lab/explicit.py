@@ -22,7 +22,7 @@ from jax.sharding import NamedSharding, PartitionSpec as P
 from .config import LabConfig, plan as make_plan
 from .errors import ConfigError
 from .layout import format_spec, trim
-from .model import like_columns, matmul
+from .models.ops import like_columns, matmul
 
 
 @dataclasses.dataclass(frozen=True)

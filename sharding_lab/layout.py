@@ -178,9 +178,12 @@ def memory_part(path: str) -> str:
 
 
 def memory_per_device(layouts: dict[str, ArrayLayout]) -> dict[int, dict[str, int]]:
-    """device → bytes of params, optimizer state and batch it holds."""
+    """device → bytes of params, optimizer state and batch it holds between steps (activations,
+    ``act/...``, live only inside a step: they are the compiled program's temporaries)."""
     table: dict[int, dict[str, int]] = {}
     for path, layout in layouts.items():
+        if path.startswith("act/"):
+            continue
         part = memory_part(path)
         for device in layout.devices:
             row = table.setdefault(device, {"params": 0, "optimizer": 0, "batch": 0})

@@ -20,7 +20,7 @@ from .errors import ConfigError
 
 DEFAULT_AXIS_NAMES = {1: ("data",), 2: ("data", "model"), 3: ("x", "y", "z")}
 AXIS_TYPES = {"auto": AxisType.Auto, "explicit": AxisType.Explicit}
-_AXIS_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,31}$")
+AXIS_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,31}$")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -56,7 +56,7 @@ class MeshSpec:
         for name in self.axes:
             if not name:
                 raise ConfigError("a mesh axis name is empty: name every axis, e.g. 'data'", "mesh")
-            if not _AXIS_NAME.match(name):
+            if not AXIS_NAME.match(name):
                 raise ConfigError(
                     f"mesh axis name {name!r} is not allowed: use letters, digits and '_' "
                     "(starting with a letter, at most 32), e.g. 'data' or 'model'", "mesh")

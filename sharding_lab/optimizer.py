@@ -64,5 +64,9 @@ def make_optimizer(name: str, model: nnx.Module, lr: float, decay: float = 0.9):
 
 
 def buffer_name(path: tuple) -> str:
-    """A readable layout path for one optimizer leaf: ('opt_state', 0, 'mu', 'w1') → 'opt/mu/w1'."""
-    return "opt/" + "/".join(str(p) for p in path if not isinstance(p, int) and p != "opt_state")
+    """A readable layout path for one optimizer leaf: ('opt_state', 0, 'mu', 'w1') → 'opt/mu/w1',
+    ('momentum', 'blocks', 0, 'q') → 'opt/momentum/blocks/0/q' (optax's chain index is dropped)."""
+    parts = list(path)
+    if parts[:1] == ["opt_state"]:
+        parts = parts[2:] if len(parts) > 1 and isinstance(parts[1], int) else parts[1:]
+    return "opt/" + "/".join(str(p) for p in parts)

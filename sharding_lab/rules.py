@@ -13,7 +13,6 @@ last ``model``).
 
 from __future__ import annotations
 
-import dataclasses
 import math
 from typing import Union
 
@@ -21,9 +20,10 @@ from jax.sharding import PartitionSpec as P
 
 from .errors import ConfigError
 from .mesh import MeshSpec
+from .models import Preset, family  # noqa: F401  (Preset: where presets used to live)
+from .models.mlp import PRESETS  # noqa: F401  (the seed model's presets, for old imports)
 
 Target = Union[None, str, tuple[str, ...]]
-LOGICAL_AXES = ("embed", "mlp", "data")
 REPLICATED_WORDS = ("", "none", "replicated", "-")
 
 
@@ -66,50 +66,82 @@ def target_text(target: Target) -> str:
     return "+".join(axis_names(target)) or "replicated"
 
 
-@dataclasses.dataclass(frozen=True)
 class Rules:
     """Logical axis → mesh axis (or axes, or None), plus per-parameter overrides.
 
-    ``overrides`` is a tuple of ``(array name, per-dimension targets)`` pairs so a Rules value is
-    hashable and can key caches of compiled programs.
+    ``Rules(embed=None, mlp='model', data='data')`` or ``Rules({'heads': 'model'})``: the logical
+    names are the model family's (:attr:`ModelFamily.logical_axes`); a name without a rule is
+    replicated. ``overrides`` is a tuple of ``(rule name, per-dimension targets)`` pairs. A Rules
+    value is immutable and hashable, so it can key caches of compiled programs.
     """
 
-    embed: Target = None
-    mlp: Target = None
-    data: Target = None
-    overrides: tuple[tuple[str, tuple[Target, ...]], ...] = ()
+    __slots__ = ("_logical", "overrides")
 
-    def __post_init__(self):
-        for axis in LOGICAL_AXES:
-            object.__setattr__(self, axis, _normalise(getattr(self, axis)))
+    def __init__(self, logical: dict | None = None, overrides=(), **axes: Target):
+        mapping = {**(logical or {}), **axes}
+        object.__setattr__(self, "_logical", tuple((a, _normalise(t)) for a, t in mapping.items()))
         object.__setattr__(self, "overrides", tuple(
-            (name, tuple(_normalise(t) for t in dims)) for name, dims in self.overrides))
+            (name, tuple(_normalise(t) for t in dims)) for name, dims in overrides))
+
+    def __setattr__(self, name, value):
+        raise AttributeError("Rules are immutable: use with_rule / with_override")
+
+    def __getattr__(self, axis: str) -> Target:
+        for name, target in object.__getattribute__(self, "_logical"):
+            if name == axis:
+                return target
+        raise AttributeError(f"no rule for logical axis {axis!r}")
+
+    def _key(self):
+        return (tuple(sorted((a, t) for a, t in self._logical if t is not None)), self.overrides)
+
+    def __eq__(self, other) -> bool:
+        return isinstance(other, Rules) and self._key() == other._key()
+
+    def __hash__(self) -> int:
+        return hash(self._key())
+
+    def __repr__(self) -> str:
+        return f"Rules({dict(self._logical)!r}, overrides={self.overrides!r})"
 
     def logical(self) -> dict[str, Target]:
-        return {axis: getattr(self, axis) for axis in LOGICAL_AXES}
+        return dict(self._logical)
+
+    def target(self, axis: str | None) -> Target:
+        """Where the logical ``axis`` goes (None: no rule, replicated)."""
+        return None if axis is None else dict(self._logical).get(axis)
+
+    def with_rule(self, axis: str, target: Target) -> "Rules":
+        return Rules({**self.logical(), axis: target}, self.overrides)
 
     def override_for(self, name: str) -> tuple[Target, ...] | None:
         return dict(self.overrides).get(name)
 
     def with_override(self, name: str, dims: tuple[Target, ...] | None) -> "Rules":
         kept = tuple((n, d) for n, d in self.overrides if n != name)
-        return dataclasses.replace(self, overrides=kept + (((name, tuple(dims)),) if dims is not None else ()))
+        return Rules(self.logical(), kept + (((name, tuple(dims)),) if dims is not None else ()))
 
     def targets(self, name: str, logical_axes: tuple[str | None, ...]) -> tuple[Target, ...]:
-        """Per-dimension mesh targets of array ``name`` (override first, then logical rules)."""
+        """Per-dimension mesh targets of the array whose rule name is ``name`` (override first,
+        then the logical rules)."""
         override = self.override_for(name)
         if override is not None:
             return override
-        return tuple(None if axis is None else getattr(self, axis) for axis in logical_axes)
+        return tuple(self.target(axis) for axis in logical_axes)
 
     def spec(self, name: str, logical_axes: tuple[str | None, ...]) -> P:
         """The requested PartitionSpec of one array (trailing replicated dims dropped, as JAX prints)."""
         return P(*trim(self.targets(name, logical_axes)))
 
-    def validate(self, mesh: MeshSpec, arrays: dict[str, tuple[str | None, ...]]) -> None:
-        """Unknown mesh axes, an axis used twice in one array, overrides of the wrong rank."""
+    def validate(self, mesh: MeshSpec, arrays: dict[str, tuple[str | None, ...]],
+                 logical_axes: tuple[str, ...] | None = None) -> None:
+        """Unknown logical or mesh axes, an axis used twice in one array, overrides of the wrong
+        rank. ``arrays``: rule name → logical axes; ``logical_axes``: the family's names."""
         known = set(mesh.axes)
         for axis, target in self.logical().items():
+            if logical_axes is not None and axis not in logical_axes and target is not None:
+                raise ConfigError(f"rule {axis!r}: this model has no logical axis {axis!r} (its axes "
+                                  f"are {', '.join(logical_axes)})", "rules")
             for name in axis_names(target):
                 if name not in known:
                     raise ConfigError(
@@ -130,53 +162,14 @@ class Rules:
                         raise ConfigError(
                             f"override for {array} → {name!r}: the mesh has no axis {name!r} (its "
                             f"axes are {', '.join(mesh.axes)})", "rules")
-        for array, logical_axes in arrays.items():
-            used = [name for target in self.targets(array, logical_axes) for name in axis_names(target)]
+        for array, logical_axes_of in arrays.items():
+            used = [name for target in self.targets(array, logical_axes_of) for name in axis_names(target)]
             twice = sorted({name for name in used if used.count(name) > 1})
             if twice:
                 raise ConfigError(
                     f"{array} would be split over mesh axis {twice[0]!r} twice "
-                    f"({self.spec(array, logical_axes)}): one array can use each mesh axis once — "
+                    f"({self.spec(array, logical_axes_of)}): one array can use each mesh axis once — "
                     f"map one of its dimensions to another axis or to replicated", "rules")
-
-
-@dataclasses.dataclass(frozen=True)
-class Preset:
-    name: str
-    title: str
-    explanation: str
-    logical: dict
-    overrides: tuple = ()
-    needs_two_axes: bool = False
-
-
-# Values are roles: "data" and "model" are replaced by the mesh's axes playing those roles.
-PRESETS: dict[str, Preset] = {p.name: p for p in [
-    Preset("seed", "Seed (the blog's rules)",
-           "The Flax example's MeshRules: batch split on data, hidden units (mlp) split on model, "
-           "embed replicated — so w2 (32×1) cannot split and JAX replicates it.",
-           {"embed": None, "mlp": "model", "data": "data"}),
-    Preset("replicated", "Replicated",
-           "Every device holds every parameter and the whole batch: no sharding at all.",
-           {"embed": None, "mlp": None, "data": None}),
-    Preset("dp", "Data parallel",
-           "The batch is split on data; every device keeps a full copy of the parameters and "
-           "gradients are all-reduced.",
-           {"embed": None, "mlp": None, "data": "data"}),
-    Preset("fsdp", "FSDP (fully sharded)",
-           "The batch and every parameter are split on data; weights are all-gathered for use, "
-           "so each device stores only its slice of parameters and momentum.",
-           {"embed": None, "mlp": "data", "data": "data"}, (("w2", ("data", None)),)),
-    Preset("tp", "Tensor parallel",
-           "w1 is split by columns and w2 by rows on model, so the hidden layer lives in "
-           "slices; the batch is not split.",
-           {"embed": None, "mlp": "model", "data": None}, (("w2", ("model", None)),)),
-    Preset("fsdp_tp", "FSDP + tensor parallel",
-           "Hidden units split on model (w1 columns, w2 rows) and again on data, so each device "
-           "stores 1/(data×model) of the weights; the batch is split on data.",
-           {"embed": None, "mlp": ("model", "data"), "data": "data"},
-           (("w2", (("model", "data"), None)),), needs_two_axes=True),
-]}
 
 
 def preset_roles(mesh: MeshSpec) -> dict[str, str]:
@@ -187,11 +180,12 @@ def preset_roles(mesh: MeshSpec) -> dict[str, str]:
     return {"data": data, "model": model}
 
 
-def bind_preset(name: str, mesh: MeshSpec) -> Rules:
-    """The preset's rules with this mesh's axis names; ConfigError if it cannot apply."""
-    if name not in PRESETS:
-        raise ConfigError(f"unknown preset {name!r}: choose one of {', '.join(PRESETS)}", "rules")
-    preset = PRESETS[name]
+def bind_preset(name: str, mesh: MeshSpec, model: str = "mlp") -> Rules:
+    """The ``model`` family's preset ``name`` with this mesh's axis names; ConfigError if it cannot apply."""
+    presets = family(model).presets
+    if name not in presets:
+        raise ConfigError(f"unknown preset {name!r}: choose one of {', '.join(presets)}", "rules")
+    preset = presets[name]
     roles = preset_roles(mesh)
     if preset.needs_two_axes and roles["data"] == roles["model"]:
         raise ConfigError(
@@ -201,5 +195,5 @@ def bind_preset(name: str, mesh: MeshSpec) -> Rules:
     def bind(target):
         return tuple(bind(t) for t in target) if isinstance(target, tuple) else roles.get(target, target)
 
-    return Rules(**{axis: bind(t) for axis, t in preset.logical.items()},
+    return Rules({axis: bind(t) for axis, t in preset.logical.items()},
                  overrides=tuple((array, tuple(bind(t) for t in dims)) for array, dims in preset.overrides))

@@ -32,9 +32,9 @@ from flax import nnx
 from jax.sharding import NamedSharding, PartitionSpec as P
 
 from .config import LabConfig, Plan, check_memory, plan as make_plan
-from .data import make_dataset, place, sample_batch
+from .data import place, sample_batch
 from .layout import ArrayLayout, actual_layout, compare_layouts
-from .model import MLP
+from .models import activation_rules, family_of
 from .optimizer import buffer_name, make_optimizer
 
 FINAL_LOSS_WINDOW = 100
@@ -71,10 +71,6 @@ class TrainResult:
         return self.stop_reason.startswith("diverged")
 
 
-def _batch_sharding(plan: Plan) -> NamedSharding:
-    return NamedSharding(plan.mesh, plan.spec("batch/x"))
-
-
 class Lab:
     """A live run: the plan, the sharded model + optimizer state, and the data on the devices."""
 
@@ -86,7 +82,7 @@ class Lab:
             model, optimizer = _create(config.model, self.plan.rules, config.optimizer, config.lr,
                                        config.decay, config.seed)
         self.graphdef, self.state = nnx.split((model, optimizer))
-        self.x_host, self.y_host = make_dataset(config.seed, config.model.din, config.model.dout)
+        self.x_host, self.y_host = config.family.make_dataset(config.model, config.seed)
         replicated = NamedSharding(self.plan.mesh, P())
         self.x_all, self.y_all = jax.device_put((self.x_host, self.y_host), replicated)
         self.steps_done = 0
@@ -106,7 +102,7 @@ class Lab:
 
     def sample_batch(self, step: int = 0) -> tuple[jax.Array, jax.Array]:
         """The batch the trainer would draw at ``step``, as a live sharded array pair."""
-        fn = _batch_fn(self.plan.mesh, self.config.batch_size, _batch_sharding(self.plan))
+        fn = _batch_fn(self.plan.mesh, self.config.batch_size, batch_shardings(self.plan))
         return fn(jax.random.key(self.config.seed), jnp.int32(step), self.x_all, self.y_all)
 
     def load_batches(self, start: int, count: int) -> tuple[jax.Array, jax.Array]:
@@ -138,37 +134,35 @@ class Lab:
         return compare_layouts(self.plan.layouts(), self.actual_layouts())
 
     def predict(self, x: np.ndarray) -> np.ndarray:
-        model, _ = nnx.merge(self.graphdef, self.state)
-        with jax.set_mesh(self.plan.mesh):
-            return np.asarray(_predict(model, jnp.asarray(x, jnp.float32)))
+        """The family's probe (the MLP: its prediction) on host inputs ``x``."""
+        return self._probe(jnp.asarray(x, self.x_host.dtype))
 
     def predict_dataset(self) -> np.ndarray:
-        """The prediction on the 100 training points, gathered whole onto every device — so any
-        process can read it (every process must call this together)."""
+        """The probe on the whole dataset, gathered whole onto every device — so any process can
+        read it (every process must call this together)."""
+        return self._probe(self.x_all)
+
+    def _probe(self, x) -> np.ndarray:
         if self._predict_all is None:
-            graphdef = self.graphdef
-            self._predict_all = jax.jit(lambda state, x: nnx.merge(graphdef, state)[0](x),
+            graphdef, family = self.graphdef, self.config.family
+            self._predict_all = jax.jit(lambda state, x: family.probe(nnx.merge(graphdef, state)[0], x),
                                         out_shardings=NamedSharding(self.plan.mesh, P()))
         with jax.set_mesh(self.plan.mesh):
-            return np.asarray(self._predict_all(self.state, self.x_all))
+            return np.asarray(self._predict_all(self.state, x))
 
 
 @nnx.jit(static_argnums=(0, 1, 2, 3, 4, 5))
 def _create(model_spec, rules, optimizer, lr, decay, seed):
-    model = MLP(model_spec, rules, nnx.Rngs(seed))
+    """Model and optimizer created inside jit, under the mesh: every array is born sharded."""
+    model = family_of(model_spec).build(model_spec, lambda name, *axes: rules.spec(name, axes), nnx.Rngs(seed))
     return model, make_optimizer(optimizer, model, lr, decay)
 
 
-@nnx.jit
-def _predict(model, x):
-    return model(x)
-
-
 @functools.lru_cache(maxsize=64)
-def _batch_fn(mesh, batch_size, sharding):
+def _batch_fn(mesh, batch_size, shardings):
     @jax.jit
     def batch(key, step, x_all, y_all):
-        return sample_batch(jax.random.fold_in(key, step), x_all, y_all, batch_size, sharding)
+        return sample_batch(jax.random.fold_in(key, step), x_all, y_all, batch_size, shardings)
     return batch
 
 
@@ -203,22 +197,85 @@ def program_key(config: LabConfig, chunk: int, host_batches: bool = False) -> tu
             config.decay, config.batch_size, chunk, host_batches)
 
 
+# --- the one train step ---------------------------------------------------------------------
+
+def layout_paths(state) -> object:
+    """The state's tree with each leaf replaced by its layout path (``params/w1``, ``opt/mu/w1``)."""
+    def path_of(path, _leaf):
+        keys = [getattr(p, "key", getattr(p, "idx", getattr(p, "name", None))) for p in path]
+        part, names = keys[0], tuple(k for k in keys[1:] if k != "value")
+        return "params/" + "/".join(map(str, names)) if part == 0 else buffer_name(names)
+    return jax.tree_util.tree_map_with_path(path_of, state)
+
+
+def abstract_state(plan: Plan):
+    """(graphdef, state of ShapeDtypeStructs carrying the planned shardings): a run, unallocated."""
+    config = plan.config
+    with jax.set_mesh(plan.mesh):
+        model, optimizer = nnx.eval_shape(lambda: _create(config.model, plan.rules, config.optimizer,
+                                                          config.lr, config.decay, config.seed))
+    graphdef, state = nnx.split((model, optimizer))
+    shardings = jax.tree.map(lambda path: NamedSharding(plan.mesh, plan.arrays[path].spec), layout_paths(state))
+    return graphdef, jax.tree.map(lambda leaf, sharding: jax.ShapeDtypeStruct(leaf.shape, leaf.dtype, sharding=sharding),
+                                  state, shardings)
+
+
+def batch_shardings(plan: Plan) -> tuple[NamedSharding, NamedSharding]:
+    return tuple(NamedSharding(plan.mesh, plan.spec(path)) for path in ("batch/x", "batch/y"))
+
+
+def make_train_step(plan: Plan, graphdef):
+    """The one training step — loss, gradients, optimizer update — that the trainer runs (inside
+    its chunk), the Communication and Compare pages compile, and the export script copies.
+
+    ``state`` is ``nnx.state((model, optimizer))``; the activations the family constrains are laid
+    out as the plan says."""
+    family, mesh, activations = plan.config.family, plan.mesh, plan.activation_specs()
+
+    def train_step(state, x, y):
+        model, optimizer = nnx.merge(graphdef, state)
+        with activation_rules(mesh, activations):
+            loss, grads = nnx.value_and_grad(family.loss)(model, x, y)
+        optimizer.update(model, grads)
+        return nnx.state((model, optimizer)), loss
+
+    return train_step
+
+
+def output_shardings(plan: Plan, state) -> tuple:
+    """What every step's outputs are pinned to: each array the layout it was born with, the loss
+    replicated. Unpinned, XLA may hand arrays back in a layout of its choosing — and compile a
+    different program (on 2×4 with the seed's rules: 2 more all-gathers)."""
+    return (jax.tree.map(lambda a: a.sharding, state), NamedSharding(plan.mesh, P()))
+
+
+def step_program(plan: Plan):
+    """(jitted one-step function, abstract state, abstract batch): compile it with
+    ``fn.lower(state, x, y).compile()`` — nothing is allocated."""
+    graphdef, state = abstract_state(plan)
+    (sx, sy), arrays = batch_shardings(plan), plan.arrays
+    x = jax.ShapeDtypeStruct(arrays["batch/x"].shape, arrays["batch/x"].dtype, sharding=sx)
+    y = jax.ShapeDtypeStruct(arrays["batch/y"].shape, arrays["batch/y"].dtype, sharding=sy)
+    fn = jax.jit(make_train_step(plan, graphdef), out_shardings=output_shardings(plan, state))
+    return fn, state, x, y
+
+
 _programs: dict[tuple, Callable] = {}
 _programs_lock = threading.Lock()
 
 
-def chunk_program(lab: Lab, chunk: int, host_batches: bool = False):
-    """The cached compiled chunk for ``lab``'s configuration (built on first use)."""
-    key = program_key(lab.config, chunk, host_batches)
+def chunk_program(plan: Plan, chunk: int, host_batches: bool = False):
+    """The cached compiled chunk for ``plan``'s configuration (built on first use)."""
+    key = program_key(plan.config, chunk, host_batches)
     with _programs_lock:
         if key not in _programs:
             if len(_programs) >= 64:
                 _programs.pop(next(iter(_programs)))
-            _programs[key] = _chunk_program(lab, chunk, host_batches)
+            _programs[key] = _chunk_program(plan, chunk, host_batches)
         return _programs[key]
 
 
-def _chunk_program(lab: Lab, chunk: int, host_batches: bool = False):
+def _chunk_program(plan: Plan, chunk: int, host_batches: bool = False):
     """A jitted function (state, key, start, n_active, x_all, y_all) → (state, losses) running
     ``chunk`` steps — or, with ``host_batches``, (state, xs, ys, n_active) → (state, losses), the
     chunk's batches loaded from the hosts (``xs[i]`` is step i's batch).
@@ -226,38 +283,30 @@ def _chunk_program(lab: Lab, chunk: int, host_batches: bool = False):
     Steps at index ≥ ``n_active`` compute but keep the old state, so the last, shorter chunk
     reuses the same program instead of compiling another.
     """
-    graphdef, plan = lab.graphdef, lab.plan
-    batch_size, batch_sharding = lab.config.batch_size, _batch_sharding(plan)
-    state_shardings = jax.tree.map(lambda a: a.sharding, lab.state)
-    replicated = NamedSharding(plan.mesh, P())
+    graphdef, state = abstract_state(plan)
+    train_step = make_train_step(plan, graphdef)
+    batch_size, shardings = plan.config.batch_size, batch_shardings(plan)
 
-    def loss_fn(model, x, y):
-        return jnp.mean((y - model(x)) ** 2)
-
-    def train_step(state, x, y, keep):
-        model, optimizer = nnx.merge(graphdef, state)
-        loss, grads = nnx.value_and_grad(loss_fn)(model, x, y)
-        optimizer.update(model, grads)
-        new_state = nnx.state((model, optimizer))
+    def masked_step(state, x, y, keep):
+        new_state, loss = train_step(state, x, y)
         return jax.tree.map(lambda new, old: jnp.where(keep, new, old), new_state, state), loss
 
     def run_chunk(state, key, start, n_active, x_all, y_all):
         def one_step(state, i):
-            x, y = sample_batch(jax.random.fold_in(key, start + i), x_all, y_all, batch_size,
-                                batch_sharding)
-            return train_step(state, x, y, i < n_active)
+            x, y = sample_batch(jax.random.fold_in(key, start + i), x_all, y_all, batch_size, shardings)
+            return masked_step(state, x, y, i < n_active)
 
         return jax.lax.scan(one_step, state, jnp.arange(chunk))
 
     def run_loaded_chunk(state, xs, ys, n_active):
         def one_step(state, batch):
             x, y, i = batch
-            return train_step(state, place(x, batch_sharding), place(y, batch_sharding), i < n_active)
+            return masked_step(state, place(x, shardings[0]), place(y, shardings[1]), i < n_active)
 
         return jax.lax.scan(one_step, state, (xs, ys, jnp.arange(chunk)))
 
     return jax.jit(run_loaded_chunk if host_batches else run_chunk, donate_argnums=0,
-                   out_shardings=(state_shardings, replicated))
+                   out_shardings=output_shardings(plan, state))
 
 
 class Trainer:
@@ -269,7 +318,7 @@ class Trainer:
         self.steps = steps if steps is not None else lab.config.steps
         self.chunk = max(1, min(chunk or lab.config.chunk, self.steps))
         self.host_batches = host_batches
-        self._program = chunk_program(lab, self.chunk, host_batches)
+        self._program = chunk_program(lab.plan, self.chunk, host_batches)
         self.losses: list[float] = []
 
     def chunks(self, stop: threading.Event | None = None) -> Iterator[Progress]:
@@ -315,6 +364,10 @@ class Trainer:
         for last in self.chunks(stop):
             if on_progress is not None:
                 on_progress(last)
+        return self.result(last)
+
+    def result(self, last: Progress) -> TrainResult:
+        """The run's result, from the last Progress :meth:`chunks` yielded."""
         return TrainResult(np.asarray(self.losses), last.step, last.elapsed, last.steps_per_s,
                            last.stop_reason)
 

@@ -1,15 +1,22 @@
 """Benchmark the app's responsiveness through Streamlit's AppTest (the real script, no browser).
 
     python -m tools.app_bench
+    python -m tools.app_bench --baseline ../old-checkout   # also time another checkout's Layout page
 
 Prints: the Layout page's rerun time after a preset change (median of 20, alternating two
 presets) against a rerun with nothing changed, both measured in this run; and the time from
-pressing Train to the first loss point, cold (first compile) and warm (cached program).
+pressing Train to the first loss point, cold (first compile) and warm (cached program). With
+``--baseline DIR``, the Layout timings of DIR's ``app.py`` (an older checkout, say) are measured in
+the same run, alternating with this checkout's in fresh processes, and the ratio is printed.
 """
 
 from __future__ import annotations
 
+import argparse
+import json
 import statistics
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -48,14 +55,52 @@ def _first_loss_s() -> float:
     return elapsed
 
 
-def main() -> int:
+def layout_times(app: str = APP) -> tuple[float, float]:
+    """(median idle rerun, median rerun after a preset change) of the Layout page, in seconds."""
     from streamlit.testing.v1 import AppTest
 
-    at = AppTest.from_file(APP, default_timeout=120).run()
+    at = AppTest.from_file(app, default_timeout=120).run()
     presets = ["fsdp", "tp"]
+    _rerun_times(at, lambda at, i: at.selectbox(key="preset").select(presets[i % 2]), n=4)  # warm caches
     idle = _rerun_times(at, lambda at, i: None)
     changed = _rerun_times(at, lambda at, i: at.selectbox(key="preset").select(presets[i % 2]))
-    idle_s, changed_s = statistics.median(idle), statistics.median(changed)
+    return statistics.median(idle), statistics.median(changed)
+
+
+_CHILD = """
+import json, sys
+sys.path.insert(0, {root!r})
+import sharding_lab  # forces the host devices first
+sys.path.insert(0, {here!r})
+from tools.app_bench import layout_times
+print(json.dumps(layout_times({app!r})))
+"""
+
+
+def _layout_times_in(root: Path) -> tuple[float, float]:
+    """Layout timings of the checkout at ``root``, in a fresh process started there."""
+    code = _CHILD.format(root=str(root), here=str(Path(APP).parent), app=str(root / "app.py"))
+    done = subprocess.run([sys.executable, "-c", code], cwd=root, capture_output=True, text=True, timeout=600)
+    if done.returncode:
+        raise SystemExit(f"baseline run failed in {root}:\n{done.stderr[-2000:]}")
+    return tuple(json.loads(done.stdout.strip().splitlines()[-1]))
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m tools.app_bench", description=__doc__.split("\n")[0])
+    parser.add_argument("--baseline", type=Path, help="another checkout whose Layout page to time too")
+    args = parser.parse_args(argv)
+    if args.baseline:
+        rounds = {"this": [], "baseline": []}
+        for _ in range(2):  # alternate, so both see the same machine load
+            rounds["baseline"].append(_layout_times_in(args.baseline.resolve()))
+            rounds["this"].append(_layout_times_in(Path(APP).parent))
+        medians = {k: statistics.median(c for _, c in v) for k, v in rounds.items()}
+        for name, times in rounds.items():
+            print(f"{name:>8}: layout rerun after preset change " + ", ".join(f"{c * 1000:.0f} ms" for _, c in times)
+                  + "; idle " + ", ".join(f"{i * 1000:.0f} ms" for i, _ in times))
+        print(f"preset-change rerun, baseline / this = {medians['baseline'] / medians['this']:.2f}")
+    idle_s, changed_s = layout_times()
     print(f"layout rerun, nothing changed:   median {idle_s * 1000:6.0f} ms (n=20)")
     print(f"layout rerun after preset change: median {changed_s * 1000:6.0f} ms (n=20)")
     print(f"preset change / idle rerun = {changed_s / idle_s:.2f}")

@@ -24,7 +24,6 @@ import time
 import numpy as np
 
 from ..config import LabConfig
-from ..data import make_dataset
 from ..errors import ConfigError
 from .scheduler import MAX_JOBS, MAX_QUEUED, Busy, load, poll_interval, release_slot, wait_for_slot  # noqa: F401
 
@@ -75,7 +74,7 @@ class TrainingJob:
         self._lock = threading.Lock()
         self._losses: list[float] = []
         self._snapshot = self._first_snapshot()
-        self.x, self.y = make_dataset(config.seed, config.model.din, config.model.dout)
+        self.x, self.y = config.family.make_dataset(config.model, config.seed)
         self.last_seen = time.monotonic()
         self.thread = threading.Thread(target=self._run, name="sharding-lab-job", daemon=True)
         self.thread.start()
@@ -99,6 +98,15 @@ class TrainingJob:
     def _publish(self, **changes) -> None:
         with self._lock:
             self._snapshot = dataclasses.replace(self._snapshot, **changes)
+
+    def _finish(self, result, **changes) -> None:
+        """Publish the end of a run (one TrainResult, whichever way it trained)."""
+        reason = result.stop_reason
+        state = "diverged" if result.diverged else "stopped" if reason.startswith("stopped") else reason
+        final = result.final_loss
+        self._publish(state=state, final_loss=final if np.isfinite(final) else None,
+                      message=reason if state == "diverged" or reason.startswith("stopped:")
+                      else self._snapshot.message, **changes)
 
     def _watchdog(self, started: float) -> None:
         now = time.monotonic()
@@ -151,12 +159,7 @@ class TrainingJob:
                     last_prediction = time.monotonic()
                 self._publish(**changes)
                 self._watchdog(started)
-            reason = progress.stop_reason
-            state = "diverged" if reason.startswith("diverged") else reason
-            losses = np.asarray(self._losses)
-            final = float(np.mean(losses[-100:])) if len(losses) else None
-            self._publish(state=state, final_loss=final, layout_problems=lab.verify_layout(),
-                          message=reason if state == "diverged" else self._snapshot.message)
+            self._finish(trainer.result(progress), layout_problems=lab.verify_layout())
         except ConfigError as error:
             self._publish(state="failed", message=str(error))
         except Exception as error:  # a JAX failure must end the job visibly, not kill the server
@@ -223,15 +226,9 @@ class DistributedJob(TrainingJob):
         try:
             result = run(self.config, self.processes, on_progress, stop=_WatchedStop(self),
                          time_limit_s=JOB_TIME_LIMIT_S, on_status=on_status)
-            reason = result.stop_reason
-            state = "diverged" if result.diverged else "stopped" if reason.startswith("stopped") else reason
-            final = result.final_loss
-            self._publish(state=state, final_loss=final if np.isfinite(final) else None,
-                          layout_problems=result.problems, devices=self.config.mesh.size,
-                          owners=result.owners, jax_ids=result.jax_ids, hosts=result.hosts, kinds=result.kinds,
-                          layouts=result.layouts, startup_s=result.startup_s,
-                          message=reason if state == "diverged" or reason.startswith("stopped:")
-                          else self._snapshot.message)
+            self._finish(result, layout_problems=result.problems, devices=self.config.mesh.size,
+                         owners=result.owners, jax_ids=result.jax_ids, hosts=result.hosts, kinds=result.kinds,
+                         layouts=result.layouts, startup_s=result.startup_s)
         except (ConfigError, WorkerFailed) as error:
             self._publish(state="failed", message=str(error))
         except Exception as error:  # the server must live on, and say what happened

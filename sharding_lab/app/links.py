@@ -1,7 +1,7 @@
 """Shareable links: the whole configuration as a URL query string, and back.
 
-Pure functions over the app's settings (the ``st.session_state`` keys of :data:`ui.DEFAULTS`,
-plus ``rule_*`` and ``ovr_*``), so they are tested without a browser. Reading a link never
+Pure functions over the app's settings (the ``st.session_state`` keys of :mod:`.settings`, plus
+``rule_*`` and ``ovr_*``), so they are tested without a browser. Reading a link never
 evaluates anything: every value is parsed and checked against what the widgets allow, and what
 does not fit is reported and left at its default.
 """
@@ -11,33 +11,32 @@ from __future__ import annotations
 import math
 import re
 
-from sharding_lab.mesh import default_axes
+import sharding_lab as sl
+from sharding_lab.app.settings import CUSTOM, FLOATS, GENERAL_RANGES, MAX_AXIS_SIZE, number_ranges, size_key
+from sharding_lab.mesh import AXIS_NAME as _NAME, default_axes
 from sharding_lab.optimizer import OPTIMIZERS
-from sharding_lab.rules import LOGICAL_AXES, PRESETS
 
-CUSTOM = "custom"
-MAX_AXIS_SIZE = 64
-NUMBER_RANGES = {"din": (1, 4096), "dmid": (1, 16384), "dout": (1, 4096), "hidden": (0, 8),
-                 "batch": (1, 4096), "steps": (1, 20_000), "lr": (0.0, 1000.0), "decay": (0.0, 0.999)}
-FLOATS = ("lr", "decay")
-_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,31}$")
 _TARGET = re.compile(r"^(replicated|[A-Za-z_][A-Za-z0-9_]{0,31}(\+[A-Za-z_][A-Za-z0-9_]{0,31})*)$")
 
 
 def to_query(state) -> dict[str, str]:
     """The settings in ``state`` as query parameters (short, readable, stable order)."""
     n = int(state["n_axes"])
+    family = sl.family(state.get("model", "mlp"))
     query = {"mesh": "x".join(str(state[f"size_{i}"]) for i in range(n)),
              "axes": ",".join(str(state[f"name_{i}"]) for i in range(n)),
-             "type": str(state["axis_type"]).lower(), "preset": str(state["preset"])}
+             "type": str(state["axis_type"]).lower()}
+    if family.name != "mlp":  # links made before there were other models stay as they were
+        query["model"] = family.name
+    query["preset"] = str(state["preset"])
     if state["preset"] == CUSTOM:
-        query["rules"] = ",".join(f"{a}:{state.get(f'rule_{a}', 'replicated')}" for a in LOGICAL_AXES)
+        query["rules"] = ",".join(f"{a}:{state.get(f'rule_{a}', 'replicated')}" for a in family.logical_axes)
         overrides = [f"{key[4:].rsplit('_', 1)[0]}.{key.rsplit('_', 1)[1]}:{value}"
                      for key, value in sorted(state.items()) if str(key).startswith("ovr_") and value != "(rule)"]
         if overrides:
             query["ovr"] = ",".join(overrides)
     query["opt"] = str(state["optimizer"])
-    for key in NUMBER_RANGES:
+    for key in [size_key(f) for f in family.size_fields] + list(GENERAL_RANGES):
         query[key] = f"{state[key]:g}" if key in FLOATS else str(int(state[key]))
     return query
 
@@ -49,7 +48,8 @@ def from_query(query: dict[str, str]) -> tuple[dict, list[str]]:
     def bad(key, why):
         problems.append(f"{key}={query[key]!r} ignored: {why}")
 
-    known = {"mesh", "axes", "type", "preset", "rules", "ovr", "opt", *NUMBER_RANGES}
+    ranges = number_ranges()
+    known = {"mesh", "axes", "type", "model", "preset", "rules", "ovr", "opt", *ranges}
     for key in query:
         if key not in known:
             problems.append(f"unknown setting {key!r} ignored")
@@ -73,14 +73,24 @@ def from_query(query: dict[str, str]) -> tuple[dict, list[str]]:
             updates["axis_type"] = query["type"].capitalize()
         else:
             bad("type", "auto or explicit")
+    family = sl.FAMILIES["mlp"]
+    if "model" in query:
+        if query["model"] in sl.FAMILIES:
+            updates["model"] = query["model"]
+            family = sl.FAMILIES[query["model"]]
+        else:
+            bad("model", f"one of {', '.join(sl.FAMILIES)}")
     if "preset" in query:
-        if query["preset"] in PRESETS or query["preset"] == CUSTOM:
+        if query["preset"] in family.presets or query["preset"] == CUSTOM:
             updates["preset"] = query["preset"]
         else:
-            bad("preset", f"one of {', '.join(PRESETS)} or custom")
+            bad("preset", f"one of {', '.join(family.presets)} or custom")
+    elif "model" in updates:
+        updates["preset"] = family.default_preset
     if updates.get("preset") == CUSTOM:
-        for key, prefix, pattern in (("rules", "rule_", r"^(embed|mlp|data)$"),
-                                     ("ovr", "ovr_", r"^[a-z]+[0-9]*\.[0-9]$")):
+        axes = "|".join(family.logical_axes)
+        for key, prefix, pattern in (("rules", "rule_", rf"^({axes})$"),
+                                     ("ovr", "ovr_", r"^[a-z_]+[0-9]*\.[0-9]$")):
             for item in filter(None, query.get(key, "").split(",")):
                 name, _, target = item.partition(":")
                 if re.match(pattern, name) and _TARGET.match(target):
@@ -92,7 +102,7 @@ def from_query(query: dict[str, str]) -> tuple[dict, list[str]]:
             updates["optimizer"] = query["opt"]
         else:
             bad("opt", f"one of {', '.join(OPTIMIZERS)}")
-    for key, (low, high) in NUMBER_RANGES.items():
+    for key, (low, high) in ranges.items():
         if key not in query:
             continue
         try:

@@ -39,7 +39,7 @@ from ..config import LabConfig, check_memory, plan as make_plan
 from ..devices import DEVICE_COUNT_ENV, device_info
 from ..errors import ConfigError
 from ..layout import ArrayLayout, compare_layouts
-from ..rules import target_text
+from ..cli import config_to_args
 from ..training import Progress, TrainResult
 
 PROCESS_CHOICES = (1, 2, 4)
@@ -84,27 +84,6 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def config_args(config: LabConfig) -> list[str]:
-    """Command-line options that rebuild ``config`` (:func:`sharding_lab.cli.config_from_args`)."""
-    mesh = config.mesh
-    args = ["--mesh", "x".join(map(str, mesh.shape)), "--axes", ",".join(mesh.axes),
-            "--axis-type", mesh.axis_type]
-    if config.preset is not None:
-        args += ["--preset", config.preset]
-    else:
-        rules = config.resolved_rules()
-        args += ["--preset", "none"]
-        args += [f"--rule={axis}={target_text(t)}" for axis, t in rules.logical().items()]
-        args += [f"--override={name}={':'.join(target_text(t) for t in dims)}"
-                 for name, dims in rules.overrides]
-    model = config.model
-    return args + ["--optimizer", config.optimizer, "--lr", repr(float(config.lr)),
-                   "--decay", repr(float(config.decay)), "--din", str(model.din),
-                   "--width", str(model.dmid), "--dout", str(model.dout),
-                   "--hidden-layers", str(model.hidden_layers), "--batch", str(config.batch_size),
-                   "--steps", str(config.steps), "--chunk", str(config.chunk), "--seed", str(config.seed)]
-
-
 def worker_command(config: LabConfig, processes: int, process_id: int, coordinator: str,
                    local_devices: list[int] | None = None, lifeline: bool = True) -> list[str]:
     """The command that starts one worker (the same, but for the address, on a real host)."""
@@ -114,7 +93,7 @@ def worker_command(config: LabConfig, processes: int, process_id: int, coordinat
         command += ["--local-devices", ",".join(map(str, local_devices))]
     if lifeline:
         command.append("--lifeline")
-    return command + config_args(config)
+    return command + config_to_args(config)
 
 
 @dataclasses.dataclass
@@ -129,7 +108,6 @@ class DistributedResult(TrainResult):
     kinds: dict[int, str]            # device → device kind ("cpu", "NVIDIA H100 80GB HBM3", ...)
     problems: list[str]              # gathered layout vs the one-process plan (empty: the same)
     startup_s: float                 # launch → every process joined
-    wall_s: float                    # launch → every process gone
     prediction: np.ndarray | None = None
 
     def addressable(self) -> dict[int, list[int]]:
@@ -397,7 +375,7 @@ class _Launch:
             hosts={p: e["host"] for p, e in sorted(self.ready.items())},
             kinds={d["index"]: d["kind"] for d in devices},
             problems=self.problems + compare_layouts(plan.layouts(), merged),
-            startup_s=self.startup_s, wall_s=time.monotonic() - self.launched, prediction=self.prediction)
+            startup_s=self.startup_s, prediction=self.prediction)
 
 
 def _check_exits(workers: list[_Worker], launched: float) -> None:

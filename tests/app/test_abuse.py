@@ -149,7 +149,7 @@ def test_huge_model_lays_out_without_allocating(layout_page):
     assert not at.exception
     assert any(str(16_384) in str(df.value.values.tolist()) for df in at.dataframe)
     at.number_input(key="dmid").set_value(99_999).run()  # above the widget's max: clamped
-    assert not at.exception and at.number_input(key="dmid").value <= sl.model.MAX_WIDTH
+    assert not at.exception and at.number_input(key="dmid").value <= sl.models.mlp.MAX_WIDTH
     at.number_input(key="dmid").set_value(32)
     at.number_input(key="hidden").set_value(0).run()
     assert not at.exception

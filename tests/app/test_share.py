@@ -5,11 +5,12 @@ from streamlit.testing.v1 import AppTest
 
 from sharding_lab.app import links as share
 from sharding_lab.app import ui
+from sharding_lab.app import settings
 from test_app import ROOT, TIMEOUT, chart_spec, device_blocks
 
 
 def test_round_trip_of_a_custom_configuration():
-    state = dict(ui.DEFAULTS, preset="custom", n_axes=3, size_0=2, size_1=2, size_2=2,
+    state = dict(settings.defaults(), preset="custom", n_axes=3, size_0=2, size_1=2, size_2=2,
                  name_0="x", name_1="y", name_2="z", rule_embed="replicated", rule_mlp="z+x",
                  rule_data="x", ovr_w2_0="z", ovr_w2_1="(rule)", axis_type="Explicit", lr=0.05, steps=1500)
     updates, problems = share.from_query(share.to_query(state))

@@ -9,7 +9,6 @@ import json
 import os
 import re
 import shutil
-import socket
 import subprocess
 import sys
 import time
@@ -18,6 +17,8 @@ import urllib.request
 from pathlib import Path
 
 import pytest
+
+from sharding_lab.distributed.launcher import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 DOCKERFILE = ROOT / "Dockerfile"
@@ -62,12 +63,6 @@ def cmd() -> list[str]:
     command = json.loads(one("CMD"))  # JSON (exec) form, or this fails
     assert not [args for kw, args in instructions() if kw == "ENTRYPOINT"], "CMD alone starts the app"
     return command
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def fetch(url: str, timeout: float = 5) -> tuple[int, bytes]:

@@ -19,7 +19,8 @@ import psutil
 import pytest
 
 import sharding_lab as sl
-from sharding_lab import cli, distributed
+from sharding_lab import cli
+from sharding_lab.distributed import launcher as distributed
 from sharding_lab.distributed import WorkerFailed
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -59,7 +60,7 @@ def assert_gone(pids, within: float = 5.0) -> None:
 def test_worker_options_rebuild_the_same_config(config):
     parser = argparse.ArgumentParser()
     cli.add_config_options(parser)
-    rebuilt = cli.config_from_args(parser.parse_args(distributed.config_args(config)))
+    rebuilt = cli.config_from_args(parser.parse_args(cli.config_to_args(config)))
     assert rebuilt.resolved_rules() == config.resolved_rules()
     assert dataclasses_equal(rebuilt, config)
 

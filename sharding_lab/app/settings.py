@@ -1,0 +1,137 @@
+"""Settings: the app's defaults and ranges, and the one place that turns them into a ``LabConfig``.
+
+Every setting lives in ``st.session_state`` under a plain key (``preset``, ``size_0``, ``dmid``, ...),
+so every page sees the same configuration and a link can carry it (:mod:`.links`). The rules are
+the preset's until the user edits one (then the preset is ``custom`` and the ``rule_*`` / ``ovr_*``
+keys are the rules). Pure functions of a mapping: tested without Streamlit.
+"""
+
+from __future__ import annotations
+
+import itertools
+
+import sharding_lab as sl
+from sharding_lab.mesh import default_axes
+from sharding_lab.rules import parse_target
+
+CUSTOM = "custom"
+FROM_RULES = "(rule)"
+REPLICATED = "replicated"
+MAX_AXIS_SIZE = 64
+DEFAULT_SHAPES = {1: (8,), 2: (2, 4), 3: (2, 2, 2)}
+GENERAL_RANGES = {"batch": (1, 4096), "steps": (1, 20_000), "lr": (0.0, 1000.0), "decay": (0.0, 0.999)}
+FLOATS = ("lr", "decay")
+DEFAULTS = {
+    "n_axes": 2, "size_0": 2, "size_1": 4, "size_2": 2, "name_0": "data", "name_1": "model",
+    "name_2": "z", "axis_type": "Auto", "model": "mlp", "preset": "seed", "optimizer": "seed-sgd",
+    "batch": 32, "steps": 3000, "lr": 0.01, "decay": 0.9,
+}
+
+
+def size_key(field: str) -> str:
+    """The state (and link) key of a model size; the MLP's ``hidden_layers`` was always ``hidden``."""
+    return "hidden" if field == "hidden_layers" else field
+
+
+def size_ranges() -> dict[str, tuple[int, int]]:
+    """Every family's size keys with their (min, max)."""
+    return {size_key(f): (s.low, s.high) for fam in sl.FAMILIES.values() for f, s in fam.size_fields.items()}
+
+
+def number_ranges() -> dict[str, tuple]:
+    return {**size_ranges(), **GENERAL_RANGES}
+
+
+def defaults() -> dict:
+    """Every setting's default: the general ones and each family's sizes (its Spec's defaults)."""
+    sizes = {size_key(f): getattr(fam.Spec(), f) for fam in sl.FAMILIES.values() for f in fam.size_fields}
+    return {**DEFAULTS, **sizes}
+
+
+def family(state) -> sl.models.ModelFamily:
+    return sl.family(state.get("model", "mlp"))
+
+
+def mesh_spec(state) -> sl.MeshSpec:
+    n = int(state["n_axes"])
+    return sl.MeshSpec(tuple(int(state[f"size_{i}"]) for i in range(n)),
+                       tuple(str(state[f"name_{i}"]).strip() for i in range(n)),
+                       "explicit" if state["axis_type"] == "Explicit" else "auto")
+
+
+def model_spec(state):
+    fam = family(state)
+    return fam.Spec(**{f: int(state[size_key(f)]) for f in fam.size_fields})
+
+
+def target_options(axes: tuple[str, ...]) -> list[str]:
+    """What a rule may say on this mesh: replicated, one axis, or two or three axes together."""
+    options = [REPLICATED, *axes]
+    options += ["+".join(pair) for pair in itertools.permutations(axes, 2)]
+    if len(axes) == 3:
+        options.append("+".join(axes))
+    return options
+
+
+def to_target(option: str):
+    return None if option in (FROM_RULES, None) else parse_target(option)
+
+
+def override_keys(fam, model) -> list[tuple[str, int, str]]:
+    """(rule name, dimension, state key) of every per-parameter override widget."""
+    seen, keys = set(), []
+    for array in fam.parameters(model).values():
+        if array.rule_name in seen:
+            continue
+        seen.add(array.rule_name)
+        keys += [(array.rule_name, dim, f"ovr_{array.rule_name}_{dim}") for dim in range(len(array.shape))]
+    return keys
+
+
+def custom_rules(state, mesh: sl.MeshSpec, model) -> sl.Rules:
+    """The rules the ``rule_*`` and ``ovr_*`` keys say (a value the mesh no longer has counts as
+    replicated / no override)."""
+    fam = family(state)
+    valid = set(target_options(mesh.axes))
+    rules = sl.Rules({a: to_target(state.get(f"rule_{a}")) if state.get(f"rule_{a}") in valid else None
+                      for a in fam.logical_axes})
+    by_name = {a.rule_name: a.logical_axes for a in fam.parameters(model).values()}
+    for name, logical in by_name.items():
+        dims = [state.get(f"ovr_{name}_{d}", FROM_RULES) for d in range(len(logical))]
+        dims = [d if d in valid else FROM_RULES for d in dims]
+        if any(d != FROM_RULES for d in dims):
+            base = rules.targets(name, logical)
+            rules = rules.with_override(name, tuple(base[i] if d == FROM_RULES else to_target(d)
+                                                    for i, d in enumerate(dims)))
+    return rules
+
+
+def rule_widget_values(rules: sl.Rules, fam, model) -> dict[str, str]:
+    """The ``rule_*`` / ``ovr_*`` values that show ``rules`` in the rules table."""
+    values = {f"rule_{a}": sl.rules.target_text(rules.target(a)) for a in fam.logical_axes}
+    for name, dim, key in override_keys(fam, model):
+        override = rules.override_for(name)
+        values[key] = FROM_RULES if override is None or dim >= len(override) else sl.rules.target_text(override[dim])
+    return values
+
+
+def config_from_state(state) -> sl.LabConfig:
+    """The one place session state becomes a LabConfig (ConfigError for what cannot be)."""
+    mesh, model = mesh_spec(state), model_spec(state)
+    preset = None if state["preset"] == CUSTOM else state["preset"]
+    rules = None
+    if preset is None:
+        mesh.validate(sl.device_info().count)
+        rules = custom_rules(state, mesh, model)
+    return sl.LabConfig(mesh=mesh, preset=preset, rules=rules, model=model, optimizer=state["optimizer"],
+                        lr=float(state["lr"]), decay=float(state["decay"]), batch_size=int(state["batch"]),
+                        steps=int(state["steps"]))
+
+
+def axes_count_changed(state) -> dict:
+    """New sizes and names when the number of mesh axes changes."""
+    n = int(state["n_axes"])
+    values = {}
+    for i, (size, name) in enumerate(zip(DEFAULT_SHAPES[n], default_axes(n))):
+        values[f"size_{i}"], values[f"name_{i}"] = size, name
+    return values

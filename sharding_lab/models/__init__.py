@@ -1,0 +1,190 @@
+"""Model families: what a model must declare so that every page, the trainer and the export work.
+
+A family lives in one file (:mod:`.mlp` is the worked example) and gives:
+
+- ``Spec``: a frozen dataclass of its sizes, with ``validate()`` (sizes → :class:`ConfigError`);
+- ``logical_axes``: its logical axis names, each with a one-line meaning — the rules table, the
+  presets and the links are built from them;
+- ``presets``: rule sets written with *roles* (``data``, ``model``) that :func:`bind_preset` binds
+  to a mesh's axes;
+- ``Model``: the ``nnx.Module``. Its ``__init__(spec, shard, rngs)`` creates every parameter with
+  :func:`param`, which records the parameter's logical axes and rule name as metadata and asks
+  ``shard(rule_name, *logical_axes)`` for its ``PartitionSpec``. Nothing else declares the
+  parameters: :meth:`ModelFamily.parameters` traces the constructor abstractly and reads them back;
+- ``batch(spec, batch_size)``: the arrays of one batch (``x``, ``y``) with shapes, logical axes, dtypes;
+- ``activations(spec, batch_size)``: arrays the forward pass constrains with :func:`constrain`
+  (empty for the MLP), so they are planned and drawn like parameters;
+- ``make_dataset(spec, seed)``: the host dataset ``(X, Y)`` a batch's rows are drawn from;
+- ``loss(model, x, y)``; ``probe(model, X)``: what the Train page draws while it learns;
+- ``export_objects``: the functions and classes the exported script copies, source and all.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import itertools
+from typing import Callable, ClassVar
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from flax import nnx
+from jax.sharding import NamedSharding, PartitionSpec as P
+
+from ..errors import ConfigError
+
+Shard = Callable[..., P]  # shard(rule_name, *logical_axes) -> PartitionSpec
+
+
+@dataclasses.dataclass(frozen=True)
+class Preset:
+    name: str
+    title: str
+    explanation: str
+    logical: dict  # logical axis → role ("data"/"model"), tuple of roles, or None
+    overrides: tuple = ()
+    needs_two_axes: bool = False
+
+
+@dataclasses.dataclass(frozen=True)
+class SizeField:
+    """One size of a model, as the sidebar and the command line ask for it."""
+
+    label: str
+    low: int
+    high: int
+    flag: str  # the command-line option, e.g. --width
+    help: str = ""
+
+
+@dataclasses.dataclass(frozen=True)
+class ArraySpec:
+    """One array a run holds: its shape, the logical name of each dimension, the name its rules
+    go by (overrides are per rule name), and its dtype."""
+
+    shape: tuple[int, ...]
+    logical_axes: tuple[str | None, ...]
+    rule_name: str
+    dtype: str = "float32"
+
+
+def param(value: jax.Array, shard: Shard, rule_name: str, *logical_axes: str | None) -> nnx.Param:
+    """A parameter born sharded (``out_sharding=``, the blog's ``sharding=``), carrying its logical
+    axes and rule name as metadata so the planner can read them back."""
+    return nnx.Param(value, out_sharding=shard(rule_name, *logical_axes), logical_axes=logical_axes,
+                     rule_name=rule_name, created=next(_creation_order))
+
+
+_creation_order = itertools.count()  # nnx sorts attributes by name; plans list parameters as created
+
+
+_active_constraints: list[Callable] = []
+
+
+def constrain(x: jax.Array, name: str) -> jax.Array:
+    """Lay out the activation ``name`` as the rules say (inside the training step; a no-op when no
+    rules are active, e.g. while tracing shapes)."""
+    return _active_constraints[-1](x, name) if _active_constraints else x
+
+
+class activation_rules:  # noqa: N801  (a context manager, used like a function)
+    """Inside ``with activation_rules(plan):`` :func:`constrain` applies the plan's activation
+    shardings (a constraint under Auto axes, a reshard under Explicit ones)."""
+
+    def __init__(self, mesh, specs: dict[str, P]):
+        from ..data import place
+
+        self._fn = lambda x, name: place(x, NamedSharding(mesh, specs[name])) if name in specs else x
+
+    def __enter__(self):
+        _active_constraints.append(self._fn)
+
+    def __exit__(self, *exc):
+        _active_constraints.pop()
+
+
+class ModelFamily:
+    """The interface (see the module docstring). Subclasses set the class attributes and methods."""
+
+    name: ClassVar[str]
+    title: ClassVar[str]
+    Spec: ClassVar[type]
+    Model: ClassVar[type]
+    logical_axes: ClassVar[dict[str, str]]
+    presets: ClassVar[dict[str, Preset]]
+    default_preset: ClassVar[str]
+    export_objects: ClassVar[tuple] = ()
+    size_fields: ClassVar[dict[str, SizeField]] = {}  # Spec field → how it is asked for
+
+    # -- declared by the model -------------------------------------------------------------
+    def parameters(self, spec) -> dict[str, ArraySpec]:
+        """Parameter path (``w1``, ``blocks/0/q``) → its :class:`ArraySpec`, in creation order,
+        read from the model's own constructor traced on abstract values (nothing allocated)."""
+        return dict(_traced_parameters(type(self), spec))
+
+    def batch(self, spec, batch_size: int) -> dict[str, ArraySpec]:
+        raise NotImplementedError
+
+    def activations(self, spec, batch_size: int) -> dict[str, ArraySpec]:
+        return {}
+
+    def activation_bytes(self, spec, batch_size: int) -> int:
+        """Bytes of activations one step keeps for the backward pass (summed over the batch)."""
+        raise NotImplementedError
+
+    def make_dataset(self, spec, seed: int) -> tuple[np.ndarray, np.ndarray]:
+        raise NotImplementedError
+
+    def loss(self, model, x: jax.Array, y: jax.Array) -> jax.Array:
+        raise NotImplementedError
+
+    def probe(self, model, x: jax.Array) -> jax.Array:
+        """What the Train page draws while training (default: the model's output)."""
+        return model(x)
+
+    def build(self, spec, shard: Shard, rngs: nnx.Rngs) -> nnx.Module:
+        return self.Model(spec, shard, rngs)
+
+
+def _no_sharding(rule_name, *logical_axes):
+    return None
+
+
+@functools.lru_cache(maxsize=256)
+def _traced_parameters(family_type: type, spec) -> tuple[tuple[str, ArraySpec], ...]:
+    family = family_type()
+    with jax.sharding.use_abstract_mesh(jax.sharding.AbstractMesh((), ())):
+        model = nnx.eval_shape(lambda: family.build(spec, _no_sharding, nnx.Rngs(0)))
+    found = []
+    for path, variable in nnx.to_flat_state(nnx.state(model, nnx.Param)):
+        meta = variable.get_metadata()
+        found.append((meta["created"], "/".join(map(str, path)), ArraySpec(
+            tuple(variable.get_value().shape), tuple(meta["logical_axes"]), meta["rule_name"],
+            str(jnp.dtype(variable.get_value().dtype)))))
+    return tuple((path, array) for _, path, array in sorted(found, key=lambda item: item[0]))
+
+
+FAMILIES: dict[str, ModelFamily] = {}
+
+
+def register(family_type: type) -> type:
+    FAMILIES[family_type.name] = family_type()
+    return family_type
+
+
+def family(name: str) -> ModelFamily:
+    if name not in FAMILIES:
+        raise ConfigError(f"unknown model {name!r}: choose one of {', '.join(FAMILIES)}", "model")
+    return FAMILIES[name]
+
+
+def family_of(spec) -> ModelFamily:
+    """The family a model spec belongs to (each Spec class names its family)."""
+    return family(type(spec).family)
+
+
+from . import mlp  # noqa: E402,F401  (registers the families)
+
+__all__ = ["ArraySpec", "FAMILIES", "ModelFamily", "Preset", "SizeField", "activation_rules", "constrain", "family",
+           "family_of", "param", "register"]
