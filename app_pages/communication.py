@@ -1,18 +1,21 @@
-"""Communication: the collectives XLA put into one compiled training step, and its memory."""
+"""Communication: the collectives XLA put into the training step the trainer runs — what each
+moves, what it costs on the wire, where XLA departed from the textbook — and its memory."""
 
+import numpy as np
 import pandas as pd
 import streamlit as st
 
 import sharding_lab as sl
-from sharding_lab.app import ui
-from sharding_lab.app import figures
+from sharding_lab.app import animation, figures, ui
 from sharding_lab.communication import analyze, explain_memory
 from sharding_lab.mesh import device_ids
+from sharding_lab.ring import RING_OPS
+from sharding_lab.textbook import compare, needs_crossover, weight_gather_batch
 
 st.title("Communication and memory")
-st.caption("\"JAX automatically handles the necessary communication\" — here is what it chose: one "
-           "training step is compiled for the current layout (nothing is allocated) and every collective "
-           "in the optimized program is listed, with the mesh axes it runs over.")
+st.caption("\"JAX automatically handles the necessary communication\" — here is what it chose. The training step "
+           "the trainer runs is compiled for the current layout (nothing is allocated) and every collective in the "
+           "optimized program is listed: what it carries, over which mesh axes, and what each device sends.")
 
 result = ui.sidebar()
 if isinstance(result, sl.ConfigError):
@@ -21,40 +24,78 @@ if isinstance(result, sl.ConfigError):
 
 plan: sl.Plan = result
 axes = plan.config.mesh.axes
-with st.spinner("Compiling one training step…"):
+with st.spinner("Compiling the training step…"):
     report = analyze(plan)
 
 per_step = sum(c.count for c in report.collectives)
 m1, m2, m3 = st.columns(3)
 m1.metric("Collectives per step", per_step)
-m2.metric("Bytes moved per device per step", f"{report.total_bytes:,}")
+m2.metric("Bytes sent per device per step", f"{report.total_wire_bytes:,}",
+          help="Ring algorithms: all-reduce 2(n−1)/n·N, all-gather (n−1)/n·N, reduce-scatter (n−1)·N "
+               "(N: the op's result on one device, n: devices in its group).")
 m3.metric("Mesh", plan.config.mesh.label())
 
 if not report.collectives:
     st.success("No collectives: every device computes its own step with what it already holds "
                "(a 1-device mesh, or everything replicated with an unsplit batch).", icon=":material/check:")
 else:
-    rows = [{"#": i, "op": c.op, "dtype": c.dtype, "shape": " ".join(str(list(s)) for s in c.shape),
-             "bytes / op": c.bytes, "count": c.count, "bytes / step": c.bytes * c.count,
-             "over": c.where(axes).replace("`", ""), "phase": c.phase}
+    rows = [{"#": i, "op": c.op, "carries": "; ".join(c.moves), "shape": " ".join(str(list(s)) for s in c.shape),
+             "over": c.where(axes).replace("`", ""), "group": c.group_size, "phase": c.phase, "count": c.count,
+             "result bytes / op": c.bytes, "sent / op": c.wire_bytes, "sent / step": c.wire_bytes * c.count}
             for i, c in enumerate(report.collectives)]
-    table, picture = st.columns([3, 2], gap="large")
-    table.dataframe(pd.DataFrame(rows), hide_index=True)
-    table.caption("bytes = the op's result on each device. forward/backward/optimizer comes from the op's "
-                  "source location in JAX; async ops count once.")
-    with picture:
-        chosen = st.selectbox("Show the groups of", range(len(rows)), key="comm_selected",
+    st.dataframe(pd.DataFrame(rows), hide_index=True)
+    st.caption("*carries* is inferred from the op's shape, its pass (JAX's metadata: `jvp` = forward, "
+               "`transpose` = backward; none = moved back to the step's pinned output layout) and the plan's arrays. "
+               "*sent* = bytes each device puts on its links for a ring algorithm; async ops count once.")
+
+    st.subheader("Textbook vs compiled")
+    comparison = compare(plan, report, st.session_state.get("crossover", {}).get(plan.config))
+    if comparison.textbook:
+        st.markdown("**On paper**, this strategy runs: " + "; ".join(comparison.textbook) + ".")
+    for line in comparison.agrees:
+        st.success(line, icon=":material/check:")
+    for line in comparison.differences:
+        st.warning(line, icon=":material/alt_route:")
+    if needs_crossover(comparison) and plan.config not in st.session_state.get("crossover", {}):
+        if st.button("Find the batch size from which XLA gathers the weights", key="find_crossover",
+                     help="Compiles the step at doubling batch sizes (no allocation) until a weight is all-gathered."):
+            with st.spinner("Compiling larger batches…"):
+                found = weight_gather_batch(plan.config)
+            st.session_state.setdefault("crossover", {})[plan.config] = found
+            st.rerun()
+    elif plan.config in st.session_state.get("crossover", {}) and st.session_state.crossover[plan.config] is None:
+        st.info(f"Up to batch {sl.textbook.MAX_SEARCH_BATCH:,}, XLA never gathers a whole weight for this layout.")
+
+    st.subheader("See it move")
+    left, right = st.columns([2, 3], gap="large")
+    with left:
+        chosen = st.selectbox("Collective", range(len(rows)), key="comm_selected",
                               format_func=lambda i: f"#{i} {rows[i]['op']} {rows[i]['shape']} {rows[i]['over']}")
         collective = report.collectives[chosen]
-        groups = collective.groups or ((),)
+        groups = collective.groups or (tuple(range(plan.config.mesh.size)),)
         group = st.radio("Group", range(len(groups)), horizontal=True, key="comm_group",
                          format_func=lambda g: f"{g + 1}") if len(groups) > 1 else 0
         group = min(group, len(groups) - 1)
-        st.plotly_chart(figures.mesh_figure(device_ids(plan.mesh), axes, set(groups[group])),
-                        key="comm_mesh")
+        # Group members are positions in the mesh's flattened device order; the pictures name device ids.
+        by_position = np.asarray(device_ids(plan.mesh)).reshape(-1).tolist()
+        members = [by_position[p] for p in groups[group]]
+        st.plotly_chart(figures.mesh_figure(device_ids(plan.mesh), axes, set(members)), key="comm_mesh")
         st.caption(f"Bright devices exchange data in group {group + 1} of {len(groups)}: "
-                   + "; ".join("{" + ", ".join(map(str, g)) + "}" for g in groups[:8])
+                   + "; ".join("{" + ", ".join(str(by_position[p]) for p in g) + "}" for g in groups[:8])
                    + (" …" if len(groups) > 8 else ""))
+    with right:
+        if collective.op in RING_OPS and len(members) > 1:
+            total = collective.bytes * (len(members) if collective.op == "reduce-scatter" else 1)
+            block = total // len(members)
+            st.plotly_chart(animation.ring_animation(collective.op, members, block), key="comm_animation")
+            st.caption(f"Press ▶ or drag the slider. Rows are the group's devices in ring order, columns the "
+                       f"{len(members)} blocks of the {'input' if collective.op == 'reduce-scatter' else 'array'} "
+                       "(coloured like the device whose block it is, as on the shard maps); numbers say how many "
+                       "devices' values a block sums; arrows are this step's sends. Every device sends one block "
+                       f"per step: {collective.wire_bytes:,} bytes in all, the table's *sent / op*.")
+        else:
+            st.plotly_chart(animation.pairs_figure(collective.op, members), key="comm_pairs")
+            st.caption(f"A {collective.op} has no ring: before → after, each arrow one transfer.")
 
 st.subheader("Memory per device")
 memory = report.memory
@@ -72,4 +113,4 @@ st.caption(explain_memory(memory) + " Temporaries are activations and gradients 
 
 with st.expander("The optimized HLO (for the curious)"):
     st.code(report.hlo[:200_000], language="text")
-ui.show_code(sl.communication.parse_replica_groups, sl.communication.group_axes)
+ui.show_code(sl.training.make_train_step, sl.moves.name_elements, sl.communication.Collective.wire_bytes.fget)

@@ -69,5 +69,9 @@ smallest = min(ok, key=lambda r: r["params"] + r["optimizer"]) if ok else None
 for row in ok:
     share = (row["params"] + row["optimizer"]) / max(1, max(r["params"] + r["optimizer"] for r in ok))
     st.markdown(f"**{row['name']}** — {row['explanation']} Here: {share:.0%} of the largest per-device "
-                f"model + optimizer memory, {row['comm_bytes']:,} bytes of collectives per step"
+                f"model + optimizer memory, {row['comm_bytes']:,} bytes sent per device per step"
                 + (" — the smallest footprint." if row is smallest else "."))
+    # Generated from the compiled program; the only user text in them is axis names, which match [A-Za-z_]\w*.
+    compiled = [f"✓ {line}" for line in row["agrees"]] + [f"≠ {line}" for line in row["differences"]]
+    if compiled:
+        st.markdown("What XLA compiled:  \n" + "  \n".join(compiled))

@@ -186,17 +186,29 @@ def _print_layout(plan: Plan, as_json: bool) -> int:
 
 def _print_comm(plan: Plan, as_json: bool) -> int:
     from .communication import analyze, explain_memory
+    from .textbook import compare, needs_crossover, weight_gather_batch
 
     report = analyze(plan)
+    comparison = compare(plan, report)
+    crossover = None
+    if needs_crossover(comparison):
+        crossover = weight_gather_batch(plan.config)
+        comparison = compare(plan, report, crossover)
     if as_json:
-        print(json.dumps(report.to_json()))
+        print(json.dumps({**report.to_json(), **comparison.to_json(), "weight_gather_batch": crossover}))
         return 0
     axes = plan.config.mesh.axes
     print(f"one training step on {plan.config.mesh.label()}: {len(report.collectives)} kinds of collective, "
-          f"{report.total_bytes:,} bytes per device")
+          f"{report.total_wire_bytes:,} bytes sent per device (ring algorithms)")
     for c in report.collectives:
         print(f"  {c.count} × {c.op:<18} {c.dtype:<4} {str([list(s) for s in c.shape]):<28} "
-              f"{c.bytes:>10,} B  {c.where(axes).replace('`', ''):<18} {c.phase}")
+              f"{c.wire_bytes:>10,} B sent  {c.where(axes).replace('`', ''):<18} {c.phase:<8} "
+              + "; ".join(c.moves))
+    for title, lines in (("textbook", comparison.textbook), ("as the textbook", comparison.agrees),
+                         ("where XLA departed", comparison.differences)):
+        if lines:
+            print(f"{title}:")
+            print("\n".join(f"  - {line.replace('`', '')}" for line in lines))
     print("memory per device: " + ", ".join(f"{k} {v:,} B" for k, v in report.memory.items()))
     print(explain_memory(report.memory))
     return 0

@@ -21,6 +21,7 @@ import numpy as np
 
 from .config import Plan
 from .layout import memory_per_device
+from .moves import name_elements
 
 COLLECTIVES = ("all-reduce", "all-gather", "reduce-scatter", "collective-permute", "all-to-all")
 DTYPE_BYTES = {"pred": 1, "s8": 1, "u8": 1, "f16": 2, "bf16": 2, "s16": 2, "u16": 2, "f32": 4,
@@ -45,6 +46,7 @@ class Collective:
     count: int = 1
     group_size: int = 1  # devices in each group (every device of the mesh when no groups are named)
     op_names: tuple[str, ...] = dataclasses.field(default=(), compare=False)  # JAX's op_name metadata
+    moves: tuple[str, ...] = dataclasses.field(default=(), compare=False)  # what each result element carries
 
     @property
     def wire_bytes(self) -> int:
@@ -74,7 +76,7 @@ class Collective:
         shape = [list(s) for s in self.shape]
         return {"op": self.op, "dtype": self.dtype, "shape": shape[0] if len(shape) == 1 else shape,
                 "bytes": self.bytes, "wire_bytes": self.wire_bytes, "group_size": self.group_size,
-                "axes": list(self.axes), "count": self.count, "phase": self.phase}
+                "axes": list(self.axes), "count": self.count, "phase": self.phase, "moves": list(self.moves)}
 
 
 # --- replica groups ---------------------------------------------------------------------------
@@ -207,7 +209,9 @@ def _analyze(config) -> CommReport:
     fullest = max(ours.values(), key=lambda row: sum(row.values()))
     memory = {"argument": int(stats.argument_size_in_bytes), "output": int(stats.output_size_in_bytes),
               "temp": int(stats.temp_size_in_bytes), **fullest}
-    return CommReport(parse_collectives(hlo, config.mesh.shape, config.mesh.axes), memory, hlo)
+    collectives = [dataclasses.replace(c, moves=name_elements(c.op, c.phase, c.shape, c.count, plan))
+                   for c in parse_collectives(hlo, config.mesh.shape, config.mesh.axes)]
+    return CommReport(collectives, memory, hlo)
 
 
 def analyze(plan: Plan) -> CommReport:

@@ -1,8 +1,9 @@
 """Compare: several sharding strategies on one model, side by side.
 
 For each strategy: bytes per device of parameters and optimizer state (from the plan), the
-collectives of one compiled step and their bytes (from :mod:`~sharding_lab.communication`),
-and — when asked — steps/s and final loss of a short real run.
+collectives of the compiled step and the bytes each device sends (from
+:mod:`~sharding_lab.communication`), what the compiled step does against the strategy's textbook
+(:mod:`~sharding_lab.textbook`), and — when asked — steps/s and final loss of a short real run.
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 
+from . import textbook
 from .communication import analyze
 from .config import LabConfig, plan as make_plan
 from .errors import ConfigError
@@ -17,7 +19,7 @@ from .layout import memory_per_device
 from .rules import Rules
 
 METRICS = {"params": "params bytes / device", "optimizer": "optimizer bytes / device",
-           "comm_bytes": "collective bytes / step", "steps_per_s": "steps / s", "final_loss": "final loss"}
+           "comm_bytes": "bytes sent / device / step", "steps_per_s": "steps / s", "final_loss": "final loss"}
 
 
 def compare(base: LabConfig, strategies: dict[str, str | Rules], train_steps: int = 0,
@@ -39,8 +41,10 @@ def compare(base: LabConfig, strategies: dict[str, str | Rules], train_steps: in
             continue
         fullest = max(memory_per_device(plan.layouts()).values(), key=lambda r: r["params"] + r["optimizer"])
         report = analyze(plan)
-        row.update(params=fullest["params"], optimizer=fullest["optimizer"], comm_bytes=report.total_bytes,
+        comparison = textbook.compare(plan, report)
+        row.update(params=fullest["params"], optimizer=fullest["optimizer"], comm_bytes=report.total_wire_bytes,
                    collectives=sum(c.count for c in report.collectives), warnings=plan.warnings,
+                   agrees=comparison.agrees, differences=comparison.differences,
                    steps_per_s=None, final_loss=None)
         if train_steps:
             try:

@@ -38,6 +38,17 @@ Shard = Callable[..., P]  # shard(rule_name, *logical_axes) -> PartitionSpec
 
 
 @dataclasses.dataclass(frozen=True)
+class Expect:
+    """One collective the textbook strategy runs: which ops may do it, what it carries
+    (weights, gradients or activations), in which pass, over the mesh axis playing ``role``."""
+
+    ops: tuple[str, ...]
+    carries: str
+    phase: str
+    role: str  # "data" or "model"
+
+
+@dataclasses.dataclass(frozen=True)
 class Preset:
     name: str
     title: str
@@ -45,6 +56,7 @@ class Preset:
     logical: dict  # logical axis → role ("data"/"model"), tuple of roles, or None
     overrides: tuple = ()
     needs_two_axes: bool = False
+    textbook: tuple[Expect, ...] = ()  # what the strategy communicates, on paper
 
 
 @dataclasses.dataclass(frozen=True)
@@ -186,5 +198,5 @@ def family_of(spec) -> ModelFamily:
 
 from . import mlp  # noqa: E402,F401  (registers the families)
 
-__all__ = ["ArraySpec", "FAMILIES", "ModelFamily", "Preset", "SizeField", "activation_rules", "constrain", "family",
+__all__ = ["ArraySpec", "Expect", "FAMILIES", "ModelFamily", "Preset", "SizeField", "activation_rules", "constrain", "family",
            "family_of", "param", "register"]

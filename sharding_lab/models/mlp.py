@@ -17,7 +17,7 @@ import numpy as np
 from flax import nnx
 
 from ..errors import ConfigError
-from . import ArraySpec, ModelFamily, Preset, SizeField, param, register
+from . import ArraySpec, Expect, ModelFamily, Preset, SizeField, param, register
 from .ops import like_columns, matmul
 
 MAX_WIDTH = 16384
@@ -82,31 +82,40 @@ def mse_loss(model, x, y):
     return jnp.mean((y - model(x)) ** 2)
 
 
+# What each strategy communicates on paper (the scaling book's chapters on data parallelism, FSDP
+# and Megatron tensor parallelism): the Communication page holds the compiled step against these.
+DP = (Expect(("all-reduce",), "gradients", "backward", "data"),)
+FSDP = (Expect(("all-gather",), "weights", "forward", "data"),
+        Expect(("reduce-scatter",), "gradients", "backward", "data"))
+MEGATRON = (Expect(("all-reduce",), "activations", "forward", "model"),
+            Expect(("all-reduce",), "activations", "backward", "model"))
+
 # Values are roles: "data" and "model" are replaced by the mesh's axes playing those roles.
 PRESETS: dict[str, Preset] = {p.name: p for p in [
     Preset("seed", "Seed (the blog's rules)",
            "The Flax example's MeshRules: batch split on data, hidden units (mlp) split on model, "
            "embed replicated — so w2 (32×1) cannot split and JAX replicates it.",
-           {"embed": None, "mlp": "model", "data": "data"}),
+           {"embed": None, "mlp": "model", "data": "data"},
+           textbook=DP + (Expect(("all-gather", "all-reduce"), "activations", "forward", "model"),)),
     Preset("replicated", "Replicated",
            "Every device holds every parameter and the whole batch: no sharding at all.",
            {"embed": None, "mlp": None, "data": None}),
     Preset("dp", "Data parallel",
            "The batch is split on data; every device keeps a full copy of the parameters.",
-           {"embed": None, "mlp": None, "data": "data"}),
+           {"embed": None, "mlp": None, "data": "data"}, textbook=DP),
     Preset("fsdp", "FSDP (fully sharded)",
            "The batch and every parameter are split on data, so each device stores only its slice "
            "of parameters and momentum.",
-           {"embed": None, "mlp": "data", "data": "data"}, (("w2", ("data", None)),)),
+           {"embed": None, "mlp": "data", "data": "data"}, (("w2", ("data", None)),), textbook=FSDP),
     Preset("tp", "Tensor parallel",
            "w1 is split by columns and w2 by rows on model, so the hidden layer lives in "
            "slices; the batch is not split.",
-           {"embed": None, "mlp": "model", "data": None}, (("w2", ("model", None)),)),
+           {"embed": None, "mlp": "model", "data": None}, (("w2", ("model", None)),), textbook=MEGATRON),
     Preset("fsdp_tp", "FSDP + tensor parallel",
            "Hidden units split on model (w1 columns, w2 rows) and again on data, so each device "
            "stores 1/(data×model) of the weights; the batch is split on data.",
            {"embed": None, "mlp": ("model", "data"), "data": "data"},
-           (("w2", (("model", "data"), None)),), needs_two_axes=True),
+           (("w2", (("model", "data"), None)),), needs_two_axes=True, textbook=FSDP + MEGATRON),
 ]}
 
 

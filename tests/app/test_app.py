@@ -159,6 +159,26 @@ def test_communication_page_lists_the_seed_collectives():
     assert bright == {0, 4}  # group 1: device 0 and its partner across `data`
 
 
+def test_communication_page_holds_the_compiled_step_against_the_textbook():
+    at = page("app_pages/communication.py")
+    assert any(s.value.startswith("As the textbook: 1 × all-reduce of gradients over `data`") for s in at.success)
+    assert any("pinned" in w.value for w in at.warning)  # the seed's 2 extra all-gathers of w2, named
+    table = at.dataframe[0].value
+    assert "gradient of params/w1 (1×8 of 1×32)" in " ".join(table["carries"])
+    assert int(table["sent / step"].sum()) == int(at.metric[1].value.replace(",", ""))
+
+
+def test_communication_page_animates_the_ring_of_the_chosen_collective():
+    at = page("app_pages/communication.py")
+    ops = at.dataframe[0].value["op"].tolist()
+    at.selectbox(key="comm_selected").select(ops.index("all-reduce")).run()  # over model: 4 devices
+    spec = chart_spec(at, "comm_animation")
+    assert len(spec["frames"]) == 1 + 2 * (4 - 1)  # start, reduce-scatter 3 steps, all-gather 3 steps
+    last = spec["frames"][-1]["data"][0]
+    assert set(last["text"]) == {"4/4"}  # every device ends with every block summed over all 4
+    assert len(spec["frames"][1]["layout"]["annotations"]) == 4  # each device sends once per step
+
+
 def test_communication_page_on_one_device_has_no_collectives():
     at = page("app_pages/communication.py")
     at.number_input(key="size_0").set_value(1)

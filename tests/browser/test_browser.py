@@ -80,7 +80,7 @@ def test_a_shared_link_to_a_page_works_on_a_fresh_server(server, browser_tab):
     assert browser_tab.get_by_label("Name 1").input_value() == "data"
     browser_tab.screenshot(path=str(SHOTS / "05-communication.png"))
     browser_tab.get_by_role("link", name="Compare").click()
-    browser_tab.wait_for_selector("text=collective bytes / step", timeout=60_000)
+    browser_tab.wait_for_selector("text=bytes sent / device / step", timeout=60_000)
     browser_tab.screenshot(path=str(SHOTS / "06-compare.png"))
 
 

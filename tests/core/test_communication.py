@@ -126,12 +126,18 @@ def test_fsdp_stores_fewer_parameter_bytes_than_dp():
 def test_comm_cli_json(capsys):
     assert cli.main(["comm", "--mesh", "2x4", "--preset", "dp", "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
-    assert set(out) == {"collectives", "total_bytes", "memory"}
+    assert set(out) == {"collectives", "total_bytes", "total_wire_bytes", "memory", "textbook", "agrees",
+                        "differences", "weight_gather_batch"}
     assert set(out["memory"]) == {"argument", "output", "temp", "params", "optimizer", "batch"}
     (collective,) = out["collectives"]
     assert collective["op"] == "all-reduce" and collective["axes"] == ["data"]
     assert collective["phase"] == "backward" and collective["count"] == 1
     assert out["total_bytes"] == collective["bytes"] == PARAM_BYTES + F32
+    # 2 devices over `data`: a ring all-reduce sends 2(n−1)/n = 1× the array
+    assert collective["group_size"] == 2 and out["total_wire_bytes"] == collective["wire_bytes"] == PARAM_BYTES + F32
+    assert collective["moves"] == ["gradient of params/b1", "gradient of params/w2", "gradient of params/w1", "loss"]
+    assert out["textbook"] == ["all-reduce of gradients over `data` in the backward pass"]
+    assert out["differences"] == [] and len(out["agrees"]) == 1
 
 
 # --- what the page analyses is what the trainer runs --------------------------------------------
@@ -178,3 +184,123 @@ def test_seed_on_2x4_runs_the_w2_gradient_gathers():
     computes w2's gradient row-split and all-gathers it back (measured; an unpinned step skips them)."""
     ops = [(c.op, c.count) for c in analyze(sl.plan(sl.LabConfig())).collectives]
     assert sorted(ops) == [("all-gather", 2), ("all-reduce", 1), ("all-reduce", 1)]
+
+
+# --- what each collective costs on the wire and what it carries ---------------------------------
+
+def test_dp_over_eight_devices_sends_two_sevenths_eighths_of_the_gradients():
+    """Hand-derived: DP on 1×8 (all 8 devices on `data`): one ring all-reduce of every gradient (and
+    the loss) over 8 devices; each device sends 2·7/8 of it."""
+    r = analyze(sl.plan(sl.LabConfig(mesh=MeshSpec((1, 8), ("model", "data")), preset="dp")))
+    (c,) = r.collectives
+    assert c.group_size == 8 and c.axes == ("data",)
+    assert c.bytes == PARAM_BYTES + F32
+    assert c.wire_bytes == round(2 * 7 / 8 * (PARAM_BYTES + F32))
+    assert r.total_wire_bytes == c.wire_bytes
+
+
+def test_wire_formulas_per_op():
+    from sharding_lab.communication import Collective
+
+    def wire(op, n, size):
+        return Collective(op, "f32", ((1,),), size, ("data",), "forward", (), 1, n).wire_bytes
+
+    assert wire("all-gather", 4, 4096) == 3 * 4096 // 4
+    assert wire("reduce-scatter", 4, 1024) == 3 * 1024  # the result is one device's block
+    assert wire("all-to-all", 8, 800) == 700
+    assert wire("collective-permute", 2, 96) == 96
+    assert wire("all-reduce", 1, 96) == 0
+
+
+CASES = [(mesh, axes, preset) for mesh, axes in (((2, 4), ("data", "model")), ((1, 8), ("data", "model")),
+                                                  ((1, 8), ("model", "data")), ((8,), ("data",)))
+         for preset in sl.PRESETS]
+
+
+@pytest.mark.parametrize("mesh,axes,preset", CASES, ids=[f"{'x'.join(map(str, m))}-{a[0]}-{p}" for m, a, p in CASES])
+def test_every_collective_of_the_seed_model_is_named(mesh, axes, preset):
+    try:
+        plan = sl.plan(sl.LabConfig(mesh=MeshSpec(mesh, axes), preset=preset))
+    except sl.ConfigError:
+        pytest.skip("preset does not apply to this mesh")
+    for c in analyze(plan).collectives:
+        assert len(c.moves) == len(c.shape)
+        assert "unknown" not in c.moves, (c.op, c.shape, c.phase)
+
+
+def test_moves_name_gradients_weights_activations_and_the_repinned_output():
+    seed = analyze(sl.plan(sl.LabConfig())).collectives
+    named = {(c.op, c.phase): c.moves for c in seed}
+    assert named[("all-reduce", "forward")] == ("activations (16 rows × 1)",)  # 16 = 32 rows / 2 (data)
+    assert "gradient of params/w1 (1×8 of 1×32)" in named[("all-reduce", "backward")]
+    assert named[("all-gather", "unknown")][0].startswith("updated params/w2")
+
+
+WIDE = sl.ModelSpec(1024, 1024, 1024, 2)
+
+
+def fsdp_comparison(batch):
+    from sharding_lab.textbook import compare
+
+    plan = sl.plan(sl.LabConfig(mesh=MeshSpec((8,), ("data",)), preset="fsdp", model=WIDE, batch_size=batch))
+    return compare(plan)
+
+
+def test_fsdp_at_a_small_batch_gathers_activations_not_weights():
+    """The issue's measurement: FSDP, 1024-wide, batch 32 — XLA gathers [32, 1024] activations."""
+    comparison = fsdp_comparison(32)
+    assert any(d.startswith("XLA all-gathered activations (3 × 32×1024) instead of the weights")
+               for d in comparison.differences)
+    assert not any("As the textbook" in a and "weights" in a for a in comparison.agrees)
+
+
+def test_fsdp_at_a_large_batch_gathers_the_weights_and_all_reduces_full_gradients():
+    comparison = fsdp_comparison(1024)
+    assert any("all-gather of weights" in a for a in comparison.agrees)
+    assert not any(d.startswith("XLA all-gathered activations") for d in comparison.differences)
+    (memory,) = [d for d in comparison.differences if d.startswith("XLA all-reduced the gradients")]
+    assert "16.79 MB per device" in memory and "1/8 slice (2.10 MB)" in memory  # 4,197,376 floats of params
+
+
+def test_the_batch_from_which_xla_gathers_weights_is_found_by_compiling():
+    from sharding_lab.textbook import weight_gather_batch
+
+    config = sl.LabConfig(mesh=MeshSpec((8,), ("data",)), preset="fsdp", model=WIDE, batch_size=256)
+    assert weight_gather_batch(config) == 1024  # 256 and 512 gather activations; 1024 gathers weights
+
+
+# --- the ring schedule the animation draws -------------------------------------------------------
+
+@pytest.mark.parametrize("n", [2, 3, 4, 8])
+@pytest.mark.parametrize("op", ["all-gather", "reduce-scatter", "all-reduce"])
+def test_ring_schedule_replayed_with_numbers_gives_the_collective(op, n):
+    """Replay the sends with real numbers (independently of the schedule's own bookkeeping): the
+    result is numpy's sum / concatenation, and what one device sends is the wire formula."""
+    import numpy as np
+
+    from sharding_lab.communication import Collective
+    from sharding_lab.ring import schedule
+
+    rng = np.random.default_rng(n)
+    values = rng.normal(size=(n, n))  # values[d, b]: device d's value of block b
+    have = values.copy() if op != "all-gather" else np.where(np.eye(n, dtype=bool), values, np.nan)
+    steps = schedule(op, n)
+    sent = 0
+    for step in steps[1:]:
+        before = have.copy()
+        for send in step.sends:
+            if step.phase == "reduce-scatter":
+                have[send.receiver, send.block] = before[send.receiver, send.block] + before[send.sender, send.block]
+            else:
+                have[send.receiver, send.block] = before[send.sender, send.block]
+            sent += send.sender == 0
+    total = values.sum(axis=0) if op != "all-gather" else np.diag(values)
+    if op == "reduce-scatter":
+        np.testing.assert_allclose([have[d, d] for d in range(n)], total)
+        result_blocks = 1
+    else:
+        np.testing.assert_allclose(have, np.broadcast_to(total, (n, n)))
+        result_blocks = n
+    block = 64  # bytes
+    formula = Collective(op, "f32", ((1,),), block * result_blocks, ("data",), "forward", (), 1, n).wire_bytes
+    assert sent * block == formula

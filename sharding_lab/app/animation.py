@@ -1,0 +1,123 @@
+"""See a collective move: a Plotly animation of its ring steps over one group of devices.
+
+One row per device of the group (in ring order), one column per block of the array. A cell is
+coloured like the device whose block it is — the device that owns it at the start of an
+all-gather, the one that ends up holding its sum in a reduce-scatter — as on the shard maps; a
+cell's text says how many devices' contributions it sums (``3/4``). Arrows show each step's sends.
+The schedule itself is :func:`sharding_lab.ring.schedule` (data, tested); this only draws it.
+"""
+
+from __future__ import annotations
+
+import plotly.graph_objects as go
+
+from ..ring import RING_OPS, schedule
+from .figures import device_color
+
+
+def _cells(held, group: list[int], op: str):
+    xs, ys, colors, texts, hovers = [], [], [], [], []
+    n = len(group)
+    for d, row in enumerate(held):
+        for b, sources in enumerate(row):
+            xs.append(b)
+            ys.append(d)
+            owner = group[b]
+            if not sources:
+                colors.append("rgba(0,0,0,0.04)")
+                texts.append("")
+                hovers.append(f"device {group[d]}: block {b} not held")
+                continue
+            colors.append(device_color(owner))
+            if op == "all-gather":
+                texts.append(f"{group[next(iter(sources))]}")
+                hovers.append(f"device {group[d]} holds block {b} (device {owner}'s)")
+            else:
+                texts.append(f"{len(sources)}/{n}")
+                hovers.append(f"device {group[d]}: block {b} summed over devices "
+                              + ", ".join(str(group[s]) for s in sorted(sources)))
+    return xs, ys, colors, texts, hovers
+
+
+def _arrows(step) -> list[dict]:
+    """One arrow per send, from the sender's row to the receiver's, in the block's column. The ring
+    closes from the last device back to the first: that arrow is drawn beside the column, in grey."""
+    arrows = []
+    for send in step.sends:
+        wraps = send.receiver < send.sender
+        x = send.block + (0.38 if wraps else 0)
+        arrows.append(dict(x=x, y=send.receiver - (0.3 if not wraps else -0.3), ax=x,
+                           ay=send.sender + (0.3 if not wraps else -0.3), xref="x", yref="y", axref="x", ayref="y",
+                           showarrow=True, arrowhead=3, arrowsize=1.2, arrowwidth=2,
+                           arrowcolor="#999" if wraps else "#333", text="",
+                           hovertext=f"ring closes: device position {send.sender} → {send.receiver}" if wraps else None))
+    return arrows
+
+
+def ring_animation(op: str, group: list[int], block_bytes: int) -> go.Figure:
+    """The ring steps of ``op`` over ``group`` (device ids, in ring order); ``block_bytes`` is one
+    block's size, so each step's caption can say what every device sends."""
+    if op not in RING_OPS:
+        raise ValueError(f"{op} has no ring animation")
+    steps = schedule(op, len(group))
+    n = len(group)
+    titles = []
+    for i, step in enumerate(steps):
+        if i == 0:
+            titles.append("start: " + ("each device holds its own block" if op == "all-gather"
+                                       else "each device holds its own partial sum of every block"))
+        else:
+            titles.append(f"step {i}/{len(steps) - 1} ({step.phase}): every device sends one block "
+                          f"({block_bytes:,} bytes) to the next")
+    if len(steps) > 1:
+        titles[-1] += "<br>done: " + ("every device holds every block" if op != "reduce-scatter"
+                                      else "each device holds its block, summed over all")
+
+    def trace(step):
+        xs, ys, colors, texts, hovers = _cells(step.held, group, op)
+        return go.Scatter(x=xs, y=ys, mode="markers+text", text=texts, hovertext=hovers, hoverinfo="text",
+                          marker=dict(symbol="square", size=46, color=colors, line=dict(color="#999", width=1)),
+                          textfont=dict(color="white", size=12))
+
+    frames = [go.Frame(data=[trace(step)], name=str(i),
+                       layout=go.Layout(annotations=_arrows(step), title_text=titles[i]))
+              for i, step in enumerate(steps)]
+    fig = go.Figure(data=[trace(steps[0])], frames=frames)
+    fig.update_layout(
+        title_text=titles[0], title_font_size=13, height=200 + 60 * n, margin=dict(l=10, r=10, t=60, b=90),
+        xaxis=dict(title="block of the array", tickvals=list(range(n)), range=[-0.6, n - 0.2], showgrid=False,
+                   zeroline=False),
+        yaxis=dict(title="device (ring order)", tickvals=list(range(n)), ticktext=[f"dev {d}" for d in group],
+                   autorange="reversed", showgrid=False, zeroline=False),
+        plot_bgcolor="rgba(0,0,0,0)", showlegend=False,
+        updatemenus=[dict(type="buttons", direction="left", x=0, y=-0.18, xanchor="left", yanchor="top",
+                          buttons=[dict(label="▶ play", method="animate",
+                                        args=[None, dict(frame=dict(duration=900, redraw=True), fromcurrent=True)]),
+                                   dict(label="❚❚ pause", method="animate",
+                                        args=[[None], dict(mode="immediate", frame=dict(duration=0))])])],
+        sliders=[dict(active=0, y=-0.14, x=0.3, len=0.7, currentvalue=dict(prefix="step "),
+                      steps=[dict(label=str(i), method="animate",
+                                  args=[[str(i)], dict(mode="immediate", frame=dict(duration=0, redraw=True))])
+                             for i in range(len(steps))])])
+    return fig
+
+
+def pairs_figure(op: str, group: list[int]) -> go.Figure:
+    """Before/after for ops without a ring: who sends to whom (a collective-permute's pairs, or an
+    all-to-all's every-to-every exchange)."""
+    n = len(group)
+    fig = go.Figure(go.Scatter(x=[0] * n + [1] * n, y=list(range(n)) * 2, mode="markers+text",
+                               text=[str(d) for d in group] * 2, textfont=dict(color="white"),
+                               marker=dict(symbol="square", size=40, color=[device_color(d) for d in group] * 2)))
+    if op == "collective-permute" and n == 2:
+        links = [(0, 1), (1, 0)]
+    elif op == "collective-permute":
+        links = [(i, (i + 1) % n) for i in range(n)]
+    else:
+        links = [(i, j) for i in range(n) for j in range(n) if i != j]
+    fig.update_layout(annotations=[dict(x=1, y=j, ax=0, ay=i, xref="x", yref="y", axref="x", ayref="y",
+                                        showarrow=True, arrowhead=3, arrowcolor="#555") for i, j in links],
+                      xaxis=dict(tickvals=[0, 1], ticktext=["before", "after"], range=[-0.4, 1.4]),
+                      yaxis=dict(visible=False, autorange="reversed"), height=120 + 50 * n,
+                      margin=dict(l=10, r=10, t=30, b=10), showlegend=False, plot_bgcolor="rgba(0,0,0,0)")
+    return fig

@@ -1,0 +1,118 @@
+"""What a collective carries, named in the learner's terms: ``gradient of params/w1``,
+``params/w2 (weights)``, ``activations (32 rows × 1024)``, ``loss``.
+
+The compiled program does not say which tensor an op moves; we infer it from three facts XLA does
+give: the result's shape (compared with the plan's parameters — whole, or any partly gathered
+block of them — and with the batch), the op's phase from its JAX metadata (``jvp`` = forward,
+``transpose(jvp)`` = backward, none = inserted by the partitioner to meet the pinned output
+layouts), and the kind of op. The rules, each from how the step is built:
+
+- a scalar is the loss (its sum over the batch's shards);
+- in the forward pass, weights are only ever *gathered* (to use them); a forward all-reduce is the
+  partial sums of a matmul whose contracting dimension is split: activations;
+- in the backward pass, a reduction of a parameter-shaped array is that parameter's gradient; a
+  gather of one is the weight the backward matmul needs;
+- with no metadata, a parameter-shaped op moves the updated parameter (or its optimizer buffer,
+  which has the same shape and layout) back to the layout the step's outputs are pinned to;
+- anything else whose leading dimension is a slice of the batch is activations.
+"""
+
+from __future__ import annotations
+
+from .config import Plan
+
+def _param_candidates(plan: Plan) -> list[tuple[str, tuple[int, ...], tuple[int, ...]]]:  # noqa: D401
+    """(name, full shape, shard shape) of every parameter."""
+    layouts = plan.layouts()
+    return [(path, layouts[path].shape, tuple(layouts[path].shard_shape))
+            for path in plan.arrays if path.startswith("params/")]
+
+
+def _splits(axis_sizes: dict[str, int]) -> set[int]:
+    """Into how many pieces some set of mesh axes can cut a dimension (products of axis sizes)."""
+    ways = {1}
+    for size in axis_sizes.values():
+        ways |= {w * size for w in ways}
+    return ways
+
+
+def _matches(shape, full, splits: set[int]) -> bool:
+    """Whether ``shape`` is a block of an array of shape ``full`` that some mesh axes could cut
+    out: each dimension the whole, or the whole divided by a product of mesh axis sizes. (A block
+    smaller than the parameter's own shard happens: XLA may compute a gradient split further than
+    the parameter is stored, then gather it.)"""
+    return len(shape) == len(full) and all(s and f % s == 0 and f // s in splits for s, f in zip(shape, full))
+
+
+def _rows(plan: Plan) -> set[int]:
+    """Sizes the batch's leading dimension can have on a device: the whole batch and its splits."""
+    batch = plan.config.batch_size
+    return {batch // d for d in range(1, batch + 1) if batch % d == 0}
+
+
+def _activation(shape: tuple[int, ...], plan: Plan) -> str | None:
+    if shape and shape[0] in _rows(plan):
+        rest = " × ".join(map(str, shape[1:]))
+        return f"activations ({shape[0]} rows{' × ' + rest if rest else ''})"
+    return None
+
+
+def _owner(owners: list[str], nth: int, in_tuple: int, count: int) -> tuple[str, str]:
+    """(which parameter, a note) for the ``nth`` element of a shape several parameters share."""
+    if len(owners) == 1:
+        return owners[0], ""
+    if in_tuple == len(owners):  # one element per parameter: the set is exact, the order XLA's
+        return owners[nth], ""
+    if count == len(owners) and in_tuple == 1:  # one identical op per parameter
+        return ", ".join(owners), "one per op"
+    return "one of " + ", ".join(owners), "same shape"
+
+
+def name_elements(op: str, phase: str, shapes: tuple, count: int, plan: Plan) -> tuple[str, ...]:
+    """One name per element of a collective's result (``count`` identical ops share them)."""
+    params = _param_candidates(plan)
+    splits = _splits(plan.config.mesh.axis_sizes)
+    seen: dict[tuple, int] = {}
+    reduces = op in ("all-reduce", "reduce-scatter")
+    names = []
+    for shape in shapes:
+        nth = seen.get(shape, 0)
+        seen[shape] = nth + 1
+        if shape == ():
+            names.append("loss")
+            continue
+        owners = [name for name, full, _ in params if _matches(shape, full, splits)]
+        if owners and not (phase == "forward" and reduces):
+            who, note = _owner(owners, nth, shapes.count(shape), count)
+            full = {name: f for name, f, _ in params}[owners[0]]
+            if shape != full:
+                block = "×".join(map(str, shape)) + " of " + "×".join(map(str, full))
+                note = ", ".join(filter(None, [block, note]))
+            note = f" ({note})" if note else ""
+            names.append(f"gradient of {who}{note}" if phase == "backward" and reduces else
+                         f"updated {who}{note} or its optimizer state, back to its pinned layout"
+                         if phase == "unknown" else
+                         f"optimizer update of {who}{note}" if phase == "optimizer" else
+                         f"{who}{note}: weights{', for the backward pass' if phase == 'backward' else ''}")
+            continue
+        activation = _activation(shape, plan)
+        if activation is not None:
+            names.append(("gradient of " if phase == "backward" and reduces else "") + activation)
+            continue
+        names.append("unknown")
+    return tuple(names)
+
+
+def category(name: str) -> str:
+    """weights, gradients, activations, loss or unknown — what the textbook comparison counts."""
+    if name == "loss":
+        return "loss"
+    if name.startswith("gradient of params/") or name.startswith("gradient of one of params/"):
+        return "gradients"
+    if name.startswith("updated "):
+        return "resharding"
+    if ": weights" in name:
+        return "weights"
+    if "activations" in name:
+        return "activations"
+    return "unknown"
