@@ -42,6 +42,50 @@ def _device_list(devices: list[int]) -> str:
     return ", ".join(runs)
 
 
+class _Panels:
+    """A row of ``n`` panels built as plain data and validated once by ``go.Figure``: plotly's
+    incremental ``make_subplots`` / ``add_trace(row=, col=)`` / ``add_annotation`` re-validate on
+    every call and made a Layout rerun spend most of its time in plotly (profiled)."""
+
+    def __init__(self, n: int, spacing: float, titles: list[str] | None = None):
+        self.n, self.traces, self.annotations, self.layout = n, [], [], {}
+        width = (1 - spacing * (n - 1)) / n
+        for i in range(n):
+            x0 = i * (width + spacing)
+            self.layout[self._axis("x", i)] = {"domain": [x0, x0 + width], "anchor": self._ref("y", i)}
+            self.layout[self._axis("y", i)] = {"anchor": self._ref("x", i)}
+            if titles:
+                self.annotations.append(dict(text=titles[i], x=x0 + width / 2, y=1.0, xref="paper", yref="paper",
+                                             xanchor="center", yanchor="bottom", showarrow=False, font=dict(size=12)))
+
+    @staticmethod
+    def _axis(kind: str, i: int) -> str:
+        return f"{kind}axis{i + 1 if i else ''}"
+
+    @staticmethod
+    def _ref(kind: str, i: int) -> str:
+        return f"{kind}{i + 1 if i else ''}"
+
+    def axes(self, i: int, x: dict, y: dict) -> None:
+        self.layout[self._axis("x", i)].update(x)
+        self.layout[self._axis("y", i)].update(y)
+
+    def box(self, i: int, x0, x1, y0, y1, color, label, hover, opacity=0.9, name=None, meta=None) -> None:
+        self.traces.append(dict(
+            type="scatter", x=[x0, x1, x1, x0, x0], y=[y0, y0, y1, y1, y0], fill="toself", mode="lines",
+            line=dict(color="white", width=1), fillcolor=color, opacity=opacity, hoveron="fills",
+            hoverinfo="text", text=hover, name=name or "", meta=meta, xaxis=self._ref("x", i), yaxis=self._ref("y", i)))
+        if label:
+            self.label(i, (x0 + x1) / 2, (y0 + y1) / 2, label)
+
+    def label(self, i: int, x, y, text, **style) -> None:
+        self.annotations.append(dict(x=x, y=y, text=text, showarrow=False, font=dict(color="white", size=11),
+                                     xref=self._ref("x", i), yref=self._ref("y", i), **style))
+
+    def figure(self, **layout) -> go.Figure:
+        return go.Figure(dict(data=self.traces, layout={**self.layout, "annotations": self.annotations, **layout}))
+
+
 def mesh_figure(device_ids: list, axes: tuple[str, ...], highlight: set[int] | None = None,
                 owners: dict[int, int] | None = None) -> go.Figure:
     """The mesh as a grid of coloured devices; a 3-axis mesh is drawn as one grid per first index.
@@ -54,40 +98,26 @@ def mesh_figure(device_ids: list, axes: tuple[str, ...], highlight: set[int] | N
         row_axis, col_axis, facets = axes[0], axes[1], [grid]
     else:
         row_axis, col_axis, facets = axes[1], axes[2], list(grid)
-    fig = make_subplots(rows=1, cols=len(facets), horizontal_spacing=0.06,
-                        subplot_titles=[f"{axes[0]}={i}" for i in range(len(facets))] if len(facets) > 1 else None)
+    panels = _Panels(len(facets), 0.06, [f"{axes[0]}={i}" for i in range(len(facets))] if len(facets) > 1 else None)
     for f, facet in enumerate(facets):
         for (r, c), device in np.ndenumerate(facet):
             coords = ((f,) if len(facets) > 1 else ()) + ((r,) if row_axis else ()) + (c,)
             dim = highlight is not None and int(device) not in highlight
             owner = None if owners is None else owners.get(int(device))
             where = "" if owner is None else f"<br>process {owner}"
-            _add_box(fig, c, c + 0.92, r, r + 0.92, device_color(int(device)),
-                     f"<b>{device}</b><br>{coords}" if owner is None else f"<b>{device}</b><br>process {owner}",
-                     f"device {device}<br>mesh coords {dict(zip(axes, coords))}{where}", row=1, col=f + 1,
-                     opacity=0.25 if dim else 0.95, name=f"device {device}",
-                     meta={"device": int(device)} if owner is None else {"device": int(device), "process": owner})
-        fig.update_xaxes(title_text=f"{col_axis} →", tickvals=[i + 0.46 for i in range(facet.shape[1])],
-                         ticktext=[str(i) for i in range(facet.shape[1])], row=1, col=f + 1,
-                         showgrid=False, zeroline=False)
-        fig.update_yaxes(title_text=f"{row_axis} ↓" if row_axis else "", autorange="reversed",
+            panels.box(f, c, c + 0.92, r, r + 0.92, device_color(int(device)),
+                       f"<b>{device}</b><br>{coords}" if owner is None else f"<b>{device}</b><br>process {owner}",
+                       f"device {device}<br>mesh coords {dict(zip(axes, coords))}{where}",
+                       opacity=0.25 if dim else 0.95, name=f"device {device}",
+                       meta={"device": int(device)} if owner is None else {"device": int(device), "process": owner})
+        panels.axes(f, dict(title=dict(text=f"{col_axis} →"), tickvals=[i + 0.46 for i in range(facet.shape[1])],
+                            ticktext=[str(i) for i in range(facet.shape[1])], showgrid=False, zeroline=False),
+                    dict(title=dict(text=f"{row_axis} ↓" if row_axis else ""), autorange="reversed",
                          tickvals=[i + 0.46 for i in range(facet.shape[0])],
                          ticktext=[str(i) for i in range(facet.shape[0])] if row_axis else [""],
-                         row=1, col=f + 1, showgrid=False, zeroline=False, scaleanchor=f"x{f + 1 if f else ''}")
-    fig.update_layout(showlegend=False, height=90 + 70 * facets[0].shape[0], margin=dict(l=10, r=10, t=30, b=10),
-                      plot_bgcolor="rgba(0,0,0,0)")
-    return fig
-
-
-def _add_box(fig, x0, x1, y0, y1, color, label, hover, row=None, col=None, opacity=0.9, name=None,
-             meta=None, show_label=True):
-    fig.add_trace(go.Scatter(
-        x=[x0, x1, x1, x0, x0], y=[y0, y0, y1, y1, y0], fill="toself", mode="lines",
-        line=dict(color="white", width=1), fillcolor=color, opacity=opacity, hoveron="fills",
-        hoverinfo="text", text=hover, name=name or "", meta=meta), row=row, col=col)
-    if show_label and label:
-        fig.add_annotation(x=(x0 + x1) / 2, y=(y0 + y1) / 2, text=label, showarrow=False,
-                           font=dict(color="white", size=11), row=row, col=col)
+                         showgrid=False, zeroline=False, scaleanchor=f"x{f + 1 if f else ''}"))
+    return panels.figure(showlegend=False, height=90 + 70 * facets[0].shape[0], margin=dict(l=10, r=10, t=30, b=10),
+                         plot_bgcolor="rgba(0,0,0,0)")
 
 
 def _view_2d(layout: ArrayLayout):
@@ -114,12 +144,12 @@ def shard_map_figure(layout: ArrayLayout, coords: dict[int, tuple[int, ...]], ax
     for device, key in sorted(view.items()):
         blocks.setdefault(key, []).append(device)
     facets = sorted({key[0] for key in blocks})[:MAX_FACETS]
-    fig = make_subplots(rows=1, cols=len(facets), horizontal_spacing=0.04,
-                        subplot_titles=[_facet_title(f) for f in facets] if len(facets) > 1 else None)
+    panels = _Panels(len(facets), 0.04, [_facet_title(f) for f in facets] if len(facets) > 1 else None)
     shard = layout.shard_shape
     for (facet, (r0, r1), (c0, c1)), group in blocks.items():
         if facet not in facets:
             continue
+        panel = facets.index(facet)
         full_ranges = layout.devices[group[0]]
         where = ", ".join(f"{a}:{b}" for a, b in full_ranges) or "the scalar"
         width = (c1 - c0) / len(group)
@@ -131,21 +161,19 @@ def shard_map_figure(layout: ArrayLayout, coords: dict[int, tuple[int, ...]], ax
             if owners is not None and device in owners:
                 hover += f"<br>owned by process {owners[device]}: only it can address this shard"
                 meta["process"] = owners[device]
-            _add_box(fig, c0 + i * width, c0 + (i + 1) * width, r0, r1, device_color(device), None, hover,
-                     row=1, col=facets.index(facet) + 1, name=f"device {device}", meta=meta)
+            panels.box(panel, c0 + i * width, c0 + (i + 1) * width, r0, r1, device_color(device), None, hover,
+                       name=f"device {device}", meta=meta)
         label = ("dev " if len(group) == 1 else "devs ") + _device_list(group)
-        fig.add_annotation(x=(c0 + c1) / 2, y=(r0 + r1) / 2, text=label, showarrow=False,
-                           font=dict(color="white", size=11), bgcolor="rgba(0,0,0,0.35)",
-                           row=1, col=facets.index(facet) + 1)
+        panels.label(panel, (c0 + c1) / 2, (r0 + r1) / 2, label, bgcolor="rgba(0,0,0,0.35)")
     for f in range(len(facets)):
-        fig.update_xaxes(range=[0, cols], dtick=max(1, math.ceil(cols / 4)), title_text=f"dim {len(layout.shape) - 1} (size {cols})"
-                         if layout.shape else "", showgrid=False, zeroline=False, row=1, col=f + 1)
-        fig.update_yaxes(range=[rows, 0], dtick=max(1, math.ceil(rows / 4)), title_text=f"dim {len(layout.shape) - 2} ({rows})"
-                         if len(layout.shape) > 1 else "", showgrid=False, zeroline=False,
-                         showticklabels=len(layout.shape) > 1, row=1, col=f + 1)
-    fig.update_layout(title=dict(text=title or layout.path, font=dict(size=14)), showlegend=False,
-                      height=height, margin=dict(l=10, r=10, t=40, b=10), plot_bgcolor="rgba(0,0,0,0.04)")
-    return fig
+        panels.axes(f, dict(range=[0, cols], dtick=max(1, math.ceil(cols / 4)),
+                            title=dict(text=f"dim {len(layout.shape) - 1} (size {cols})" if layout.shape else ""),
+                            showgrid=False, zeroline=False),
+                    dict(range=[rows, 0], dtick=max(1, math.ceil(rows / 4)),
+                         title=dict(text=f"dim {len(layout.shape) - 2} ({rows})" if len(layout.shape) > 1 else ""),
+                         showgrid=False, zeroline=False, showticklabels=len(layout.shape) > 1))
+    return panels.figure(title=dict(text=title or layout.path, font=dict(size=14)), showlegend=False,
+                         height=height, margin=dict(l=10, r=10, t=40, b=10), plot_bgcolor="rgba(0,0,0,0.04)")
 
 
 def _facet_title(ranges: tuple) -> str:
