@@ -6,7 +6,7 @@ import streamlit as st
 
 import sharding_lab as sl
 from sharding_lab.app import ui
-from sharding_lab.app import figures
+from sharding_lab.app import explore, figures
 from sharding_lab.layout import describe, format_spec, memory_part, memory_per_device
 from sharding_lab.mesh import device_ids, mesh_coords
 from sharding_lab.rules import axis_names
@@ -35,14 +35,35 @@ plan: sl.Plan = result
 layouts = plan.layouts()
 coords = mesh_coords(plan.mesh)
 axes = plan.config.mesh.axes
+on_mesh = sorted(coords)
+changes = explore.what_changed(plan, layouts)
+
+# Focus (a device) and follow (a block's copies) light devices up on every picture.
+focus_error = explore.check_focus(on_mesh, plan.config.mesh.label())
+followed = explore.followed_block(layouts)
+lit = {st.session_state.focus} if st.session_state.get("focus") is not None else (
+    set(followed[1]) if followed else None)
 
 with left:
     st.subheader(f"Mesh {plan.config.mesh.label()}")
-    st.plotly_chart(figures.mesh_figure(device_ids(plan.mesh), axes), key="mesh_picture")
+    st.plotly_chart(figures.mesh_figure(device_ids(plan.mesh), axes, lit), key="mesh_picture",
+                    on_select=explore.on_mesh_click, selection_mode="points")
     unused = sl.device_info().count - plan.config.mesh.size
     st.caption(f"{plan.config.mesh.size} devices on the mesh"
                + (f"; {unused} more exist but are not used." if unused else ".")
-               + " Each box: device id and its mesh coordinates.")
+               + " Each box: device id and its mesh coordinates. **Click a device** to see what it holds; "
+                 "click a block on a shard map to see its copies.")
+    st.selectbox("Focus a device", [None] + on_mesh, key="focus",
+                 format_func=lambda d: "none" if d is None else f"device {d}",
+                 help="The same as clicking it on the mesh: dims every other device on every picture.")
+    if focus_error:
+        st.warning(focus_error, icon=":material/link_off:")
+
+explore.show_changes(changes)
+if st.session_state.get("focus") is not None:
+    explore.holdings_panel(layouts, st.session_state.focus)
+elif followed:
+    explore.followed_panel(*followed)
 
 st.markdown("**Resolved PartitionSpecs** — what the rules ask for, and what JAX will really do")
 st.dataframe(pd.DataFrame([{
@@ -67,9 +88,10 @@ for tab, prefix in zip(st.tabs(list(groups)), groups.values()):
         for row_start in range(0, len(paths), 3):
             for col, path in zip(st.columns(3), paths[row_start:row_start + 3]):
                 layout = layouts[path]
+                badge = " · changed" if path in changes.get("arrays", {}) else ""
                 col.plotly_chart(figures.shard_map_figure(layout, coords, axes,
-                                                          f"{path}  {format_spec(layout.spec)}"),
-                                 key=f"map_{path}")
+                                                          f"{path}  {format_spec(layout.spec)}{badge}", highlight=lit),
+                                 key=f"map_{path}", on_select=explore.on_map_click(path), selection_mode="points")
                 col.caption(describe(layout, plan.config.mesh.axis_sizes))
 
 st.subheader("Memory per device")

@@ -189,3 +189,46 @@ def memory_per_device(layouts: dict[str, ArrayLayout]) -> dict[int, dict[str, in
             row = table.setdefault(device, {"params": 0, "optimizer": 0, "batch": 0})
             row[part] += layout.bytes_per_device
     return dict(sorted(table.items()))
+
+
+def holdings(layouts: dict[str, ArrayLayout], device: int) -> list[dict]:
+    """What ``device`` holds: one row per array — the index ranges of its block, the block's shape
+    and bytes, and which other devices hold the very same block."""
+    rows = []
+    for path, layout in layouts.items():
+        if device not in layout.devices:
+            continue
+        ranges = layout.devices[device]
+        others = [d for d, r in layout.devices.items() if r == ranges and d != device]
+        rows.append({"array": path, "slice": "[" + ", ".join(f"{a}:{b}" for a, b in ranges) + "]",
+                     "block shape": str(layout.shard_shape), "bytes": layout.bytes_per_device,
+                     "same block on": ", ".join(map(str, sorted(others))) or "no other device"})
+    return rows
+
+
+def _split_phrase(target, axis_sizes: dict[str, int]) -> str:
+    if target is None:
+        return "whole"
+    return f"split {split_ways(target, axis_sizes)} ways over " + "×".join(f"`{n}`" for n in axis_names(target))
+
+
+def describe_change(old: ArrayLayout, new: ArrayLayout, old_sizes: dict[str, int],
+                    new_sizes: dict[str, int]) -> str | None:
+    """One line on how an array's layout changed, e.g. "w1: columns now split 4 ways over `model`,
+    was whole"; None when every device holds what it held before."""
+    name = new.path.split("/", 1)[-1] if new.path.startswith("params/") else new.path
+    if old.shape != new.shape:
+        return f"{name}: shape {old.shape} → {new.shape}"
+    if old.devices == new.devices:
+        return None
+    parts = []
+    rank = len(new.shape)
+    old_spec = list(old.spec) + [None] * (rank - len(old.spec))
+    new_spec = list(new.spec) + [None] * (rank - len(new.spec))
+    for dim_name, before, after in zip(_dim_names(rank), old_spec, new_spec):
+        was, now = _split_phrase(before, old_sizes), _split_phrase(after, new_sizes)
+        if was != now:
+            parts.append(f"{dim_name} now {now}, was {was}")
+    if not parts:
+        return f"{name}: the same split, on other devices (the mesh changed)"
+    return f"{name}: " + "; ".join(parts)

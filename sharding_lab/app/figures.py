@@ -78,6 +78,14 @@ class _Panels:
         if label:
             self.label(i, (x0 + x1) / 2, (y0 + y1) / 2, label)
 
+    def targets(self, i: int, xs, ys, customdata, size: int = 28) -> None:
+        """Near-invisible markers at the given centres, so a click selects a device or a block
+        (Plotly selects points, not filled shapes); ``customdata`` says what was clicked."""
+        self.traces.append(dict(type="scatter", x=list(xs), y=list(ys), mode="markers", customdata=list(customdata),
+                                marker=dict(size=size, opacity=0.01, color="black"), hoverinfo="none",
+                                name="click target", meta={"targets": True},
+                                xaxis=self._ref("x", i), yaxis=self._ref("y", i)))
+
     def label(self, i: int, x, y, text, **style) -> None:
         self.annotations.append(dict(x=x, y=y, text=text, showarrow=False, font=dict(color="white", size=11),
                                      xref=self._ref("x", i), yref=self._ref("y", i), **style))
@@ -99,13 +107,17 @@ def mesh_figure(device_ids: list, axes: tuple[str, ...], highlight: set[int] | N
     else:
         row_axis, col_axis, facets = axes[1], axes[2], list(grid)
     panels = _Panels(len(facets), 0.06, [f"{axes[0]}={i}" for i in range(len(facets))] if len(facets) > 1 else None)
+    big = grid.size > 16  # past 16 devices a box is too small for its coordinates: the id alone
     for f, facet in enumerate(facets):
+        panels.targets(f, [c + 0.46 for (r, c), _ in np.ndenumerate(facet)],
+                       [r + 0.46 for (r, c), _ in np.ndenumerate(facet)], [int(d) for d in facet.ravel()])
         for (r, c), device in np.ndenumerate(facet):
             coords = ((f,) if len(facets) > 1 else ()) + ((r,) if row_axis else ()) + (c,)
             dim = highlight is not None and int(device) not in highlight
             owner = None if owners is None else owners.get(int(device))
             where = "" if owner is None else f"<br>process {owner}"
             panels.box(f, c, c + 0.92, r, r + 0.92, device_color(int(device)),
+                       f"<b>{device}</b>" if big and owner is None else
                        f"<b>{device}</b><br>{coords}" if owner is None else f"<b>{device}</b><br>process {owner}",
                        f"device {device}<br>mesh coords {dict(zip(axes, coords))}{where}",
                        opacity=0.25 if dim else 0.95, name=f"device {device}",
@@ -116,8 +128,8 @@ def mesh_figure(device_ids: list, axes: tuple[str, ...], highlight: set[int] | N
                          tickvals=[i + 0.46 for i in range(facet.shape[0])],
                          ticktext=[str(i) for i in range(facet.shape[0])] if row_axis else [""],
                          showgrid=False, zeroline=False, scaleanchor=f"x{f + 1 if f else ''}"))
-    return panels.figure(showlegend=False, height=90 + 70 * facets[0].shape[0], margin=dict(l=10, r=10, t=30, b=10),
-                         plot_bgcolor="rgba(0,0,0,0)")
+    return panels.figure(showlegend=False, height=90 + (70 if not big else 42) * facets[0].shape[0],
+                         margin=dict(l=10, r=10, t=30, b=10), plot_bgcolor="rgba(0,0,0,0)")
 
 
 def _view_2d(layout: ArrayLayout):
@@ -132,12 +144,14 @@ def _view_2d(layout: ArrayLayout):
 
 def shard_map_figure(layout: ArrayLayout, coords: dict[int, tuple[int, ...]], axes: tuple[str, ...],
                      title: str | None = None, height: int = 230,
-                     owners: dict[int, int] | None = None) -> go.Figure:
+                     owners: dict[int, int] | None = None, highlight: set[int] | None = None) -> go.Figure:
     """Which block of ``layout``'s array each device holds, drawn in array coordinates.
 
     Rank 1 is a single row; rank ≥ 3 gets one panel per distinct slice of the leading dimensions.
     Blocks are rectangles, whatever the array's size. With ``owners`` (device → JAX process), the
-    hover says which process owns each shard — the only one that can address it.
+    hover says which process owns each shard — the only one that can address it. With
+    ``highlight``, other devices' stripes are dimmed. Each block has a click target whose
+    customdata is ``[path, devices holding it, its ranges]``.
     """
     rows, cols, view = _view_2d(layout)
     blocks: dict[tuple, list[int]] = {}
@@ -162,9 +176,11 @@ def shard_map_figure(layout: ArrayLayout, coords: dict[int, tuple[int, ...]], ax
                 hover += f"<br>owned by process {owners[device]}: only it can address this shard"
                 meta["process"] = owners[device]
             panels.box(panel, c0 + i * width, c0 + (i + 1) * width, r0, r1, device_color(device), None, hover,
-                       name=f"device {device}", meta=meta)
+                       name=f"device {device}", meta=meta,
+                       opacity=0.12 if highlight is not None and device not in highlight else 0.9)
         label = ("dev " if len(group) == 1 else "devs ") + _device_list(group)
         panels.label(panel, (c0 + c1) / 2, (r0 + r1) / 2, label, bgcolor="rgba(0,0,0,0.35)")
+        panels.targets(panel, [(c0 + c1) / 2], [(r0 + r1) / 2], [[layout.path, group, where]], size=24)
     for f in range(len(facets)):
         panels.axes(f, dict(range=[0, cols], dtick=max(1, math.ceil(cols / 4)),
                             title=dict(text=f"dim {len(layout.shape) - 1} (size {cols})" if layout.shape else ""),

@@ -35,6 +35,8 @@ def to_query(state) -> dict[str, str]:
                      for key, value in sorted(state.items()) if str(key).startswith("ovr_") and value != "(rule)"]
         if overrides:
             query["ovr"] = ",".join(overrides)
+    if state.get("focus") is not None:
+        query["focus"] = str(int(state["focus"]))
     query["opt"] = str(state["optimizer"])
     for key in [size_key(f) for f in family.size_fields] + list(GENERAL_RANGES):
         query[key] = f"{state[key]:g}" if key in FLOATS else str(int(state[key]))
@@ -49,7 +51,7 @@ def from_query(query: dict[str, str]) -> tuple[dict, list[str]]:
         problems.append(f"{key}={query[key]!r} ignored: {why}")
 
     ranges = number_ranges()
-    known = {"mesh", "axes", "type", "model", "preset", "rules", "ovr", "opt", *ranges}
+    known = {"mesh", "axes", "type", "model", "preset", "rules", "ovr", "opt", "focus", *ranges}
     for key in query:
         if key not in known:
             problems.append(f"unknown setting {key!r} ignored")
@@ -97,6 +99,11 @@ def from_query(query: dict[str, str]) -> tuple[dict, list[str]]:
                     updates[prefix + name.replace(".", "_")] = target
                 else:
                     problems.append(f"{key} entry {item!r} ignored: expected NAME:AXIS")
+    if "focus" in query:
+        if query["focus"].isdigit() and int(query["focus"]) < MAX_AXIS_SIZE:
+            updates["focus"] = int(query["focus"])  # the Layout page checks it against the mesh
+        else:
+            bad("focus", f"a device number from 0 to {MAX_AXIS_SIZE - 1}")
     if "opt" in query:
         if query["opt"] in OPTIMIZERS:
             updates["optimizer"] = query["opt"]

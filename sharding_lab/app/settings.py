@@ -24,7 +24,7 @@ FLOATS = ("lr", "decay")
 DEFAULTS = {
     "n_axes": 2, "size_0": 2, "size_1": 4, "size_2": 2, "name_0": "data", "name_1": "model",
     "name_2": "z", "axis_type": "Auto", "model": "mlp", "preset": "seed", "optimizer": "seed-sgd",
-    "batch": 32, "steps": 3000, "lr": 0.01, "decay": 0.9,
+    "batch": 32, "steps": 3000, "lr": 0.01, "decay": 0.9, "focus": None,
 }
 
 
@@ -135,3 +135,9 @@ def axes_count_changed(state) -> dict:
     for i, (size, name) in enumerate(zip(DEFAULT_SHAPES[n], default_axes(n))):
         values[f"size_{i}"], values[f"name_{i}"] = size, name
     return values
+
+
+def snapshot(state) -> dict:
+    """Every setting (and the rules table's values), to go back to later."""
+    keys = set(defaults()) | {k for k in state.keys() if str(k).startswith(("rule_", "ovr_"))}
+    return {k: state[k] for k in keys if k in state}
