@@ -20,6 +20,9 @@ MAX_AXIS_SIZE = 64
 NUMBER_RANGES = {"din": (1, 4096), "dmid": (1, 16384), "dout": (1, 4096), "hidden": (0, 8),
                  "batch": (1, 4096), "steps": (1, 20_000), "lr": (0.0, 1000.0), "decay": (0.0, 0.999)}
 FLOATS = ("lr", "decay")
+# Query keys that are not settings and are never reported: ``teacher`` carries the teacher view's
+# token (app.py reads it; a student's copied link must not mention it, nor its absence).
+NOT_SETTINGS = frozenset({"teacher"})
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,31}$")
 _TARGET = re.compile(r"^(replicated|[A-Za-z_][A-Za-z0-9_]{0,31}(\+[A-Za-z_][A-Za-z0-9_]{0,31})*)$")
 
@@ -51,7 +54,7 @@ def from_query(query: dict[str, str]) -> tuple[dict, list[str]]:
 
     known = {"mesh", "axes", "type", "preset", "rules", "ovr", "opt", *NUMBER_RANGES}
     for key in query:
-        if key not in known:
+        if key not in known and key not in NOT_SETTINGS:
             problems.append(f"unknown setting {key!r} ignored")
     if "mesh" in query:
         sizes = [p for p in re.split(r"[x×,]", query["mesh"]) if p]
