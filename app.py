@@ -5,9 +5,14 @@ import secrets
 
 import streamlit as st
 
-from sharding_lab.app import classroom, ui
+from sharding_lab.app import classroom, ui, warm
 
 st.set_page_config(page_title="Sharding Lab", page_icon=":material/grid_view:", layout="wide")
+# Once per server process: compiled programs from disk, and the default layout compiled before the
+# first student presses Train (SHARDING_LAB_CACHE_DIR, SHARDING_LAB_WARM).
+warm.enable_compilation_cache()
+if os.environ.get("SHARDING_LAB_WARM", "on").lower() not in ("off", "0", "false", "no"):
+    warm.warm_in_background()
 ui.init_state()
 # Counted for the teacher view: an opaque id per session, nothing else about it.
 classroom.seen(st.session_state.setdefault("classroom_id", secrets.token_hex(8)))
