@@ -1,17 +1,35 @@
 """Sharding Lab: see how JAX shards a Flax NNX model across devices, by clicking."""
 
+import os
+import secrets
+
 import streamlit as st
 
-from sharding_lab.app import ui
+from sharding_lab.app import classroom, ui, warm
 
 st.set_page_config(page_title="Sharding Lab", page_icon=":material/grid_view:", layout="wide")
+# Once per server process: compiled programs from disk, and the default layout compiled before the
+# first student presses Train (SHARDING_LAB_CACHE_DIR, SHARDING_LAB_WARM).
+warm.enable_compilation_cache()
+if os.environ.get("SHARDING_LAB_WARM", "on").lower() not in ("off", "0", "false", "no"):
+    warm.warm_in_background()
 ui.init_state()
+# Counted for the teacher view: an opaque id per session, nothing else about it.
+classroom.seen(st.session_state.setdefault("classroom_id", secrets.token_hex(8)))
+# The teacher view exists for this session only if its link carried the server's token; the
+# sidebar then rewrites the query string without it, so links copied from the page never hold it.
+if not st.session_state.get("teacher_view"):
+    st.session_state.teacher_view = classroom.teacher_token_ok(
+        st.query_params.get("teacher"), os.environ.get("SHARDING_LAB_TEACHER_TOKEN"))
 ui.restore_link()
-page = st.navigation([
+pages = [
     st.Page("app_pages/layout.py", title="Layout", icon=":material/grid_view:", default=True),
     st.Page("app_pages/train.py", title="Train", icon=":material/show_chart:"),
     st.Page("app_pages/communication.py", title="Communication", icon=":material/swap_horiz:"),
     st.Page("app_pages/compare.py", title="Compare", icon=":material/compare_arrows:"),
     st.Page("app_pages/lesson.py", title="Lesson", icon=":material/school:"),
-])
+]
+if st.session_state.teacher_view:
+    pages.append(st.Page("app_pages/teacher.py", title="Teacher", icon=":material/groups:", url_path="teacher"))
+page = st.navigation(pages)
 page.run()

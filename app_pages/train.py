@@ -35,7 +35,7 @@ result = ui.sidebar()
 slot = st.session_state.setdefault("job_slot", JobSlot())
 stop_when_session_ends(slot)
 
-c1, c2, c3, c4, c5 = st.columns(5)
+c1, c2, c3, c4 = st.columns(4)
 c1.number_input("Steps", *GENERAL_RANGES["steps"], step=500, key="steps")
 c2.number_input("Learning rate", *GENERAL_RANGES["lr"], step=0.005, format="%.4f", key="lr")
 c3.number_input("Momentum decay", *GENERAL_RANGES["decay"], step=0.05, key="decay")
@@ -49,7 +49,6 @@ c4.selectbox("Processes", choices, key="processes",
              help="Train as this many JAX processes on this machine, each owning an equal share of "
                   "the mesh's devices and joined into one mesh by jax.distributed — as on several hosts.")
 processes = int(st.session_state.processes_choice)
-log_scale = c5.toggle("Log-scale loss", value=True, key="log_scale")
 
 if isinstance(result, sl.ConfigError):
     ui.show_error(result)
@@ -66,34 +65,52 @@ if processes > 1:
                "loads only its own rows of every batch. Starting them takes a few seconds, and every step's "
                "collectives now cross process boundaries: expect fewer steps/s than in one process.")
 
-running = slot.job is not None and slot.job.snapshot().running
-start_col, stop_col, _ = st.columns([1, 1, 4])
-# `not running`: a second click can leave the browser before the rerun that disables the button.
-if start_col.button("Train", type="primary", disabled=running, key="train") and not running:
+
+def start_run() -> bool:
+    """Train was pressed: start this session's run (True), or say why not."""
     try:
         sl.config.check_memory(sl.plan(config))  # steps / lr / decay checked too; memory before allocating
         slot.job = DistributedJob(config, processes) if processes > 1 else TrainingJob(config)
-        running = True
+        return True
     except sl.ConfigError as error:
         ui.show_error(error, lead="")
     except Busy as busy:
         st.warning(f"The server is busy: {busy}.", icon=":material/hourglass_top:")
-if stop_col.button("Stop", disabled=not running, key="stop"):
-    slot.stop()
+    return False
 
 
-queued = running and slot.job.snapshot().state == "queued"
+# Why the buttons live in the fragment and the page never reruns while a run is on: Streamlit 1.67
+# drops what a finished script run had still to send when a fragment's timer request reaches the
+# server first (AppSession ignores the events of a ScriptRunner it has replaced; they pile up when
+# the server is busy). A full rerun clears the browser's poll timers as it starts and sets them again
+# only when it reaches `live_view()`: if that part is dropped, the page never polls again. That was
+# the frozen "starting — step 0 / 440" session of the 20-session load test, whose fragment called
+# st.rerun() when its run left the queue. So while a run is on only this fragment redraws — progress,
+# buttons, charts — and a full rerun is asked for only to start polling (no timer is live then) and
+# to stop it once the run is over (one that gets lost leaves the fragment's own final view, and the
+# next poll asks again).
+polling = slot.job is not None and slot.job.snapshot().running
 
 
-@st.fragment(run_every=poll_interval(queued) if running else None)
+@st.fragment(run_every=poll_interval() if polling else None)
 def live_view() -> None:
+    timer_run = not st.session_state.get("train_full_run", False)  # a poll, not part of a full run
     job = slot.job
+    snap = job.snapshot() if job is not None else None
+    running = snap is not None and snap.running
+    start_col, stop_col, _, scale_col = st.columns([1, 1, 2, 2])
+    # `not running`: a second click can leave the browser before the poll that disables the button.
+    clicked = start_col.button("Train", type="primary", disabled=running, key="train")
+    if clicked and not running and start_run():
+        st.rerun()  # a full run registers this fragment with a poll timer
+    if stop_col.button("Stop", disabled=not running, key="stop"):
+        slot.stop()
+    log_scale = scale_col.toggle("Log-scale loss", value=True, key="log_scale")
     if job is None:
         st.info("Press **Train** to train this layout. The loss curve and the model fit update live.")
         if config.family.name == "mlp":
             st.plotly_chart(figures.fit_figure(*config.family.make_dataset(config.model, config.seed), None), key="fit")
         return
-    snap = job.snapshot()
     st.progress(min(1.0, snap.step / max(1, snap.total_steps)),
                 text=f"{snap.state} — step {snap.step:,} / {snap.total_steps:,}"
                      + (f" — {snap.message}" if snap.running and snap.message else ""))
@@ -105,7 +122,7 @@ def live_view() -> None:
     # The same elements in the same places on every poll (the browser patches them by position).
     loss_col, fit_col = st.columns(2)
     if snap.losses or not snap.running:
-        loss_figure, fit_figure = charts(job, snap)
+        loss_figure, fit_figure = charts(job, snap, log_scale)
         loss_col.plotly_chart(loss_figure, key="loss")
         fit_col.plotly_chart(fit_figure, key="fit")
         loss_col.caption("Each point is one step's loss on a fresh batch; it should fall quickly, then flatten.")
@@ -130,11 +147,11 @@ def live_view() -> None:
             ui.show_error("; ".join(snap.layout_problems), lead="Layout differs from the plan:")
         if snap.owners:
             process_view(job.config, snap)
-    if running and (not snap.running or queued and snap.state != "queued"):
-        st.rerun()  # the job ended or left the queue: redraw the page to reset polling and buttons
+    if not snap.running and (polling or timer_run and not clicked):
+        st.rerun()  # the run is over: a full run registers this fragment without a poll timer
 
 
-def charts(job, snap):
+def charts(job, snap, log_scale: bool):
     """The loss and fit figures, rebuilt only when the run has moved on since the last poll."""
     key = (id(job), snap.step, snap.state, log_scale)
     cached = st.session_state.get("train_charts")
@@ -168,5 +185,7 @@ def process_view(config: sl.LabConfig, snap) -> None:
                "hold are the only rows it loaded (jax.make_array_from_process_local_data).")
 
 
+st.session_state.train_full_run = True
 live_view()
+st.session_state.train_full_run = False
 ui.show_code(sl.training.make_train_step, sl.training._chunk_program)

@@ -56,6 +56,8 @@ POLL_S = 0.5  # while a run is on (the page itself refreshes every 0.2-2 s)
 IDLE_POLL_S = 1.0  # while setting up, queued, or waiting out a "busy"
 BUSY_RETRY_S = (2.0, 4.0)  # a student tries Train again after a few seconds
 EVALUATE_TIMEOUT_S = 60.0
+CLOSE_TIMEOUT_S = 30.0  # a screenshot or a context/browser close that takes longer is abandoned
+SESSION_GRACE_S = 90.0  # beyond --timeout, for the last look, the picture and closing
 SCREENSHOTS: Path | None = ROOT / "artifacts" / "load"  # a session that does not finish is photographed
 
 
@@ -352,14 +354,27 @@ async def screenshot(page, index: int) -> None:
     if SCREENSHOTS is not None:
         SCREENSHOTS.mkdir(parents=True, exist_ok=True)
         try:
-            await page.screenshot(path=str(SCREENSHOTS / f"session-{index:02d}.png"), full_page=True)
+            await page.screenshot(path=str(SCREENSHOTS / f"session-{index:02d}.png"), full_page=True,
+                                  timeout=CLOSE_TIMEOUT_S * 1000)
         except Exception:  # noqa: BLE001 - a picture is a bonus
             pass
 
 
+async def bounded(awaitable, seconds: float, what: str, result: "SessionResult | None" = None):
+    """``awaitable`` within ``seconds``; a hang becomes a note on ``result`` (a browser call that never
+    returns must not keep the load test from its summary)."""
+    try:
+        return await asyncio.wait_for(awaitable, seconds)
+    except Exception as error:  # noqa: BLE001 - closing and photographing are best effort
+        if result is not None:
+            result.errors.append(f"{what}: {type(error).__name__} after at most {seconds:.0f} s")
+        return None
+
+
 async def run_session(browser, url: str, plan: SessionPlan, title: str, ready: StartLine | None,
-                      timeout: float, max_retries: int, arrive_at: float = 0.0) -> SessionResult:
-    result = SessionResult(plan)
+                      timeout: float, max_retries: int, arrive_at: float = 0.0,
+                      result: SessionResult | None = None) -> SessionResult:
+    result = result if result is not None else SessionResult(plan)
     context = await browser.new_context(viewport={"width": 1280, "height": 800}, reduced_motion="reduce")
     await context.add_init_script(NO_ANIMATIONS_JS)
     page = await context.new_page()
@@ -389,8 +404,23 @@ async def run_session(browser, url: str, plan: SessionPlan, title: str, ready: S
             ready.arrive()  # do not keep the others waiting for a session that will never be ready
         result.status = result.status if result.status != "finished" else "error"
     finally:
-        await context.close()
+        await bounded(context.close(), CLOSE_TIMEOUT_S, "closing the browser context", result)
     return result
+
+
+async def watched_session(browser, url: str, plan: SessionPlan, title: str, ready: StartLine | None,
+                          timeout: float, max_retries: int, arrive_at: float, result: SessionResult) -> None:
+    """One session, given up (and said so) past its own time plus a grace for the last look, the
+    picture and closing — whatever the browser or the server does meanwhile."""
+    limit = arrive_at + timeout + SESSION_GRACE_S
+    try:
+        await asyncio.wait_for(run_session(browser, url, plan, title, ready, timeout, max_retries, arrive_at,
+                                           result), limit)
+    except asyncio.TimeoutError:
+        result.errors.append(f"hung: no verdict within {limit:.0f} s (last: {result.status})")
+        result.status = f"hung ({result.status})"
+        if ready is not None and not ready.all_here.is_set():
+            ready.arrive()
 
 
 class RssSampler:
@@ -491,25 +521,42 @@ class Server:
 
 
 async def run_load(url: str, sessions: int, steps: int, timeout: float, max_retries: int = 200,
-                   together: bool = True, arrive_over: float | None = None) -> list[SessionResult]:
+                   together: bool = True, arrive_over: float | None = None, total_timeout: float | None = None,
+                   results: list[SessionResult] | None = None) -> list[SessionResult]:
     """All sessions in one Chromium, arriving at random times over ``arrive_over`` seconds (default
     0.5 s per session) and — when ``together`` — pressing Train at the same moment once all are set
-    up; returns one result per session, in order."""
+    up; returns one result per session, in order. Each session is bounded by ``timeout`` (+ a grace)
+    and all of them by ``total_timeout``: a session still going then is reported as hung. Pass
+    ``results`` to see them fill in (the caller's watchdog reports them if even this hangs)."""
     from playwright.async_api import async_playwright
 
     titles = preset_titles()
     plans = session_plans(sessions, steps)
+    results = results if results is not None else []
+    results[:] = [SessionResult(plan) for plan in plans]
     ready = StartLine(sessions) if together else None
     spread = 0.5 * sessions if arrive_over is None else arrive_over
-    async with async_playwright() as p:
+    total_timeout = total_timeout or spread + timeout + 2 * SESSION_GRACE_S
+    p = await async_playwright().start()
+    try:
         browser = await p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_FLAGS)
-        try:
-            return list(await asyncio.gather(*[
-                run_session(browser, url, plan, titles[plan.preset], ready, timeout, max_retries,
-                            random.uniform(0, spread))
-                for plan in plans]))
-        finally:
-            await browser.close()
+        tasks = [asyncio.create_task(watched_session(browser, url, plan, titles[plan.preset], ready, timeout,
+                                                     max_retries, random.uniform(0, spread), result))
+                 for plan, result in zip(plans, results)]
+        _, late = await asyncio.wait(tasks, timeout=total_timeout)
+        for task in late:
+            task.cancel()
+        if late:
+            await asyncio.wait(late, timeout=CLOSE_TIMEOUT_S)
+        for task, result in zip(tasks, results):
+            if task in late:
+                result.errors.append(f"hung: still running when the whole load test's {total_timeout:.0f} s "
+                                     f"were up (last: {result.status})")
+                result.status = f"hung ({result.status})"
+        await bounded(browser.close(), CLOSE_TIMEOUT_S, "closing the browser")
+    finally:
+        await bounded(p.stop(), CLOSE_TIMEOUT_S, "stopping Playwright")
+    return results
 
 
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
@@ -581,13 +628,25 @@ def report(results: list[SessionResult], summary: dict) -> str:
     return "\n".join(lines)
 
 
+def last_resort(results: list[SessionResult], started: float) -> None:
+    """The load test itself hung past every bound: report the sessions as they stand and exit 2."""
+    for result in results:
+        if result.status != "finished":
+            result.errors.append(f"load test hung (last: {result.status})")
+    print(report(results, summarize(results, None, time.monotonic() - started)), flush=True)
+    os._exit(2)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--sessions", type=int, default=20)
     parser.add_argument("--steps", type=int, default=300, help="steps for session 0; session i runs steps + 10·i")
     parser.add_argument("--max-jobs", type=int, default=None,
                         help="SHARDING_LAB_MAX_JOBS for the server started here (default: the app's, 4)")
-    parser.add_argument("--timeout", type=float, default=900, help="seconds per session, all included")
+    parser.add_argument("--timeout", type=float, default=600, help="seconds per session, all included")
+    parser.add_argument("--total-timeout", type=float, default=None,
+                        help="seconds for all sessions together (default: arrival spread + timeout + 180): "
+                             "sessions still going then are reported as hung")
     parser.add_argument("--max-retries", type=int, default=300, help="busy retries per session")
     parser.add_argument("--arrive-over", type=float, default=None,
                         help="students arrive at random over this many seconds (default: 0.5 s per session)")
@@ -600,16 +659,24 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("--sessions must be 1..200")
 
     started = time.monotonic()
+    results: list[SessionResult] = []
+    # The last resort: if even the bounded run hangs (a wedged browser driver), print what is known.
+    spread = 0.5 * args.sessions if args.arrive_over is None else args.arrive_over
+    total = args.total_timeout or spread + args.timeout + 2 * SESSION_GRACE_S
+    watchdog = threading.Timer(total + 4 * CLOSE_TIMEOUT_S + 60, last_resort, (results, started))
+    watchdog.daemon = True
+    watchdog.start()
     if args.url:
-        results = asyncio.run(run_load(args.url, args.sessions, args.steps, args.timeout, args.max_retries,
-                                       not args.staggered, args.arrive_over))
+        asyncio.run(run_load(args.url, args.sessions, args.steps, args.timeout, args.max_retries,
+                             not args.staggered, args.arrive_over, total, results))
         peak = None
     else:
         with Server(args.max_jobs) as server, RssSampler(server.proc.pid) as rss:
-            results = asyncio.run(run_load(server.url, args.sessions, args.steps, args.timeout,
-                                           args.max_retries, not args.staggered, args.arrive_over))
+            asyncio.run(run_load(server.url, args.sessions, args.steps, args.timeout,
+                                 args.max_retries, not args.staggered, args.arrive_over, total, results))
             peak = rss.peak
             log = server.output()
+    watchdog.cancel()
     summary = summarize(results, peak, time.monotonic() - started, None if args.url else log)
     print(report(results, summary))
     if args.json:

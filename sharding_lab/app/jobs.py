@@ -30,6 +30,9 @@ from .scheduler import MAX_JOBS, MAX_QUEUED, Busy, load, poll_interval, release_
 MAX_MULTIPROCESS_JOBS = max(1, int(os.environ.get("SHARDING_LAB_MAX_MULTIPROCESS_JOBS", "1")))
 JOB_TIME_LIMIT_S = float(os.environ.get("SHARDING_LAB_JOB_TIME_LIMIT_S", "300"))
 UNWATCHED_LIMIT_S = float(os.environ.get("SHARDING_LAB_UNWATCHED_LIMIT_S", "30"))
+# From pressing Train to the first training step (queue + building + compiling): past this the page
+# says so instead of showing "queued" or "starting" for ever.
+START_LIMIT_S = float(os.environ.get("SHARDING_LAB_START_LIMIT_S", "600"))
 PREDICTION_INTERVAL_S = 0.2
 UNWATCHED_MESSAGE = "stopped: nobody was watching (tab closed?)"
 _multi_slots = threading.BoundedSemaphore(MAX_MULTIPROCESS_JOBS)
@@ -75,7 +78,8 @@ class TrainingJob:
         self._losses: list[float] = []
         self._snapshot = self._first_snapshot()
         self.x, self.y = config.family.make_dataset(config.model, config.seed)
-        self.last_seen = time.monotonic()
+        self.last_seen = self.created = time.monotonic()
+        self._gave_up = False  # the start limit passed: the page was told, the thread's news no longer counts
         self.thread = threading.Thread(target=self._run, name="sharding-lab-job", daemon=True)
         self.thread.start()
 
@@ -84,8 +88,19 @@ class TrainingJob:
 
     def snapshot(self) -> Snapshot:
         """The latest state (cheap; also tells the job someone is still watching)."""
-        self.last_seen = time.monotonic()
+        self.last_seen = now = time.monotonic()
         with self._lock:
+            if (self._snapshot.state in ("starting", "compiling") and not self._gave_up
+                    and now - self.created > START_LIMIT_S):
+                # A thread stuck in building or compiling cannot be interrupted; the page can at least
+                # say so, and the thread stops at its first chunk if it ever gets there.
+                self._gave_up = True
+                self._stop.set()
+                self._snapshot = dataclasses.replace(
+                    self._snapshot, state="failed",
+                    message=f"this run did not start training within {START_LIMIT_S:.0f} s of pressing Train "
+                            f"(it was still {self._snapshot.state}) — the server may be overloaded; press "
+                            "Train to try again")
             return dataclasses.replace(self._snapshot, losses=list(self._losses))
 
     def stop(self) -> None:
@@ -97,6 +112,8 @@ class TrainingJob:
 
     def _publish(self, **changes) -> None:
         with self._lock:
+            if self._gave_up:
+                return
             self._snapshot = dataclasses.replace(self._snapshot, **changes)
 
     def _finish(self, result, **changes) -> None:
@@ -125,11 +142,20 @@ class TrainingJob:
             line = "next in line" if ahead == 0 else f"{ahead} run{'s' if ahead > 1 else ''} ahead of you"
             self._publish(message=f"waiting for a free slot — {line} ({MAX_JOBS} train at once on this server)")
 
-        if wait_for_slot(self, lambda: self._stop.is_set() or self._unwatched(), on_wait):
+        def too_long() -> bool:
+            return time.monotonic() - self.created > START_LIMIT_S
+
+        if wait_for_slot(self, lambda: self._stop.is_set() or self._unwatched() or too_long(), on_wait):
             self._publish(state="starting", message="")
             return True
-        self._publish(state="stopped", message=UNWATCHED_MESSAGE
-                      if self._unwatched() else "stopped before it started (it was waiting in the queue)")
+        if self._unwatched():
+            message = UNWATCHED_MESSAGE
+        elif self._stop.is_set():
+            message = "stopped before it started (it was waiting in the queue)"
+        else:
+            message = (f"could not start within {START_LIMIT_S:.0f} s: every training slot stayed busy "
+                       f"({MAX_JOBS} train at once on this server) — press Train to queue again")
+        self._publish(state="stopped", message=message)
         return False
 
     def _run(self) -> None:

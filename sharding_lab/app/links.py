@@ -16,6 +16,9 @@ from sharding_lab.app.settings import CUSTOM, FLOATS, GENERAL_RANGES, MAX_AXIS_S
 from sharding_lab.mesh import AXIS_NAME as _NAME, default_axes
 from sharding_lab.optimizer import OPTIMIZERS
 
+# Query keys that are not settings and are never reported: ``teacher`` carries the teacher view's
+# token (app.py reads it; a student's copied link must not mention it, nor its absence).
+NOT_SETTINGS = frozenset({"teacher"})
 _TARGET = re.compile(r"^(replicated|[A-Za-z_][A-Za-z0-9_]{0,31}(\+[A-Za-z_][A-Za-z0-9_]{0,31})*)$")
 
 
@@ -53,7 +56,7 @@ def from_query(query: dict[str, str]) -> tuple[dict, list[str]]:
     ranges = number_ranges()
     known = {"mesh", "axes", "type", "model", "preset", "rules", "ovr", "opt", "focus", *ranges}
     for key in query:
-        if key not in known:
+        if key not in known and key not in NOT_SETTINGS:
             problems.append(f"unknown setting {key!r} ignored")
     if "mesh" in query:
         sizes = [p for p in re.split(r"[x×,]", query["mesh"]) if p]

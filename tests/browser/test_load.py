@@ -61,3 +61,23 @@ def test_page_errors_spots_failures_but_not_busy():
     broken = {**quiet, "exceptions": 1,
               "alerts": [{"kind": "error", "text": "Training failed: XlaRuntimeError: boom"}]}
     assert len(loadtest.page_errors(broken)) == 2
+
+
+def test_a_session_that_hangs_is_reported_and_does_not_hang_the_load_test(monkeypatch):
+    """A browser call that never returns (here: a context that never opens) ends as 'hung' within
+    the session's bound, so the load test still reaches its summary."""
+    class NeverOpens:
+        async def new_context(self, **_):
+            await asyncio.Event().wait()
+
+    monkeypatch.setattr(loadtest, "SESSION_GRACE_S", 0.5)
+    plan = loadtest.session_plans(1, 100)[0]
+    result = loadtest.SessionResult(plan)
+    started = time.monotonic()
+    asyncio.run(loadtest.watched_session(NeverOpens(), "http://127.0.0.1:9/", plan, "Seed", None, timeout=0.5,
+                                         max_retries=0, arrive_at=0.0, result=result))
+    assert time.monotonic() - started < 5
+    assert result.status.startswith("hung") and not result.ok
+    assert any("no verdict within" in e for e in result.errors)
+    summary = loadtest.summarize([result], None, 1.0)
+    assert summary["ok"] == 0 and "hung" in loadtest.report([result], summary)

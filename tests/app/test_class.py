@@ -1,0 +1,273 @@
+"""A class on one server: runs released from the queue together, runs that cannot start, the
+teacher view and its registry. Real jobs on the real scheduler (real JAX on the forced host
+devices), the real script through AppTest."""
+
+import os
+import threading
+import time
+from pathlib import Path
+
+import pytest
+from streamlit.testing.v1 import AppTest
+
+import sharding_lab as sl
+from sharding_lab.app import classroom, jobs, scheduler
+from sharding_lab.app import links as share
+from sharding_lab.app import settings, ui  # noqa: F401
+
+ROOT = Path(__file__).resolve().parents[2]
+TIMEOUT = 120
+TOKEN = "class-token-7f3a"
+
+
+@pytest.fixture
+def all_slots_taken():
+    """Every training slot held here, so new runs queue; gives back what it still holds."""
+    held = []
+    try:
+        while True:
+            scheduler.take_slot()
+            held.append(1)
+    except scheduler.Busy:
+        pass
+    yield held
+    for _ in held:
+        scheduler.release_slot()
+
+
+def small_config(steps: int = 200) -> sl.LabConfig:
+    return sl.LabConfig(mesh=sl.MeshSpec((8,), ("data",)), preset="dp", steps=steps)
+
+
+def watch(job_list, seconds: float) -> list[list[str]]:
+    """Poll every job as its page would (which also keeps it 'watched'); each job's states in order."""
+    seen = [[] for _ in job_list]
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        snaps = [job.snapshot() for job in job_list]
+        for states, snap in zip(seen, snaps):
+            if not states or states[-1] != snap.state:
+                states.append(snap.state)
+        if not any(s.running for s in snaps):
+            break
+        time.sleep(0.05)
+    return seen
+
+
+# --- the queue ---------------------------------------------------------------------------------
+
+def test_many_queued_runs_released_at_once_all_start_and_finish(all_slots_taken):
+    """Every slot frees up in the same instant with more runs waiting than slots: each run must
+    leave the queue, train and finish — none left 'starting' (the frozen session of the load test)."""
+    assert len(all_slots_taken) == scheduler.MAX_JOBS
+    waiting = [jobs.TrainingJob(small_config(100 + 10 * i)) for i in range(scheduler.MAX_JOBS + 2)]
+    try:
+        deadline = time.monotonic() + 30
+        while scheduler.load()[1] < len(waiting) and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert scheduler.load() == (scheduler.MAX_JOBS, len(waiting))
+        assert {job.snapshot().state for job in waiting} == {"queued"}
+        release = [threading.Thread(target=scheduler.release_slot) for _ in all_slots_taken]
+        all_slots_taken.clear()  # they are ours no more: the runs take them
+        for thread in release:
+            thread.start()
+        seen = watch(waiting, 120)
+        for i, (job, states) in enumerate(zip(waiting, seen)):
+            snap = job.snapshot()
+            assert snap.state == "finished", (i, states, snap.message)
+            assert snap.step == 100 + 10 * i and snap.layout_problems == []
+            assert states[-1] == "finished" and "queued" not in states[1:], states  # forward only
+        assert scheduler.load() == (0, 0)
+    finally:
+        for job in waiting:
+            job.stop()
+        for job in waiting:
+            job.thread.join(60)
+        while True:  # take the slots back for the fixture to return
+            try:
+                scheduler.take_slot()
+                all_slots_taken.append(1)
+            except scheduler.Busy:
+                break
+
+
+# --- a run that cannot start ---------------------------------------------------------------------
+
+def test_a_run_that_waits_past_the_start_limit_says_so(all_slots_taken, monkeypatch):
+    monkeypatch.setattr(jobs, "START_LIMIT_S", 0.5)
+    job = jobs.TrainingJob(small_config())
+    states = watch([job], 30)[0]
+    snap = job.snapshot()
+    assert states == ["queued", "stopped"], states
+    assert "could not start within 0 s" in snap.message or "could not start within 1 s" in snap.message
+    assert "press Train" in snap.message
+    assert scheduler.load()[1] == 0
+
+
+def test_a_run_stuck_before_its_first_step_is_reported_failed(monkeypatch):
+    """Building and compiling take ~1 s here; with a 0.05 s limit the page is told the run did not
+    start, the thread stops at its first chunk and hands its slot back."""
+    monkeypatch.setattr(jobs, "START_LIMIT_S", 0.05)
+    before = scheduler.load()[0]
+    job = jobs.TrainingJob(small_config(5000))
+    states = watch([job], 60)[0]
+    snap = job.snapshot()
+    assert snap.state == "failed" and "did not start training within 0 s" in snap.message, (states, snap)
+    job.thread.join(60)
+    assert not job.thread.is_alive()
+    assert job.snapshot().state == "failed" and job.snapshot().step == 0  # the thread's later news ignored
+    assert scheduler.load()[0] == before
+
+
+# --- the teacher view ----------------------------------------------------------------------------
+
+def app_with(query: dict, token: str | None, monkeypatch) -> AppTest:
+    if token is None:
+        monkeypatch.delenv("SHARDING_LAB_TEACHER_TOKEN", raising=False)
+    else:
+        monkeypatch.setenv("SHARDING_LAB_TEACHER_TOKEN", token)
+    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=TIMEOUT)
+    for key, value in query.items():
+        at.query_params[key] = value
+    return at.run()
+
+
+def link_warnings(at: AppTest) -> list[str]:
+    return [w.value for w in at.warning if "link" in w.value or "teacher" in w.value]
+
+
+def assert_no_teacher_page(at: AppTest) -> None:
+    assert not at.exception
+    with pytest.raises(ValueError, match="Known pages"):  # not in the navigation: no URL reaches it
+        at.switch_page("app_pages/teacher.py")
+    assert "Teacher view" not in [t.value for t in at.title]
+
+
+@pytest.mark.parametrize("query,token", [
+    ({"teacher": TOKEN}, None),             # no token on this server: no teacher view at all
+    ({}, TOKEN),                            # a student's link
+    ({"teacher": "guess"}, TOKEN),          # a wrong token
+    ({"teacher": TOKEN[:-1]}, TOKEN),       # almost right is wrong
+    ({"teacher": ""}, ""),                  # an empty token set on the server opens nothing
+])
+def test_teacher_page_absent_without_the_right_token(query, token, monkeypatch):
+    at = app_with(query, token, monkeypatch)
+    assert_no_teacher_page(at)
+    assert not link_warnings(at), "a teacher key is not a link problem to report"
+
+
+def test_teacher_page_shows_counts_with_the_right_token(monkeypatch):
+    classroom.reset()
+    at = app_with({"teacher": TOKEN}, TOKEN, monkeypatch)
+    assert not at.exception and not link_warnings(at)
+    # The sidebar rewrote the query string from the settings: a link copied now has no token.
+    assert "teacher" not in at.query_params and at.query_params["preset"] == "seed"
+    at.switch_page("app_pages/teacher.py")
+    at.run()
+    assert [t.value for t in at.title] == ["Teacher view"]
+    metrics = {m.label: m.value for m in at.metric}
+    assert metrics["Sessions open"] == "1"
+    assert metrics["Runs training"] == f"{scheduler.load()[0]} / {scheduler.MAX_JOBS}"
+    assert metrics["Runs queued"] == str(scheduler.load()[1])
+    assert "MB" in metrics["Server memory"] and "cores" in metrics["CPU load (1 min)"]
+    assert any("No challenges yet" in i.value for i in at.info)
+    # Two more students open the app; two sessions solve challenge "c1" (one of them twice), one "c2".
+    for _ in range(2):
+        AppTest.from_file(str(ROOT / "app.py"), default_timeout=TIMEOUT).run()
+    classroom.record_solved("s1", "c1")
+    classroom.record_solved("s1", "c1")
+    classroom.record_solved("s2", "c1")
+    classroom.record_solved("s2", "c2")
+    at.run()
+    assert {m.label: m.value for m in at.metric}["Sessions open"] == "3"
+    assert not any("No challenges yet" in i.value for i in at.info)
+    table = at.dataframe[0].value
+    assert dict(zip(table["challenge"], table["sessions that solved it"])) == {"c1": 2, "c2": 1}
+    assert "s1" not in table.to_string() and "s2" not in table.to_string()  # counts only
+    classroom.reset()
+
+
+def test_teacher_key_is_neither_a_setting_nor_a_link_problem():
+    updates, problems = share.from_query({"teacher": "x", "mesh": "1x8"})
+    assert problems == [] and "teacher" not in updates
+    assert "teacher" not in share.to_query(dict(settings.defaults(), teacher_view=True, teacher="x"))
+    _, problems = share.from_query({"teachr": "x"})
+    assert problems  # other unknown keys are still reported
+
+
+def test_classroom_counts_are_thread_safe_and_forget_old_sessions():
+    classroom.reset()
+    def student(i):
+        for j in range(200):
+            classroom.seen(f"s{i}")
+            classroom.record_solved(f"s{i}", f"c{j % 3}")
+    threads = [threading.Thread(target=student, args=(i,)) for i in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert classroom.open_sessions() == 8
+    assert classroom.solved_counts() == {"c0": 8, "c1": 8, "c2": 8}
+    later = time.monotonic() + classroom.RECENT_S + 1
+    classroom.seen("late", now=later)
+    assert classroom.open_sessions(now=later) == 1  # the eight are gone, their solves still count
+    assert classroom.solved_counts()["c0"] == 8
+    classroom.reset()
+    assert classroom.open_sessions() == 0 and classroom.solved_counts() == {}
+
+
+def test_token_comparison():
+    assert classroom.teacher_token_ok("abc", "abc")
+    for given in ("abd", "ab", "abcd", "", None, ["abc"]):
+        assert not classroom.teacher_token_ok(given, "abc")
+    assert not classroom.teacher_token_ok("", "") and not classroom.teacher_token_ok("x", None)
+
+
+# --- a warm start --------------------------------------------------------------------------------
+
+CACHE_PROBE = """
+import sharding_lab as sl
+from sharding_lab.app import warm
+print(warm.enable_compilation_cache())
+lab = sl.Lab(sl.LabConfig(mesh=sl.MeshSpec((2, 4), ("data", "model")), preset="fsdp", steps=100))
+sl.Trainer(lab).run()
+"""
+
+
+def test_a_second_server_start_loads_its_programs_from_the_disk_cache(tmp_path):
+    """The first process writes its compiled programs; a second one, a fresh JAX, finds every one
+    of them there: it adds no entry of its own."""
+    import subprocess
+    import sys
+
+    env = dict(os.environ, SHARDING_LAB_CACHE_DIR=str(tmp_path / "jax"), SHARDING_LAB_DEVICES="8")
+    runs = []
+    for _ in range(2):
+        out = subprocess.run([sys.executable, "-c", CACHE_PROBE], cwd=ROOT, env=env, capture_output=True,
+                             text=True, timeout=120)
+        assert out.returncode == 0, out.stderr[-2000:]
+        runs.append(sorted(p.name for p in (tmp_path / "jax").iterdir()))
+    assert str(tmp_path / "jax") in out.stdout
+    assert len(runs[0]) >= 3  # the model's creation and the training chunk at least
+    assert runs[1] == runs[0]
+
+
+def test_cache_can_be_switched_off(monkeypatch):
+    from sharding_lab.app import warm
+
+    monkeypatch.setenv("SHARDING_LAB_CACHE_DIR", "off")
+    assert warm.cache_dir() is None
+    monkeypatch.setenv("SHARDING_LAB_CACHE_DIR", "~/somewhere")
+    assert str(warm.cache_dir()).endswith("somewhere") and "~" not in str(warm.cache_dir())
+
+
+def test_warm_up_compiles_the_default_configuration_in_the_background():
+    from sharding_lab import training
+    from sharding_lab.app import warm
+
+    config = sl.LabConfig(mesh=sl.MeshSpec((4, 2), ("warm_a", "warm_b")), preset="seed")
+    key = training.program_key(config, config.chunk)
+    assert key not in training._programs
+    thread = warm._warm_thread([config])
+    thread.join(120)
+    assert key in training._programs  # a student's first run of this layout will not compile it

@@ -1,0 +1,102 @@
+"""A class in a real browser: a run that leaves the queue keeps its page live, the buttons follow
+the run without a full rerun, and the teacher view exists only behind its token."""
+
+import re
+import time
+from pathlib import Path
+
+import pytest
+
+from tools import loadtest
+
+TOKEN = "browser-teacher-5b1c"
+
+pytestmark = [pytest.mark.browser,
+              pytest.mark.skipif(not Path(loadtest.CHROMIUM).exists(), reason="Debian's chromium is not installed")]
+
+
+@pytest.fixture(scope="module")
+def server():
+    # One training slot: the second session's run has to wait for the first one's, then leave the queue.
+    with loadtest.Server(max_jobs=1, extra_env={"SHARDING_LAB_TEACHER_TOKEN": TOKEN}) as running:
+        yield running
+
+
+@pytest.fixture(scope="module")
+def browser():
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as p:
+        chromium = p.chromium.launch(executable_path=loadtest.CHROMIUM, args=loadtest.CHROMIUM_FLAGS)
+        yield chromium
+        chromium.close()
+
+
+def open_train_page(browser, url: str, steps: int):
+    page = browser.new_context(viewport={"width": 1280, "height": 900}).new_page()
+    page.set_default_timeout(60_000)
+    page.goto(url + f"train?steps={steps}&mesh=1x8&preset=dp")
+    page.get_by_role("button", name="Train", exact=True).wait_for()
+    return page
+
+
+def progress(page) -> str:
+    bars = page.locator("[data-testid=stProgress]")
+    return bars.first.inner_text() if bars.count() else ""
+
+
+def train_enabled(page) -> bool:
+    return page.get_by_role("button", name="Train", exact=True).is_enabled()
+
+
+def test_a_run_that_leaves_the_queue_keeps_its_page_live(server, browser):
+    first = open_train_page(browser, server.url, 20_000)
+    second = open_train_page(browser, server.url, 300)
+    first.get_by_role("button", name="Train", exact=True).click()
+    first.wait_for_function("() => /(compiling|training) — step/.test(document.body.innerText)")
+    second.get_by_role("button", name="Train", exact=True).click()
+    second.wait_for_function("() => document.body.innerText.includes('queued — step 0')")
+    # While they run, both pages say so with their buttons, drawn by the polling fragment alone:
+    # Train greyed out, Stop live. (Before, a run that never queued kept Train enabled throughout.)
+    assert not train_enabled(first) and not train_enabled(second)
+    assert first.get_by_role("button", name="Stop", exact=True).is_enabled()
+    first.get_by_role("button", name="Stop", exact=True).click()
+    # The second run leaves the queue: its page must follow it to the end without a reload.
+    seen = set()
+    deadline = time.monotonic() + 90
+    while time.monotonic() < deadline and "layout verified on 8 devices" not in second.inner_text("body"):
+        state = re.match(r"(\w+) —", progress(second))
+        if state:
+            seen.add(state.group(1))
+            if state.group(1) in ("starting", "compiling", "training"):
+                assert not train_enabled(second)
+        time.sleep(0.2)
+    assert "layout verified on 8 devices" in second.inner_text("body"), (seen, progress(second))
+    assert progress(second).startswith("finished — step 300 / 300")
+    second.wait_for_function("() => !document.querySelector('[data-testid=stApp]')"
+                             ".getAttribute('data-test-script-state').startsWith('running')")
+    assert train_enabled(second)
+    assert "Stopped" in first.inner_text("body") and train_enabled(first)
+    first.context.close()
+    second.context.close()
+
+
+def test_teacher_view_only_behind_its_token(server, browser):
+    page = browser.new_context().new_page()
+    page.set_default_timeout(60_000)
+    for url in (server.url + "teacher", server.url + "teacher?teacher=wrong", server.url + "?teacher=wrong"):
+        page.goto(url)
+        page.get_by_role("heading", name="Sharding layout").wait_for()  # the default page instead
+        assert "Teacher view" not in page.inner_text("body")
+        assert page.get_by_role("link", name="Teacher", exact=True).count() == 0
+    page.goto(server.url + f"teacher?teacher={TOKEN}")
+    page.get_by_role("heading", name="Teacher view").wait_for()
+    page.get_by_text("No challenges yet").wait_for()
+    labels = page.locator("[data-testid=stMetricLabel]").all_inner_texts()
+    assert any("Sessions open" in label for label in labels) and any("Runs queued" in label for label in labels), labels
+    page.get_by_role("link", name="Layout", exact=True).click()
+    page.get_by_role("heading", name="Sharding layout").wait_for()
+    page.wait_for_function("() => location.search.includes('preset=')")
+    assert TOKEN not in page.url  # the address a teacher copies from now on is a student's link
+    assert page.get_by_role("link", name="Teacher", exact=True).count() == 1
+    page.context.close()
