@@ -20,7 +20,12 @@ def chart_spec(at: AppTest, key: str) -> dict:
 
 def device_blocks(spec: dict) -> dict[int, list]:
     """device → the index ranges its stripe in a shard map says it holds."""
-    return {trace["meta"]["device"]: trace["meta"]["ranges"] for trace in spec["data"]}
+    return {trace["meta"]["device"]: trace["meta"]["ranges"] for trace in device_traces(spec)}
+
+
+def device_traces(spec: dict) -> list[dict]:
+    """The traces that draw a device (not the invisible click targets)."""
+    return [t for t in spec["data"] if "device" in (t.get("meta") or {})]
 
 
 def page(path: str) -> AppTest:
@@ -63,7 +68,7 @@ def test_mesh_1x8_with_fsdp_changes_the_maps(app):
     w1 = device_blocks(chart_spec(app, "map_params/w1"))
     assert w1 == {d: [[0, 1], [4 * d, 4 * d + 4]] for d in range(8)}
     mesh = chart_spec(app, "mesh_picture")
-    assert sorted(t["meta"]["device"] for t in mesh["data"]) == list(range(8))
+    assert sorted(t["meta"]["device"] for t in device_traces(mesh)) == list(range(8))
 
 
 def test_bad_mesh_shows_an_error_not_a_traceback(app):
@@ -155,7 +160,7 @@ def test_communication_page_lists_the_seed_collectives():
     assert any("exactly the parameters" in c.value for c in at.caption)
     at.selectbox(key="comm_selected").select(1).run()  # the gradient all-reduce over data
     mesh = chart_spec(at, "comm_mesh")
-    bright = {t["meta"]["device"] for t in mesh["data"] if t.get("opacity", 1) > 0.5}
+    bright = {t["meta"]["device"] for t in device_traces(mesh) if t.get("opacity", 1) > 0.5}
     assert bright == {0, 4}  # group 1: device 0 and its partner across `data`
 
 
