@@ -7,7 +7,11 @@ state and the batch is cast to ``dtype`` (ints — step counters — kept), so p
 optimizer state and activations are all ``dtype`` ("pure" bf16; a mixed-precision setup with f32
 master weights would move more bytes). From the compiled program:
 
-- ``flops`` and ``hbm_bytes`` (bytes accessed) — ``compiled.cost_analysis()``, per device;
+- ``flops`` — ``compiled.cost_analysis()``, per device;
+- ``hbm_bytes`` — the HBM traffic a fused program needs: the step's arguments read and outputs
+  written once (``memory_analysis()``) plus every matmul's operands and result (from the HLO's dots).
+  XLA:CPU's own ``cost_analysis()["bytes accessed"]`` counts every unfused elementwise op and f32
+  temporary (several times what a GPU or TPU moves); it is reported as ``cpu_bytes_accessed``;
 - HBM needed — ``compiled.memory_analysis()``: arguments + outputs + temporaries − donated aliases;
 - the collectives, their groups and ring wire bytes — :func:`communication.parse_collectives`
   and :attr:`Collective.wire_bytes` (reused, not re-derived).
@@ -30,7 +34,7 @@ Compiled on the CPU: XLA's CPU backend has no bf16 arithmetic, so in a bf16 prog
 around dots and collectives — the HLO shows f32 collectives where a GPU or TPU would send bf16.
 A float collective is therefore counted at ``dtype``'s size (a bf16 gradient all-reduce moves
 2 bytes per element on the chip); FLOPs and bytes accessed are the CPU compile's (its conversions
-add a few % of FLOPs and f32 temporaries, so bf16 HBM traffic is over- rather than under-stated).
+add a few % of FLOPs).
 
 A bigger mesh than can be simulated (``target``): the program is compiled on every smaller mesh
 with the same axis names whose sizes divide the target's (up to the simulated device count), and
@@ -51,6 +55,7 @@ import dataclasses
 import functools
 import itertools
 import math
+import re
 
 import jax
 import jax.numpy as jnp
@@ -72,9 +77,10 @@ class Compiled:
 
     mesh: tuple[int, ...]
     flops: float
-    hbm_bytes: float  # bytes accessed
+    hbm_bytes: float  # HBM traffic of the fused step (see compile_step)
     hbm_needed: float  # arguments + outputs + temporaries − aliased (donated) bytes
     collectives: tuple[Collective, ...]  # bytes already in the compute dtype (see module doc)
+    cpu_bytes_accessed: float = 0.0  # XLA:CPU's cost_analysis "bytes accessed", for reference
 
     def by_key(self) -> dict[tuple[str, tuple[str, ...]], dict]:
         """(op, axes) → total result bytes per step, op count, a representative collective."""
@@ -101,6 +107,30 @@ def _recount(collective: Collective, dtype: str) -> Collective:
         return collective
     elements = sum(math.prod(s) for s in collective.shape)
     return dataclasses.replace(collective, bytes=elements * itemsize, dtype=dtype)
+
+
+_DEF = re.compile(r"^\s*(?:ROOT\s+)?%?([\w.\-]+)\s*=\s*([a-z]+[0-9]*)\[([0-9,]*)\]")
+_DOT = re.compile(r"=\s*[a-z]+[0-9]*\[([0-9,]*)\][^=]*?\s(?:dot|convolution)\(%?([\w.\-]+),\s*%?([\w.\-]+)\)")
+
+
+def matmul_traffic(hlo_text: str, itemsize: int) -> float:
+    """Bytes the matrix products of an HLO module read and write, at ``itemsize`` bytes an element:
+    for every dot, both operands read once and the result written once (what a fused program on an
+    accelerator must move for its matmuls; elementwise work fuses into them)."""
+    shapes = {}
+    for line in hlo_text.splitlines():
+        match = _DEF.match(line)
+        if match:
+            shapes[match.group(1)] = [int(d) for d in match.group(3).split(",") if d]
+    total = 0
+    for line in hlo_text.splitlines():
+        match = _DOT.search(line)
+        if not match:
+            continue
+        out = [int(d) for d in match.group(1).split(",") if d]
+        lhs, rhs = shapes.get(match.group(2)), shapes.get(match.group(3))
+        total += sum(math.prod(s) for s in (out, lhs or [], rhs or []))
+    return float(total * itemsize)
 
 
 @functools.lru_cache(maxsize=128)
@@ -131,10 +161,16 @@ def compile_step(config: LabConfig, dtype: str = "bf16") -> Compiled:
     memory = compiled.memory_analysis()
     needed = (memory.argument_size_in_bytes + memory.output_size_in_bytes + memory.temp_size_in_bytes
               - memory.alias_size_in_bytes)
-    collectives = tuple(_recount(c, dtype) for c in
-                        parse_collectives(compiled.as_text(), config.mesh.shape, config.mesh.axes))
-    return Compiled(tuple(config.mesh.shape), float(cost.get("flops", 0.0)),
-                    float(cost.get("bytes accessed", 0.0)), float(needed), collectives)
+    hlo = compiled.as_text()
+    collectives = tuple(_recount(c, dtype) for c in parse_collectives(hlo, config.mesh.shape, config.mesh.axes))
+    # HBM traffic of a fused program: the step reads its arguments and writes its outputs once
+    # (memory_analysis, already in dtype) and every matmul reads its operands and writes its result.
+    # XLA:CPU's own "bytes accessed" counts every unfused elementwise op and f32 temporary — several
+    # times what a GPU or TPU moves — so it is kept for reference only.
+    itemsize = np.dtype(DTYPES[dtype]).itemsize
+    traffic = (memory.argument_size_in_bytes + memory.output_size_in_bytes + matmul_traffic(hlo, itemsize))
+    return Compiled(tuple(config.mesh.shape), float(cost.get("flops", 0.0)), float(traffic), float(needed),
+                    collectives, float(cost.get("bytes accessed", 0.0)))
 
 
 # --- the roofline -----------------------------------------------------------------------------
@@ -155,6 +191,7 @@ class Prediction:
     notes: list[str]
     compiled: dict | None = None  # the largest compiled mesh's own figures, when extrapolated
     checks: dict | None = None  # extrapolated quantity → held-out relative error
+    cpu_bytes_accessed: float | None = None  # XLA:CPU's own count (reference; not used)
 
     @property
     def peak(self) -> float:
@@ -224,7 +261,8 @@ class Prediction:
                 "collectives": [{k: (list(v) if isinstance(v, tuple) else v) for k, v in row.items()}
                                 for row in self.comm],
                 "compiled_on": [list(m) for m in self.compiled_on], "extrapolated": self.extrapolated,
-                "compiled": self.compiled, "extrapolation_checks": self.checks, "notes": self.notes})
+                "compiled": self.compiled, "extrapolation_checks": self.checks,
+                "cpu_bytes_accessed": self.cpu_bytes_accessed, "notes": self.notes})
 
 
 def _finite(value):
@@ -256,6 +294,14 @@ def _comm_rows(chip: Chip, mesh: tuple[int, ...], axes: tuple[str, ...],
     return rows
 
 
+def comm_rows(chip_id: str, mesh_shape: tuple[int, ...], axes: tuple[str, ...],
+              collectives: list[Collective], dtype: str = "bf16") -> list[dict]:
+    """Time on ``chip_id`` of collectives parsed from any compiled program (one row per op and axes)."""
+    dtype = _dtype_name(dtype)
+    compiled = Compiled(tuple(mesh_shape), 0.0, 0.0, 0.0, tuple(_recount(c, dtype) for c in collectives))
+    return _comm_rows(get_chip(chip_id), tuple(mesh_shape), tuple(axes), compiled.by_key())
+
+
 def predict(config: LabConfig, chip_id: str = "h100", dtype: str = "bf16",
             target: tuple[int, ...] | None = None, max_devices: int | None = None) -> Prediction:
     """The roofline of ``config``'s step on ``chip_id``; with ``target`` (a mesh shape with the
@@ -271,7 +317,8 @@ def predict(config: LabConfig, chip_id: str = "h100", dtype: str = "bf16",
         mesh = tuple(config.mesh.shape)
         links = axis_links(chip, mesh, axes)
         return Prediction(chip, dtype, mesh, axes, compiled.flops, compiled.hbm_bytes, compiled.hbm_needed,
-                          links, _comm_rows(chip, mesh, axes, compiled.by_key()), [mesh], False, notes)
+                          links, _comm_rows(chip, mesh, axes, compiled.by_key()), [mesh], False, notes,
+                          cpu_bytes_accessed=compiled.cpu_bytes_accessed)
     target = _check_target(config, target)
     fitted, probes, fit_notes, largest = extrapolate(config, dtype, target, max_devices)
     links = axis_links(chip, target, axes)
@@ -531,5 +578,5 @@ def print_cost(config: LabConfig, chip_id: str, dtype: str, target_text: str | N
     return 0
 
 
-__all__ = ["Compiled", "DTYPES", "Prediction", "batch_sweep", "compile_step", "critical_batch",
+__all__ = ["Compiled", "DTYPES", "comm_rows", "matmul_traffic", "Prediction", "batch_sweep", "compile_step", "critical_batch",
            "describe", "extrapolate", "fit", "parse_target", "predict", "print_cost", "probe_meshes"]
