@@ -6,6 +6,7 @@ import streamlit as st
 import sharding_lab as sl
 from sharding_lab.app import ui
 from sharding_lab.app import figures
+from sharding_lab.app.cost_view import cost_panel
 from sharding_lab.communication import analyze, explain_memory
 from sharding_lab.mesh import device_ids
 
@@ -69,6 +70,8 @@ right.dataframe(pd.DataFrame([
 ]), hide_index=True)
 st.caption(explain_memory(memory) + " Temporaries are activations and gradients inside the step; outputs are "
            "the updated parameters and optimizer state plus the loss.")
+
+cost_panel(plan)
 
 with st.expander("The optimized HLO (for the curious)"):
     st.code(report.hlo[:200_000], language="text")

@@ -6,6 +6,7 @@ import streamlit as st
 import sharding_lab as sl
 from sharding_lab.app import ui
 from sharding_lab.app import figures
+from sharding_lab.app.cost_view import cost_panel
 from sharding_lab.compare import METRICS, compare
 from sharding_lab.app.scheduler import Busy, slot
 
@@ -71,3 +72,5 @@ for row in ok:
     st.markdown(f"**{row['name']}** — {row['explanation']} Here: {share:.0%} of the largest per-device "
                 f"model + optimizer memory, {row['comm_bytes']:,} bytes of collectives per step"
                 + (" — the smallest footprint." if row is smallest else "."))
+
+cost_panel(plan, key="compare_cost")

@@ -552,7 +552,7 @@ def describe(p: Prediction) -> str:
               if p.extrapolated else "compiled here (CPU, abstract inputs)")
     lines = [f"{p.chip.name}, {p.dtype}, mesh {mesh} ({', '.join(p.axes)}): one training step per device — {source}",
              f"  FLOPs {p.flops:,.0f}  ÷ peak {p.peak:.3g} FLOP/s  = compute {_s(p.compute_s)}",
-             f"  HBM bytes accessed {p.hbm_bytes:,.0f}  ÷ {p.chip.hbm_bytes_per_s:.3g} B/s  = memory {_s(p.memory_s)}"]
+             f"  HBM traffic {p.hbm_bytes:,.0f} B  ÷ {p.chip.hbm_bytes_per_s:.3g} B/s  = memory {_s(p.memory_s)}"]
     for axis, link in p.links.items():
         lines.append(f"  axis {axis}: {link.name}" + (f" {link.bytes_per_s:.3g} B/s" if link.name != "none" else "")
                      + f" — {link.why}")
