@@ -7,6 +7,7 @@ import streamlit as st
 
 import sharding_lab as sl
 from sharding_lab.app import animation, figures, ui
+from sharding_lab.app.cost_view import cost_panel
 from sharding_lab.communication import analyze, explain_memory
 from sharding_lab.mesh import device_ids
 from sharding_lab.ring import RING_OPS
@@ -110,6 +111,8 @@ right.dataframe(pd.DataFrame([
 ]), hide_index=True)
 st.caption(explain_memory(memory) + " Temporaries are activations and gradients inside the step; outputs are "
            "the updated parameters and optimizer state plus the loss.")
+
+cost_panel(plan)
 
 with st.expander("The optimized HLO (for the curious)"):
     st.code(report.hlo[:200_000], language="text")

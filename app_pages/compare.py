@@ -6,6 +6,7 @@ import streamlit as st
 import sharding_lab as sl
 from sharding_lab.app import ui
 from sharding_lab.app import figures
+from sharding_lab.app.cost_view import cost_panel
 from sharding_lab.compare import METRICS, compare
 from sharding_lab.app.scheduler import Busy, slot
 
@@ -75,3 +76,5 @@ for row in ok:
     compiled = [f"✓ {line}" for line in row["agrees"]] + [f"≠ {line}" for line in row["differences"]]
     if compiled:
         st.markdown("What XLA compiled:  \n" + "  \n".join(compiled))
+
+cost_panel(plan, key="compare_cost")

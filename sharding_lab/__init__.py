@@ -10,6 +10,7 @@ each: :mod:`~sharding_lab.devices`, :mod:`~sharding_lab.mesh`, :mod:`~sharding_l
 
 from . import devices as _devices
 
+_devices.apply_platform()
 _devices.force_host_devices(_devices.requested_host_devices())
 
 from .config import LabConfig, Plan, plan  # noqa: E402

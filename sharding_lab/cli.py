@@ -13,6 +13,7 @@ import sys
 import jax
 
 from .config import LabConfig, Plan, plan as make_plan
+from .devices import available_count
 from .errors import ConfigError
 from .layout import ArrayLayout, format_spec
 from .mesh import MeshSpec, default_axes, device_ids, parse_axis_names, parse_mesh_shape
@@ -75,7 +76,7 @@ def config_from_args(args) -> LabConfig:
     preset = None if preset.lower() == "none" else preset
     rules = None
     if args.rule or args.override or preset is None:
-        mesh.validate(len(jax.devices()))
+        mesh.validate(available_count())
         rules = bind_preset(preset or "replicated", mesh, family.name)
         for text in args.rule:
             axis, value = _pair(text, "rule")
@@ -143,10 +144,17 @@ def main(argv=None) -> int:
     for name, help_text in (("train", "build, train, print the loss and the verified layout"),
                             ("layout", "print where every array would live, without training"),
                             ("comm", "compile one train step; print its collectives and memory"),
-                            ("export", "print a standalone JAX/Flax script that reproduces this run")):
+                            ("export", "print a standalone JAX/Flax script that reproduces this run"),
+                            ("cost", "predict the step time on a real chip from the compiled step (roofline)")):
         sub = commands.add_parser(name, help=help_text)
         add_config_options(sub)
         sub.add_argument("--json", action="store_true", help="print one JSON object")
+        if name == "cost":
+            sub.add_argument("--chip", default="h100", help="tpu-v5e, tpu-v5p, tpu-v6e, h100, h200 or b200")
+            sub.add_argument("--dtype", default="bf16", help="compute dtype: bf16 (default) or f32")
+            sub.add_argument("--target-mesh", default=None,
+                             help="a bigger mesh than can be simulated, e.g. 16x16: compiled on smaller "
+                                  "meshes with the same axes and extrapolated")
         if name == "train":
             sub.add_argument("--processes", type=int, default=1,
                              help="train as this many JAX processes on this machine, sharing the "
@@ -159,6 +167,10 @@ def main(argv=None) -> int:
             return _print_layout(plan, args.json)
         if args.command == "comm":
             return _print_comm(plan, args.json)
+        if args.command == "cost":
+            from .cost import print_cost
+
+            return print_cost(config, args.chip, args.dtype, args.target_mesh, args.json)
         if args.command == "export":
             from .export import export_script
 

@@ -19,6 +19,7 @@ import psutil
 from jax.sharding import PartitionSpec as P
 
 from .data import DEFAULT_BATCH
+from .devices import available_count
 from .models import family_of
 from .errors import ConfigError, nearest_divisible
 from .layout import ArrayLayout, divides, format_spec, planned_layout, realized_spec
@@ -143,7 +144,7 @@ def _check_numbers(config: LabConfig) -> None:
 
 def plan(config: LabConfig) -> Plan:
     """Validate ``config`` and lay out every array; raises ConfigError with the fix."""
-    config.mesh.validate(len(jax.devices()))
+    config.mesh.validate(available_count())
     config.model.validate()
     _check_numbers(config)
     rules = config.resolved_rules()

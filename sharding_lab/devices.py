@@ -4,8 +4,13 @@ JAX fixes its device list when its backend starts, so the forced host-device cou
 before the first array is made. Importing :mod:`sharding_lab` does that once, reading
 ``SHARDING_LAB_DEVICES`` (default 8, the seed's count).
 
-Forcing host devices only shapes JAX's CPU backend: when JAX sees GPUs or TPUs, ``jax.devices()``
-— and so every mesh — is made of those, and :func:`device_info` says which kind they are.
+Forcing host devices only shapes JAX's CPU backend: when JAX sees GPUs or TPUs (with
+``requirements-cuda.txt`` installed, say), ``jax.devices()`` is those, and the simulated host devices
+stay beside them as ``jax.devices('cpu')``. ``SHARDING_LAB_PLATFORM`` picks where meshes are built:
+``cpu`` (the simulated host devices only; JAX never starts a GPU), ``gpu`` (the accelerators; an error
+when there are none) or ``auto`` (the default: the accelerators when the mesh fits on them, else the
+host devices — so a one-GPU machine still explores 8-device layouts and trains a 1-device mesh on its
+GPU). :func:`devices_for` is the one place meshes take their devices from.
 """
 
 from __future__ import annotations
@@ -15,9 +20,13 @@ import os
 
 import jax
 
+from .errors import ConfigError
+
 DEVICE_COUNT_ENV = "SHARDING_LAB_DEVICES"
 DEFAULT_DEVICE_COUNT = 8
 MAX_DEVICE_COUNT = 64
+PLATFORM_ENV = "SHARDING_LAB_PLATFORM"
+PLATFORMS = ("auto", "cpu", "gpu")
 
 # On GPUs a JAX process grabs 75% of each one's memory as it starts. This lab's arrays are tiny, and
 # the app server, its jobs and the worker processes of a multi-process run share the same GPUs:
@@ -48,22 +57,81 @@ def force_host_devices(count: int) -> bool:
     return True
 
 
+def requested_platform() -> str:
+    """``SHARDING_LAB_PLATFORM`` (cpu, gpu or auto; anything else counts as auto)."""
+    value = os.environ.get(PLATFORM_ENV, "auto").strip().lower()
+    return value if value in PLATFORMS else "auto"
+
+
+def apply_platform() -> bool:
+    """With ``cpu``, keep JAX off any accelerator (``jax_platforms``); must run before JAX starts.
+    False when the backend already started."""
+    if requested_platform() != "cpu":
+        return True
+    try:
+        jax.config.update("jax_platforms", "cpu")
+    except RuntimeError:
+        return False
+    return True
+
+
+def _accelerators() -> list:
+    return [d for d in jax.devices() if d.platform != "cpu"]
+
+
+def _host() -> list:
+    return jax.devices("cpu")
+
+
+def devices_for(size: int | None = None) -> list:
+    """The devices a mesh of ``size`` devices is laid on, as ``SHARDING_LAB_PLATFORM`` says."""
+    platform = requested_platform()
+    if platform == "cpu":
+        return _host()
+    accelerators = _accelerators()
+    if platform == "gpu":
+        if not accelerators:
+            raise ConfigError(f"{PLATFORM_ENV}=gpu but JAX sees no GPU: install requirements-cuda.txt on a "
+                              f"machine with an NVIDIA GPU, or use {PLATFORM_ENV}=auto or cpu", "devices")
+        return accelerators
+    if accelerators and (size is None or size <= len(accelerators)):
+        return accelerators
+    return _host()
+
+
+def available_count() -> int:
+    """The largest mesh that can be built here."""
+    platform = requested_platform()
+    if platform == "cpu":
+        return len(_host())
+    if platform == "gpu":
+        return len(devices_for())
+    return max(len(_accelerators()), len(_host()))
+
+
 @dataclasses.dataclass(frozen=True)
 class DeviceInfo:
     count: int
     platform: str
     kind: str
     simulated: bool
+    host_count: int = 0  # simulated host devices beside the accelerators (0 when simulated is True)
 
     def describe(self) -> str:
         if self.simulated:
             return (f"{self.count} simulated host devices (CPU, "
                     f"--xla_force_host_platform_device_count={self.count})")
-        return f"{self.count} × {self.kind} ({self.platform}, real accelerators)"
+        beside = (f"; {self.host_count} simulated host devices beside them for larger meshes"
+                  if self.host_count else "")
+        return f"{self.count} × {self.kind} ({self.platform}, real accelerators){beside}"
 
 
 def device_info() -> DeviceInfo:
-    found = jax.devices()  # accelerators if JAX sees any, else the host devices
+    """What meshes are built from (``SHARDING_LAB_PLATFORM``): the accelerators when there are any
+    and the platform allows them, else the simulated host devices."""
+    found = devices_for() if requested_platform() != "auto" else (_accelerators() or _host())
     platform = found[0].platform
+    simulated = platform == "cpu"
     return DeviceInfo(count=len(found), platform=platform, kind=found[0].device_kind,
-                      simulated=platform == "cpu")
+                      simulated=simulated,
+                      host_count=0 if simulated or requested_platform() == "gpu" else len(_host()))

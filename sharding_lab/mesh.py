@@ -102,8 +102,10 @@ def default_axes(ndim: int) -> tuple[str, ...]:
 @functools.lru_cache(maxsize=64)
 def build_mesh(spec: MeshSpec) -> jax.sharding.Mesh:
     """The JAX mesh for ``spec``: devices 0..size-1 laid row-major, so device ids read in order."""
-    spec.validate(len(jax.devices()))
-    grid = np.array(jax.devices()[: spec.size], dtype=object).reshape(spec.shape)
+    from .devices import available_count, devices_for
+
+    spec.validate(available_count())
+    grid = np.array(devices_for(spec.size)[: spec.size], dtype=object).reshape(spec.shape)
     return jax.sharding.Mesh(grid, spec.axes,
                              axis_types=(AXIS_TYPES[spec.axis_type],) * len(spec.shape))
 
