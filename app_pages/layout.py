@@ -53,8 +53,8 @@ with left:
                + (f"; {unused} more exist but are not used." if unused else ".")
                + " Each box: device id and its mesh coordinates. **Click a device** to see what it holds; "
                  "click a block on a shard map to see its copies.")
-    st.selectbox("Focus a device", [None] + on_mesh, key="focus",
-                 format_func=lambda d: "none" if d is None else f"device {d}",
+    st.selectbox("Focus a device", on_mesh, key="focus", index=None, placeholder="none — pick one, or click the mesh",
+                 format_func=lambda d: f"device {d}",
                  help="The same as clicking it on the mesh: dims every other device on every picture.")
     if focus_error:
         st.warning(focus_error, icon=":material/link_off:")

@@ -2,6 +2,7 @@
 
     python -m tools.app_bench
     python -m tools.app_bench --baseline ../old-checkout   # also time another checkout's Layout page
+    python -m tools.app_bench --scale                      # also 64 devices and a 13-parameter model
 
 Prints: the Layout page's rerun time after a preset change (median of 20, alternating two
 presets) against a rerun with nothing changed, both measured in this run; and the time from
@@ -14,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import subprocess
 import sys
@@ -55,11 +57,15 @@ def _first_loss_s() -> float:
     return elapsed
 
 
-def layout_times(app: str = APP) -> tuple[float, float]:
-    """(median idle rerun, median rerun after a preset change) of the Layout page, in seconds."""
+def layout_times(app: str = APP, query: dict | None = None) -> tuple[float, float]:
+    """(median idle rerun, median rerun after a preset change) of the Layout page, in seconds;
+    ``query``: a share link's parameters to open it with (a mesh, a model size)."""
     from streamlit.testing.v1 import AppTest
 
-    at = AppTest.from_file(app, default_timeout=120).run()
+    at = AppTest.from_file(app, default_timeout=120)
+    for key, value in (query or {}).items():
+        at.query_params[key] = value
+    at.run()
     presets = ["fsdp", "tp"]
     _rerun_times(at, lambda at, i: at.selectbox(key="preset").select(presets[i % 2]), n=4)  # warm caches
     idle = _rerun_times(at, lambda at, i: None)
@@ -73,14 +79,16 @@ sys.path.insert(0, {root!r})
 import sharding_lab  # forces the host devices first
 sys.path.insert(0, {here!r})
 from tools.app_bench import layout_times
-print(json.dumps(layout_times({app!r})))
+print(json.dumps(layout_times({app!r}, {query!r})))
 """
 
 
-def _layout_times_in(root: Path) -> tuple[float, float]:
+def _layout_times_in(root: Path, query: dict | None = None, devices: int = 8) -> tuple[float, float]:
     """Layout timings of the checkout at ``root``, in a fresh process started there."""
-    code = _CHILD.format(root=str(root), here=str(Path(APP).parent), app=str(root / "app.py"))
-    done = subprocess.run([sys.executable, "-c", code], cwd=root, capture_output=True, text=True, timeout=600)
+    code = _CHILD.format(root=str(root), here=str(Path(APP).parent), app=str(root / "app.py"), query=query)
+    env = dict(os.environ, SHARDING_LAB_DEVICES=str(devices))
+    done = subprocess.run([sys.executable, "-c", code], cwd=root, capture_output=True, text=True, timeout=600,
+                          env=env)
     if done.returncode:
         raise SystemExit(f"baseline run failed in {root}:\n{done.stderr[-2000:]}")
     return tuple(json.loads(done.stdout.strip().splitlines()[-1]))
@@ -89,7 +97,13 @@ def _layout_times_in(root: Path) -> tuple[float, float]:
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m tools.app_bench", description=__doc__.split("\n")[0])
     parser.add_argument("--baseline", type=Path, help="another checkout whose Layout page to time too")
+    parser.add_argument("--scale", action="store_true",
+                        help="also time the Layout page with 64 devices (8×8) and a 13-parameter model")
     args = parser.parse_args(argv)
+    if args.scale:
+        idle, changed = _layout_times_in(Path(APP).parent, {"mesh": "8x8", "hidden": "5", "dmid": "64"}, devices=64)
+        print(f"64 devices (8×8), 13 parameters: layout rerun idle {idle * 1000:.0f} ms, "
+              f"after a preset change {changed * 1000:.0f} ms")
     if args.baseline:
         rounds = {"this": [], "baseline": []}
         for _ in range(2):  # alternate, so both see the same machine load

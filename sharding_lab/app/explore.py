@@ -37,7 +37,8 @@ def on_map_click(path: str):
     def callback() -> None:
         picked = [c for c in _clicked(f"map_{path}") if isinstance(c, list) and len(c) == 3]
         if picked:
-            st.session_state.follow = tuple(picked[0][:1]) + (tuple(picked[0][1]), picked[0][2])
+            block_path, devices, where = picked[0]
+            st.session_state.follow = (block_path, tuple(int(d) for d in str(devices).split(",")), where)
             st.session_state.focus = None
     return callback
 

@@ -20,6 +20,7 @@ from ..layout import ArrayLayout
 PALETTE = ["#4C78A8", "#F58518", "#54A24B", "#E45756", "#72B7B2", "#B279A2", "#EECA3B", "#9D755D",
            "#FF9DA6", "#BAB0AC", "#1F77B4", "#17BECF", "#8C564B", "#BCBD22", "#7F7F7F", "#D62728"]
 MAX_FACETS = 8
+MAX_LABELLED_BLOCKS = 16
 
 
 def device_color(device: int) -> str:
@@ -48,7 +49,7 @@ class _Panels:
     every call and made a Layout rerun spend most of its time in plotly (profiled)."""
 
     def __init__(self, n: int, spacing: float, titles: list[str] | None = None):
-        self.n, self.traces, self.annotations, self.layout = n, [], [], {}
+        self.n, self.traces, self.annotations, self.layout, self.clickable = n, [], [], {}, []
         width = (1 - spacing * (n - 1)) / n
         for i in range(n):
             x0 = i * (width + spacing)
@@ -81,7 +82,7 @@ class _Panels:
     def targets(self, i: int, xs, ys, customdata, size: int = 28) -> None:
         """Near-invisible markers at the given centres, so a click selects a device or a block
         (Plotly selects points, not filled shapes); ``customdata`` says what was clicked."""
-        self.traces.append(dict(type="scatter", x=list(xs), y=list(ys), mode="markers", customdata=list(customdata),
+        self.clickable.append(dict(type="scatter", x=list(xs), y=list(ys), mode="markers", customdata=list(customdata),
                                 marker=dict(size=size, opacity=0.01, color="black"), hoverinfo="none",
                                 name="click target", meta={"targets": True},
                                 xaxis=self._ref("x", i), yaxis=self._ref("y", i)))
@@ -91,7 +92,9 @@ class _Panels:
                                      xref=self._ref("x", i), yref=self._ref("y", i), **style))
 
     def figure(self, **layout) -> go.Figure:
-        return go.Figure(dict(data=self.traces, layout={**self.layout, "annotations": self.annotations, **layout}))
+        # Click targets go last, on top: a click lands on the topmost trace under the cursor.
+        return go.Figure(dict(data=self.traces + self.clickable,
+                              layout={**self.layout, "annotations": self.annotations, **layout}))
 
 
 def mesh_figure(device_ids: list, axes: tuple[str, ...], highlight: set[int] | None = None,
@@ -151,7 +154,7 @@ def shard_map_figure(layout: ArrayLayout, coords: dict[int, tuple[int, ...]], ax
     Blocks are rectangles, whatever the array's size. With ``owners`` (device → JAX process), the
     hover says which process owns each shard — the only one that can address it. With
     ``highlight``, other devices' stripes are dimmed. Each block has a click target whose
-    customdata is ``[path, devices holding it, its ranges]``.
+    customdata is ``[path, "ids of the devices holding it", its ranges]``.
     """
     rows, cols, view = _view_2d(layout)
     blocks: dict[tuple, list[int]] = {}
@@ -159,6 +162,7 @@ def shard_map_figure(layout: ArrayLayout, coords: dict[int, tuple[int, ...]], ax
         blocks.setdefault(key, []).append(device)
     facets = sorted({key[0] for key in blocks})[:MAX_FACETS]
     panels = _Panels(len(facets), 0.04, [_facet_title(f) for f in facets] if len(facets) > 1 else None)
+    per_facet = {f: sum(1 for key in blocks if key[0] == f) for f in facets}
     shard = layout.shard_shape
     for (facet, (r0, r1), (c0, c1)), group in blocks.items():
         if facet not in facets:
@@ -179,8 +183,11 @@ def shard_map_figure(layout: ArrayLayout, coords: dict[int, tuple[int, ...]], ax
                        name=f"device {device}", meta=meta,
                        opacity=0.12 if highlight is not None and device not in highlight else 0.9)
         label = ("dev " if len(group) == 1 else "devs ") + _device_list(group)
-        panels.label(panel, (c0 + c1) / 2, (r0 + r1) / 2, label, bgcolor="rgba(0,0,0,0.35)")
-        panels.targets(panel, [(c0 + c1) / 2], [(r0 + r1) / 2], [[layout.path, group, where]], size=24)
+        if per_facet[facet] <= MAX_LABELLED_BLOCKS:  # past that, labels overlap into a smear: hover instead
+            panels.label(panel, (c0 + c1) / 2, (r0 + r1) / 2, label, bgcolor="rgba(0,0,0,0.35)")
+        # The devices as "0,1,2,3": Streamlit hands a nested list back as a dict.
+        panels.targets(panel, [(c0 + c1) / 2], [(r0 + r1) / 2], [[layout.path, ",".join(map(str, group)), where]],
+                       size=24)
     for f in range(len(facets)):
         panels.axes(f, dict(range=[0, cols], dtick=max(1, math.ceil(cols / 4)),
                             title=dict(text=f"dim {len(layout.shape) - 1} (size {cols})" if layout.shape else ""),
