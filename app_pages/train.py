@@ -92,6 +92,9 @@ def live_view() -> None:
         st.info("Press **Train** to train this layout. The loss curve and the model fit update live.")
         if config.family.name == "mlp":
             st.plotly_chart(figures.fit_figure(*config.family.make_dataset(config.model, config.seed), None), key="fit")
+        elif config.family.name == "transformer" and config.model.seq <= 256:  # a picture that stays readable
+            st.plotly_chart(figures.sequence_figure(*config.family.probe_set(config.model, config.seed), None),
+                            key="fit")
         return
     snap = job.snapshot()
     st.progress(min(1.0, snap.step / max(1, snap.total_steps)),
@@ -109,7 +112,7 @@ def live_view() -> None:
         loss_col.plotly_chart(loss_figure, key="loss")
         fit_col.plotly_chart(fit_figure, key="fit")
         loss_col.caption("Each point is one step's loss on a fresh batch; it should fall quickly, then flatten.")
-        fit_col.caption("The black line is the model's prediction on all 100 points, refreshed while it trains.")
+        fit_col.caption(FIT_CAPTIONS.get(job.config.family.name, ""))
     else:  # queued or compiling: nothing to draw yet, and a page that polls should cost little
         loss_col.caption("The loss curve and the model fit appear with the first 100 steps.")
     if snap.state == "diverged":
@@ -124,8 +127,10 @@ def live_view() -> None:
                        f"{snap.processes} processes: the shards every process reported, put together, are "
                        "where the one-process plan said.", icon=":material/verified:")
         elif snap.layout_problems == []:
+            acts = " — and every activation the compiled forward pass produced" if plan.activation_specs() else ""
             st.success(f"{snap.state.capitalize()} — layout verified on {snap.devices} devices: every live "
-                       "parameter, optimizer buffer and batch shard is where the plan said.", icon=":material/verified:")
+                       f"parameter, optimizer buffer and batch shard is where the plan said{acts}.",
+                       icon=":material/verified:")
         elif snap.layout_problems:
             ui.show_error("; ".join(snap.layout_problems), lead="Layout differs from the plan:")
         if snap.owners:
@@ -139,10 +144,27 @@ def charts(job, snap):
     key = (id(job), snap.step, snap.state, log_scale)
     cached = st.session_state.get("train_charts")
     if cached is None or cached[0] != key:
-        cached = (key, figures.loss_figure(snap.losses, log_scale, snap.total_steps),
-                  figures.fit_figure(job.x, job.y, snap.prediction))
+        cached = (key, figures.loss_figure(snap.losses, log_scale, snap.total_steps,
+                                           LOSS_NAMES.get(job.config.family.name, "loss")),
+                  task_figure(job, snap))
         st.session_state.train_charts = cached
     return cached[1], cached[2]
+
+
+LOSS_NAMES = {"mlp": "MSE loss", "transformer": "cross-entropy"}
+FIT_CAPTIONS = {
+    "mlp": "The black line is the model's prediction on all 100 points, refreshed while it trains.",
+    "transformer": "Each row is a sequence a₁…aₕ aₕ…a₁; a cell is the model's next-token guess where "
+                   "there is a target (the second half), green when right. The bars: how often each "
+                   "position is right over the first 64 sequences of the dataset, refreshed while it trains.",
+}
+
+
+def task_figure(job, snap):
+    """What learning looks like for this model family (dispatch by its name)."""
+    if job.config.family.name == "transformer":
+        return figures.sequence_figure(job.x, job.y, snap.prediction)
+    return figures.fit_figure(job.x, job.y, snap.prediction)
 
 
 def process_view(config: sl.LabConfig, snap) -> None:

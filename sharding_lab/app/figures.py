@@ -175,11 +175,12 @@ def downsample(values: list[float], limit: int = 1500) -> tuple[np.ndarray, np.n
     return x[stride - 1:usable:stride], y[:usable].reshape(-1, stride).mean(axis=1)
 
 
-def loss_figure(losses: list[float], log_scale: bool = True, total_steps: int | None = None) -> go.Figure:
+def loss_figure(losses: list[float], log_scale: bool = True, total_steps: int | None = None,
+                loss_name: str = "MSE loss") -> go.Figure:
     x, y = downsample(losses)
     fig = go.Figure(go.Scatter(x=x, y=y, mode="lines", name="loss", line=dict(color="#4C78A8")))
     fig.update_layout(height=300, margin=dict(l=10, r=10, t=30, b=10), xaxis_title="step",
-                      yaxis_title="MSE loss", title=dict(text="Training loss", font=dict(size=14)))
+                      yaxis_title=loss_name, title=dict(text="Training loss", font=dict(size=14)))
     if total_steps:
         fig.update_xaxes(range=[0, total_steps])
     if log_scale:
@@ -223,3 +224,42 @@ def _short(value) -> str:
         if abs(value) >= size:
             return f"{value / size:.3g}{unit}"
     return f"{value:.0f}"
+
+
+def sequence_figure(x: np.ndarray, y: np.ndarray, prediction: np.ndarray | None, rows: int = 8) -> go.Figure:
+    """The transformer's task, learnt or not: for the first ``rows`` sequences, the predicted next
+    token at every position that has a target (green: right, red: wrong; grey: no target — the
+    first half cannot be predicted), and the accuracy per position over all probed sequences."""
+    x, y = np.asarray(x), np.asarray(y)
+    shown = min(rows, len(x))
+    has_target = y >= 0
+    fig = make_subplots(rows=1, cols=2, column_widths=[0.62, 0.38], horizontal_spacing=0.08,
+                        subplot_titles=[f"next token on {shown} sequences (text: predicted)",
+                                        f"accuracy per position ({len(x)} sequences)"])
+    if prediction is None:
+        z = np.where(has_target[:shown], 0.5, np.nan)
+        text = np.where(has_target[:shown], y[:shown].astype(str), "")
+    else:
+        prediction = np.asarray(prediction).astype(int)
+        right = prediction == y
+        z = np.where(has_target[:shown], right[:shown].astype(float), np.nan)
+        text = np.where(has_target[:shown], prediction[:shown].astype(str), "")
+    hover = [[f"sequence {r}, position {t}<br>input token {x[r, t]}<br>"
+              + (f"target {y[r, t]}" if y[r, t] >= 0 else "no target (first half)")
+              + ("" if prediction is None or y[r, t] < 0 else f"<br>predicted {prediction[r, t]}")
+              for t in range(x.shape[1])] for r in range(shown)]
+    fig.add_trace(go.Heatmap(z=z, text=text, texttemplate="%{text}", hovertext=hover, hoverinfo="text",
+                             colorscale=[[0, "#E45756"], [0.5, "#BAB0AC"], [1, "#54A24B"]], zmin=0, zmax=1,
+                             showscale=False, xgap=1, ygap=1, name="tokens"), row=1, col=1)
+    fig.update_yaxes(autorange="reversed", title_text="sequence", row=1, col=1)
+    fig.update_xaxes(title_text="position", row=1, col=1)
+    positions = np.flatnonzero(has_target.any(axis=0))
+    if prediction is not None and len(positions):
+        accuracy = [float(np.mean(prediction[has_target[:, t], t] == y[has_target[:, t], t])) for t in positions]
+        fig.add_trace(go.Bar(x=positions, y=accuracy, marker_color="#4C78A8", name="accuracy",
+                             hovertemplate="position %{x}: %{y:.0%}<extra></extra>"), row=1, col=2)
+    fig.update_yaxes(range=[0, 1], tickformat=".0%", row=1, col=2)
+    fig.update_xaxes(title_text="position", range=[-0.5, x.shape[1] - 0.5], row=1, col=2)
+    fig.update_layout(height=320, margin=dict(l=10, r=10, t=40, b=10), showlegend=False,
+                      title=dict(text="Task: repeat the sequence reversed", font=dict(size=14)))
+    return fig

@@ -153,6 +153,11 @@ class ModelFamily:
     def loss(self, model, x: jax.Array, y: jax.Array) -> jax.Array:
         raise NotImplementedError
 
+    def probe_set(self, spec, seed: int) -> tuple[np.ndarray, np.ndarray]:
+        """The rows of the dataset the Train page probes and draws (the first ``probe_rows``)."""
+        x, y = self.make_dataset(spec, seed)
+        return (x, y) if self.probe_rows is None else (x[:self.probe_rows], y[:self.probe_rows])
+
     def probe(self, model, x: jax.Array) -> jax.Array:
         """What the Train page draws while training (default: the model's output)."""
         return model(x)

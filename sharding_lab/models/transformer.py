@@ -7,8 +7,8 @@ the output kernel ``(heads, head_dim, embed)``, the MLP ``(embed, mlp)`` and ``(
 embedding ``(vocab, embed)`` and the unembedding ``(embed, vocab)``. Rule names are shared by every
 layer (``q``, ``o``, ``mlp_in``, ...), so one override applies to all blocks.
 
-Activations are arrays too: the forward pass constrains the residual stream (``resid``), the
-attention scores, the attention output before its projection, the MLP's hidden units and the
+Activations are arrays too: the forward pass constrains the residual stream (``resid``), each
+norm's output as it enters a sublayer (``normed``), the attention scores, the attention output before its projection, the MLP's hidden units and the
 logits with :func:`constrain`, and :meth:`TransformerFamily.activations` declares them.
 
 Two sequence axes: ``seq`` is the sequence of the residual stream (and of the tokens, targets and
@@ -38,7 +38,7 @@ from . import ArraySpec, ModelFamily, Preset, SizeField, constrain, param, regis
 
 # Limits that allow a realistic block to be *planned* (embed 4096, 32 × 128 heads, mlp 16384,
 # vocab 32000, seq 2048); training it is refused by the memory check, not by these.
-LIMITS = {"layers": (1, 64), "embed": (1, 16384), "heads": (1, 128), "head_dim": (1, 1024),
+LIMITS = {"layers": (1, 64), "embed_dim": (1, 16384), "heads": (1, 128), "head_dim": (1, 1024),
           "mlp_dim": (1, 65536), "vocab": (2, 262144), "seq": (4, 32768)}
 
 
@@ -48,7 +48,7 @@ class TransformerSpec:
 
     family: ClassVar[str] = "transformer"
     layers: int = 2
-    embed: int = 64
+    embed_dim: int = 64  # not "embed": Streamlit reserves the ?embed= query parameter of a share link
     heads: int = 4
     head_dim: int = 16
     mlp_dim: int = 256
@@ -80,7 +80,7 @@ class Block(nnx.Module):
     """One pre-norm decoder block: x + attention(norm(x)), then x + mlp(norm(x))."""
 
     def __init__(self, spec, shard, rngs: nnx.Rngs):
-        e, h, d, m = spec.embed, spec.heads, spec.head_dim, spec.mlp_dim
+        e, h, d, m = spec.embed_dim, spec.heads, spec.head_dim, spec.mlp_dim
         self.attn_norm = param(jnp.ones((e,)), shard, "norm", "embed")
         self.q = param(kernel(rngs.params(), (e, h, d), e), shard, "q", "embed", "heads", "head_dim")
         self.k = param(kernel(rngs.params(), (e, h, d), e), shard, "k", "embed", "heads", "head_dim")
@@ -92,7 +92,9 @@ class Block(nnx.Module):
 
     def __call__(self, x):
         seq = x.shape[1]
-        h = rms_norm(x, self.attn_norm[...])
+        # The sublayer's input: under sequence parallelism the norm ran on this device's positions,
+        # and here the whole sequence is gathered (Megatron-SP's all-gather) before the q/k/v matmuls.
+        h = constrain(rms_norm(x, self.attn_norm[...]), "normed")
         q = jnp.einsum("bse,ehd->bshd", h, self.q[...])
         k = jnp.einsum("bse,ehd->bshd", h, self.k[...])
         v = jnp.einsum("bse,ehd->bshd", h, self.v[...])
@@ -101,8 +103,8 @@ class Block(nnx.Module):
         scores = constrain(jnp.where(causal, scores, -1e9), "attn_scores")
         attended = constrain(jnp.einsum("bhst,bthd->bshd", jax.nn.softmax(scores, axis=-1), v), "attn_out")
         x = constrain(x + jnp.einsum("bshd,hde->bse", attended, self.o[...]), "resid")
-        hidden = constrain(jax.nn.gelu(jnp.einsum("bse,em->bsm", rms_norm(x, self.mlp_norm[...]),
-                                                  self.mlp_in[...])), "mlp_hidden")
+        h = constrain(rms_norm(x, self.mlp_norm[...]), "normed")
+        hidden = constrain(jax.nn.gelu(jnp.einsum("bse,em->bsm", h, self.mlp_in[...])), "mlp_hidden")
         return constrain(x + jnp.einsum("bsm,me->bse", hidden, self.mlp_out[...]), "resid")
 
 
@@ -110,7 +112,7 @@ class Transformer(nnx.Module):
     """Token + position embeddings, ``layers`` blocks, a final norm and the unembedding."""
 
     def __init__(self, spec, shard, rngs: nnx.Rngs):
-        e, v = spec.embed, spec.vocab
+        e, v = spec.embed_dim, spec.vocab
         self.embedding = param(kernel(rngs.params(), (v, e), 1), shard, "embedding", "vocab", "embed")
         self.pos = param(kernel(rngs.params(), (spec.seq, e), 1), shard, "pos", "seq", "embed")
         self.blocks = nnx.List([Block(spec, shard, rngs) for _ in range(spec.layers)])
@@ -124,7 +126,8 @@ class Transformer(nnx.Module):
         x = constrain(jnp.einsum("bsv,ve->bse", one_hot, self.embedding[...]) + self.pos[...], "resid")
         for block in self.blocks:
             x = block(x)
-        logits = jnp.einsum("bse,ev->bsv", rms_norm(x, self.final_norm[...]), self.unembed[...])
+        h = constrain(rms_norm(x, self.final_norm[...]), "normed")
+        logits = jnp.einsum("bse,ev->bsv", h, self.unembed[...])
         return constrain(logits, "logits")
 
 
@@ -196,7 +199,7 @@ class TransformerFamily(ModelFamily):
     logical_axes = {
         "batch": "sequences in a batch (rows of tokens, targets, activations)",
         "seq": "positions of the residual stream, tokens and targets (sequence parallelism splits this)",
-        "inner_seq": "positions inside attention and the MLP (scores, attention output, MLP hidden, logits)",
+        "inner_seq": "positions inside attention and the MLP (their input, scores, MLP hidden, logits)",
         "embed": "model width: embedding vectors, norms, the residual stream",
         "heads": "attention heads (q/k/v output, o input, the scores)",
         "head_dim": "features within one head",
@@ -212,7 +215,7 @@ class TransformerFamily(ModelFamily):
     train_defaults = {"optimizer": "adamw", "lr": 0.003, "steps": 300}
     size_fields = {
         "layers": SizeField("Layers", *LIMITS["layers"], "--layers", "decoder blocks"),
-        "embed": SizeField("Embed", *LIMITS["embed"], "--embed", "model width"),
+        "embed_dim": SizeField("Embed", *LIMITS["embed_dim"], "--embed", "model width"),
         "heads": SizeField("Heads", *LIMITS["heads"], "--heads"),
         "head_dim": SizeField("Head dim", *LIMITS["head_dim"], "--head-dim"),
         "mlp_dim": SizeField("MLP dim", *LIMITS["mlp_dim"], "--mlp-dim", "MLP hidden units"),
@@ -229,7 +232,8 @@ class TransformerFamily(ModelFamily):
 
     def activations(self, spec, batch_size: int) -> dict[str, ArraySpec]:
         b, s = batch_size, spec.seq
-        return {"resid": ArraySpec((b, s, spec.embed), ("batch", "seq", "embed"), "resid"),
+        return {"resid": ArraySpec((b, s, spec.embed_dim), ("batch", "seq", "embed"), "resid"),
+                "normed": ArraySpec((b, s, spec.embed_dim), ("batch", "inner_seq", "embed"), "normed"),
                 "attn_scores": ArraySpec((b, spec.heads, s, s), ("batch", "heads", "inner_seq", None),
                                          "attn_scores"),
                 "attn_out": ArraySpec((b, s, spec.heads, spec.head_dim),
@@ -242,7 +246,7 @@ class TransformerFamily(ModelFamily):
         block input, two norm outputs, q/k/v, scores and probabilities, the attention output, the
         residual after attention, MLP pre- and post-activation; then the embedding's one-hot, the
         final norm and the logits with their softmax."""
-        b, s, e, h, d, m, v = (batch_size, spec.seq, spec.embed, spec.heads, spec.head_dim, spec.mlp_dim,
+        b, s, e, h, d, m, v = (batch_size, spec.seq, spec.embed_dim, spec.heads, spec.head_dim, spec.mlp_dim,
                                spec.vocab)
         per_block = 4 * b * s * e + 4 * b * s * h * d + 2 * b * h * s * s + 2 * b * s * m
         return 4 * (spec.layers * per_block + b * s * v + 2 * b * s * e + 2 * b * s * v)
