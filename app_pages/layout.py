@@ -72,8 +72,9 @@ for tab, prefix in zip(st.tabs(list(groups)), groups.values()):
                        "rank-4 array is drawn as one panel per slice of its leading dimensions; each panel "
                        "shows the last two. After training, the Train page checks these layouts against the "
                        "arrays the compiled forward pass really produced.")
-        for row_start in range(0, len(paths), 3):
-            for col, path in zip(st.columns(3), paths[row_start:row_start + 3]):
+        per_row = 2 if prefix == "act/" else 3  # rank-4 activations are drawn as several panels
+        for row_start in range(0, len(paths), per_row):
+            for col, path in zip(st.columns(per_row), paths[row_start:row_start + per_row]):
                 layout = layouts[path]
                 col.plotly_chart(figures.shard_map_figure(layout, coords, axes,
                                                           f"{path}  {format_spec(layout.spec)}"),

@@ -108,8 +108,8 @@ def transformer_chapter(config: sl.LabConfig) -> None:
                 f"({current.config.preset or 'custom rules'}):")
     shown = ["params/blocks/0/q", "params/blocks/0/o", "params/blocks/0/mlp_in", "params/blocks/0/mlp_out",
              "act/attn_scores", "act/resid"]
-    for row in (shown[:3], shown[3:]):
-        for col, path in zip(st.columns(3), row):
+    for row in (shown[:2], shown[2:4], shown[4:]):  # two per row: rank-3/4 arrays draw several panels
+        for col, path in zip(st.columns(2), row):
             col.plotly_chart(figures.shard_map_figure(layouts_now[path], coords_now, mesh_axes,
                                                       f"{path}  {format_spec(layouts_now[path].spec)}", height=220),
                              key=f"lesson9_{path}")

@@ -106,7 +106,7 @@ def live_view() -> None:
     m3.metric("Elapsed", f"{snap.elapsed:.1f} s")
     m4.metric("Final loss (mean of last 100)", f"{snap.final_loss:.4f}" if snap.final_loss is not None else "—")
     # The same elements in the same places on every poll (the browser patches them by position).
-    loss_col, fit_col = st.columns(2)
+    loss_col, fit_col = st.columns([2, 3] if job.config.family.name == "transformer" else 2)  # room for tokens
     if snap.losses or not snap.running:
         loss_figure, fit_figure = charts(job, snap)
         loss_col.plotly_chart(loss_figure, key="loss")
@@ -154,9 +154,10 @@ def charts(job, snap):
 LOSS_NAMES = {"mlp": "MSE loss", "transformer": "cross-entropy"}
 FIT_CAPTIONS = {
     "mlp": "The black line is the model's prediction on all 100 points, refreshed while it trains.",
-    "transformer": "Each row is a sequence a₁…aₕ aₕ…a₁; a cell is the model's next-token guess where "
-                   "there is a target (the second half), green when right. The bars: how often each "
-                   "position is right over the first 64 sequences of the dataset, refreshed while it trains.",
+    "transformer": "Each row is a sequence a₁…aₕ aₕ…a₁: the first half is given (grey); each cell of the second "
+                   "half is the model's guess for that token from the tokens before it, green when right. The "
+                   "bars: how often each position is guessed right over the dataset's first 64 sequences, "
+                   "refreshed while it trains.",
 }
 
 

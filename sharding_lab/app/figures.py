@@ -137,19 +137,26 @@ def shard_map_figure(layout: ArrayLayout, coords: dict[int, tuple[int, ...]], ax
         fig.add_annotation(x=(c0 + c1) / 2, y=(r0 + r1) / 2, text=label, showarrow=False,
                            font=dict(color="white", size=11), bgcolor="rgba(0,0,0,0.35)",
                            row=1, col=facets.index(facet) + 1)
+    many = len(facets) > 2  # narrow panels: fewer ticks, axis titles once (else they overlap)
     for f in range(len(facets)):
-        fig.update_xaxes(range=[0, cols], dtick=max(1, math.ceil(cols / 4)), title_text=f"dim {len(layout.shape) - 1} (size {cols})"
-                         if layout.shape else "", showgrid=False, zeroline=False, row=1, col=f + 1)
+        x_title = f"dim {len(layout.shape) - 1} (size {cols})" if layout.shape else ""
+        fig.update_xaxes(range=[0, cols], dtick=max(1, math.ceil(cols / (2 if many else 4))),
+                         title_text=x_title if not many or f == 0 else "", title_font=dict(size=11),
+                         showgrid=False, zeroline=False, row=1, col=f + 1)
         fig.update_yaxes(range=[rows, 0], dtick=max(1, math.ceil(rows / 4)), title_text=f"dim {len(layout.shape) - 2} ({rows})"
-                         if len(layout.shape) > 1 else "", showgrid=False, zeroline=False,
-                         showticklabels=len(layout.shape) > 1, row=1, col=f + 1)
+                         if len(layout.shape) > 1 and f == 0 else "", title_font=dict(size=11), showgrid=False,
+                         zeroline=False, showticklabels=len(layout.shape) > 1 and (f == 0 or not many), row=1, col=f + 1)
+    if len(facets) > 1:  # the panel titles: which slice of the leading dimensions each shows
+        for annotation in fig.layout.annotations[:len(facets)]:
+            annotation.font = dict(size=10)
     fig.update_layout(title=dict(text=title or layout.path, font=dict(size=14)), showlegend=False,
                       height=height, margin=dict(l=10, r=10, t=40, b=10), plot_bgcolor="rgba(0,0,0,0.04)")
     return fig
 
 
 def _facet_title(ranges: tuple) -> str:
-    return "[" + ", ".join(f"{a}:{b}" for a, b in ranges) + ", :, :]"
+    """The leading dimensions' ranges of one panel, e.g. [0:32, 1:2] (the last two are whole)."""
+    return "[" + ", ".join(f"{a}:{b}" for a, b in ranges) + "]"
 
 
 def memory_figure(per_device: dict[int, dict[str, int]]) -> go.Figure:
@@ -227,39 +234,45 @@ def _short(value) -> str:
 
 
 def sequence_figure(x: np.ndarray, y: np.ndarray, prediction: np.ndarray | None, rows: int = 8) -> go.Figure:
-    """The transformer's task, learnt or not: for the first ``rows`` sequences, the predicted next
-    token at every position that has a target (green: right, red: wrong; grey: no target — the
-    first half cannot be predicted), and the accuracy per position over all probed sequences."""
+    """The transformer's task, learnt or not. Top: the first ``rows`` sequences, each cell at the
+    position of the token it shows — the given first half in grey, then in the second half the
+    model's guess for that token (made one position earlier, from what came before), green when
+    right, red when wrong. Bottom: how often each position is guessed right over all probed rows."""
     x, y = np.asarray(x), np.asarray(y)
-    shown = min(rows, len(x))
-    has_target = y >= 0
-    fig = make_subplots(rows=1, cols=2, column_widths=[0.62, 0.38], horizontal_spacing=0.08,
-                        subplot_titles=[f"next token on {shown} sequences (text: predicted)",
-                                        f"accuracy per position ({len(x)} sequences)"])
+    shown, seq = min(rows, len(x)), x.shape[1]
+    guessed = np.zeros_like(y, dtype=bool)  # position t+1 holds the guess made at t for token t+1
+    guessed[:, 1:] = y[:, :-1] >= 0
+    fig = make_subplots(rows=2, cols=1, row_heights=[0.68, 0.32], shared_xaxes=True, vertical_spacing=0.1,
+                        subplot_titles=[f"{shown} sequences: given tokens (grey), then the model's guesses",
+                                        f"right guesses per position ({len(x)} sequences)"])
     if prediction is None:
-        z = np.where(has_target[:shown], 0.5, np.nan)
-        text = np.where(has_target[:shown], y[:shown].astype(str), "")
+        guess = None
+        z = np.where(guessed[:shown], np.nan, 0.5)
+        text = np.where(guessed[:shown], "", x[:shown].astype(str))
     else:
-        prediction = np.asarray(prediction).astype(int)
-        right = prediction == y
-        z = np.where(has_target[:shown], right[:shown].astype(float), np.nan)
-        text = np.where(has_target[:shown], prediction[:shown].astype(str), "")
-    hover = [[f"sequence {r}, position {t}<br>input token {x[r, t]}<br>"
-              + (f"target {y[r, t]}" if y[r, t] >= 0 else "no target (first half)")
-              + ("" if prediction is None or y[r, t] < 0 else f"<br>predicted {prediction[r, t]}")
-              for t in range(x.shape[1])] for r in range(shown)]
-    fig.add_trace(go.Heatmap(z=z, text=text, texttemplate="%{text}", hovertext=hover, hoverinfo="text",
+        guess = np.full_like(x, -1)
+        guess[:, 1:] = np.asarray(prediction).astype(int)[:, :-1]
+        right = guess == x
+        z = np.where(guessed[:shown], right[:shown].astype(float), 0.5)
+        text = np.where(guessed[:shown], guess[:shown].astype(str), x[:shown].astype(str))
+    hover = [[f"sequence {r}, position {t}: token {x[r, t]}"
+              + ("" if not guessed[r, t] else " (to guess)" if guess is None else f"<br>model guessed {guess[r, t]}")
+              for t in range(seq)] for r in range(shown)]
+    fig.add_trace(go.Heatmap(z=z, text=text, texttemplate="%{text}" if seq <= 64 else None,
+                             textfont=dict(size=9, color="white"), hovertext=hover, hoverinfo="text",
                              colorscale=[[0, "#E45756"], [0.5, "#BAB0AC"], [1, "#54A24B"]], zmin=0, zmax=1,
                              showscale=False, xgap=1, ygap=1, name="tokens"), row=1, col=1)
     fig.update_yaxes(autorange="reversed", title_text="sequence", row=1, col=1)
-    fig.update_xaxes(title_text="position", row=1, col=1)
-    positions = np.flatnonzero(has_target.any(axis=0))
-    if prediction is not None and len(positions):
-        accuracy = [float(np.mean(prediction[has_target[:, t], t] == y[has_target[:, t], t])) for t in positions]
+    positions = np.flatnonzero(guessed.any(axis=0))
+    if guess is not None and len(positions):
+        accuracy = [float(np.mean(guess[guessed[:, t], t] == x[guessed[:, t], t])) for t in positions]
         fig.add_trace(go.Bar(x=positions, y=accuracy, marker_color="#4C78A8", name="accuracy",
-                             hovertemplate="position %{x}: %{y:.0%}<extra></extra>"), row=1, col=2)
-    fig.update_yaxes(range=[0, 1], tickformat=".0%", row=1, col=2)
-    fig.update_xaxes(title_text="position", range=[-0.5, x.shape[1] - 0.5], row=1, col=2)
-    fig.update_layout(height=320, margin=dict(l=10, r=10, t=40, b=10), showlegend=False,
+                             hovertemplate="position %{x}: %{y:.0%} right<extra></extra>"), row=2, col=1)
+    fig.update_yaxes(range=[0, 1], tickformat=".0%", row=2, col=1)
+    fig.update_xaxes(range=[-0.5, seq - 0.5], row=1, col=1)
+    fig.update_xaxes(title_text="position", range=[-0.5, seq - 0.5], row=2, col=1)
+    for annotation in fig.layout.annotations:
+        annotation.font = dict(size=12)
+    fig.update_layout(height=420, margin=dict(l=10, r=10, t=50, b=10), showlegend=False,
                       title=dict(text="Task: repeat the sequence reversed", font=dict(size=14)))
     return fig
