@@ -60,3 +60,12 @@ def test_share_link_round_trips_the_transformer():
     assert problems == []
     assert updates["model"] == "transformer" and updates["layers"] == 3 and updates["embed_dim"] == 128
     assert updates["rule_heads"] == "model" and updates["rule_seq"] == "model" and updates["ovr_q_0"] == "data"
+
+
+def test_lesson_chapter_reports_what_was_compiled():
+    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=180)
+    at.switch_page("app_pages/lesson.py").run()
+    at.radio(key="lesson_step").set_value(9).run()  # with the MLP selected: the default transformer
+    assert not at.exception and not at.error
+    measured = " ".join(m.value for m in at.markdown if m.value.startswith("Measured"))
+    assert "all-reduces of the residual stream [32, 32, 64]" in measured and "reduce-scatter" in measured
