@@ -82,11 +82,20 @@ for warning in plan.warnings:
 
 st.subheader("Shard maps")
 groups = {"Parameters": "params/", "Optimizer state": "opt/", "Batch": "batch/"}
+if any(p.startswith("act/") for p in layouts):
+    groups["Activations"] = "act/"
 for tab, prefix in zip(st.tabs(list(groups)), groups.values()):
     with tab:
         paths = [p for p in layouts if p.startswith(prefix)]
-        for row_start in range(0, len(paths), 3):
-            for col, path in zip(st.columns(3), paths[row_start:row_start + 3]):
+        if prefix == "act/":
+            st.caption("Activations live only inside a step: the forward pass lays each out as shown with "
+                       "`constrain(x, name)` (a sharding constraint the compiler must honour). A rank-3 or "
+                       "rank-4 array is drawn as one panel per slice of its leading dimensions; each panel "
+                       "shows the last two. After training, the Train page checks these layouts against the "
+                       "arrays the compiled forward pass really produced.")
+        per_row = 2 if prefix == "act/" else 3  # rank-4 activations are drawn as several panels
+        for row_start in range(0, len(paths), per_row):
+            for col, path in zip(st.columns(per_row), paths[row_start:row_start + per_row]):
                 layout = layouts[path]
                 badge = " · changed" if path in changes.get("arrays", {}) else ""
                 col.plotly_chart(figures.shard_map_figure(layout, coords, axes,
@@ -98,7 +107,8 @@ st.subheader("Memory per device")
 memory = memory_per_device(layouts)
 unsharded = {"params": 0, "optimizer": 0, "batch": 0}
 for path, layout in layouts.items():
-    unsharded[memory_part(path)] += layout.total_bytes
+    if not path.startswith("act/"):  # activations are the step's temporaries, not held memory
+        unsharded[memory_part(path)] += layout.total_bytes
 chart, table = st.columns([3, 2])
 chart.plotly_chart(figures.memory_figure(memory), key="memory_chart")
 frame = pd.DataFrame([{"device": f"dev {d}", **row, "total": sum(row.values())} for d, row in memory.items()])

@@ -7,7 +7,7 @@ import streamlit as st
 
 import sharding_lab as sl
 from sharding_lab.app import ui
-from sharding_lab.app import figures
+from sharding_lab.app import figures, settings
 from sharding_lab.communication import analyze
 from sharding_lab.explicit import lesson as explicit_lesson
 from sharding_lab.export import script_sections
@@ -15,7 +15,7 @@ from sharding_lab.layout import describe, format_spec
 from sharding_lab.mesh import device_ids, mesh_coords
 
 STEPS = ["What changed", "1 Mesh", "2 Rules", "3 Model", "4 Optimizer state", "5 Enforcing sharding",
-         "6 The batch", "7 The jitted step", "8 Auto vs Explicit"]
+         "6 The batch", "7 The jitted step", "8 Auto vs Explicit", "9 Sharding a transformer block"]
 NAME_CHANGES = pd.DataFrame([
     ("nnx.Param(..., sharding=...)", "nnx.Param(..., out_sharding=...), created under jax.set_mesh(mesh)"),
     ("nnx.Object", "nnx.Pytree; attributes holding state wrapped in nnx.data(...)"),
@@ -55,6 +55,115 @@ def maps(prefix: str) -> None:
 def show_step_code(number: int) -> None:
     st.markdown("**The code for this step** (from the script the sidebar's *Share* box downloads)")
     st.code(code[number], language="python")
+
+
+def collective_rows(report, axes) -> pd.DataFrame:
+    return pd.DataFrame([{"op": c.op, "shape": " ".join(str(list(s)) for s in c.shape), "bytes / op": c.bytes,
+                          "count": c.count, "over": c.where(axes).replace("`", ""), "phase": c.phase}
+                         for c in report.collectives])
+
+
+def count(report, op: str, phase: str, shape: tuple, axis: str) -> int:
+    """How many ``op``s of the residual stream's ``shape`` over ``axis`` XLA compiled in ``phase``."""
+    return sum(c.count for c in report.collectives
+               if c.op == op and c.phase == phase and c.axes == (axis,) and c.shape == (shape,))
+
+
+def transformer_chapter(config: sl.LabConfig) -> None:
+    """Heads, Megatron's all-reduces, sequence parallelism and FSDP, each from a compiled step."""
+    fam = sl.family("transformer")
+    if config.family.name == "transformer" and config.mesh.axis_type == "auto":
+        base, preset = config, config.preset
+        st.caption("Live views of the transformer configured in the sidebar.")
+    else:
+        train = {**settings.TRAIN_DEFAULTS, **fam.train_defaults}
+        base = sl.LabConfig(mesh=dataclasses.replace(config.mesh, axis_type="auto"), preset="tp",
+                            model=fam.Spec(), optimizer=train["optimizer"], lr=train["lr"],
+                            batch_size=config.batch_size)
+        preset = "tp"
+        st.info("The sidebar's model is not a transformer (or its axes are Explicit): this chapter uses the "
+                "default transformer on the sidebar's mesh with Auto axes. Pick *Transformer* in the sidebar "
+                "to change its sizes.", icon=":material/info:")
+    plans = {}
+    for name in ("tp", "sp", "fsdp"):
+        try:
+            plans[name] = sl.plan(dataclasses.replace(base, preset=name, rules=None))
+        except sl.ConfigError as error:
+            plans[name] = error
+    try:
+        current = sl.plan(base) if preset is not None or base.rules is not None else plans["tp"]
+    except sl.ConfigError as error:
+        ui.show_error(error)
+        return
+    mesh_axes, model = base.mesh.axes, base.model
+    roles = sl.rules.preset_roles(base.mesh)
+    tp_axis = roles["model"]
+    layouts_now, coords_now = current.layouts(), mesh_coords(current.mesh)
+    resid = current.arrays["act/resid"].shape
+
+    st.markdown(f"#### Heads\nA block's attention has **{model.heads} heads** of {model.head_dim} features. "
+                "The q, k and v kernels are `(embed, heads, head_dim)` and the output kernel "
+                "`(heads, head_dim, embed)`: split `heads` over a mesh axis and each device owns whole heads — "
+                "it computes their scores and softmax without talking to anyone. Below, the current plan "
+                f"({current.config.preset or 'custom rules'}):")
+    shown = ["params/blocks/0/q", "params/blocks/0/o", "params/blocks/0/mlp_in", "params/blocks/0/mlp_out",
+             "act/attn_scores", "act/resid"]
+    for row in (shown[:2], shown[2:4], shown[4:]):  # two per row: rank-3/4 arrays draw several panels
+        for col, path in zip(st.columns(2), row):
+            col.plotly_chart(figures.shard_map_figure(layouts_now[path], coords_now, mesh_axes,
+                                                      f"{path}  {format_spec(layouts_now[path].spec)}", height=220),
+                             key=f"lesson9_{path}")
+            col.caption(describe(layouts_now[path], base.mesh.axis_sizes))
+
+    st.markdown("#### Megatron: two all-reduces per block\n`tp` splits q/k/v and `mlp_in` by their outputs "
+                "(heads, MLP units) and `o` and `mlp_out` by their inputs. Each device then holds a *partial sum* "
+                "of each sublayer's output, and the residual stream needs the whole sum: one all-reduce after "
+                "attention, one after the MLP. What XLA compiled for this step:")
+    if isinstance(plans["tp"], sl.ConfigError):
+        ui.show_error(plans["tp"], lead="tp cannot run here:")
+    else:
+        tp_report = analyze(plans["tp"])
+        n = count(tp_report, "all-reduce", "forward", resid, tp_axis)
+        st.dataframe(collective_rows(tp_report, mesh_axes), hide_index=True)
+        st.markdown(f"Measured: **{n} all-reduce{'s' if n != 1 else ''} of the residual stream {list(resid)}** "
+                    f"over `{tp_axis}` in the forward pass, for {model.layers} block{'s' if model.layers > 1 else ''} "
+                    f"({2 * model.layers} sublayers). Ops XLA merged into one tuple-shaped all-reduce are listed "
+                    "once, under the phase of their first part.")
+
+    st.markdown("#### Sequence parallelism\n`sp` also splits the residual stream along its sequence between "
+                "sublayers: the norms run on 1/model of the positions, the sublayer's input is **all-gathered** "
+                "along the sequence, and its output only needs each device's own positions — textbook Megatron-SP "
+                "turns the all-reduce into a **reduce-scatter**. What XLA compiled:")
+    if isinstance(plans["sp"], sl.ConfigError):
+        ui.show_error(plans["sp"], lead="sp cannot run here:")
+    else:
+        sp_report = analyze(plans["sp"])
+        gathers = count(sp_report, "all-gather", "forward", resid, tp_axis)
+        reduces = count(sp_report, "all-reduce", "forward", resid, tp_axis)
+        scatters = sum(c.count for c in sp_report.collectives if c.op == "reduce-scatter")
+        st.dataframe(collective_rows(sp_report, mesh_axes), hide_index=True)
+        st.markdown(f"Measured: **{gathers} all-gathers** and **{reduces} all-reduces** of {list(resid)} over "
+                    f"`{tp_axis}` in the forward pass, and **{scatters} reduce-scatters** in the whole step. "
+                    + ("XLA's CPU compiler kept each sublayer's all-reduce of the whole residual stream instead: "
+                       "this compiled program contains no reduce-scatter. " if not scatters else "")
+                    + ("" if isinstance(plans["tp"], sl.ConfigError) else
+                       f"Bytes of collectives per step: tp {tp_report.total_bytes:,} · sp {sp_report.total_bytes:,}."))
+
+    st.markdown("#### FSDP: weights gathered for the matmuls\n`fsdp` splits the batch *and* every weight over "
+                "`data`; before a matmul, some device needs a weight it does not hold. The textbook: all-gather "
+                "each weight forward, reduce-scatter its gradient backward. What XLA compiled:")
+    if isinstance(plans["fsdp"], sl.ConfigError):
+        ui.show_error(plans["fsdp"], lead="fsdp cannot run here:")
+    else:
+        fsdp_report = analyze(plans["fsdp"])
+        st.dataframe(collective_rows(fsdp_report, mesh_axes), hide_index=True)
+        by_op: dict[str, int] = {}
+        for c in fsdp_report.collectives:
+            by_op[f"{c.op} ({c.phase})"] = by_op.get(f"{c.op} ({c.phase})", 0) + c.count
+        st.markdown("Measured: " + ", ".join(f"{n} × {k}" for k, n in by_op.items()) + ". The compiler, not "
+                    "the preset, decides how the pieces meet: compare the ops above with the textbook.")
+    st.page_link("app_pages/communication.py", label="Every collective of the current plan",
+                 icon=":material/hub:")
 
 
 if step == 0:
@@ -106,6 +215,8 @@ elif step == 7:
                                for c in report.collectives]), hide_index=True)
     st.page_link("app_pages/train.py", label="Train this layout", icon=":material/play_arrow:")
     show_step_code(7)
+elif step == 9:
+    transformer_chapter(config)
 else:
     st.markdown("With **Auto** axes (the seed) the compiler fills in every sharding. With **Explicit** axes "
                 "(`jax.make_mesh`'s default) shardings are part of each array's type and JAX checks every "

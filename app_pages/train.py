@@ -110,6 +110,9 @@ def live_view() -> None:
         st.info("Press **Train** to train this layout. The loss curve and the model fit update live.")
         if config.family.name == "mlp":
             st.plotly_chart(figures.fit_figure(*config.family.make_dataset(config.model, config.seed), None), key="fit")
+        elif config.family.name == "transformer" and config.model.seq <= 256:  # a picture that stays readable
+            st.plotly_chart(figures.sequence_figure(*config.family.probe_set(config.model, config.seed), None),
+                            key="fit")
         return
     st.progress(min(1.0, snap.step / max(1, snap.total_steps)),
                 text=f"{snap.state} — step {snap.step:,} / {snap.total_steps:,}"
@@ -120,13 +123,13 @@ def live_view() -> None:
     m3.metric("Elapsed", f"{snap.elapsed:.1f} s")
     m4.metric("Final loss (mean of last 100)", f"{snap.final_loss:.4f}" if snap.final_loss is not None else "—")
     # The same elements in the same places on every poll (the browser patches them by position).
-    loss_col, fit_col = st.columns(2)
+    loss_col, fit_col = st.columns([2, 3] if job.config.family.name == "transformer" else 2)  # room for tokens
     if snap.losses or not snap.running:
         loss_figure, fit_figure = charts(job, snap, log_scale)
         loss_col.plotly_chart(loss_figure, key="loss")
         fit_col.plotly_chart(fit_figure, key="fit")
         loss_col.caption("Each point is one step's loss on a fresh batch; it should fall quickly, then flatten.")
-        fit_col.caption("The black line is the model's prediction on all 100 points, refreshed while it trains.")
+        fit_col.caption(FIT_CAPTIONS.get(job.config.family.name, ""))
     else:  # queued or compiling: nothing to draw yet, and a page that polls should cost little
         loss_col.caption("The loss curve and the model fit appear with the first 100 steps.")
     if snap.state == "diverged":
@@ -141,8 +144,10 @@ def live_view() -> None:
                        f"{snap.processes} processes: the shards every process reported, put together, are "
                        "where the one-process plan said.", icon=":material/verified:")
         elif snap.layout_problems == []:
+            acts = " — and every activation the compiled forward pass produced" if plan.activation_specs() else ""
             st.success(f"{snap.state.capitalize()} — layout verified on {snap.devices} devices: every live "
-                       "parameter, optimizer buffer and batch shard is where the plan said.", icon=":material/verified:")
+                       f"parameter, optimizer buffer and batch shard is where the plan said{acts}.",
+                       icon=":material/verified:")
         elif snap.layout_problems:
             ui.show_error("; ".join(snap.layout_problems), lead="Layout differs from the plan:")
         if snap.owners:
@@ -156,10 +161,28 @@ def charts(job, snap, log_scale: bool):
     key = (id(job), snap.step, snap.state, log_scale)
     cached = st.session_state.get("train_charts")
     if cached is None or cached[0] != key:
-        cached = (key, figures.loss_figure(snap.losses, log_scale, snap.total_steps),
-                  figures.fit_figure(job.x, job.y, snap.prediction))
+        cached = (key, figures.loss_figure(snap.losses, log_scale, snap.total_steps,
+                                           LOSS_NAMES.get(job.config.family.name, "loss")),
+                  task_figure(job, snap))
         st.session_state.train_charts = cached
     return cached[1], cached[2]
+
+
+LOSS_NAMES = {"mlp": "MSE loss", "transformer": "cross-entropy"}
+FIT_CAPTIONS = {
+    "mlp": "The black line is the model's prediction on all 100 points, refreshed while it trains.",
+    "transformer": "Each row is a sequence a₁…aₕ aₕ…a₁: the first half is given (grey); each cell of the second "
+                   "half is the model's guess for that token from the tokens before it, green when right. The "
+                   "bars: how often each position is guessed right over the dataset's first 64 sequences, "
+                   "refreshed while it trains.",
+}
+
+
+def task_figure(job, snap):
+    """What learning looks like for this model family (dispatch by its name)."""
+    if job.config.family.name == "transformer":
+        return figures.sequence_figure(job.x, job.y, snap.prediction)
+    return figures.fit_figure(job.x, job.y, snap.prediction)
 
 
 def process_view(config: sl.LabConfig, snap) -> None:

@@ -35,8 +35,9 @@ def add_config_options(parser: argparse.ArgumentParser) -> None:
                         help="override a logical rule, e.g. mlp=model, embed=none, mlp=model+data")
     parser.add_argument("--override", action="append", default=[], metavar="ARRAY=D0:D1",
                         help="per-parameter spec, e.g. w2=model:none")
-    parser.add_argument("--optimizer", choices=list(OPTIMIZERS), default="seed-sgd")
-    parser.add_argument("--lr", type=float, default=0.01)
+    parser.add_argument("--optimizer", choices=list(OPTIMIZERS), default=None,
+                        help="default: the model family's (mlp: seed-sgd, transformer: adamw)")
+    parser.add_argument("--lr", type=float, default=None, help="default: the model family's (mlp: 0.01)")
     parser.add_argument("--decay", type=float, default=0.9, help="momentum decay (default 0.9)")
     flags = {}
     for family in FAMILIES.values():
@@ -46,9 +47,12 @@ def add_config_options(parser: argparse.ArgumentParser) -> None:
                 parser.add_argument(size.flag, type=int, default=None, dest=_dest(size.flag),
                                     help=f"{family.name}: {size.label} (default {_default(family, field)})")
     parser.add_argument("--batch", type=int, default=32)
-    parser.add_argument("--steps", type=int, default=3000)
+    parser.add_argument("--steps", type=int, default=None, help="default: the model family's (mlp: 3000)")
     parser.add_argument("--chunk", type=int, default=100, help="steps per compiled call")
     parser.add_argument("--seed", type=int, default=0)
+
+
+TRAIN_DEFAULTS = {"optimizer": "seed-sgd", "lr": 0.01, "steps": 3000}  # the seed's (the MLP's)
 
 
 def _pair(text: str, what: str) -> tuple[str, str]:
@@ -90,9 +94,12 @@ def config_from_args(args) -> LabConfig:
         preset = None
     sizes = {field: getattr(args, _dest(size.flag)) for field, size in family.size_fields.items()
              if getattr(args, _dest(size.flag), None) is not None}
+    train = {**TRAIN_DEFAULTS, **family.train_defaults}  # what the option does not say
     return LabConfig(mesh=mesh, preset=preset, rules=rules, model=family.Spec(**sizes),
-                     optimizer=args.optimizer, lr=args.lr, decay=args.decay,
-                     batch_size=args.batch, steps=args.steps, seed=args.seed, chunk=args.chunk)
+                     optimizer=args.optimizer or train["optimizer"],
+                     lr=args.lr if args.lr is not None else train["lr"], decay=args.decay,
+                     batch_size=args.batch, steps=args.steps if args.steps is not None else train["steps"],
+                     seed=args.seed, chunk=args.chunk)
 
 
 def config_to_args(config: LabConfig) -> list[str]:
@@ -234,6 +241,13 @@ def _report(as_json: bool):
     return report
 
 
+def _initial_loss(losses) -> float | None:
+    """The mean of the first 10 step losses (None when there are none or they are not numbers)."""
+    head = [float(v) for v in list(losses)[:10]]
+    value = sum(head) / len(head) if head else float("nan")
+    return value if math.isfinite(value) else None
+
+
 def _train(plan: Plan, as_json: bool) -> int:
     from .training import Lab, Trainer
 
@@ -247,7 +261,8 @@ def _train(plan: Plan, as_json: bool) -> int:
     if as_json:
         out = plan_json(plan, layouts)
         final = result.final_loss
-        out.update({"final_loss": final if math.isfinite(final) else None, "steps": result.steps,
+        out.update({"final_loss": final if math.isfinite(final) else None,
+                    "initial_loss": _initial_loss(result.losses), "steps": result.steps,
                     "steps_per_s": result.steps_per_s, "stop_reason": result.stop_reason,
                     "layout_matches_plan": not problems})
         print(json.dumps(out))
@@ -277,7 +292,8 @@ def _train_processes(plan: Plan, processes: int, as_json: bool) -> int:
     if as_json:
         out = plan_json(plan, result.layouts)
         final = result.final_loss
-        out.update({"final_loss": final if math.isfinite(final) else None, "steps": result.steps,
+        out.update({"final_loss": final if math.isfinite(final) else None,
+                    "initial_loss": _initial_loss(result.losses), "steps": result.steps,
                     "steps_per_s": result.steps_per_s, "stop_reason": result.stop_reason,
                     "layout_matches_plan": not result.problems,
                     "processes": {str(d): p for d, p in result.owners.items()},

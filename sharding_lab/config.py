@@ -147,6 +147,8 @@ def plan(config: LabConfig) -> Plan:
     config.mesh.validate(available_count())
     config.model.validate()
     _check_numbers(config)
+    if config.mesh.axis_type == "explicit" and config.family.explicit_refusal:
+        raise ConfigError(config.family.explicit_refusal, "mesh")
     rules = config.resolved_rules()
     arrays = _array_paths(config)
     rules.validate(config.mesh, {name: logical for path, (_, logical, name, _) in arrays.items()

@@ -165,12 +165,12 @@ def _source(*objects) -> str:
     return "\n\n\n".join(textwrap.dedent(inspect.getsource(obj)).strip() for obj in objects) + "\n"
 
 
-def _model_section(model_class) -> str:
+def _model_section(model_class, helpers=()) -> str:
     return ("\n# 3. The model, copied from Sharding Lab's model family: every parameter is born sharded\n"
             "#    (out_sharding=, the blog's sharding=); under Explicit axes the matmuls say their layouts.\n"
             "_creation_order = itertools.count()\n\n\n"
             + _source(models.param, ops.explicit_axes, ops.spec_of, ops.mesh_axes_of, ops.matmul,
-                      ops.like_columns, model_class) + "\n")
+                      ops.like_columns, *helpers, model_class) + "\n")
 
 
 def export_script(config: LabConfig) -> str:
@@ -191,7 +191,7 @@ def export_script(config: LabConfig) -> str:
         rules="{" + ", ".join(f"{a!r}: {rules.target(a)!r}" for a in family.logical_axes) + "}",
         overrides="{" + ", ".join(f"{n!r}: {tuple(d)!r}" for n, d in rules.overrides) + "}",
         activations="{" + ", ".join(f"{n!r}: P{tuple(s)!r}" for n, s in plan.activation_specs().items()) + "}")]
-    parts.append(_model_section(model_class))
+    parts.append(_model_section(model_class, family.export_helpers))
     parts.append(f"spec = types.SimpleNamespace({sizes})\n\n")
     if config.optimizer in optax_tx:
         parts.append("# 4. The optimizer: " + _fill(_OPTAX, TX_NAME=f"optax {config.optimizer}",

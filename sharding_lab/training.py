@@ -87,6 +87,7 @@ class Lab:
         self.x_all, self.y_all = jax.device_put((self.x_host, self.y_host), replicated)
         self.steps_done = 0
         self._predict_all = None
+        self._activations = None
 
     @property
     def config(self) -> LabConfig:
@@ -122,12 +123,45 @@ class Lab:
 
     def actual_layouts(self, batch: tuple[jax.Array, jax.Array] | None = None) -> dict[str, ArrayLayout]:
         """Where the live arrays are (this process's shards only, when there are several). The
-        batch is ``batch`` if given, else one drawn by the device sampler."""
+        batch is ``batch`` if given, else one drawn by the device sampler; the activations are
+        those the forward pass produced on that batch (:meth:`live_activations`)."""
         arrays = self.live_arrays()
         arrays["batch/x"], arrays["batch/y"] = batch if batch is not None else self.sample_batch()
-        return {path: actual_layout(path, array, self.plan.arrays[path].requested
-                                    if path in self.plan.arrays else P())
-                for path, array in arrays.items()}
+        layouts = {path: actual_layout(path, array, self.plan.arrays[path].requested
+                                       if path in self.plan.arrays else P())
+                   for path, array in arrays.items()}
+        for name, values in self.live_activations(arrays["batch/x"], arrays["batch/y"]).items():
+            path = f"act/{name}"
+            found = [actual_layout(path, value, self.plan.arrays[path].requested) for value in values]
+            # Every place the forward pass constrains this activation (the residual stream: after
+            # the embedding and after each sublayer) must agree; the first that does not is shown.
+            layouts[path] = next((f for f in found if f.devices != found[0].devices), found[0])
+        return layouts
+
+    def live_activations(self, x: jax.Array, y: jax.Array) -> dict[str, list[jax.Array]]:
+        """Activation name → the live arrays the forward pass (the family's loss, as in the train
+        step) produced at each of its ``constrain`` calls on batch (x, y). The program returns them
+        with unpinned outputs, so each comes back in the layout the compiled program gave it."""
+        specs = self.plan.activation_specs()
+        if not specs:
+            return {}
+        if self._activations is None:
+            graphdef, family, mesh = self.graphdef, self.config.family, self.plan.mesh
+
+            def forward(state, x, y):
+                record: list = []
+                with activation_rules(mesh, specs, record):
+                    family.loss(nnx.merge(graphdef, state)[0], x, y)
+                # The names ride in the output's structure (dict keys), in the order of the calls.
+                return {f"{i:04d} {name}": value for i, (name, value) in enumerate(record)}
+
+            self._activations = jax.jit(forward)
+        with jax.set_mesh(self.plan.mesh):
+            values = self._activations(self.state, x, y)
+        found: dict[str, list[jax.Array]] = {}
+        for key in sorted(values):
+            found.setdefault(key.split(" ", 1)[1], []).append(values[key])
+        return found
 
     def verify_layout(self) -> list[str]:
         """Differences between the planned and the live layout (empty: JAX did as planned)."""
@@ -138,9 +172,10 @@ class Lab:
         return self._probe(jnp.asarray(x, self.x_host.dtype))
 
     def predict_dataset(self) -> np.ndarray:
-        """The probe on the whole dataset, gathered whole onto every device — so any process can
-        read it (every process must call this together)."""
-        return self._probe(self.x_all)
+        """The probe on the whole dataset (or its first ``family.probe_rows`` rows), gathered whole
+        onto every device — so any process can read it (every process must call this together)."""
+        rows = self.config.family.probe_rows
+        return self._probe(self.x_all if rows is None else self.x_all[:rows])
 
     def _probe(self, x) -> np.ndarray:
         if self._predict_all is None:

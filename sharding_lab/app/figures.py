@@ -188,19 +188,26 @@ def shard_map_figure(layout: ArrayLayout, coords: dict[int, tuple[int, ...]], ax
         # The devices as "0,1,2,3": Streamlit hands a nested list back as a dict.
         panels.targets(panel, [(c0 + c1) / 2], [(r0 + r1) / 2], [[layout.path, ",".join(map(str, group)), where]],
                        size=24)
+    many = len(facets) > 2  # narrow panels: fewer ticks, axis titles once (else they overlap)
     for f in range(len(facets)):
-        panels.axes(f, dict(range=[0, cols], dtick=max(1, math.ceil(cols / 4)),
-                            title=dict(text=f"dim {len(layout.shape) - 1} (size {cols})" if layout.shape else ""),
+        x_title = f"dim {len(layout.shape) - 1} (size {cols})" if layout.shape else ""
+        panels.axes(f, dict(range=[0, cols], dtick=max(1, math.ceil(cols / (2 if many else 4))),
+                            title=dict(text=x_title if not many or f == 0 else "", font=dict(size=11)),
                             showgrid=False, zeroline=False),
                     dict(range=[rows, 0], dtick=max(1, math.ceil(rows / 4)),
-                         title=dict(text=f"dim {len(layout.shape) - 2} ({rows})" if len(layout.shape) > 1 else ""),
-                         showgrid=False, zeroline=False, showticklabels=len(layout.shape) > 1))
+                         title=dict(text=f"dim {len(layout.shape) - 2} ({rows})" if len(layout.shape) > 1 and f == 0
+                                    else "", font=dict(size=11)),
+                         showgrid=False, zeroline=False, showticklabels=len(layout.shape) > 1 and (f == 0 or not many)))
+    if len(facets) > 1:  # the panel titles: which slice of the leading dimensions each shows
+        for annotation in panels.annotations[:len(facets)]:
+            annotation["font"] = dict(size=10)
     return panels.figure(title=dict(text=title or layout.path, font=dict(size=14)), showlegend=False,
                          height=height, margin=dict(l=10, r=10, t=40, b=10), plot_bgcolor="rgba(0,0,0,0.04)")
 
 
 def _facet_title(ranges: tuple) -> str:
-    return "[" + ", ".join(f"{a}:{b}" for a, b in ranges) + ", :, :]"
+    """The leading dimensions' ranges of one panel, e.g. [0:32, 1:2] (the last two are whole)."""
+    return "[" + ", ".join(f"{a}:{b}" for a, b in ranges) + "]"
 
 
 def memory_figure(per_device: dict[int, dict[str, int]]) -> go.Figure:
@@ -226,11 +233,12 @@ def downsample(values: list[float], limit: int = 1500) -> tuple[np.ndarray, np.n
     return x[stride - 1:usable:stride], y[:usable].reshape(-1, stride).mean(axis=1)
 
 
-def loss_figure(losses: list[float], log_scale: bool = True, total_steps: int | None = None) -> go.Figure:
+def loss_figure(losses: list[float], log_scale: bool = True, total_steps: int | None = None,
+                loss_name: str = "MSE loss") -> go.Figure:
     x, y = downsample(losses)
     fig = go.Figure(go.Scatter(x=x, y=y, mode="lines", name="loss", line=dict(color="#4C78A8")))
     fig.update_layout(height=300, margin=dict(l=10, r=10, t=30, b=10), xaxis_title="step",
-                      yaxis_title="MSE loss", title=dict(text="Training loss", font=dict(size=14)))
+                      yaxis_title=loss_name, title=dict(text="Training loss", font=dict(size=14)))
     if total_steps:
         fig.update_xaxes(range=[0, total_steps])
     if log_scale:
@@ -274,3 +282,48 @@ def _short(value) -> str:
         if abs(value) >= size:
             return f"{value / size:.3g}{unit}"
     return f"{value:.0f}"
+
+
+def sequence_figure(x: np.ndarray, y: np.ndarray, prediction: np.ndarray | None, rows: int = 8) -> go.Figure:
+    """The transformer's task, learnt or not. Top: the first ``rows`` sequences, each cell at the
+    position of the token it shows — the given first half in grey, then in the second half the
+    model's guess for that token (made one position earlier, from what came before), green when
+    right, red when wrong. Bottom: how often each position is guessed right over all probed rows."""
+    x, y = np.asarray(x), np.asarray(y)
+    shown, seq = min(rows, len(x)), x.shape[1]
+    guessed = np.zeros_like(y, dtype=bool)  # position t+1 holds the guess made at t for token t+1
+    guessed[:, 1:] = y[:, :-1] >= 0
+    fig = make_subplots(rows=2, cols=1, row_heights=[0.68, 0.32], shared_xaxes=True, vertical_spacing=0.1,
+                        subplot_titles=[f"{shown} sequences: given tokens (grey), then the model's guesses",
+                                        f"right guesses per position ({len(x)} sequences)"])
+    if prediction is None:
+        guess = None
+        z = np.where(guessed[:shown], np.nan, 0.5)
+        text = np.where(guessed[:shown], "", x[:shown].astype(str))
+    else:
+        guess = np.full_like(x, -1)
+        guess[:, 1:] = np.asarray(prediction).astype(int)[:, :-1]
+        right = guess == x
+        z = np.where(guessed[:shown], right[:shown].astype(float), 0.5)
+        text = np.where(guessed[:shown], guess[:shown].astype(str), x[:shown].astype(str))
+    hover = [[f"sequence {r}, position {t}: token {x[r, t]}"
+              + ("" if not guessed[r, t] else " (to guess)" if guess is None else f"<br>model guessed {guess[r, t]}")
+              for t in range(seq)] for r in range(shown)]
+    fig.add_trace(go.Heatmap(z=z, text=text, texttemplate="%{text}" if seq <= 64 else None,
+                             textfont=dict(size=9, color="white"), hovertext=hover, hoverinfo="text",
+                             colorscale=[[0, "#E45756"], [0.5, "#BAB0AC"], [1, "#54A24B"]], zmin=0, zmax=1,
+                             showscale=False, xgap=1, ygap=1, name="tokens"), row=1, col=1)
+    fig.update_yaxes(autorange="reversed", title_text="sequence", row=1, col=1)
+    positions = np.flatnonzero(guessed.any(axis=0))
+    if guess is not None and len(positions):
+        accuracy = [float(np.mean(guess[guessed[:, t], t] == x[guessed[:, t], t])) for t in positions]
+        fig.add_trace(go.Bar(x=positions, y=accuracy, marker_color="#4C78A8", name="accuracy",
+                             hovertemplate="position %{x}: %{y:.0%} right<extra></extra>"), row=2, col=1)
+    fig.update_yaxes(range=[0, 1], tickformat=".0%", row=2, col=1)
+    fig.update_xaxes(range=[-0.5, seq - 0.5], row=1, col=1)
+    fig.update_xaxes(title_text="position", range=[-0.5, seq - 0.5], row=2, col=1)
+    for annotation in fig.layout.annotations:
+        annotation.font = dict(size=12)
+    fig.update_layout(height=420, margin=dict(l=10, r=10, t=50, b=10), showlegend=False,
+                      title=dict(text="Task: repeat the sequence reversed", font=dict(size=14)))
+    return fig

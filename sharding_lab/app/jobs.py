@@ -77,7 +77,7 @@ class TrainingJob:
         self._lock = threading.Lock()
         self._losses: list[float] = []
         self._snapshot = self._first_snapshot()
-        self.x, self.y = config.family.make_dataset(config.model, config.seed)
+        self.x, self.y = config.family.probe_set(config.model, config.seed)  # what the probe draws
         self.last_seen = self.created = time.monotonic()
         self._gave_up = False  # the start limit passed: the page was told, the thread's news no longer counts
         self.thread = threading.Thread(target=self._run, name="sharding-lab-job", daemon=True)

@@ -12,7 +12,8 @@ import math
 import re
 
 import sharding_lab as sl
-from sharding_lab.app.settings import CUSTOM, FLOATS, GENERAL_RANGES, MAX_AXIS_SIZE, number_ranges, size_key
+from sharding_lab.app.settings import (CUSTOM, FLOATS, GENERAL_RANGES, MAX_AXIS_SIZE, TRAIN_DEFAULTS, number_ranges,
+                                       size_key)
 from sharding_lab.mesh import AXIS_NAME as _NAME, default_axes
 from sharding_lab.optimizer import OPTIMIZERS
 
@@ -83,6 +84,8 @@ def from_query(query: dict[str, str]) -> tuple[dict, list[str]]:
         if query["model"] in sl.FAMILIES:
             updates["model"] = query["model"]
             family = sl.FAMILIES[query["model"]]
+            # As choosing the model in the sidebar does: its training defaults, unless the link says.
+            updates.update({**TRAIN_DEFAULTS, **family.train_defaults})
         else:
             bad("model", f"one of {', '.join(sl.FAMILIES)}")
     if "preset" in query:

@@ -27,6 +27,8 @@ DEFAULTS = {
     "batch": 32, "steps": 3000, "lr": 0.01, "decay": 0.9, "focus": None,
 }
 
+TRAIN_DEFAULTS = {key: DEFAULTS[key] for key in ("optimizer", "lr", "steps")}  # a family's train_defaults override
+
 
 def size_key(field: str) -> str:
     """The state (and link) key of a model size; the MLP's ``hidden_layers`` was always ``hidden``."""

@@ -107,7 +107,11 @@ def rules_table(mesh: sl.MeshSpec, model) -> None:
 # --- the sidebar ----------------------------------------------------------------------------
 
 def _on_model_change() -> None:
-    st.session_state.preset = settings.family(st.session_state).default_preset
+    fam = settings.family(st.session_state)
+    st.session_state.preset = fam.default_preset
+    # A family's training defaults (the transformer wants Adam); the MLP keeps the seed's.
+    for key, value in {**settings.TRAIN_DEFAULTS, **fam.train_defaults}.items():
+        st.session_state[key] = value
 
 
 def model_widgets(fam) -> None:

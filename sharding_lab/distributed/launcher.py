@@ -322,7 +322,7 @@ class _Launch:
         elif kind == "progress":
             self.reported = True
             self.losses.extend(event["losses"])
-            self.prediction = np.asarray(event["prediction"], dtype=np.float32)[:, None]
+            self.prediction = np.asarray(event["prediction"], dtype=np.float32)  # the probe's own shape
             if self.on_progress:
                 self.on_progress(Progress(event["step"], event["total_steps"], event["losses"],
                                           event["elapsed"], event["steps_per_s"], event["done"],

@@ -138,7 +138,7 @@ def main(argv=None) -> int:
         for progress in trainer.chunks(AgreedStop(requested)):
             prediction = lab.predict_dataset()  # every process takes part; process 0 reports it
             if me == 0:
-                emit("progress", **dataclasses.asdict(progress), prediction=prediction[:, 0].tolist())
+                emit("progress", **dataclasses.asdict(progress), prediction=prediction.tolist())
         layouts = lab.actual_layouts(lab.load_batch(0))
         mine = {d.id for d in jax.local_devices()}
         planned = {path: dataclasses.replace(layout, devices={d: r for d, r in layout.devices.items()

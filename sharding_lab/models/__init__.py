@@ -102,12 +102,22 @@ def constrain(x: jax.Array, name: str) -> jax.Array:
 
 class activation_rules:  # noqa: N801  (a context manager, used like a function)
     """Inside ``with activation_rules(plan):`` :func:`constrain` applies the plan's activation
-    shardings (a constraint under Auto axes, a reshard under Explicit ones)."""
+    shardings (a constraint under Auto axes, a reshard under Explicit ones). With ``record`` (a
+    list), each constrained activation is also appended as ``(name, value)``, so a program can
+    return them and their live layout can be checked against the plan."""
 
-    def __init__(self, mesh, specs: dict[str, P]):
+    def __init__(self, mesh, specs: dict[str, P], record: list | None = None):
         from ..data import place
 
-        self._fn = lambda x, name: place(x, NamedSharding(mesh, specs[name])) if name in specs else x
+        def fn(x, name):
+            if name not in specs:
+                return x
+            x = place(x, NamedSharding(mesh, specs[name]))
+            if record is not None:
+                record.append((name, x))
+            return x
+
+        self._fn = fn
 
     def __enter__(self):
         _active_constraints.append(self._fn)
@@ -127,6 +137,10 @@ class ModelFamily:
     presets: ClassVar[dict[str, Preset]]
     default_preset: ClassVar[str]
     export_objects: ClassVar[tuple] = ()
+    export_helpers: ClassVar[tuple] = ()  # more functions/classes the exported model needs (before it)
+    probe_rows: ClassVar[int | None] = None  # the probe runs on the first rows of the dataset (None: all)
+    explicit_refusal: ClassVar[str | None] = None  # why this family cannot run under Explicit axes
+    train_defaults: ClassVar[dict] = {}  # optimizer / lr / steps that suit it (else the seed's)
     size_fields: ClassVar[dict[str, SizeField]] = {}  # Spec field → how it is asked for
 
     # -- declared by the model -------------------------------------------------------------
@@ -150,6 +164,11 @@ class ModelFamily:
 
     def loss(self, model, x: jax.Array, y: jax.Array) -> jax.Array:
         raise NotImplementedError
+
+    def probe_set(self, spec, seed: int) -> tuple[np.ndarray, np.ndarray]:
+        """The rows of the dataset the Train page probes and draws (the first ``probe_rows``)."""
+        x, y = self.make_dataset(spec, seed)
+        return (x, y) if self.probe_rows is None else (x[:self.probe_rows], y[:self.probe_rows])
 
     def probe(self, model, x: jax.Array) -> jax.Array:
         """What the Train page draws while training (default: the model's output)."""
@@ -197,6 +216,7 @@ def family_of(spec) -> ModelFamily:
 
 
 from . import mlp  # noqa: E402,F401  (registers the families)
+from . import transformer  # noqa: E402,F401
 
 __all__ = ["ArraySpec", "Expect", "FAMILIES", "ModelFamily", "Preset", "SizeField", "activation_rules", "constrain", "family",
            "family_of", "param", "register"]

@@ -1,0 +1,71 @@
+"""The transformer through the real Streamlit script (AppTest): Layout and Train, and its share link."""
+
+import json
+from pathlib import Path
+
+from streamlit.testing.v1 import AppTest
+
+from sharding_lab.app import links, settings
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def chart_keys(at: AppTest) -> set[str]:
+    return {chart.proto.id.rsplit("-", 1)[-1] for chart in at.get("plotly_chart")}
+
+
+def transformer_on(path: str) -> AppTest:
+    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=180)
+    if path != "app_pages/layout.py":
+        at.switch_page(path)
+    at.run()
+    at.selectbox(key="model").select("transformer").run()
+    return at
+
+
+def test_layout_page_shows_the_transformer_and_its_activations():
+    at = transformer_on("app_pages/layout.py")
+    assert not at.exception and not at.error
+    assert at.session_state["preset"] == "tp" and at.session_state["optimizer"] == "adamw"
+    keys = chart_keys(at)
+    assert {"map_params/blocks/0/q", "map_act/resid", "map_act/attn_scores"} <= keys
+    q = json.loads(next(c for c in at.get("plotly_chart") if c.proto.id.endswith("-map_params/blocks/0/q")).proto.spec)
+    # tp splits heads (dim 1 of (embed, heads, head_dim)) 4 ways over `model`: device d holds head d % 4.
+    assert {t["meta"]["device"]: t["meta"]["ranges"][1] for t in q["data"]} == {d: [d % 4, d % 4 + 1] for d in range(8)}
+    at.selectbox(key="preset").select("sp").run()
+    assert not at.exception and not at.error
+
+
+def test_train_page_trains_the_transformer():
+    at = transformer_on("app_pages/train.py")
+    assert not at.exception and not at.error
+    assert "fit" in chart_keys(at)  # the task's picture, before training
+    at.number_input(key="steps").set_value(40).run()
+    at.button(key="train").click().run()
+    job = at.session_state["job_slot"].job
+    snap = job.wait(120)
+    assert snap.state == "finished", snap.message
+    assert snap.layout_problems == [] and snap.prediction.shape == (64, 32)
+    at.run()
+    assert not at.exception and not at.error
+    assert any("activation" in s.value for s in at.success)
+
+
+def test_share_link_round_trips_the_transformer():
+    state = {**settings.defaults(), "model": "transformer", "preset": "custom", "rule_heads": "model",
+             "rule_seq": "model", "ovr_q_0": "data", "layers": 3, "embed_dim": 128}
+    query = links.to_query(state)
+    assert query["model"] == "transformer" and query["embed_dim"] == "128" and "embed" not in query
+    updates, problems = links.from_query(query)
+    assert problems == []
+    assert updates["model"] == "transformer" and updates["layers"] == 3 and updates["embed_dim"] == 128
+    assert updates["rule_heads"] == "model" and updates["rule_seq"] == "model" and updates["ovr_q_0"] == "data"
+
+
+def test_lesson_chapter_reports_what_was_compiled():
+    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=180)
+    at.switch_page("app_pages/lesson.py").run()
+    at.radio(key="lesson_step").set_value(9).run()  # with the MLP selected: the default transformer
+    assert not at.exception and not at.error
+    measured = " ".join(m.value for m in at.markdown if m.value.startswith("Measured"))
+    assert "all-reduces of the residual stream [32, 32, 64]" in measured and "reduce-scatter" in measured
