@@ -59,6 +59,8 @@ if pending in challenges.CHALLENGES and plan is not None:
             solved, why = challenge.check(plan)
         except sl.ConfigError as error:
             solved, why = False, f"This configuration cannot be checked: {error}"
+    if state.get("challenge_applied", ("",))[0] == pending:
+        del state["challenge_applied"]  # the verdict replaces the 'press Check' notice
     state.challenge_results[pending] = {"solved": solved, "why": why, "config": challenges.canonical(plan.config)}
     if solved and pending not in state.solved:
         state.solved = [c for c in challenges.CHALLENGES if c in set(state.solved) | {pending}]

@@ -23,7 +23,7 @@ from typing import Callable
 
 from .config import LabConfig, Plan, plan as make_plan
 from .errors import ConfigError
-from .layout import ArrayLayout, format_spec, memory_per_device
+from .layout import ArrayLayout, format_spec as _format_spec, memory_per_device
 from .models import FAMILIES
 from .moves import category
 from .rules import axis_names, preset_roles
@@ -91,6 +91,11 @@ def _entries(layout: ArrayLayout) -> str:
 
 def _split(layout: ArrayLayout) -> bool:
     return layout.bytes_per_device < layout.total_bytes
+
+
+def format_spec(spec) -> str:
+    """A spec as code in the page's Markdown: `P(None, 'model')`."""
+    return f"`{_format_spec(spec)}`"
 
 
 def _shape(shape) -> str:
@@ -292,7 +297,8 @@ def _megatron_sublayers(plan: Plan) -> tuple[bool, str]:
     and with one more, so what lies outside the blocks (embedding, logits, loss) does not count."""
     config = plan.config
     if config.family.name != "transformer":
-        return False, f"This challenge is about the transformer, but the model is {config.family.title}: choose the transformer."
+        return False, (f"This challenge is about the transformer, but the model is {config.family.title}: "
+                       "choose the transformer.")
     model = preset_roles(config.mesh)["model"]
     if config.mesh.axis_sizes[model] == 1:
         return False, f"The mesh's `{model}` axis has 1 device: Megatron needs a `{model}` axis to split over."
