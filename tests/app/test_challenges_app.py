@@ -84,3 +84,17 @@ def test_link_restores_progress_and_reports_a_bad_id():
     notice = [w.value for w in at.warning if "link" in w.value]
     assert notice and "bogus" in notice[0] and "<b>" not in notice[0]  # reported, shown literally
     assert classroom.solved_counts() == before  # a link's claim is progress, not a solve to count
+
+
+def test_a_configuration_that_cannot_be_planned_disables_check_and_a_solution_repairs_it():
+    at = challenges_page()
+    at.number_input(key="size_0").set_value(3).run()
+    at.number_input(key="size_1").set_value(3).run()
+    assert not at.exception
+    assert any("cannot be planned" in e.value for e in at.error)
+    assert at.button(key="check_no-activation-allreduce").disabled
+    at.button(key="solution_no-activation-allreduce").click().run()  # a 1-D mesh of 8
+    assert at.radio(key="n_axes").value == 1 and at.number_input(key="size_0").value == 8
+    assert not at.error and not at.button(key="check_no-activation-allreduce").disabled
+    at.button(key="check_no-activation-allreduce").click().run()
+    assert not at.exception and "no all-reduce in the compiled step carries activations" in at.success[0].value
