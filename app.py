@@ -28,6 +28,7 @@ pages = [
     st.Page("app_pages/communication.py", title="Communication", icon=":material/swap_horiz:"),
     st.Page("app_pages/compare.py", title="Compare", icon=":material/compare_arrows:"),
     st.Page("app_pages/lesson.py", title="Lesson", icon=":material/school:"),
+    st.Page("app_pages/challenges.py", title="Challenges", icon=":material/emoji_events:"),
 ]
 if st.session_state.teacher_view:
     pages.append(st.Page("app_pages/teacher.py", title="Teacher", icon=":material/groups:", url_path="teacher"))

@@ -1,4 +1,4 @@
-"""The command line: ``python -m sharding_lab {train,layout} [options] [--json]``.
+"""The command line: ``python -m sharding_lab {train,layout,comm,export,cost,challenge} [options] [--json]``.
 
 A bad configuration exits 2 with one line on stderr saying what to change — never a traceback.
 """
@@ -166,7 +166,12 @@ def main(argv=None) -> int:
             sub.add_argument("--processes", type=int, default=1,
                              help="train as this many JAX processes on this machine, sharing the "
                                   "mesh's devices (jax.distributed; default 1: this process)")
+    from . import challenges
+
+    challenges.add_parser(commands, add_config_options)
     args = parser.parse_args(argv)
+    if args.command == "challenge":
+        return challenges.main(args)
     try:
         config = config_from_args(args)
         plan = make_plan(config)

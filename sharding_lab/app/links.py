@@ -14,6 +14,7 @@ import re
 import sharding_lab as sl
 from sharding_lab.app.settings import (CUSTOM, FLOATS, GENERAL_RANGES, MAX_AXIS_SIZE, TRAIN_DEFAULTS, number_ranges,
                                        size_key)
+from sharding_lab.challenges import CHALLENGES
 from sharding_lab.mesh import AXIS_NAME as _NAME, default_axes
 from sharding_lab.optimizer import OPTIMIZERS
 
@@ -44,6 +45,8 @@ def to_query(state) -> dict[str, str]:
     query["opt"] = str(state["optimizer"])
     for key in [size_key(f) for f in family.size_fields] + list(GENERAL_RANGES):
         query[key] = f"{state[key]:g}" if key in FLOATS else str(int(state[key]))
+    if state.get("solved"):  # the challenges this session solved travel with its link
+        query["solved"] = ",".join(c for c in CHALLENGES if c in set(state["solved"]))
     return query
 
 
@@ -55,7 +58,7 @@ def from_query(query: dict[str, str]) -> tuple[dict, list[str]]:
         problems.append(f"{key}={query[key]!r} ignored: {why}")
 
     ranges = number_ranges()
-    known = {"mesh", "axes", "type", "model", "preset", "rules", "ovr", "opt", "focus", *ranges}
+    known = {"mesh", "axes", "type", "model", "preset", "rules", "ovr", "opt", "focus", "solved", *ranges}
     for key in query:
         if key not in known and key not in NOT_SETTINGS:
             problems.append(f"unknown setting {key!r} ignored")
@@ -110,6 +113,14 @@ def from_query(query: dict[str, str]) -> tuple[dict, list[str]]:
             updates["focus"] = int(query["focus"])  # the Layout page checks it against the mesh
         else:
             bad("focus", f"a device number from 0 to {MAX_AXIS_SIZE - 1}")
+    if "solved" in query:
+        solved = [c.strip() for c in query["solved"].split(",") if c.strip()]
+        unknown = [c for c in solved if c not in CHALLENGES]
+        if unknown:  # named (a few of them) like any other part of a link that was not understood
+            more = f" and {len(unknown) - 3} more" if len(unknown) > 3 else ""
+            problems.append(f"solved entries {', '.join(repr(c[:40]) for c in unknown[:3])}{more} ignored: "
+                            "not challenges here")
+        updates["solved"] = [c for c in CHALLENGES if c in set(solved)]
     if "opt" in query:
         if query["opt"] in OPTIMIZERS:
             updates["optimizer"] = query["opt"]

@@ -143,3 +143,24 @@ def snapshot(state) -> dict:
     """Every setting (and the rules table's values), to go back to later."""
     keys = set(defaults()) | {k for k in state.keys() if str(k).startswith(("rule_", "ovr_"))}
     return {k: state[k] for k in keys if k in state}
+
+
+def state_from_config(config: sl.LabConfig) -> dict:
+    """The inverse of :func:`config_from_state`: the session-state keys that show ``config`` in the
+    sidebar and the rules table (a challenge's solution, given as command-line options, is applied
+    this way). ConfigError for a value the widgets cannot hold."""
+    fam, mesh = config.family, config.mesh
+    state = {"n_axes": len(mesh.shape), "axis_type": "Explicit" if mesh.axis_type == "explicit" else "Auto",
+             "model": fam.name, "preset": config.preset if config.preset is not None else CUSTOM,
+             "optimizer": config.optimizer, "lr": float(config.lr), "decay": float(config.decay),
+             "batch": int(config.batch_size), "steps": int(config.steps)}
+    for i, (size, name) in enumerate(zip(mesh.shape, mesh.axes)):
+        state[f"size_{i}"], state[f"name_{i}"] = int(size), name
+    state.update({size_key(f): int(getattr(config.model, f)) for f in fam.size_fields})
+    # The rules table shows the rules either way: a preset's, bound to this mesh, or the custom ones.
+    state.update(rule_widget_values(config.resolved_rules(), fam, config.model))
+    ranges = {**number_ranges(), **{f"size_{i}": (1, MAX_AXIS_SIZE) for i in range(len(mesh.shape))}}
+    for key, (low, high) in ranges.items():
+        if key in state and not low <= state[key] <= high:
+            raise sl.ConfigError(f"{key} = {state[key]} is outside what the sidebar allows ({low} to {high})", key)
+    return state
