@@ -17,22 +17,19 @@ import numpy as np
 from flax import nnx
 
 from sharding_lab import cli
-from sharding_lab.data import make_dataset
 from sharding_lab.training import Lab, Trainer
 
 
 def seed_loop(lab: Lab, steps: int) -> float:
     """The seed's loop: numpy batch, ``device_put`` split on data, jitted step, ``float(loss)``."""
     model, optimizer = nnx.merge(lab.graphdef, lab.state)
-    x_all, y_all = make_dataset(lab.config.seed, lab.config.model.din, lab.config.model.dout)
+    x_all, y_all = lab.x_host, lab.y_host  # the family's dataset, as the trainer samples it
     batch_sharding = jax.sharding.NamedSharding(lab.plan.mesh, lab.plan.spec("batch/x"))
     rng = np.random.default_rng(lab.config.seed)
 
     @nnx.jit
     def train_step(model, optimizer, x, y):
-        def loss_fn(model):
-            return ((y - model(x)) ** 2).mean()
-        loss, grads = nnx.value_and_grad(loss_fn)(model)
+        loss, grads = nnx.value_and_grad(lab.config.family.loss)(model, x, y)
         optimizer.update(model, grads)
         return loss
 
