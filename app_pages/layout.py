@@ -84,24 +84,29 @@ st.subheader("Shard maps")
 groups = {"Parameters": "params/", "Optimizer state": "opt/", "Batch": "batch/"}
 if any(p.startswith("act/") for p in layouts):
     groups["Activations"] = "act/"
-for tab, prefix in zip(st.tabs(list(groups)), groups.values()):
-    with tab:
-        paths = [p for p in layouts if p.startswith(prefix)]
-        if prefix == "act/":
-            st.caption("Activations live only inside a step: the forward pass lays each out as shown with "
-                       "`constrain(x, name)` (a sharding constraint the compiler must honour). A rank-3 or "
-                       "rank-4 array is drawn as one panel per slice of its leading dimensions; each panel "
-                       "shows the last two. After training, the Train page checks these layouts against the "
-                       "arrays the compiled forward pass really produced.")
-        per_row = 2 if prefix == "act/" else 3  # rank-4 activations are drawn as several panels
-        for row_start in range(0, len(paths), per_row):
-            for col, path in zip(st.columns(per_row), paths[row_start:row_start + per_row]):
-                layout = layouts[path]
-                badge = " · changed" if path in changes.get("arrays", {}) else ""
-                col.plotly_chart(figures.shard_map_figure(layout, coords, axes,
-                                                          f"{path}  {format_spec(layout.spec)}{badge}", highlight=lit),
-                                 key=f"map_{path}", on_select=explore.on_map_click(path), selection_mode="points")
-                col.caption(describe(layout, plan.config.mesh.axis_sizes))
+# One group at a time (not st.tabs, which sends and draws every tab's maps on every rerun: with a
+# class on one server, the browsers' drawing and the figures' JSON are most of what a rerun costs).
+if st.session_state.get("map_group") not in groups:
+    st.session_state.map_group = "Parameters"
+chosen = st.radio("Shard maps of", list(groups), horizontal=True, key="map_group", label_visibility="collapsed",
+                  format_func=lambda g: f"{g} ({sum(p.startswith(groups[g]) for p in layouts)})")
+prefix = groups[chosen]
+paths = [p for p in layouts if p.startswith(prefix)]
+if prefix == "act/":
+    st.caption("Activations live only inside a step: the forward pass lays each out as shown with "
+               "`constrain(x, name)` (a sharding constraint the compiler must honour). A rank-3 or "
+               "rank-4 array is drawn as one panel per slice of its leading dimensions; each panel "
+               "shows the last two. After training, the Train page checks these layouts against the "
+               "arrays the compiled forward pass really produced.")
+per_row = 2 if prefix == "act/" else 3  # rank-4 activations are drawn as several panels
+for row_start in range(0, len(paths), per_row):
+    for col, path in zip(st.columns(per_row), paths[row_start:row_start + per_row]):
+        layout = layouts[path]
+        badge = " · changed" if path in changes.get("arrays", {}) else ""
+        col.plotly_chart(figures.shard_map_figure(layout, coords, axes,
+                                                  f"{path}  {format_spec(layout.spec)}{badge}", highlight=lit),
+                         key=f"map_{path}", on_select=explore.on_map_click(path), selection_mode="points")
+        col.caption(describe(layout, plan.config.mesh.axis_sizes))
 
 st.subheader("Memory per device")
 memory = memory_per_device(layouts)

@@ -27,8 +27,10 @@ def test_layout_page_shows_the_transformer_and_its_activations():
     at = transformer_on("app_pages/layout.py")
     assert not at.exception and not at.error
     assert at.session_state["preset"] == "tp" and at.session_state["optimizer"] == "adamw"
-    keys = chart_keys(at)
-    assert {"map_params/blocks/0/q", "map_act/resid", "map_act/attn_scores"} <= keys
+    assert "map_params/blocks/0/q" in chart_keys(at)
+    at.radio(key="map_group").set_value("Activations").run()
+    assert {"map_act/resid", "map_act/attn_scores"} <= chart_keys(at)
+    at.radio(key="map_group").set_value("Parameters").run()
     q = json.loads(next(c for c in at.get("plotly_chart") if c.proto.id.endswith("-map_params/blocks/0/q")).proto.spec)
     # tp splits heads (dim 1 of (embed, heads, head_dim)) 4 ways over `model`: device d holds head d % 4.
     assert {t["meta"]["device"]: t["meta"]["ranges"][1] for t in q["data"] if "device" in (t.get("meta") or {})} == {d: [d % 4, d % 4 + 1] for d in range(8)}

@@ -50,7 +50,7 @@ def test_clicking_a_device_focuses_it_and_a_block_lights_its_copies(page):
     }""")
     assert bright == [5]
     # Follow a block: batch/x rows 0:16 live on the devices with data=0 (0, 1, 2, 3).
-    tab.get_by_role("tab", name="Batch").click()
+    tab.get_by_test_id("stRadio").filter(has_text="Optimizer state").get_by_text("Batch (2)").click()
     time.sleep(1)
     n = chart_index(tab, "batch/x")
     click_point(tab, n, ["batch/x", "0,1,2,3", "0:16, 0:1"])
