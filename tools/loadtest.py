@@ -211,12 +211,20 @@ async def set_input(page, label: str, value: str, force: bool = False, attempts:
 
 
 async def choose_preset(page, title: str, attempts: int = 5) -> None:
+    """Pick the preset as a person would: open the menu, click the option — and if the menu closed
+    before the option could be clicked (a rerun from an earlier edit redrew the sidebar), open it
+    again, instead of waiting for an option that is no longer on the page."""
+    from playwright.async_api import TimeoutError as PlaywrightTimeout
+
     combo = page.get_by_role("combobox", name="Preset")
     for _ in range(attempts):
         if await combo.input_value() == title:
             return
         await combo.click()
-        await page.get_by_role("option", name=title, exact=True).click()
+        try:
+            await page.get_by_role("option", name=title, exact=True).click(timeout=15_000)
+        except PlaywrightTimeout:
+            await page.keyboard.press("Escape")
         await asyncio.sleep(0.3)
     if await combo.input_value() != title:
         raise RuntimeError(f"could not choose preset {title!r}")
