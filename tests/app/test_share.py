@@ -45,6 +45,7 @@ def test_link_restores_mesh_preset_and_numbers():
     assert not at.exception and not [w for w in at.warning if "link" in w.value]
     assert [at.number_input(key=k).value for k in ("size_0", "size_1", "batch")] == [1, 8, 64]
     assert at.selectbox(key="preset").value == "fsdp" and at.selectbox(key="optimizer").value == "adamw"
+    at.radio(key="map_group").set_value("Optimizer state").run()  # adamw's buffers are drawn
     assert "opt/mu/w1" in {c.proto.id.split("-map_")[-1] for c in at.get("plotly_chart") if "-map_" in c.proto.id}
     assert at.query_params["mesh"] == ["1x8"] or at.query_params["mesh"] == "1x8"
 

@@ -9,8 +9,10 @@ from test_browser import SHOTS, browser_tab, page, server  # noqa: F401  (fixtur
 
 def click_point(tab, chart: int, customdata) -> None:
     """Click the click-target point whose customdata is ``customdata`` in chart number ``chart``."""
-    tab.wait_for_function("(n) => { const p = document.querySelectorAll('.js-plotly-plot')[n]; "
-                          "return p && p._fullData; }", arg=chart, timeout=30_000)
+    tab.wait_for_function("([n, want]) => { const p = document.querySelectorAll('.js-plotly-plot')[n]; "
+                          "return p && p._fullData && p._fullData.some(t => t.meta && t.meta.targets && "
+                          "t.customdata.some(c => JSON.stringify(c) === JSON.stringify(want))); }",
+                          arg=[chart, customdata], timeout=60_000)  # drawn, and by this page's latest run
     found = tab.evaluate("""([n, want]) => {
         const plot = document.querySelectorAll('.js-plotly-plot')[n];
         for (let c = 0; c < plot._fullData.length; c++) {
