@@ -22,10 +22,11 @@ from sharding_lab.export import export_script, script_name
 def init_state() -> None:
     """Defaults for a new session; keep every setting alive on pages that do not show its widget."""
     state = st.session_state
-    for key, value in settings.defaults().items():
+    defaults = settings.defaults()  # once: it walks every model family's sizes
+    for key, value in defaults.items():
         state.setdefault(key, value)
     for key in list(state.keys()):
-        if key in settings.defaults() or str(key).startswith(("rule_", "ovr_")):
+        if key in defaults or str(key).startswith(("rule_", "ovr_")):
             state[key] = state[key]
 
 
