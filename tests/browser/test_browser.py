@@ -76,7 +76,7 @@ def test_a_shared_link_to_a_page_works_on_a_fresh_server(server, browser_tab):
     # page file on its own — it did, while the pages lived in a folder named `pages/`.
     browser_tab.goto(server + "communication")
     browser_tab.wait_for_selector("text=Memory per device", timeout=60_000)
-    assert browser_tab.get_by_role("link", name="Compare").count() == 1
+    browser_tab.get_by_role("link", name="Compare").wait_for(timeout=30_000)
     name = browser_tab.get_by_label("Name 1")
     deadline = time.monotonic() + 30  # under load the sidebar's inputs can fill in after the page
     while name.input_value() != "data" and time.monotonic() < deadline:
