@@ -18,12 +18,8 @@ st.caption("\"JAX automatically handles the necessary communication\" — here i
            "the trainer runs is compiled for the current layout (nothing is allocated) and every collective in the "
            "optimized program is listed: what it carries, over which mesh axes, and what each device sends.")
 
-result = ui.sidebar()
-if isinstance(result, sl.ConfigError):
-    ui.show_error(result)
-    st.stop()
 
-plan: sl.Plan = result
+plan: sl.Plan = ui.plan_or_stop()
 axes = plan.config.mesh.axes
 with st.spinner("Compiling the training step…"):
     report = analyze(plan)

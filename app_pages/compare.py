@@ -16,11 +16,7 @@ st.title("Compare strategies")
 st.caption("Same mesh, same model, different rules: what each costs in memory per device and in "
            "communication per step, and — with a short run — in speed.")
 
-result = ui.sidebar()
-if isinstance(result, sl.ConfigError):
-    ui.show_error(result)
-    st.stop()
-plan: sl.Plan = result
+plan: sl.Plan = ui.plan_or_stop()
 
 c1, c2, c3 = st.columns([3, 2, 2])
 family = plan.config.family

@@ -29,11 +29,7 @@ NAME_CHANGES = pd.DataFrame([
 ], columns=["the blog (Flax ≈ 0.8)", "today (flax 0.12.8, jax 0.10.2 — checked by this app's tests)"])
 
 st.title("Lesson: sharding the seed, step by step")
-result = ui.sidebar()
-if isinstance(result, sl.ConfigError):
-    ui.show_error(result)
-    st.stop()
-plan: sl.Plan = result
+plan: sl.Plan = ui.plan_or_stop()
 config, axes = plan.config, plan.config.mesh.axes
 layouts = plan.layouts()
 coords = mesh_coords(plan.mesh)

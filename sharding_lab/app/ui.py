@@ -191,6 +191,16 @@ def plain(text) -> str:
     return re.sub(r"([\\`*_{}\[\]()#+\-.!|<>~$&])", r"\\\1", str(text))
 
 
+def plan_or_stop() -> sl.Plan:
+    """The sidebar's Plan; when the configuration cannot be planned, say why and end this page's run
+    (pages that show nothing without a plan)."""
+    result = sidebar()
+    if isinstance(result, sl.ConfigError):
+        show_error(result)
+        st.stop()
+    return result
+
+
 def show_error(error, lead: str = "Fix the configuration first.", where=st) -> None:
     """A ConfigError (or any message) as an error box, with its text shown literally."""
     where.error(f"**{lead}** {plain(error)}" if lead else plain(error), icon=":material/error:")

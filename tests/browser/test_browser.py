@@ -64,6 +64,15 @@ def browser_tab():
         browser.close()
 
 
+def poll(read, expected, timeout_s: float = 30):
+    """``read()`` once it returns ``expected``, or its last value after ``timeout_s``: under a loaded
+    machine a chart can be redrawn a moment after the text the test waited for."""
+    deadline = time.monotonic() + timeout_s
+    while (value := read()) != expected and time.monotonic() < deadline:
+        time.sleep(0.25)
+    return value
+
+
 @pytest.fixture
 def page(server, browser_tab):
     browser_tab.goto(server)

@@ -3,7 +3,7 @@ click on a block of a shard map lights up its copies. Screenshots in artifacts/s
 
 import time
 
-from test_browser import SHOTS, browser_tab, page, server  # noqa: F401  (fixtures)
+from test_browser import SHOTS, browser_tab, page, poll, server  # noqa: F401  (fixtures)
 
 
 
@@ -40,17 +40,21 @@ def chart_index(tab, title_start: str) -> int:
     return tab.evaluate(find, title_start)
 
 
+# The devices drawn bright on the mesh picture (chart 0), in order.
+BRIGHT = """() => {
+    const plot = document.querySelectorAll('.js-plotly-plot')[0];
+    return plot._fullData.filter(t => t.meta && t.meta.device !== undefined && t.opacity > 0.5)
+        .map(t => t.meta.device).sort((a, b) => a - b);
+}"""
+
+
 def test_clicking_a_device_focuses_it_and_a_block_lights_its_copies(page):
     tab = page
     click_point(tab, 0, 5)  # chart 0 is the mesh picture
     tab.wait_for_selector("text=What device 5 holds", timeout=30_000)
     time.sleep(1)
     tab.screenshot(path=str(SHOTS / "09-focus-device-5.png"), full_page=True)
-    bright = tab.evaluate("""() => {
-        const plot = document.querySelectorAll('.js-plotly-plot')[0];
-        return plot._fullData.filter(t => t.meta && t.meta.device !== undefined && t.opacity > 0.5).map(t => t.meta.device);
-    }""")
-    assert bright == [5]
+    assert poll(lambda: tab.evaluate(BRIGHT), [5]) == [5]
     # Follow a block: batch/x rows 0:16 live on the devices with data=0 (0, 1, 2, 3).
     tab.get_by_test_id("stRadio").filter(has_text="Optimizer state").get_by_text("Batch (2)").click()
     time.sleep(1)
@@ -58,9 +62,5 @@ def test_clicking_a_device_focuses_it_and_a_block_lights_its_copies(page):
     click_point(tab, n, ["batch/x", "0,1,2,3", "0:16, 0:1"])
     tab.wait_for_selector("text=4 copies", timeout=30_000)
     time.sleep(1)
-    lit = tab.evaluate("""() => {
-        const plot = document.querySelectorAll('.js-plotly-plot')[0];
-        return plot._fullData.filter(t => t.meta && t.meta.device !== undefined && t.opacity > 0.5).map(t => t.meta.device);
-    }""")
-    assert sorted(lit) == [0, 1, 2, 3]
+    assert poll(lambda: tab.evaluate(BRIGHT), [0, 1, 2, 3]) == [0, 1, 2, 3]
     tab.screenshot(path=str(SHOTS / "10-follow-block.png"), full_page=True)

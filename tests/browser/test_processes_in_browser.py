@@ -6,7 +6,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from test_browser import CHROMIUM, SHOTS, browser_tab, server  # noqa: F401  (fixtures)
+from test_browser import CHROMIUM, SHOTS, browser_tab, poll, server  # noqa: F401  (fixtures)
 
 
 def workers_left() -> list[psutil.Process]:
@@ -30,14 +30,14 @@ def test_browser_trains_with_two_processes(server, browser_tab):  # noqa: F811
     tab.get_by_test_id("stMainBlockContainer").get_by_role("button", name="Train").click()
     tab.wait_for_selector("text=across 2 processes", timeout=90_000)
     tab.wait_for_selector("text=Shard map of", timeout=30_000)
-    time.sleep(1)  # let the charts draw
-    owners = tab.evaluate("""() => {
+    expected = {d: d // 4 for d in range(8)}
+    owners = poll(lambda: {int(d): p for d, p in tab.evaluate("""() => {
         const plots = [...document.querySelectorAll('.js-plotly-plot')];
         const out = {};
         for (const p of plots) for (const t of (p.data || []))
             if (t.meta && t.meta.process !== undefined) out[t.meta.device] = t.meta.process;
         return out;
-    }""")
+    }""").items()}, expected)  # the charts draw a moment after the text
     tab.screenshot(path=str(SHOTS / "08-two-processes.png"), full_page=True)
-    assert {int(d): p for d, p in owners.items()} == {d: d // 4 for d in range(8)}
+    assert owners == expected
     assert not workers_left()
