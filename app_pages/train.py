@@ -10,7 +10,8 @@ import sharding_lab as sl
 from sharding_lab.app import ui
 from sharding_lab.app import figures
 from sharding_lab.distributed import process_choices, process_table
-from sharding_lab.app.jobs import Busy, DistributedJob, TrainingJob, poll_interval
+from sharding_lab.app.jobs import DistributedJob, TrainingJob
+from sharding_lab.app.scheduler import Busy, poll_interval
 
 
 class JobSlot:

@@ -10,8 +10,6 @@ import json
 import math
 import sys
 
-import jax
-
 from .config import LabConfig, Plan, plan as make_plan
 from .devices import available_count
 from .errors import ConfigError

@@ -14,7 +14,6 @@ table into README.md ("What it costs on real chips"), replacing the pending row.
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import statistics
 import time
 

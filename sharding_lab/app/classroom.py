@@ -9,7 +9,6 @@ which ones. The challenges page calls :func:`record_solved`; every page view cal
 from __future__ import annotations
 
 import hmac
-import os
 import threading
 import time
 

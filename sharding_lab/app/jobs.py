@@ -25,7 +25,7 @@ import numpy as np
 
 from ..config import LabConfig
 from ..errors import ConfigError
-from .scheduler import MAX_JOBS, MAX_QUEUED, Busy, load, poll_interval, release_slot, wait_for_slot  # noqa: F401
+from .scheduler import MAX_JOBS, MAX_QUEUED, Busy, load, release_slot, wait_for_slot  # noqa: F401
 
 MAX_MULTIPROCESS_JOBS = max(1, int(os.environ.get("SHARDING_LAB_MAX_MULTIPROCESS_JOBS", "1")))
 JOB_TIME_LIMIT_S = float(os.environ.get("SHARDING_LAB_JOB_TIME_LIMIT_S", "300"))

@@ -11,7 +11,6 @@ import ast
 import html
 import re
 import shutil
-import sys
 import threading
 import time
 from pathlib import Path
@@ -22,7 +21,6 @@ from streamlit.testing.v1 import AppTest
 
 import sharding_lab as sl
 from sharding_lab.app import jobs, scheduler
-from sharding_lab.layout import memory_per_device
 
 ROOT = Path(__file__).resolve().parents[2]
 TIMEOUT = 120

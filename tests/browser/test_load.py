@@ -7,7 +7,6 @@ run (no cross-talk), and show no error.
 
 import asyncio
 import shutil
-import sys
 import time
 from pathlib import Path
 

@@ -147,7 +147,6 @@ def trainer_chunk_collectives(plan, chunk=100):
     abstract state — compiled separately from :func:`analyze`, through the trainer's code path."""
     import jax
     import jax.numpy as jnp
-    import numpy as np
     from jax.sharding import NamedSharding, PartitionSpec as P
 
     from sharding_lab.training import abstract_state, chunk_program

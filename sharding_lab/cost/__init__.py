@@ -1,0 +1,20 @@
+"""What a layout costs on real chips: a roofline prediction of one training step from the
+compiled program, per device.
+
+- :mod:`.compiled` — the trainer's step compiled for a compute dtype; FLOPs, HBM traffic, HBM
+  needed and the collectives, per device;
+- :mod:`.roofline` — those figures on a chip (:mod:`sharding_lab.chips`): compute, memory and
+  communication time, the step time with and without overlap, the bound, MFU, whether it fits;
+- :mod:`.extrapolation` — the same on a bigger mesh than can be simulated, fitted from compiles
+  on smaller meshes (and said so);
+- :mod:`.sweep` — the scaling book's critical batch and the batch-size sweep that shows it.
+"""
+
+from .compiled import DTYPES, Compiled, compile_step, matmul_traffic
+from .extrapolation import extrapolate, fit, probe_meshes
+from .roofline import Prediction, comm_rows, describe, parse_target, predict, print_cost
+from .sweep import batch_sweep, critical_batch
+
+__all__ = ["Compiled", "DTYPES", "comm_rows", "matmul_traffic", "Prediction", "batch_sweep", "compile_step",
+           "critical_batch", "describe", "extrapolate", "fit", "parse_target", "predict", "print_cost",
+           "probe_meshes"]

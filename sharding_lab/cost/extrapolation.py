@@ -1,0 +1,161 @@
+"""Per-device counts on a bigger mesh than can be simulated, fitted from smaller compiles.
+
+A bigger mesh than can be simulated (``target``): the program is compiled on every smaller mesh
+with the same axis names whose sizes divide the target's (up to the simulated device count), and
+each per-device count q is extrapolated with the form exact for fixed global shapes — every op's
+work is split by the mesh axes that shard it::
+
+    q(n) = Σ_{A ⊆ axes} c_A / Π_{a∈A} n_a         (c_A fitted by least squares on the compiles)
+
+checked two ways: the fit's residual on the compiled meshes, and whether the target row lies in
+the span of the compiled rows (otherwise the highest-order terms are dropped and said so).
+A collective's group size on the target is the product of its axes' target sizes; its wire bytes
+follow from the same ring formulas.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import math
+
+import numpy as np
+
+from ..config import LabConfig, plan as make_plan
+from ..errors import ConfigError
+from .compiled import Compiled, axis_names, canonical, compile_step
+
+MAX_PROBES = 10
+
+
+def check_target(config: LabConfig, target) -> tuple[int, ...]:
+    target = tuple(int(t) for t in target)
+    if len(target) != len(config.mesh.shape):
+        raise ConfigError(f"the target mesh {'x'.join(map(str, target))} has {len(target)} axes but the "
+                          f"layout's mesh has {len(config.mesh.shape)} ({', '.join(config.mesh.axes)}): "
+                          "give one size per axis", "mesh")
+    if any(t < 1 for t in target) or math.prod(target) > 1_000_000:
+        raise ConfigError(f"target mesh sizes must be whole numbers ≥ 1 and at most a million devices, "
+                          f"got {target}", "mesh")
+    return target
+
+
+def _divisors(n: int) -> list[int]:
+    return [d for d in range(1, n + 1) if n % d == 0]
+
+
+def probe_meshes(target: tuple[int, ...], max_devices: int, used: tuple[bool, ...] | None = None) -> list[tuple[int, ...]]:
+    """Meshes to compile: each used axis a divisor of its target size (an axis no rule uses stays
+    at 1), at most ``max_devices`` devices, the largest first (kept when there are many)."""
+    used = used or (True,) * len(target)
+    sizes = [_divisors(t) if u else [1] for t, u in zip(target, used)]
+    candidates = [p for p in itertools.product(*sizes) if math.prod(p) <= max_devices]
+    candidates.sort(key=lambda p: (-math.prod(p), -min(p), p))
+    return candidates[:MAX_PROBES]
+
+
+def _terms(target: tuple[int, ...], used: tuple[bool, ...] | None = None) -> list[tuple[int, ...]]:
+    """Subsets of the axes that are split on the target and used by the layout, lowest order first."""
+    used = used or (True,) * len(target)
+    varying = [i for i, (t, u) in enumerate(zip(target, used)) if t > 1 and u]
+    return [subset for r in range(len(varying) + 1) for subset in itertools.combinations(varying, r)]
+
+
+def _row(mesh: tuple[int, ...], terms) -> np.ndarray:
+    return np.array([1.0 / math.prod(mesh[i] for i in subset) if subset else 1.0 for subset in terms])
+
+
+def fit(points: list[tuple[tuple[int, ...], float]], target: tuple[int, ...],
+        used: tuple[bool, ...] | None = None) -> tuple[float, float, list]:
+    """Fit q(n) = Σ_A c_A / Π_{a∈A} n_a to (mesh, value) points and evaluate it at ``target``.
+
+    The fewest terms that explain the points win (lowest order first: a constant, then 1/n_a, then
+    1/(n_a·n_b), ...): the first term set whose fit is within 1% on every point and whose target
+    row lies in the span of the points' rows (only then does the data determine the value).
+    Returns (value at target, worst relative residual on the points, terms left out)."""
+    terms = _terms(target, used)
+    y = np.array([v for _, v in points], dtype=float)
+    scale = max(1.0, float(np.max(np.abs(y)))) if len(y) else 1.0
+    best = None
+    for k in range(1, len(terms) + 1):
+        chosen = terms[:k]
+        X = np.array([_row(m, chosen) for m, _ in points])
+        t = _row(target, chosen)
+        if np.linalg.norm(t - t @ np.linalg.pinv(X) @ X) > 1e-9 * max(1.0, np.linalg.norm(t)):
+            continue  # the compiled meshes cannot tell this term set's value at the target
+        coef, *_ = np.linalg.lstsq(X, y, rcond=None)
+        residual = float(np.max(np.abs(X @ coef - y)) / scale) if len(y) else 0.0
+        best = (max(0.0, float(t @ coef)), residual, terms[k:])
+        if residual <= 0.01:
+            break
+    return best if best is not None else (float(y[0]) if len(y) else 0.0, 0.0, terms[1:])
+
+
+def extrapolate(config: LabConfig, dtype: str, target: tuple[int, ...], max_devices: int | None = None):
+    """Compile on the probe meshes and extrapolate every per-device count to ``target``."""
+    from ..devices import available_count
+
+    max_devices = max_devices or available_count()
+    axes = tuple(config.mesh.axes)
+    # axes no array's layout uses are compiled at size 1: along them every device repeats the same
+    # work (with Auto axes XLA may otherwise spread work over an idle axis differently at every size)
+    named = {a for array in make_plan(config).arrays.values() for dim in array.spec
+             for a in axis_names(dim)}
+    used = tuple(a in named for a in axes)
+    compiled: list[Compiled] = []
+    for mesh in probe_meshes(target, max_devices, used):
+        probe = dataclasses.replace(canonical(config), mesh=dataclasses.replace(config.mesh, shape=mesh))
+        if probe.preset is None and probe.rules is None:
+            probe = dataclasses.replace(probe, rules=config.resolved_rules())
+        try:
+            compiled.append(compile_step(probe, dtype))
+        except ConfigError:
+            continue  # e.g. a batch this mesh's data axis does not divide: fewer points
+    if not compiled:
+        raise ConfigError(f"no mesh smaller than {'x'.join(map(str, target))} with at most {max_devices} devices "
+                          "accepts this layout: check the batch size divides the data axis", "mesh")
+    notes: list[str] = []
+    checks: dict[str, float] = {}
+
+    def one(name: str, points):
+        value, residual, dropped = fit(points, target, used)
+        if len(points) - 1 >= max(3, len(_terms(target, used))):
+            # held-out check: fit without the biggest compiled mesh and predict it. XLA may pick a
+            # different strategy at another mesh size, which no smooth form can follow.
+            held = max(points, key=lambda p: (math.prod(p[0]), min(p[0])))
+            guess = fit([p for p in points if p is not held], held[0], used)[0]
+            error = abs(guess - held[1]) / max(abs(held[1]), 1.0)
+            checks[name] = error
+            if error > 0.10:
+                notes.append(f"{name}: fitted without the {'x'.join(map(str, held[0]))} compile it predicts "
+                             f"{guess:,.0f} against the compiled {held[1]:,.0f} ({error:.0%} off) — XLA changes "
+                             "strategy with the mesh size here: treat this figure as rough")
+        if residual > 0.02:
+            notes.append(f"{name}: the form Σ c_A/Π n_a misses the compiled values by up to {residual:.0%} "
+                         "(XLA changes strategy between mesh sizes): treat this figure as rough")
+        return value
+
+    fitted = {name: one(name, [(c.mesh, getattr(c, name)) for c in compiled])
+              for name in ("flops", "hbm_bytes", "hbm_needed")}
+    keys = {key for c in compiled for key in c.by_key()}
+    fitted["collectives"] = {}
+    for op, group_axes in sorted(keys):
+        index = [axes.index(a) for a in group_axes]
+        # a collective over axes that are all split can occur only on meshes where they are > 1
+        usable = [c for c in compiled if all(c.mesh[i] > 1 for i in index)]
+        rows = [c.by_key().get((op, group_axes)) for c in usable]
+        example = next(r["example"] for r in rows if r)
+        count = max(r["count"] for r in rows if r)
+        value = one(f"{op} over {'+'.join(group_axes) or 'none'}",
+                    [(c.mesh, r["bytes"] if r else 0.0) for c, r in zip(usable, rows)])
+        fitted["collectives"][(op, group_axes)] = {"bytes": value, "count": count, "example": example}
+    # the compiled figures shown beside the extrapolation: the biggest mesh, most axes split
+    largest = max(compiled, key=lambda c: (math.prod(c.mesh), min(c.mesh)))
+    idle = [a for a, u in zip(axes, used) if not u]
+    if idle:
+        notes.insert(0, f"no layout rule uses {', '.join(idle)}: compiled at size 1 there (every device along "
+                        "it repeats the same work)")
+    notes.insert(0, f"compiled on {len(compiled)} meshes ({', '.join('x'.join(map(str, c.mesh)) for c in compiled)}); "
+                    f"every figure for {'x'.join(map(str, target))} is extrapolated with q(n) = Σ c_A / Π n_a")
+    fitted["checks"] = checks
+    return fitted, [c.mesh for c in compiled], notes, largest

@@ -1,0 +1,235 @@
+"""The roofline of one compiled step on a chip: compute, HBM and communication time, the bound, MFU.
+
+The roofline (scaling book, "All About Rooflines", jax-ml.github.io/scaling-book/roofline)::
+
+    compute_s = flops / peak_flops[dtype]
+    memory_s  = hbm_bytes / hbm_bytes_per_s
+    comm_s    = Σ over collectives  count × wire_bytes / link_bytes_per_s(its axes)   (chips.axis_links)
+    step_s    = max(compute_s, memory_s, comm_s)      ← "the" prediction: full overlap, a lower bound
+    step_s_no_overlap = max(compute_s, memory_s) + comm_s   ← no overlap of communication, an upper bound
+    bound     = whichever term is the max
+    mfu       = flops / (step_s × peak_flops)          (the compiled FLOPs, so every op counts)
+
+Compute and HBM traffic overlap on every chip (the matrix units stream from HBM), so they are
+never added; communication may or may not hide behind them, hence the two step times. The
+scaling book writes its rooflines with the max (T ≈ max(T_math, T_comms)).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+from ..chips import Chip, Link, axis_links, chip as get_chip, group_link
+from ..communication import Collective
+from ..config import LabConfig
+from .compiled import Compiled, canonical, compile_step, dtype_name, recount
+from .extrapolation import check_target, extrapolate
+
+
+@dataclasses.dataclass
+class Prediction:
+    chip: Chip
+    dtype: str
+    mesh: tuple[int, ...]
+    axes: tuple[str, ...]
+    flops: float
+    hbm_bytes: float
+    hbm_needed: float
+    links: dict[str, Link]
+    comm: list[dict]  # one row per (op, axes): bytes, count, group size, wire bytes, link, seconds
+    compiled_on: list[tuple[int, ...]]
+    extrapolated: bool
+    notes: list[str]
+    compiled: dict | None = None  # the largest compiled mesh's own figures, when extrapolated
+    checks: dict | None = None  # extrapolated quantity → held-out relative error
+    cpu_bytes_accessed: float | None = None  # XLA:CPU's own count (reference; not used)
+
+    @property
+    def peak(self) -> float:
+        return self.chip.flops(self.dtype)[0]
+
+    @property
+    def compute_s(self) -> float:
+        return self.flops / self.peak
+
+    @property
+    def memory_s(self) -> float:
+        return self.hbm_bytes / self.chip.hbm_bytes_per_s
+
+    @property
+    def comm_s(self) -> float:
+        return sum(row["seconds"] for row in self.comm)
+
+    @property
+    def wire_bytes(self) -> float:
+        return sum(row["wire_bytes"] for row in self.comm)
+
+    @property
+    def step_s(self) -> float:
+        """Full overlap of compute, HBM traffic and communication: the roofline (a lower bound)."""
+        return max(self.compute_s, self.memory_s, self.comm_s)
+
+    @property
+    def step_s_no_overlap(self) -> float:
+        """Communication not hidden at all: compute/HBM roofline + every collective in turn."""
+        return max(self.compute_s, self.memory_s) + self.comm_s
+
+    @property
+    def bound(self) -> str:
+        terms = {"compute": self.compute_s, "memory": self.memory_s, "communication": self.comm_s}
+        return max(terms, key=terms.get)
+
+    @property
+    def mfu(self) -> float:
+        return self.compute_s / self.step_s if self.step_s > 0 else 0.0
+
+    @property
+    def fits(self) -> bool:
+        return self.hbm_needed <= self.chip.hbm_bytes
+
+    def per_axis(self) -> dict[str, dict]:
+        """Communication grouped by the mesh axes its groups span."""
+        out: dict[str, dict] = {}
+        for row in self.comm:
+            key = "+".join(row["axes"]) or "none"
+            entry = out.setdefault(key, {"link": row["link"], "bytes_per_s": row["bytes_per_s"],
+                                         "wire_bytes": 0.0, "seconds": 0.0, "collectives": 0})
+            entry["wire_bytes"] += row["wire_bytes"]
+            entry["seconds"] += row["seconds"]
+            entry["collectives"] += row["count"]
+        return out
+
+    def to_json(self) -> dict:
+        return _finite({"chip": self.chip.to_json(), "dtype": self.dtype,
+                "mesh": {"shape": list(self.mesh), "axes": list(self.axes)},
+                "flops": self.flops, "hbm_bytes": self.hbm_bytes, "wire_bytes": self.wire_bytes,
+                "compute_s": self.compute_s, "memory_s": self.memory_s, "comm_s": self.comm_s,
+                "step_s": self.step_s, "step_s_no_overlap": self.step_s_no_overlap,
+                "bound": self.bound, "mfu": self.mfu,
+                "hbm_needed": self.hbm_needed, "hbm_capacity": self.chip.hbm_bytes, "fits": self.fits,
+                "per_axis": self.per_axis(),
+                "axis_links": {a: link.to_json() for a, link in self.links.items()},
+                "collectives": [{k: (list(v) if isinstance(v, tuple) else v) for k, v in row.items()}
+                                for row in self.comm],
+                "compiled_on": [list(m) for m in self.compiled_on], "extrapolated": self.extrapolated,
+                "compiled": self.compiled, "extrapolation_checks": self.checks,
+                "cpu_bytes_accessed": self.cpu_bytes_accessed, "notes": self.notes})
+
+
+def _finite(value):
+    """JSON has no Infinity: an axis of size 1 has no link (bytes_per_s None)."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_finite(v) for v in value]
+    return value
+
+
+def _comm_rows(chip: Chip, mesh: tuple[int, ...], axes: tuple[str, ...],
+               keyed: dict[tuple[str, tuple[str, ...]], dict]) -> list[dict]:
+    rows = []
+    sizes = dict(zip(axes, mesh))
+    for (op, group_axes), row in keyed.items():
+        link = group_link(chip, mesh, axes, group_axes)
+        n = math.prod(sizes[a] for a in group_axes) if group_axes else 1
+        # one op carrying all the bytes, with the target's group size: the ring formulas of
+        # Collective.wire_bytes (communication.py) are linear in the bytes
+        wire = float(dataclasses.replace(row["example"], bytes=int(round(row["bytes"])), group_size=n,
+                                         count=1).wire_bytes) if row["bytes"] > 0 else 0.0
+        seconds = wire / link.bytes_per_s if link.bytes_per_s != float("inf") else 0.0
+        rows.append({"op": op, "axes": group_axes, "group_size": n, "count": row["count"],
+                     "bytes": row["bytes"], "wire_bytes": wire, "link": link.name,
+                     "bytes_per_s": link.bytes_per_s, "seconds": seconds})
+    return rows
+
+
+def comm_rows(chip_id: str, mesh_shape: tuple[int, ...], axes: tuple[str, ...],
+              collectives: list[Collective], dtype: str = "bf16") -> list[dict]:
+    """Time on ``chip_id`` of collectives parsed from any compiled program (one row per op and axes)."""
+    dtype = dtype_name(dtype)
+    compiled = Compiled(tuple(mesh_shape), 0.0, 0.0, 0.0, tuple(recount(c, dtype) for c in collectives))
+    return _comm_rows(get_chip(chip_id), tuple(mesh_shape), tuple(axes), compiled.by_key())
+
+
+def predict(config: LabConfig, chip_id: str = "h100", dtype: str = "bf16",
+            target: tuple[int, ...] | None = None, max_devices: int | None = None) -> Prediction:
+    """The roofline of ``config``'s step on ``chip_id``; with ``target`` (a mesh shape with the
+    same number of axes, e.g. (16, 16)) on that bigger mesh, extrapolated from smaller compiles."""
+    chip, dtype = get_chip(chip_id), dtype_name(dtype)
+    axes = tuple(config.mesh.axes)
+    notes = []
+    peak_note = chip.flops(dtype)[1]
+    if peak_note:
+        notes.append(peak_note)
+    if target is None or tuple(target) == tuple(config.mesh.shape):
+        compiled = compile_step(canonical(config), dtype)
+        mesh = tuple(config.mesh.shape)
+        links = axis_links(chip, mesh, axes)
+        return Prediction(chip, dtype, mesh, axes, compiled.flops, compiled.hbm_bytes, compiled.hbm_needed,
+                          links, _comm_rows(chip, mesh, axes, compiled.by_key()), [mesh], False, notes,
+                          cpu_bytes_accessed=compiled.cpu_bytes_accessed)
+    target = check_target(config, target)
+    fitted, probes, fit_notes, largest = extrapolate(config, dtype, target, max_devices)
+    links = axis_links(chip, target, axes)
+    keyed = {key: {"bytes": value["bytes"], "count": value["count"], "example": value["example"]}
+             for key, value in fitted["collectives"].items()}
+    compiled_row = None
+    if largest is not None:
+        small = axis_links(chip, largest.mesh, axes)
+        rows = _comm_rows(chip, largest.mesh, axes, largest.by_key())
+        compiled_row = {"mesh": list(largest.mesh), "flops": largest.flops, "hbm_bytes": largest.hbm_bytes,
+                        "hbm_needed": largest.hbm_needed, "wire_bytes": sum(r["wire_bytes"] for r in rows),
+                        "comm_s": sum(r["seconds"] for r in rows),
+                        "axis_links": {a: link.to_json() for a, link in small.items()}}
+    return Prediction(chip, dtype, target, axes, fitted["flops"], fitted["hbm_bytes"], fitted["hbm_needed"],
+                      links, _comm_rows(chip, target, axes, keyed), probes, True, notes + fit_notes,
+                      compiled_row, fitted["checks"])
+
+
+def parse_target(text: str | None) -> tuple[int, ...] | None:
+    """'16x16' → (16, 16); empty → None."""
+    if not text:
+        return None
+    from ..mesh import parse_mesh_shape
+
+    return parse_mesh_shape(text)
+
+
+def _s(seconds: float) -> str:
+    return f"{seconds * 1e6:,.2f} µs" if seconds < 1e-3 else f"{seconds * 1e3:,.3f} ms"
+
+
+def describe(p: Prediction) -> str:
+    """The prediction as the command line prints it."""
+    mesh = "x".join(map(str, p.mesh))
+    source = (f"extrapolated from compiles on {', '.join('x'.join(map(str, m)) for m in p.compiled_on)}"
+              if p.extrapolated else "compiled here (CPU, abstract inputs)")
+    lines = [f"{p.chip.name}, {p.dtype}, mesh {mesh} ({', '.join(p.axes)}): one training step per device — {source}",
+             f"  FLOPs {p.flops:,.0f}  ÷ peak {p.peak:.3g} FLOP/s  = compute {_s(p.compute_s)}",
+             f"  HBM traffic {p.hbm_bytes:,.0f} B  ÷ {p.chip.hbm_bytes_per_s:.3g} B/s  = memory {_s(p.memory_s)}"]
+    for axis, link in p.links.items():
+        lines.append(f"  axis {axis}: {link.name}" + (f" {link.bytes_per_s:.3g} B/s" if link.name != "none" else "")
+                     + f" — {link.why}")
+    for row in p.comm:
+        lines.append(f"    {row['count']} × {row['op']:<18} over {'+'.join(row['axes']) or '-':<12} n={row['group_size']:<5} "
+                     f"{row['bytes']:>14,.0f} B → wire {row['wire_bytes']:>14,.0f} B on {row['link']} = {_s(row['seconds'])}")
+    lines += [f"  communication {_s(p.comm_s)} ({p.wire_bytes:,.0f} wire bytes)",
+              f"  step (full overlap, the prediction) {_s(p.step_s)}  — {p.bound}-bound, MFU {p.mfu:.1%}",
+              f"  step (no overlap: compute/memory + communication) {_s(p.step_s_no_overlap)}",
+              f"  HBM needed {p.hbm_needed / 1e9:,.3f} GB of {p.chip.hbm_bytes / 1e9:,.0f} GB: "
+              + ("fits" if p.fits else "does NOT fit")]
+    lines += [f"  note: {note}" for note in p.notes]
+    return "\n".join(lines)
+
+
+def print_cost(config: LabConfig, chip_id: str, dtype: str, target_text: str | None, as_json: bool) -> int:
+    """``python -m sharding_lab cost``: raises ConfigError (→ exit 2) for a bad chip, dtype or target."""
+    import json
+
+    get_chip(chip_id), dtype_name(dtype)  # refuse before compiling anything
+    prediction = predict(config, chip_id, dtype, parse_target(target_text))
+    print(json.dumps(prediction.to_json()) if as_json else describe(prediction))
+    return 0
