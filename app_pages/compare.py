@@ -6,8 +6,8 @@ import streamlit as st
 import sharding_lab as sl
 from sharding_lab.app import ui
 from sharding_lab.app import figures
-from sharding_lab.app.cost_view import cost_panel
-from sharding_lab.compare import METRICS, compare
+from sharding_lab.app.cost_view import strategies_cost_panel
+from sharding_lab.compare import METRICS, compare, strategy_config
 from sharding_lab.app.scheduler import Busy, slot
 
 CURRENT = "your rules"
@@ -73,4 +73,4 @@ for row in ok:
     if compiled:
         st.markdown("What XLA compiled:  \n" + "  \n".join(compiled))
 
-cost_panel(plan, key="compare_cost")
+strategies_cost_panel({row["name"]: strategy_config(base, strategies[row["name"]]) for row in ok})

@@ -142,12 +142,6 @@ def _needs_mlp(plan: Plan) -> tuple[bool, str] | None:
     return None
 
 
-def _time(seconds: float) -> str:
-    if seconds < 1e-6:
-        return f"{seconds * 1e9:,.2f} ns"
-    return f"{seconds * 1e6:,.1f} µs" if seconds < 1e-3 else f"{seconds * 1e3:,.2f} ms"
-
-
 # --- the checks ------------------------------------------------------------------------------
 
 def _eighth(plan: Plan) -> tuple[bool, str]:
@@ -280,13 +274,14 @@ def _gather_activations(plan: Plan) -> tuple[bool, str]:
 
 
 def _compute_bound(plan: Plan) -> tuple[bool, str]:
-    from .cost import predict
+    from .cost import format_seconds, predict
 
     config = plan.config
     if config.mesh.size < 8:
         return False, f"The mesh has {config.mesh.size} device{'s' if config.mesh.size > 1 else ''}: use 8 or more."
     p = predict(canonical(config), "h100", "bf16")
-    terms = (f"compute {_time(p.compute_s)}, HBM traffic {_time(p.memory_s)}, communication {_time(p.comm_s)} per step")
+    terms = (f"compute {format_seconds(p.compute_s)}, HBM traffic {format_seconds(p.memory_s)}, "
+             f"communication {format_seconds(p.comm_s)} per step")
     return p.bound == "compute", (f"Predicted on H100 (bf16) for {config.mesh.label()}: {terms} — "
                                   f"{p.bound}-bound.")
 

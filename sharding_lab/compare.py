@@ -22,6 +22,13 @@ METRICS = {"params": "params bytes / device", "optimizer": "optimizer bytes / de
            "comm_bytes": "bytes sent / device / step", "steps_per_s": "steps / s", "final_loss": "final loss"}
 
 
+def strategy_config(base: LabConfig, strategy: str | Rules) -> LabConfig:
+    """``base`` with its rules replaced by a preset (by name) or by a Rules."""
+    if isinstance(strategy, str):
+        return dataclasses.replace(base, preset=strategy, rules=None)
+    return dataclasses.replace(base, preset=None, rules=strategy)
+
+
 def compare(base: LabConfig, strategies: dict[str, str | Rules], train_steps: int = 0,
             run_slot=contextlib.nullcontext) -> list[dict]:
     """One row per strategy (a preset name or a Rules), or a row with ``error`` if it cannot apply.
@@ -30,8 +37,7 @@ def compare(base: LabConfig, strategies: dict[str, str | Rules], train_steps: in
     these runs count against the server's training slots like any other."""
     rows = []
     for name, strategy in strategies.items():
-        config = (dataclasses.replace(base, preset=strategy, rules=None) if isinstance(strategy, str)
-                  else dataclasses.replace(base, preset=None, rules=strategy))
+        config = strategy_config(base, strategy)
         row = {"name": name, "explanation": base.family.presets[strategy].explanation if isinstance(strategy, str)
                else "Your rules from the Layout page."}
         try:

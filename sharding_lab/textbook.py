@@ -53,6 +53,14 @@ def _found(report: CommReport, expect: Expect, axis: str) -> list[Collective]:
             and c.phase == expect.phase and _carries(c, expect.carries)]
 
 
+def _counts(found: list[Collective]) -> str:
+    """'6 × all-gather + 1 × reduce-scatter': ops of one kind counted together, in order of appearance."""
+    counts: dict[str, int] = {}
+    for c in found:
+        counts[c.op] = counts.get(c.op, 0) + c.count
+    return " + ".join(f"{n} × {op}" for op, n in counts.items())
+
+
 def _shape(c: Collective) -> str:
     return " + ".join("×".join(map(str, s)) or "scalar" for s in c.shape)
 
@@ -101,11 +109,16 @@ def compare(plan: Plan, report: CommReport | None = None, crossover: int | None 
     report = report if report is not None else analyze(plan)
     config = plan.config
     preset = config.family.presets.get(config.preset) if config.preset else None
-    if preset is None or not preset.textbook:
-        return Comparison([], [], [] if preset else ["Custom rules: there is no textbook strategy to hold "
-                                                     "the compiled step against."])
+    if preset is None or preset.textbook is None:
+        return Comparison([], [], ["Custom rules: there is no textbook strategy to hold the compiled step "
+                                   "against." if preset is None else f"{preset.title} has no textbook strategy."])
     roles, sizes = preset_roles(config.mesh), config.mesh.axis_sizes
     textbook, agrees, differences, explained = [], [], [], []
+    if not preset.textbook:  # replicated: every device computes the whole step on its own copy
+        textbook.append("no collective — every device computes the whole step on its own copy")
+        if not any(category(m) != "loss" for c in report.collectives for m in c.moves):
+            agrees.append("As the textbook: the compiled step moves nothing between devices"
+                          + (" but the loss." if report.collectives else "."))
     for expect in preset.textbook:
         axis = roles[expect.role]
         textbook.append(_describe(expect, axis))
@@ -115,7 +128,7 @@ def compare(plan: Plan, report: CommReport | None = None, crossover: int | None 
             continue
         found = _found(report, expect, axis)
         if found:
-            agrees.append(f"As the textbook: {' + '.join(f'{c.count} × {c.op}' for c in found)} of "
+            agrees.append(f"As the textbook: {_counts(found)} of "
                           f"{expect.carries} over `{axis}` in the {expect.phase} pass "
                           f"({_mb(sum(c.wire_bytes * c.count for c in found))} sent per device).")
         elif expect.carries == "weights":

@@ -13,6 +13,7 @@ import plotly.graph_objects as go
 import streamlit as st
 
 from .. import cost
+from ..cost.compiled import canonical  # steps, seed, chunk fixed: the step does not depend on them
 from ..chips import CHIPS
 from ..config import Plan
 from ..errors import ConfigError
@@ -21,20 +22,25 @@ from ..mesh import parse_mesh_shape
 COLORS = {"compute": "#4C78A8", "memory": "#72B7B2", "communication": "#F58518"}
 
 
-def _us(seconds: float) -> str:
-    return f"{seconds * 1e6:,.2f} µs" if seconds < 1e-3 else f"{seconds * 1e3:,.3f} ms"
+# Below this, a collective on a real chip is far from its link's bandwidth: the scaling book's
+# 8×H100 all-reduce measurement (gpus.md, "Empirical measurements") gets near the NVLink figure only
+# around 1 GB per device. A megabyte is a generous line for "latency-bound, not bandwidth-bound".
+SMALL_COLLECTIVE_BYTES = 1e6
+BOUND_LABELS = {"compute": "compute", "memory": "memory", "communication": "comms"}
 
 
 def breakdown_figure(prediction: cost.Prediction) -> go.Figure:
     """One bar per roofline term, the prediction (max) and the no-overlap sum as lines."""
     terms = {"compute": prediction.compute_s, "memory": prediction.memory_s, "communication": prediction.comm_s}
-    fig = go.Figure(go.Bar(x=[v * 1e6 for v in terms.values()], y=list(terms), orientation="h",
+    unit, scale = cost.time_unit(max(prediction.step_s_no_overlap, 1e-15))  # a tiny model's step is ns
+    fig = go.Figure(go.Bar(x=[v / scale for v in terms.values()], y=list(terms), orientation="h",
                            marker_color=[COLORS[k] for k in terms],
-                           text=[_us(v) for v in terms.values()], textposition="auto"))
+                           text=[cost.format_seconds(v) for v in terms.values()], textposition="auto"))
     for value, name, dash in ((prediction.step_s, "step (full overlap)", "solid"),
                               (prediction.step_s_no_overlap, "step (no overlap)", "dot")):
-        fig.add_vline(x=value * 1e6, line_dash=dash, annotation_text=name, annotation_position="top")
-    fig.update_layout(height=230, margin=dict(l=10, r=10, t=30, b=10), xaxis_title="µs per step, per device")
+        fig.add_vline(x=value / scale, line_dash=dash, annotation_text=name, annotation_position="top")
+    fig.update_layout(height=230, margin=dict(l=10, r=10, t=30, b=10), xaxis_title=f"{unit} per step, per device",
+                      xaxis_exponentformat="none")
     return fig
 
 
@@ -70,10 +76,17 @@ def _sweep(config, chip_id: str, dtype: str, strategies: tuple[str, ...]):
     return cost.batch_sweep(config, chip_id, dtype, strategies=strategies)
 
 
+def chip_pickers(chip_col, dtype_col, key: str) -> tuple[str, str]:
+    """The chip (H100 by default) and the compute dtype, as two widgets."""
+    chip_id = chip_col.selectbox("Chip", list(CHIPS), index=list(CHIPS).index("h100"), key=f"{key}_chip",
+                                 format_func=lambda c: CHIPS[c].name)
+    return chip_id, dtype_col.radio("Compute dtype", list(cost.DTYPES), horizontal=True, key=f"{key}_dtype")
+
+
 def cost_panel(plan: Plan, key: str = "cost") -> None:
     """Chip and dtype pickers, the predicted step for ``plan`` (optionally on a bigger mesh), the
     roofline terms as bars, the per-axis links, and the batch sweep on request."""
-    config = dataclasses.replace(plan.config, steps=1, seed=0, chunk=1)
+    config = canonical(plan.config)
     if config.preset is None and config.rules is None:
         config = dataclasses.replace(config, rules=plan.rules)
     st.subheader("What it costs on real chips")
@@ -81,9 +94,7 @@ def cost_panel(plan: Plan, key: str = "cost") -> None:
                "wire bytes ÷ the link its mesh axes run over. Chip figures are published ones (sources in "
                "the table below); the step is compiled here on the CPU.")
     c1, c2, c3 = st.columns(3)
-    chip_id = c1.selectbox("Chip", list(CHIPS), index=list(CHIPS).index("h100"), key=f"{key}_chip",
-                           format_func=lambda c: CHIPS[c].name)
-    dtype = c2.radio("Compute dtype", list(cost.DTYPES), horizontal=True, key=f"{key}_dtype")
+    chip_id, dtype = chip_pickers(c1, c2, key)
     target_text = c3.text_input("On a bigger mesh (optional)", "", key=f"{key}_target",
                                 placeholder="e.g. 16x16", help="Compiled on smaller meshes with the same axes, "
                                 "then extrapolated: the figures say so.")
@@ -95,12 +106,13 @@ def cost_panel(plan: Plan, key: str = "cost") -> None:
         st.warning(str(error), icon=":material/block:")
         return
     m = st.columns(5)
-    m[0].metric("Predicted step", _us(p["step_s"]), help="Full overlap of compute, HBM and communication: "
-                "max of the three — the roofline, a lower bound.")
-    m[1].metric("No overlap", _us(p["step_s_no_overlap"]), help="max(compute, memory) + communication.")
-    m[2].metric("Bound", p["bound"])
+    m[0].metric("Predicted step", cost.format_seconds(p["step_s"]), help="Full overlap of compute, HBM and "
+                "communication: max of the three — the roofline, a lower bound.")
+    m[1].metric("No overlap", cost.format_seconds(p["step_s_no_overlap"]),
+                help="max(compute, memory) + communication.")
+    m[2].metric("Bound", BOUND_LABELS[p["bound"]], help=f"{p['bound']}-bound: the largest of the three terms.")
     m[3].metric("MFU", f"{p['mfu']:.1%}", help="compiled FLOPs ÷ (step × peak)")
-    m[4].metric("HBM per chip", f"{p['hbm_needed'] / 1e9:,.3f} GB",
+    m[4].metric("HBM per chip", _bytes(p["hbm_needed"]),
                 delta="fits" if p["fits"] else "does not fit", delta_color="normal" if p["fits"] else "inverse",
                 help=f"of {p['hbm_capacity'] / 1e9:,.0f} GB")
     st.plotly_chart(breakdown_figure(_FromJson(p)), key=f"{key}_bars")
@@ -115,10 +127,11 @@ def cost_panel(plan: Plan, key: str = "cost") -> None:
     if p["collectives"]:
         st.dataframe(pd.DataFrame([{"op": r["op"], "over": "+".join(r["axes"]), "n": r["group_size"],
                                     "count": r["count"], "bytes": r["bytes"], "wire bytes": r["wire_bytes"],
-                                    "link": r["link"], "time": _us(r["seconds"])} for r in p["collectives"]]),
+                                    "link": r["link"], "time": cost.format_seconds(r["seconds"])} for r in p["collectives"]]),
                      hide_index=True)
     for note in p["notes"]:
         st.caption("Note: " + note)
+    st.caption(latency_caveat(p))
     with st.expander("Where data parallelism turns communication-bound (batch sweep)"):
         st.caption("Each point compiles the step for DP and FSDP at that many batch rows per device. Left of "
                    "where compute meets communication, the step waits on the network — the scaling book's "
@@ -133,6 +146,83 @@ def cost_panel(plan: Plan, key: str = "cost") -> None:
                                     "link B/s (one way)": c.ici_link_bytes_per_s or c.nvlink_bytes_per_s,
                                     "sources": "; ".join(c.sources.values())} for c in CHIPS.values()]),
                      hide_index=True)
+
+
+def strategies_figure(names: list[str], predictions: list[dict]) -> go.Figure:
+    """Per strategy, the three roofline terms side by side and the predicted step as a marker."""
+    unit, scale = cost.time_unit(max([p["step_s_no_overlap"] for p in predictions] + [1e-15]))
+    fig = go.Figure()
+    for term, label in (("compute_s", "compute"), ("memory_s", "memory"), ("comm_s", "communication")):
+        fig.add_bar(x=names, y=[p[term] / scale for p in predictions], name=label, marker_color=COLORS[label],
+                    meta={"term": label})
+    fig.add_scatter(x=names, y=[p["step_s"] / scale for p in predictions], mode="markers+text",
+                    marker=dict(symbol="line-ew-open", size=40, line=dict(width=3, color="black")),
+                    text=[cost.format_seconds(p["step_s"]) for p in predictions], textposition="top center",
+                    name="predicted step (full overlap)", meta={"term": "step"})
+    fig.update_layout(barmode="group", height=340, margin=dict(l=10, r=10, t=30, b=10),
+                      yaxis_title=f"{unit} per step, per device", yaxis_exponentformat="none",
+                      legend=dict(orientation="h", y=-0.15))
+    return fig
+
+
+def strategies_cost_panel(configs: dict, key: str = "compare_cost") -> None:
+    """The predicted step of each strategy (name → LabConfig) on one chip, side by side, and which
+    is fastest — every figure from that strategy's own compiled step."""
+    st.subheader("What each strategy costs on a real chip")
+    st.caption("The roofline of each strategy's compiled step (FLOPs ÷ peak, HBM traffic ÷ bandwidth, ring "
+               "wire bytes ÷ link), as on the Communication page, for the model compared above.")
+    c1, c2, _ = st.columns(3)
+    chip_id, dtype = chip_pickers(c1, c2, key)
+    names, predictions = [], []
+    with st.spinner(f"Compiling each strategy's step in {dtype}…"):
+        for name, config in configs.items():
+            try:
+                predictions.append(_predict(canonical(config), chip_id, dtype, None))
+                names.append(name)
+            except ConfigError as error:
+                st.warning(f"**{name}**: {error}", icon=":material/block:")
+    if not predictions:
+        return
+    st.dataframe(pd.DataFrame([{"strategy": n, "predicted step": cost.format_seconds(p["step_s"]),
+                                "no overlap": cost.format_seconds(p["step_s_no_overlap"]),
+                                "bound": p["bound"], "MFU": f"{p['mfu']:.1%}",
+                                "compute": cost.format_seconds(p["compute_s"]),
+                                "memory": cost.format_seconds(p["memory_s"]),
+                                "communication": cost.format_seconds(p["comm_s"]),
+                                "HBM per chip": _bytes(p["hbm_needed"]),
+                                "fits": "yes" if p["fits"] else "no"} for n, p in zip(names, predictions)]),
+                 hide_index=True, key=f"{key}_table")
+    st.plotly_chart(strategies_figure(names, predictions), key=f"{key}_bars")
+    order = sorted(range(len(names)), key=lambda i: predictions[i]["step_s"])
+    best, worst = order[0], order[-1]
+    sentence = (f"On {CHIPS[chip_id].name} ({dtype}), **{names[best]}** is predicted fastest: "
+                f"{cost.format_seconds(predictions[best]['step_s'])} per step, {predictions[best]['bound']}-bound.")
+    if len(order) > 1 and predictions[best]["step_s"] > 0:
+        ratio = predictions[worst]["step_s"] / predictions[best]["step_s"]
+        sentence += (f" **{names[worst]}** is the slowest, {ratio:,.1f}× longer "
+                     f"({predictions[worst]['bound']}-bound).")
+    st.markdown(sentence)
+    st.caption(latency_caveat(max(predictions, key=lambda p: p["step_s"])))
+
+
+def _bytes(n: float) -> str:
+    """'2.1 kB', '35.4 GB': a tiny model needs kilobytes, a real one gigabytes."""
+    for unit, size in (("TB", 1e12), ("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
+        if n >= size:
+            return f"{n / size:.3g} {unit}"
+    return f"{n:,.0f} B"
+
+
+def latency_caveat(p: dict) -> str:
+    """What the bound leaves out, said with this layout's own sizes: it counts bandwidth only."""
+    largest = max((r["bytes"] / max(r["count"], 1) for r in p["collectives"]), default=0.0)
+    text = ("A bandwidth-only bound: it leaves out each kernel's launch and each collective's latency. The "
+            "scaling book's 8×H100 all-reduce reaches near its NVLink bandwidth only around 1 GB per device "
+            "(gpus.md, \"Empirical measurements\").")
+    if 0 < largest < SMALL_COLLECTIVE_BYTES:
+        text += (f" This step's largest collective moves {largest:,.0f} bytes: on a real chip it waits on "
+                 "latency, not bandwidth, and the step takes longer than predicted here.")
+    return text
 
 
 class _FromJson:

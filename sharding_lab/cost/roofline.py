@@ -198,8 +198,22 @@ def parse_target(text: str | None) -> tuple[int, ...] | None:
     return parse_mesh_shape(text)
 
 
-def _s(seconds: float) -> str:
-    return f"{seconds * 1e6:,.2f} µs" if seconds < 1e-3 else f"{seconds * 1e3:,.3f} ms"
+_UNITS = (("s", 1.0), ("ms", 1e-3), ("µs", 1e-6), ("ns", 1e-9), ("ps", 1e-12))
+
+
+def time_unit(seconds: float) -> tuple[str, float]:
+    """The unit a duration reads best in (its value between 1 and 1000): ('µs', 1e-6)."""
+    return next(((unit, scale) for unit, scale in _UNITS if seconds >= scale), _UNITS[-1])
+
+
+def format_seconds(seconds: float) -> str:
+    """A duration with three significant digits in its own unit: '412 ns', '1.25 ms'. A tiny
+    model's step is a few nanoseconds on a big chip; '0.00 µs' would hide it."""
+    if seconds <= 0:
+        return "0 s"
+    unit, scale = time_unit(seconds)
+    value = seconds / scale
+    return f"{value:.3g} {unit}" if value < 1000 else f"{value:,.0f} {unit}"
 
 
 def describe(p: Prediction) -> str:
@@ -208,17 +222,17 @@ def describe(p: Prediction) -> str:
     source = (f"extrapolated from compiles on {', '.join('x'.join(map(str, m)) for m in p.compiled_on)}"
               if p.extrapolated else "compiled here (CPU, abstract inputs)")
     lines = [f"{p.chip.name}, {p.dtype}, mesh {mesh} ({', '.join(p.axes)}): one training step per device — {source}",
-             f"  FLOPs {p.flops:,.0f}  ÷ peak {p.peak:.3g} FLOP/s  = compute {_s(p.compute_s)}",
-             f"  HBM traffic {p.hbm_bytes:,.0f} B  ÷ {p.chip.hbm_bytes_per_s:.3g} B/s  = memory {_s(p.memory_s)}"]
+             f"  FLOPs {p.flops:,.0f}  ÷ peak {p.peak:.3g} FLOP/s  = compute {format_seconds(p.compute_s)}",
+             f"  HBM traffic {p.hbm_bytes:,.0f} B  ÷ {p.chip.hbm_bytes_per_s:.3g} B/s  = memory {format_seconds(p.memory_s)}"]
     for axis, link in p.links.items():
         lines.append(f"  axis {axis}: {link.name}" + (f" {link.bytes_per_s:.3g} B/s" if link.name != "none" else "")
                      + f" — {link.why}")
     for row in p.comm:
         lines.append(f"    {row['count']} × {row['op']:<18} over {'+'.join(row['axes']) or '-':<12} n={row['group_size']:<5} "
-                     f"{row['bytes']:>14,.0f} B → wire {row['wire_bytes']:>14,.0f} B on {row['link']} = {_s(row['seconds'])}")
-    lines += [f"  communication {_s(p.comm_s)} ({p.wire_bytes:,.0f} wire bytes)",
-              f"  step (full overlap, the prediction) {_s(p.step_s)}  — {p.bound}-bound, MFU {p.mfu:.1%}",
-              f"  step (no overlap: compute/memory + communication) {_s(p.step_s_no_overlap)}",
+                     f"{row['bytes']:>14,.0f} B → wire {row['wire_bytes']:>14,.0f} B on {row['link']} = {format_seconds(row['seconds'])}")
+    lines += [f"  communication {format_seconds(p.comm_s)} ({p.wire_bytes:,.0f} wire bytes)",
+              f"  step (full overlap, the prediction) {format_seconds(p.step_s)}  — {p.bound}-bound, MFU {p.mfu:.1%}",
+              f"  step (no overlap: compute/memory + communication) {format_seconds(p.step_s_no_overlap)}",
               f"  HBM needed {p.hbm_needed / 1e9:,.3f} GB of {p.chip.hbm_bytes / 1e9:,.0f} GB: "
               + ("fits" if p.fits else "does NOT fit")]
     lines += [f"  note: {note}" for note in p.notes]

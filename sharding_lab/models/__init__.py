@@ -48,6 +48,23 @@ class Expect:
     role: str  # "data" or "model"
 
 
+# What each strategy communicates on paper (the scaling book's training chapter — data parallelism,
+# FSDP, Megatron tensor parallelism — and Korthikanti et al. 2022 for sequence parallelism). The
+# Communication and Compare pages hold the compiled step against these (sharding_lab.textbook).
+REPLICATED_TEXTBOOK: tuple[Expect, ...] = ()  # every device computes the whole step: nothing to send
+DP_TEXTBOOK = (Expect(("all-reduce",), "gradients", "backward", "data"),)
+FSDP_TEXTBOOK = (Expect(("all-gather",), "weights", "forward", "data"),
+                 Expect(("reduce-scatter",), "gradients", "backward", "data"))
+MEGATRON_TEXTBOOK = (Expect(("all-reduce",), "activations", "forward", "model"),
+                     Expect(("all-reduce",), "activations", "backward", "model"))
+# Megatron-SP: each sublayer's all-reduce becomes an all-gather of the sequence-split residual
+# before it and a reduce-scatter after it, in both passes.
+SEQUENCE_TEXTBOOK = (Expect(("all-gather",), "activations", "forward", "model"),
+                     Expect(("reduce-scatter",), "activations", "forward", "model"),
+                     Expect(("all-gather",), "activations", "backward", "model"),
+                     Expect(("reduce-scatter",), "activations", "backward", "model"))
+
+
 @dataclasses.dataclass(frozen=True)
 class Preset:
     name: str
@@ -56,7 +73,7 @@ class Preset:
     logical: dict  # logical axis → role ("data"/"model"), tuple of roles, or None
     overrides: tuple = ()
     needs_two_axes: bool = False
-    textbook: tuple[Expect, ...] = ()  # what the strategy communicates, on paper
+    textbook: tuple[Expect, ...] | None = None  # what it communicates on paper (None: no textbook strategy)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -218,5 +235,6 @@ def family_of(spec) -> ModelFamily:
 from . import mlp  # noqa: E402,F401  (registers the families)
 from . import transformer  # noqa: E402,F401
 
-__all__ = ["ArraySpec", "Expect", "FAMILIES", "ModelFamily", "Preset", "SizeField", "activation_rules", "constrain", "family",
+__all__ = ["ArraySpec", "DP_TEXTBOOK", "Expect", "FSDP_TEXTBOOK", "MEGATRON_TEXTBOOK", "REPLICATED_TEXTBOOK",
+           "SEQUENCE_TEXTBOOK", "FAMILIES", "ModelFamily", "Preset", "SizeField", "activation_rules", "constrain", "family",
            "family_of", "param", "register"]

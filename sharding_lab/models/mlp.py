@@ -17,7 +17,8 @@ import numpy as np
 from flax import nnx
 
 from ..errors import ConfigError
-from . import ArraySpec, Expect, ModelFamily, Preset, SizeField, param, register
+from . import (DP_TEXTBOOK, FSDP_TEXTBOOK, MEGATRON_TEXTBOOK, REPLICATED_TEXTBOOK, ArraySpec, Expect, ModelFamily,
+               Preset, SizeField, param, register)
 from .ops import like_columns, matmul
 
 MAX_WIDTH = 16384
@@ -82,13 +83,7 @@ def mse_loss(model, x, y):
     return jnp.mean((y - model(x)) ** 2)
 
 
-# What each strategy communicates on paper (the scaling book's chapters on data parallelism, FSDP
-# and Megatron tensor parallelism): the Communication page holds the compiled step against these.
-DP = (Expect(("all-reduce",), "gradients", "backward", "data"),)
-FSDP = (Expect(("all-gather",), "weights", "forward", "data"),
-        Expect(("reduce-scatter",), "gradients", "backward", "data"))
-MEGATRON = (Expect(("all-reduce",), "activations", "forward", "model"),
-            Expect(("all-reduce",), "activations", "backward", "model"))
+DP, FSDP, MEGATRON = DP_TEXTBOOK, FSDP_TEXTBOOK, MEGATRON_TEXTBOOK  # on paper (models/__init__.py)
 
 # Values are roles: "data" and "model" are replaced by the mesh's axes playing those roles.
 PRESETS: dict[str, Preset] = {p.name: p for p in [
@@ -99,7 +94,7 @@ PRESETS: dict[str, Preset] = {p.name: p for p in [
            textbook=DP + (Expect(("all-gather", "all-reduce"), "activations", "forward", "model"),)),
     Preset("replicated", "Replicated",
            "Every device holds every parameter and the whole batch: no sharding at all.",
-           {"embed": None, "mlp": None, "data": None}),
+           {"embed": None, "mlp": None, "data": None}, textbook=REPLICATED_TEXTBOOK),
     Preset("dp", "Data parallel",
            "The batch is split on data; every device keeps a full copy of the parameters.",
            {"embed": None, "mlp": None, "data": "data"}, textbook=DP),

@@ -34,7 +34,8 @@ import numpy as np
 from flax import nnx
 
 from ..errors import ConfigError
-from . import ArraySpec, ModelFamily, Preset, SizeField, constrain, param, register
+from . import (DP_TEXTBOOK, FSDP_TEXTBOOK, MEGATRON_TEXTBOOK, REPLICATED_TEXTBOOK, SEQUENCE_TEXTBOOK, ArraySpec,
+               ModelFamily, Preset, SizeField, constrain, param, register)
 
 # Limits that allow a realistic block to be *planned* (embed 4096, 32 × 128 heads, mlp 16384,
 # vocab 32000, seq 2048); training it is refused by the memory check, not by these.
@@ -167,26 +168,28 @@ _MEGATRON = {"heads": "model", "mlp": "model", "vocab": "model"}
 
 PRESETS: dict[str, Preset] = {p.name: p for p in [
     Preset("replicated", "Replicated",
-           "Every device holds every weight and the whole batch, and computes the same step.", {}),
+           "Every device holds every weight and the whole batch, and computes the same step.", {},
+           textbook=REPLICATED_TEXTBOOK),
     Preset("dp", "Data parallel",
            "The batch's rows are split on data; every device keeps all the weights, and the "
-           "gradients are summed across data after the backward pass.", {"batch": "data"}),
+           "gradients are summed across data after the backward pass.", {"batch": "data"}, textbook=DP_TEXTBOOK),
     Preset("fsdp", "FSDP (fully sharded)",
            "The batch and every weight are split on data (weights by per-parameter overrides), so "
            "each device stores 1/data of the weights and optimizer state; the compiler must bring "
-           "the pieces together for each matmul.", {"batch": "data"}, _FSDP),
+           "the pieces together for each matmul.", {"batch": "data"}, _FSDP, textbook=FSDP_TEXTBOOK),
     Preset("tp", "Tensor parallel (Megatron)",
            "Heads, MLP units and vocab split on model: q/k/v and mlp_in by their output (heads, mlp), "
            "o and mlp_out by their input — so each sublayer needs one all-reduce of activations.",
-           dict(_MEGATRON)),
+           dict(_MEGATRON), textbook=MEGATRON_TEXTBOOK),
     Preset("sp", "Megatron + sequence parallel",
            "As tp, and the residual stream between sublayers split along its sequence on model: "
            "each sublayer's all-reduce can become a reduce-scatter plus an all-gather, and norms run "
-           "on 1/model of the tokens.", {**_MEGATRON, "seq": "model"}),
+           "on 1/model of the tokens.", {**_MEGATRON, "seq": "model"}, textbook=SEQUENCE_TEXTBOOK),
     Preset("fsdp_tp", "FSDP + tensor parallel (2-D)",
            "Megatron on model, the batch on data, and every weight's other big dimension split on "
            "data too: each device stores 1/(data×model) of the weights.",
-           {**_MEGATRON, "batch": "data"}, _FSDP_TP, needs_two_axes=True),
+           {**_MEGATRON, "batch": "data"}, _FSDP_TP, needs_two_axes=True,
+           textbook=FSDP_TEXTBOOK + MEGATRON_TEXTBOOK),
 ]}
 
 

@@ -1,11 +1,14 @@
 """The real Streamlit script, driven by streamlit.testing.v1.AppTest (no browser)."""
 
+import dataclasses
 import json
 import time
 from pathlib import Path
 
 import pytest
 from streamlit.testing.v1 import AppTest
+
+from sharding_lab import cost
 
 TIMEOUT = 120
 ROOT = Path(__file__).resolve().parents[2]
@@ -192,6 +195,19 @@ def test_communication_page_on_one_device_has_no_collectives():
     assert {m.label: m.value for m in at.metric}["Collectives per step"] == "0"
 
 
+def test_cost_panel_reads_in_the_step_s_own_unit_and_says_what_it_leaves_out():
+    at = page("app_pages/communication.py")
+    step = {m.label: m.value for m in at.metric}["Predicted step"]
+    value, unit = step.split(" ")
+    assert float(value.replace(",", "")) > 0 and unit in ("ps", "ns")  # the seed's step on an H100 is tiny
+    costs = next(df.value for df in at.dataframe if "wire bytes" in df.value.columns)
+    largest = max(costs["bytes"] / costs["count"])
+    assert any(f"largest collective moves {largest:,.0f} bytes" in c.value and "latency" in c.value
+               for c in at.caption)
+    assert cost.format_seconds(4.1e-10) == "410 ps" and cost.format_seconds(1.25e-3) == "1.25 ms"
+    assert cost.format_seconds(2500.0) == "2,500 s" and cost.format_seconds(0.0) == "0 s"
+
+
 def test_compare_page_shows_fsdp_storing_less_than_dp():
     at = page("app_pages/compare.py")
     assert not at.exception and not at.error
@@ -202,6 +218,27 @@ def test_compare_page_shows_fsdp_storing_less_than_dp():
     assert by_name["fsdp"] < by_name["dp"]
     comm = next(t for t in spec["data"] if t["meta"]["metric"] == "comm_bytes")
     assert all(v > 0 for v in plotly_values(comm["y"]))
+
+
+def test_compare_page_predicts_each_strategy_s_step_on_the_chosen_chip():
+    import sharding_lab as sl
+
+    at = page("app_pages/compare.py")
+    at.selectbox(key="compare_cost_chip").select("tpu-v5e").run()
+    assert not at.exception
+    table = next(df.value for df in at.dataframe if "predicted step" in df.value.columns).set_index("strategy")
+    assert list(table.index) == ["dp", "fsdp", "tp"]
+    # the same numbers from the backend directly: the page's model (width 1024, 2 extra layers) per preset
+    base = sl.LabConfig(mesh=sl.MeshSpec((2, 4), ("data", "model")), model=sl.ModelSpec(1, 1024, 1, 2),
+                        steps=1, seed=0, chunk=1)
+    want = {name: cost.predict(dataclasses.replace(base, preset=name), "tpu-v5e", "bf16") for name in table.index}
+    for name, p in want.items():
+        assert table.loc[name, "predicted step"] == cost.format_seconds(p.step_s)
+        assert table.loc[name, "bound"] == p.bound
+    fastest = min(want, key=lambda n: want[n].step_s)
+    assert any(f"**{fastest}** is predicted fastest" in m.value and "TPU v5e" in m.value for m in at.markdown)
+    bars = chart_spec(at, "compare_cost_bars")
+    assert {t["meta"]["term"] for t in bars["data"]} == {"compute", "memory", "communication", "step"}
 
 
 def test_compare_page_short_run_measures_speed_and_loss():

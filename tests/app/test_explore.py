@@ -51,6 +51,9 @@ def test_an_invalid_focus_is_reported_not_crashed_on():
     at = open_with(focus="five")
     assert not at.exception
     assert any("focus='five' ignored" in w.value for w in at.sidebar.warning)
+    at = open_with(focus="99")  # a number, but not a device of this 2×4 mesh: say which ones are
+    assert not at.exception
+    assert any("focus=99 ignored" in w.value and "0–7" in w.value for w in at.warning)
 
 
 def test_a_preset_change_says_what_moved_and_can_go_back():

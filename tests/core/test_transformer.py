@@ -93,6 +93,35 @@ def test_sp_gathers_the_sequence_and_xla_on_cpu_keeps_all_reduces():
     assert not [c for c in report.collectives if c.op == "reduce-scatter"]
 
 
+def test_every_preset_is_held_against_its_textbook_strategy():
+    """Each transformer preset says what it sends on paper, and the comparison follows the compiled
+    step: an agreement for each textbook collective the report contains, a difference for each it
+    lacks (sp's reduce-scatters on this CPU backend, for one)."""
+    from sharding_lab.textbook import compare
+
+    for preset in PRESETS:
+        plan = sl.plan(tiny((2, 4), preset))
+        report = analyze(plan)
+        comparison = compare(plan, report)
+        assert comparison.textbook, preset  # never an empty "Textbook vs compiled" section
+        for expect in plan.config.family.presets[preset].textbook:
+            axis = {"data": "data", "model": "model"}[expect.role]
+            compiled = [c for c in report.collectives if c.op in expect.ops and axis in c.axes
+                        and c.phase == expect.phase]
+            said = f"{' or '.join(expect.ops)} of {expect.carries} over `{axis}` in the {expect.phase} pass"
+            if not compiled:  # then no sentence may claim it
+                assert not any(expect.ops[0] in a and f"{expect.carries} over `{axis}` in the {expect.phase}" in a
+                               for a in comparison.agrees), (preset, said)
+        if preset == "replicated":
+            assert comparison.agrees == ["As the textbook: the compiled step moves nothing between devices."]
+        if preset == "tp":
+            assert any(a.startswith("As the textbook:") and "activations over `model` in the forward pass" in a
+                       for a in comparison.agrees)
+        if preset == "sp" and not [c for c in report.collectives if c.op == "reduce-scatter"]:
+            assert ("The textbook runs reduce-scatter of activations over `model` in the forward pass; this "
+                    "compiled step has none.") in comparison.differences
+
+
 def test_exported_transformer_script_runs_standalone(tmp_path):
     config = tiny((2, 4), "fsdp_tp")
     script = tmp_path / "exported.py"
