@@ -35,7 +35,9 @@ layouts = plan.layouts()
 coords = mesh_coords(plan.mesh)
 code = script_sections(config)
 
-step = st.radio("Step", range(len(STEPS)), format_func=lambda i: STEPS[i], horizontal=True, key="lesson_step")
+# A transformer in the sidebar opens the lesson at its own chapter (the last); the learner can go back.
+step = st.radio("Step", range(len(STEPS)), format_func=lambda i: STEPS[i], horizontal=True, key="lesson_step",
+                index=len(STEPS) - 1 if config.family.name == "transformer" else 0)
 st.divider()
 
 

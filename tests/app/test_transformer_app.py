@@ -71,3 +71,13 @@ def test_lesson_chapter_reports_what_was_compiled():
     assert not at.exception and not at.error
     measured = " ".join(m.value for m in at.markdown if m.value.startswith("Measured"))
     assert "all-reduces of the residual stream [32, 32, 64]" in measured and "reduce-scatter" in measured
+
+
+def test_a_transformer_link_opens_the_lesson_at_its_chapter():
+    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=180)
+    at.query_params["model"] = "transformer"
+    at.switch_page("app_pages/lesson.py").run()
+    assert not at.exception and not at.error
+    assert at.radio(key="lesson_step").value == 9
+    assert any("Live views of the transformer configured in the sidebar" in c.value for c in at.caption)
+
