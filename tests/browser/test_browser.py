@@ -144,9 +144,13 @@ def test_change_preset_train_watch_and_stop(page):
 
     page.get_by_test_id("stMainBlockContainer").get_by_role("button", name="Stop").click()
     page.wait_for_selector("text=stopped", timeout=30_000)
+    # The progress bar says "stopped" a moment before the same poll redraws the chart: let it land.
+    page.wait_for_function("() => !document.querySelector('[data-testid=stApp]')"
+                           ".getAttribute('data-test-script-state').startsWith('running')")
+    time.sleep(1)
     stopped_at = loss_points(page)
     assert 0 < stopped_at < 20_000
-    time.sleep(1)
+    time.sleep(1.5)
     assert loss_points(page) == stopped_at  # nothing trains after Stop
     page.screenshot(path=str(SHOTS / "04-stopped.png"))
     # the preset survived the page switch
