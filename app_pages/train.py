@@ -7,6 +7,8 @@ import streamlit as st
 
 from sharding_lab.app.settings import GENERAL_RANGES
 import sharding_lab as sl
+from sharding_lab.communication import analyze
+from sharding_lab.layout import format_bytes
 from sharding_lab.app import ui
 from sharding_lab.app import figures
 from sharding_lab.distributed import process_choices, process_table
@@ -67,6 +69,29 @@ if processes > 1:
                "collectives now cross process boundaries: expect fewer steps/s than in one process.")
 
 
+def memory_refusal(plan: sl.Plan) -> sl.ConfigError | None:
+    """Why this machine will not train ``plan`` (its estimated memory), said before anyone presses Train."""
+    try:
+        sl.config.check_memory(plan)
+    except sl.ConfigError as error:
+        return error
+    return None
+
+
+refused = memory_refusal(plan)
+if refused is not None:
+    ui.show_error(refused, lead="Too big to train here:")
+    with st.spinner("Compiling the step on abstract arrays to ask XLA what it needs…"):
+        memory = analyze(plan).memory
+    per_device = {k: memory[k] for k in ("argument", "output", "temp")}
+    st.caption(f"XLA's own memory analysis of this step (compiled, nothing allocated): per device "
+               f"{format_bytes(per_device['argument'])} of arguments, {format_bytes(per_device['output'])} of "
+               f"outputs and {format_bytes(per_device['temp'])} of temporaries — "
+               f"{format_bytes(sum(per_device.values()) * plan.config.mesh.size)} across the "
+               f"{plan.config.mesh.size} simulated devices, which share this machine's memory. Layout, "
+               "Communication, Compare and the cost panel still show this size; only training is refused.")
+
+
 def start_run() -> bool:
     """Train was pressed: start this session's run (True), or say why not."""
     try:
@@ -101,14 +126,15 @@ def live_view() -> None:
     running = snap is not None and snap.running
     start_col, stop_col, _, scale_col = st.columns([1, 1, 2, 2])
     # `not running`: a second click can leave the browser before the poll that disables the button.
-    clicked = start_col.button("Train", type="primary", disabled=running, key="train")
+    clicked = start_col.button("Train", type="primary", disabled=running or refused is not None, key="train")
     if clicked and not running and start_run():
         st.rerun()  # a full run registers this fragment with a poll timer
     if stop_col.button("Stop", disabled=not running, key="stop"):
         slot.stop()
     log_scale = scale_col.toggle("Log-scale loss", value=True, key="log_scale")
     if job is None:
-        st.info("Press **Train** to train this layout. The loss curve and the model fit update live.")
+        if refused is None:
+            st.info("Press **Train** to train this layout. The loss curve and the model fit update live.")
         if config.family.name == "mlp":
             st.plotly_chart(figures.fit_figure(*config.family.make_dataset(config.model, config.seed), None), key="fit")
         elif config.family.name == "transformer" and config.model.seq <= 256:  # a picture that stays readable

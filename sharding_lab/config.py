@@ -210,10 +210,15 @@ def check_memory(plan: Plan) -> None:
     """Before allocating: refuse a run that would not fit in this machine's memory."""
     need, limit = estimated_bytes(plan), memory_limit_bytes()
     if need > limit:
+        layouts = plan.layouts()
+        largest = max((layouts[p] for p in plan.arrays if p.startswith("params/")), key=lambda a: a.total_bytes)
+        whole = largest.bytes_per_device == largest.total_bytes  # sharding would help only then
         raise ConfigError(
-            f"this run needs about {need / 2**30:.1f} GiB across {plan.config.mesh.size} devices but only "
-            f"{limit / 2**30:.1f} GiB may be used here: choose a smaller width or fewer layers, a "
-            f"leaner optimizer than {plan.config.optimizer}, or shard the parameters (fsdp, tp)", "model")
+            f"this run needs about {need / 2**30:.1f} GiB across {plan.config.mesh.size} devices (a cautious "
+            f"estimate: activations counted on every device) but only "
+            f"{limit / 2**30:.1f} GiB may be used here: choose a smaller width or fewer layers"
+            + (f", a leaner optimizer than {plan.config.optimizer}, or shard the parameters (fsdp, tp)" if whole
+               else f" or a leaner optimizer than {plan.config.optimizer}"), "model")
 
 
 def _describe(target) -> str:

@@ -232,3 +232,12 @@ def describe_change(old: ArrayLayout, new: ArrayLayout, old_sizes: dict[str, int
     if not parts:
         return f"{name}: the same split, on other devices (the mesh changed)"
     return f"{name}: " + "; ".join(parts)
+
+
+def format_bytes(n: float) -> str:
+    """'2.1 kB', '35.4 GB' (decimal units, three significant digits): a tiny model needs kilobytes,
+    a real one gigabytes, and a fixed unit would print one of them as 0.00."""
+    for unit, size in (("TB", 1e12), ("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
+        if n >= size:
+            return f"{n / size:.3g} {unit}"
+    return f"{n:,.0f} B"

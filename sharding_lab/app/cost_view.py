@@ -17,6 +17,7 @@ from ..cost.compiled import canonical  # steps, seed, chunk fixed: the step does
 from ..chips import CHIPS
 from ..config import Plan
 from ..errors import ConfigError
+from ..layout import format_bytes
 from ..mesh import parse_mesh_shape
 
 COLORS = {"compute": "#4C78A8", "memory": "#72B7B2", "communication": "#F58518"}
@@ -112,7 +113,7 @@ def cost_panel(plan: Plan, key: str = "cost") -> None:
                 help="max(compute, memory) + communication.")
     m[2].metric("Bound", BOUND_LABELS[p["bound"]], help=f"{p['bound']}-bound: the largest of the three terms.")
     m[3].metric("MFU", f"{p['mfu']:.1%}", help="compiled FLOPs ÷ (step × peak)")
-    m[4].metric("HBM per chip", _bytes(p["hbm_needed"]),
+    m[4].metric("HBM per chip", format_bytes(p["hbm_needed"]),
                 delta="fits" if p["fits"] else "does not fit", delta_color="normal" if p["fits"] else "inverse",
                 help=f"of {p['hbm_capacity'] / 1e9:,.0f} GB")
     st.plotly_chart(breakdown_figure(_FromJson(p)), key=f"{key}_bars")
@@ -189,7 +190,7 @@ def strategies_cost_panel(configs: dict, key: str = "compare_cost") -> None:
                                 "compute": cost.format_seconds(p["compute_s"]),
                                 "memory": cost.format_seconds(p["memory_s"]),
                                 "communication": cost.format_seconds(p["comm_s"]),
-                                "HBM per chip": _bytes(p["hbm_needed"]),
+                                "HBM per chip": format_bytes(p["hbm_needed"]),
                                 "fits": "yes" if p["fits"] else "no"} for n, p in zip(names, predictions)]),
                  hide_index=True, key=f"{key}_table")
     st.plotly_chart(strategies_figure(names, predictions), key=f"{key}_bars")
@@ -203,14 +204,6 @@ def strategies_cost_panel(configs: dict, key: str = "compare_cost") -> None:
                      f"({predictions[worst]['bound']}-bound).")
     st.markdown(sentence)
     st.caption(latency_caveat(max(predictions, key=lambda p: p["step_s"])))
-
-
-def _bytes(n: float) -> str:
-    """'2.1 kB', '35.4 GB': a tiny model needs kilobytes, a real one gigabytes."""
-    for unit, size in (("TB", 1e12), ("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
-        if n >= size:
-            return f"{n / size:.3g} {unit}"
-    return f"{n:,.0f} B"
 
 
 def latency_caveat(p: dict) -> str:
