@@ -157,7 +157,7 @@ def strategies_figure(names: list[str], predictions: list[dict]) -> go.Figure:
         fig.add_bar(x=names, y=[p[term] / scale for p in predictions], name=label, marker_color=COLORS[label],
                     meta={"term": label})
     fig.add_scatter(x=names, y=[p["step_s"] / scale for p in predictions], mode="markers+text",
-                    marker=dict(symbol="line-ew-open", size=40, line=dict(width=3, color="black")),
+                    marker=dict(symbol="line-ew-open", size=40, color="black", line=dict(width=3, color="black")),
                     text=[cost.format_seconds(p["step_s"]) for p in predictions], textposition="top center",
                     name="predicted step (full overlap)", meta={"term": "step"})
     fig.update_layout(barmode="group", height=340, margin=dict(l=10, r=10, t=30, b=10),
