@@ -8,11 +8,12 @@ import streamlit as st
 import sharding_lab as sl
 from sharding_lab.app import ui
 from sharding_lab.app import figures, settings
-from sharding_lab.communication import analyze
+from sharding_lab.communication import CommReport, analyze
 from sharding_lab.explicit import lesson as explicit_lesson
 from sharding_lab.export import script_sections
 from sharding_lab.layout import describe, format_spec
 from sharding_lab.mesh import device_ids, mesh_coords
+from sharding_lab.textbook import compare as textbook_compare
 
 STEPS = ["What changed", "1 Mesh", "2 Rules", "3 Model", "4 Optimizer state", "5 Enforcing sharding",
          "6 The batch", "7 The jitted step", "8 Auto vs Explicit", "9 Sharding a transformer block"]
@@ -67,6 +68,21 @@ def count(report, op: str, phase: str, shape: tuple, axis: str) -> int:
                if c.op == op and c.phase == phase and c.axes == (axis,) and c.shape == (shape,))
 
 
+def compiled_section(plans: dict, name: str, mesh_axes) -> CommReport | None:
+    """Preset ``name``'s compiled step: its collectives, then each agreement with and departure from
+    the textbook strategy (sentences built from the program); None when the preset cannot run here."""
+    if isinstance(plans[name], sl.ConfigError):
+        ui.show_error(plans[name], lead=f"{name} cannot run here:")
+        return None
+    report = analyze(plans[name])
+    st.dataframe(collective_rows(report, mesh_axes), hide_index=True)
+    comparison = textbook_compare(plans[name], report)
+    lines = [f"✓ {line}" for line in comparison.agrees] + [f"≠ {line}" for line in comparison.differences]
+    if lines:  # generated from the compiled program; the only user text is axis names ([A-Za-z_]\w*)
+        st.markdown("Against the textbook:  \n" + "  \n".join(lines))
+    return report
+
+
 def transformer_chapter(config: sl.LabConfig) -> None:
     """Heads, Megatron's all-reduces, sequence parallelism and FSDP, each from a compiled step."""
     fam = sl.family("transformer")
@@ -117,12 +133,9 @@ def transformer_chapter(config: sl.LabConfig) -> None:
                 "(heads, MLP units) and `o` and `mlp_out` by their inputs. Each device then holds a *partial sum* "
                 "of each sublayer's output, and the residual stream needs the whole sum: one all-reduce after "
                 "attention, one after the MLP. What XLA compiled for this step:")
-    if isinstance(plans["tp"], sl.ConfigError):
-        ui.show_error(plans["tp"], lead="tp cannot run here:")
-    else:
-        tp_report = analyze(plans["tp"])
+    tp_report = compiled_section(plans, "tp", mesh_axes)
+    if tp_report is not None:
         n = count(tp_report, "all-reduce", "forward", resid, tp_axis)
-        st.dataframe(collective_rows(tp_report, mesh_axes), hide_index=True)
         st.markdown(f"Measured: **{n} all-reduce{'s' if n != 1 else ''} of the residual stream {list(resid)}** "
                     f"over `{tp_axis}` in the forward pass, for {model.layers} block{'s' if model.layers > 1 else ''} "
                     f"({2 * model.layers} sublayers). Ops XLA merged into one tuple-shaped all-reduce are listed "
@@ -132,34 +145,28 @@ def transformer_chapter(config: sl.LabConfig) -> None:
                 "sublayers: the norms run on 1/model of the positions, the sublayer's input is **all-gathered** "
                 "along the sequence, and its output only needs each device's own positions — textbook Megatron-SP "
                 "turns the all-reduce into a **reduce-scatter**. What XLA compiled:")
-    if isinstance(plans["sp"], sl.ConfigError):
-        ui.show_error(plans["sp"], lead="sp cannot run here:")
-    else:
-        sp_report = analyze(plans["sp"])
+    sp_report = compiled_section(plans, "sp", mesh_axes)
+    if sp_report is not None:
         gathers = count(sp_report, "all-gather", "forward", resid, tp_axis)
         reduces = count(sp_report, "all-reduce", "forward", resid, tp_axis)
         scatters = sum(c.count for c in sp_report.collectives if c.op == "reduce-scatter")
-        st.dataframe(collective_rows(sp_report, mesh_axes), hide_index=True)
         st.markdown(f"Measured: **{gathers} all-gathers** and **{reduces} all-reduces** of {list(resid)} over "
                     f"`{tp_axis}` in the forward pass, and **{scatters} reduce-scatters** in the whole step. "
                     + ("XLA's CPU compiler kept each sublayer's all-reduce of the whole residual stream instead: "
                        "this compiled program contains no reduce-scatter. " if not scatters else "")
-                    + ("" if isinstance(plans["tp"], sl.ConfigError) else
+                    + ("" if tp_report is None else
                        f"Bytes of collectives per step: tp {tp_report.total_bytes:,} · sp {sp_report.total_bytes:,}."))
 
     st.markdown("#### FSDP: weights gathered for the matmuls\n`fsdp` splits the batch *and* every weight over "
                 "`data`; before a matmul, some device needs a weight it does not hold. The textbook: all-gather "
                 "each weight forward, reduce-scatter its gradient backward. What XLA compiled:")
-    if isinstance(plans["fsdp"], sl.ConfigError):
-        ui.show_error(plans["fsdp"], lead="fsdp cannot run here:")
-    else:
-        fsdp_report = analyze(plans["fsdp"])
-        st.dataframe(collective_rows(fsdp_report, mesh_axes), hide_index=True)
+    fsdp_report = compiled_section(plans, "fsdp", mesh_axes)
+    if fsdp_report is not None:
         by_op: dict[str, int] = {}
         for c in fsdp_report.collectives:
             by_op[f"{c.op} ({c.phase})"] = by_op.get(f"{c.op} ({c.phase})", 0) + c.count
         st.markdown("Measured: " + ", ".join(f"{n} × {k}" for k, n in by_op.items()) + ". The compiler, not "
-                    "the preset, decides how the pieces meet: compare the ops above with the textbook.")
+                    "the preset, decides how the pieces meet.")
     st.page_link("app_pages/communication.py", label="Every collective of the current plan",
                  icon=":material/hub:")
 
