@@ -68,9 +68,6 @@ for row in ok:
     st.markdown(f"**{row['name']}** — {row['explanation']} Here: {share:.0%} of the largest per-device "
                 f"model + optimizer memory, {row['comm_bytes']:,} bytes sent per device per step"
                 + (" — the smallest footprint." if row is smallest else "."))
-    # Generated from the compiled program; the only user text in them is axis names, which match [A-Za-z_]\w*.
-    compiled = [f"✓ {line}" for line in row["agrees"]] + [f"≠ {line}" for line in row["differences"]]
-    if compiled:
-        st.markdown("What XLA compiled:  \n" + "  \n".join(compiled))
+    ui.show_comparison(row["agrees"], row["differences"], "What XLA compiled:")
 
 strategies_cost_panel({row["name"]: strategy_config(base, strategies[row["name"]]) for row in ok})

@@ -77,9 +77,7 @@ def compiled_section(plans: dict, name: str, mesh_axes) -> CommReport | None:
     report = analyze(plans[name])
     st.dataframe(collective_rows(report, mesh_axes), hide_index=True)
     comparison = textbook_compare(plans[name], report)
-    lines = [f"✓ {line}" for line in comparison.agrees] + [f"≠ {line}" for line in comparison.differences]
-    if lines:  # generated from the compiled program; the only user text is axis names ([A-Za-z_]\w*)
-        st.markdown("Against the textbook:  \n" + "  \n".join(lines))
+    ui.show_comparison(comparison.agrees, comparison.differences, "Against the textbook:")
     return report
 
 

@@ -201,6 +201,14 @@ def plan_or_stop() -> sl.Plan:
     return result
 
 
+def show_comparison(agrees: list[str], differences: list[str], lead: str) -> None:
+    """A compiled step against its textbook strategy, one line each: ✓ agrees, ≠ departs. The sentences
+    are built from the compiled program; the only user text in them is axis names ([A-Za-z_]\\w*)."""
+    lines = [f"✓ {line}" for line in agrees] + [f"≠ {line}" for line in differences]
+    if lines:
+        st.markdown(f"{lead}  \n" + "  \n".join(lines))
+
+
 def show_error(error, lead: str = "Fix the configuration first.", where=st) -> None:
     """A ConfigError (or any message) as an error box, with its text shown literally."""
     where.error(f"**{lead}** {plain(error)}" if lead else plain(error), icon=":material/error:")
