@@ -419,7 +419,7 @@ def get(challenge_id: str) -> Challenge:
 
 def config_from_argv(argv) -> LabConfig:
     """Config options (as on the command line) → LabConfig, through the CLI's own parser."""
-    from .cli import add_config_options, config_from_args
+    from .options import add_config_options, config_from_args
 
     parser = argparse.ArgumentParser(add_help=False, exit_on_error=False)
     add_config_options(parser)
@@ -464,7 +464,7 @@ def main(args) -> int:
     import shlex
     import sys
 
-    from .cli import config_from_args
+    from .options import config_from_args
 
     try:
         if args.action == "list":

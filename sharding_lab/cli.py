@@ -10,115 +10,11 @@ import json
 import math
 import sys
 
-from .config import LabConfig, Plan, plan as make_plan
-from .devices import available_count
+from .config import Plan, plan as make_plan
 from .errors import ConfigError
 from .layout import ArrayLayout, format_spec
-from .mesh import MeshSpec, default_axes, device_ids, parse_axis_names, parse_mesh_shape
-from .models import FAMILIES, family as model_family
-from .optimizer import OPTIMIZERS
-from .rules import bind_preset, parse_target, target_text
-
-
-def add_config_options(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--mesh", default="2x4", help="mesh shape, e.g. 2x4, 8, 2x2x2 (default 2x4)")
-    parser.add_argument("--axes", default=None, help="axis names, e.g. data,model (default by rank)")
-    parser.add_argument("--axis-type", choices=["auto", "explicit"], default="auto")
-    parser.add_argument("--model", choices=list(FAMILIES), default="mlp", help="model family (default mlp)")
-    parser.add_argument("--preset", default=None,
-                        help="a preset of the model family (" + "; ".join(
-                            f"{name}: {', '.join(f.presets)}" for name, f in FAMILIES.items())
-                        + "), or 'none'; default: the family's first")
-    parser.add_argument("--rule", action="append", default=[], metavar="LOGICAL=AXIS",
-                        help="override a logical rule, e.g. mlp=model, embed=none, mlp=model+data")
-    parser.add_argument("--override", action="append", default=[], metavar="ARRAY=D0:D1",
-                        help="per-parameter spec, e.g. w2=model:none")
-    parser.add_argument("--optimizer", choices=list(OPTIMIZERS), default=None,
-                        help="default: the model family's (mlp: seed-sgd, transformer: adamw)")
-    parser.add_argument("--lr", type=float, default=None, help="default: the model family's (mlp: 0.01)")
-    parser.add_argument("--decay", type=float, default=0.9, help="momentum decay (default 0.9)")
-    flags = {}
-    for family in FAMILIES.values():
-        for field, size in family.size_fields.items():
-            if size.flag not in flags:
-                flags[size.flag] = field
-                parser.add_argument(size.flag, type=int, default=None, dest=_dest(size.flag),
-                                    help=f"{family.name}: {size.label} (default {_default(family, field)})")
-    parser.add_argument("--batch", type=int, default=32)
-    parser.add_argument("--steps", type=int, default=None, help="default: the model family's (mlp: 3000)")
-    parser.add_argument("--chunk", type=int, default=100, help="steps per compiled call")
-    parser.add_argument("--seed", type=int, default=0)
-
-
-TRAIN_DEFAULTS = {"optimizer": "seed-sgd", "lr": 0.01, "steps": 3000}  # the seed's (the MLP's)
-
-
-def _pair(text: str, what: str) -> tuple[str, str]:
-    if "=" not in text:
-        raise ConfigError(f"{what} {text!r} is not NAME=VALUE, e.g. mlp=model", "rules")
-    name, value = text.split("=", 1)
-    return name.strip(), value.strip()
-
-
-def _dest(flag: str) -> str:
-    return "size_" + flag.lstrip("-").replace("-", "_")
-
-
-def _default(family, field: str):
-    return getattr(family.Spec(), field)
-
-
-def config_from_args(args) -> LabConfig:
-    """argv (parsed by :func:`add_config_options`) → LabConfig; :func:`config_to_args` is the inverse."""
-    family = model_family(args.model)
-    shape = parse_mesh_shape(args.mesh)
-    axes = parse_axis_names(args.axes) if args.axes else default_axes(len(shape))
-    mesh = MeshSpec(shape, axes, args.axis_type)
-    preset = args.preset or family.default_preset
-    preset = None if preset.lower() == "none" else preset
-    rules = None
-    if args.rule or args.override or preset is None:
-        mesh.validate(available_count())
-        rules = bind_preset(preset or "replicated", mesh, family.name)
-        for text in args.rule:
-            axis, value = _pair(text, "rule")
-            if axis not in family.logical_axes:
-                raise ConfigError(f"rule {text!r}: logical axis must be one of "
-                                  f"{', '.join(family.logical_axes)}", "rules")
-            rules = rules.with_rule(axis, parse_target(value))
-        for text in args.override:
-            array, value = _pair(text, "override")
-            rules = rules.with_override(array, tuple(parse_target(v) for v in value.split(":")))
-        preset = None
-    sizes = {field: getattr(args, _dest(size.flag)) for field, size in family.size_fields.items()
-             if getattr(args, _dest(size.flag), None) is not None}
-    train = {**TRAIN_DEFAULTS, **family.train_defaults}  # what the option does not say
-    return LabConfig(mesh=mesh, preset=preset, rules=rules, model=family.Spec(**sizes),
-                     optimizer=args.optimizer or train["optimizer"],
-                     lr=args.lr if args.lr is not None else train["lr"], decay=args.decay,
-                     batch_size=args.batch, steps=args.steps if args.steps is not None else train["steps"],
-                     seed=args.seed, chunk=args.chunk)
-
-
-def config_to_args(config: LabConfig) -> list[str]:
-    """Command-line options that rebuild ``config`` with :func:`config_from_args` (the worker
-    processes of a multi-process run are started with them)."""
-    mesh, family = config.mesh, config.family
-    args = ["--model", family.name, "--mesh", "x".join(map(str, mesh.shape)), "--axes", ",".join(mesh.axes),
-            "--axis-type", mesh.axis_type]
-    if config.preset is not None:
-        args += ["--preset", config.preset]
-    else:
-        rules = config.resolved_rules()
-        args += ["--preset", "none"]
-        args += [f"--rule={axis}={target_text(rules.target(axis))}" for axis in family.logical_axes]
-        args += [f"--override={name}={':'.join(target_text(t) for t in dims)}"
-                 for name, dims in rules.overrides]
-    for field, size in family.size_fields.items():
-        args += [size.flag, str(getattr(config.model, field))]
-    return args + ["--optimizer", config.optimizer, "--lr", repr(float(config.lr)),
-                   "--decay", repr(float(config.decay)), "--batch", str(config.batch_size),
-                   "--steps", str(config.steps), "--chunk", str(config.chunk), "--seed", str(config.seed)]
+from .mesh import device_ids
+from .options import add_config_options, config_from_args, config_to_args  # noqa: F401 (re-exported)
 
 
 def plan_json(plan: Plan, layouts: dict[str, ArrayLayout]) -> dict:

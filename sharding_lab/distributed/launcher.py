@@ -39,7 +39,7 @@ from ..config import LabConfig, check_memory, plan as make_plan
 from ..devices import DEVICE_COUNT_ENV, device_info
 from ..errors import ConfigError
 from ..layout import ArrayLayout, compare_layouts
-from ..cli import config_to_args
+from ..options import config_to_args
 from ..training import Progress, TrainResult
 
 PROCESS_CHOICES = (1, 2, 4)

@@ -32,7 +32,7 @@ import traceback
 import jax
 import numpy as np
 
-from ..cli import add_config_options, config_from_args
+from ..options import add_config_options, config_from_args
 from ..config import plan as make_plan
 from ..errors import ConfigError
 from ..layout import compare_layouts

@@ -54,3 +54,47 @@ def test_the_app_layer_does_need_streamlit():
 
 def test_only_app_py_at_the_root():
     assert sorted(p.name for p in ROOT.glob("*.py")) == ["app.py"]
+
+
+def _imports_of(path: Path, module: str) -> set[str]:
+    """The sharding_lab modules ``module`` (file ``path``) imports, relative imports resolved."""
+    import ast
+
+    package = module.split(".") if path.name == "__init__.py" else module.split(".")[:-1]
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom):
+            base = (".".join(package[: len(package) - node.level + 1] + ([node.module] if node.module else []))
+                    if node.level else node.module or "")
+            found |= {base} | {f"{base}.{alias.name}" for alias in node.names}
+        elif isinstance(node, ast.Import):
+            found |= {alias.name for alias in node.names}
+    return {name for name in found if name.startswith("sharding_lab")}
+
+
+def test_imports_run_one_way():
+    """No module of sharding_lab/ imports one that (through others) imports it back — a package and its
+    own submodules aside (an ``__init__`` re-exporting its children is not a cycle)."""
+    files = {".".join(p.relative_to(ROOT).with_suffix("").parts).removesuffix(".__init__"): p
+             for p in (ROOT / "sharding_lab").rglob("*.py")}
+
+    def related(a, b):
+        return a == b or a.startswith(b + ".") or b.startswith(a + ".")
+
+    graph = {m: {d for d in _imports_of(p, m) if d in files and not related(m, d)} for m, p in files.items()}
+    cycles, done = [], set()
+
+    def visit(module, stack):
+        if module in stack:
+            cycles.append(stack[stack.index(module):] + [module])
+            return
+        if module in done:
+            return
+        for dep in sorted(graph[module]):
+            visit(dep, stack + [module])
+        done.add(module)
+
+    for module in sorted(graph):
+        visit(module, [])
+    assert "sharding_lab.options" in graph and "sharding_lab.options" in graph["sharding_lab.cli"]
+    assert not cycles, " ; ".join(" → ".join(c) for c in cycles[:3])
