@@ -3,6 +3,7 @@
 #   docker build -t sharding-lab .
 #   docker run --rm -p 8501:8501 sharding-lab
 #   docker run --rm -p 8501:8501 -e SHARDING_LAB_MAX_JOBS=8 -e SHARDING_LAB_DEVICES=16 sharding-lab
+#   docker build --build-arg GPU_COMPILER=1 -t sharding-lab .   # + the GPU compiler for h100/h200 targets (~5 GB)
 #
 # Pinned base (the Python the requirements were checked with: 3.11, Debian 12 slim).
 FROM python:3.11.14-slim-bookworm
@@ -20,9 +21,12 @@ ENV PYTHONDONTWRITEBYTECODE=1 \
 
 WORKDIR /app
 
-# Dependencies first (pinned in requirements.txt), so code changes do not reinstall them.
-COPY requirements.txt .
-RUN pip install --no-cache-dir -r requirements.txt
+# Dependencies first (pinned in requirements*.txt), so code changes do not reinstall them. The TPU
+# compiler (libtpu, for the TPU compile targets) always; the GPU compiler only with GPU_COMPILER=1.
+ARG GPU_COMPILER=0
+COPY requirements.txt requirements-targets.txt requirements-targets-gpu.txt ./
+RUN pip install --no-cache-dir -r requirements.txt -r requirements-targets.txt \
+    && if [ "$GPU_COMPILER" = 1 ]; then pip install --no-cache-dir -r requirements-targets-gpu.txt; fi
 
 # A fixed numeric uid/gid, so `docker run --user` and volume permissions are predictable. The code
 # stays owned by root: the app user can read it, not change it.

@@ -8,6 +8,7 @@ import streamlit as st
 import sharding_lab as sl
 from sharding_lab.app import animation, figures, ui
 from sharding_lab.app.cost_view import cost_panel
+from sharding_lab.app.target_view import compiler_panel
 from sharding_lab.communication import analyze, explain_memory
 from sharding_lab.mesh import device_ids
 from sharding_lab.ring import RING_OPS
@@ -31,6 +32,7 @@ m2.metric("Bytes sent per device per step", f"{report.total_wire_bytes:,}",
           help="Ring algorithms: all-reduce 2(n−1)/n·N, all-gather (n−1)/n·N, reduce-scatter (n−1)·N "
                "(N: the op's result on one device, n: devices in its group).")
 m3.metric("Mesh", plan.config.mesh.label())
+compiler_panel(plan, report)
 
 if not report.collectives:
     st.success("No collectives: every device computes its own step with what it already holds "
@@ -105,7 +107,7 @@ right.dataframe(pd.DataFrame([
     {"source": "Sharding Lab's plan (fullest device)", "params": memory["params"],
      "optimizer": memory["optimizer"], "batch": memory["batch"]},
 ]), hide_index=True)
-st.caption(explain_memory(memory) + " Temporaries are activations and gradients inside the step; outputs are "
+st.caption(explain_memory(memory, report.target, report.dtype) + " Temporaries are activations and gradients inside the step; outputs are "
            "the updated parameters and optimizer state plus the loss.")
 
 cost_panel(plan)

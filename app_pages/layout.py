@@ -1,11 +1,13 @@
 """Layout: where every parameter, optimizer buffer and batch slice lives, for the chosen mesh and
 rules — computed from JAX's own sharding maths, without compiling or allocating anything."""
 
+import numpy as np
 import pandas as pd
 import streamlit as st
 
 import sharding_lab as sl
-from sharding_lab.app import ui
+from sharding_lab import targets
+from sharding_lab.app import settings, ui
 from sharding_lab.app import explore, figures
 from sharding_lab.layout import describe, format_spec, memory_part, memory_per_device
 from sharding_lab.mesh import device_ids, mesh_coords
@@ -22,7 +24,7 @@ left, right = st.columns([3, 2], gap="large")
 with right:
     st.subheader("Rules")
     try:
-        mesh_spec.validate(sl.device_info().count)
+        mesh_spec.validate(settings.device_count(st.session_state))
         ui.rules_table(mesh_spec, model_spec)
     except sl.ConfigError as error:
         st.info(f"Fix the mesh first: {error}")
@@ -44,11 +46,27 @@ followed = explore.followed_block(layouts)
 lit = {st.session_state.focus} if st.session_state.get("focus") is not None else (
     set(followed[1]) if followed else None)
 
+
+
+def torus_view(plan: sl.Plan, target: targets.Target, lit) -> None:
+    """Where the mesh lies on the slice: each chip at its torus coordinates, and per mesh axis which
+    torus dimensions it runs along and whether its ring closes (a wraparound link)."""
+    placed = {int(d.id): (targets.coords(d), at) for at, d in np.ndenumerate(plan.mesh.devices)}
+    st.plotly_chart(figures.torus_figure(placed, target.torus, plan.config.mesh.axes, lit), key="torus_picture",
+                    on_select=explore.on_mesh_click, selection_mode="points")
+    st.caption(f"The same chips on the {'×'.join(map(str, target.torus))} torus of {target.name}, laid on the mesh "
+               "by JAX's topology-aware `mesh_utils.create_device_mesh`: "
+               + "; ".join(targets.describe_placement(target.name, plan.mesh)) + ".")
+
+
 with left:
     st.subheader(f"Mesh {plan.config.mesh.label()}")
     st.plotly_chart(figures.mesh_figure(device_ids(plan.mesh), axes, lit), key="mesh_picture",
                     on_select=explore.on_mesh_click, selection_mode="points")
-    unused = sl.device_info().count - plan.config.mesh.size
+    target = targets.parse(plan.config.target)
+    if target.kind == "tpu":
+        torus_view(plan, target, lit)
+    unused = 0 if target.compile_only else sl.device_info().count - plan.config.mesh.size
     st.caption(f"{plan.config.mesh.size} devices on the mesh"
                + (f"; {unused} more exist but are not used." if unused else ".")
                + " Each box: device id and its mesh coordinates. **Click a device** to see what it holds; "

@@ -78,8 +78,16 @@ def memory_refusal(plan: sl.Plan) -> sl.ConfigError | None:
     return None
 
 
-refused = memory_refusal(plan)
-if refused is not None:
+try:
+    sl.training.refuse_compile_only(plan.config)
+    refused = memory_refusal(plan)
+except sl.ConfigError as compile_only:
+    refused = compile_only
+    st.info(f"**Training needs the chips.** This machine compiles for {plan.config.target} without them — the Layout, "
+            "Communication and Compare pages show that chip's own compiler's program — but a run needs the "
+            "chips themselves. Choose **cpu** under *Compile for* in the sidebar to train on the simulated devices.",
+            icon=":material/memory:")
+if refused is not None and plan.config.target == "cpu":
     ui.show_error(refused, lead="Too big to train here:")
     with st.spinner("Compiling the step on abstract arrays to ask XLA what it needs…"):
         memory = analyze(plan).memory

@@ -266,7 +266,7 @@ def _gather_activations(plan: Plan) -> tuple[bool, str]:
         return False, f"The `{data}` axis FSDP shards over has 1 device: there is nothing to gather."
     comparison = compare(plan, _analyze(plan))
     if needs_crossover(comparison):
-        sentence = next(d for d in comparison.differences if d.startswith("XLA all-gathered activations"))
+        sentence = next(d for d in comparison.differences if " all-gathered activations (" in d)
         return True, sentence
     about = [s for s in comparison.agrees + comparison.differences if "weight" in s and "forward" in s]
     return False, ("The compiled step does not gather activations in place of the weights. "

@@ -56,8 +56,9 @@ class Chip:
     network_bytes_per_s: float | None = None
 
     def flops(self, dtype: str) -> tuple[float, str]:
-        """(peak FLOP/s for ``dtype``, a note when it is not the dtype's own published figure)."""
-        value = self.peak_flops.get(dtype)
+        """(peak FLOP/s for ``dtype``, a note when it is not the dtype's own published figure). Mixed
+        precision computes in bf16: its peak is bf16's."""
+        value = self.peak_flops.get("bf16" if dtype == "mixed" else dtype)
         if value is not None:
             return value, ""
         # TPUs publish no f32 matmul peak: JAX's default precision runs an f32 matmul on the MXU
@@ -69,7 +70,7 @@ class Chip:
         """Whether a ring of ``taken`` chips along a torus dimension of ``dim`` has a wraparound."""
         if self.wrap_rule == "x4":
             return taken % 4 == 0
-        return taken == dim
+        return taken == dim >= 16  # only a full 16-chip dimension (a 16×16 pod or slice) has the wraparound
 
     def to_json(self) -> dict:
         out = {"id": self.id, "name": self.name, "kind": self.kind,

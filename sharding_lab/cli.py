@@ -50,9 +50,14 @@ def main(argv=None) -> int:
         sub = commands.add_parser(name, help=help_text)
         add_config_options(sub)
         sub.add_argument("--json", action="store_true", help="print one JSON object")
+        if name in ("cost", "comm"):
+            sub.add_argument("--dtype", default=None,
+                             help="bf16 (weights, state and math), f32, or mixed (f32 weights and optimizer state, "
+                                  "bf16 math); default on a TPU/GPU target: mixed; on cpu: "
+                                  + ("f32 (the trainer's)" if name == "comm" else "bf16"))
         if name == "cost":
-            sub.add_argument("--chip", default="h100", help="tpu-v5e, tpu-v5p, tpu-v6e, h100, h200 or b200")
-            sub.add_argument("--dtype", default="bf16", help="compute dtype: bf16 (default) or f32")
+            sub.add_argument("--chip", default=None, help="tpu-v5e, tpu-v5p, tpu-v6e, h100, h200 or b200 "
+                                                          "(default: the target's chip; h100 for --target cpu)")
             sub.add_argument("--target-mesh", default=None,
                              help="a bigger mesh than can be simulated, e.g. 16x16: compiled on smaller "
                                   "meshes with the same axes and extrapolated")
@@ -72,7 +77,7 @@ def main(argv=None) -> int:
         if args.command == "layout":
             return _print_layout(plan, args.json)
         if args.command == "comm":
-            return _print_comm(plan, args.json)
+            return _print_comm(plan, args.dtype, args.json)
         if args.command == "cost":
             from .cost import print_cost
 
@@ -102,33 +107,55 @@ def _print_layout(plan: Plan, as_json: bool) -> int:
     return 0
 
 
-def _print_comm(plan: Plan, as_json: bool) -> int:
+def _print_comm(plan: Plan, dtype: str | None, as_json: bool) -> int:
     from .communication import analyze, explain_memory
+    from .compilers import compare_compilers
+    from .targets import parse
     from .textbook import compare, needs_crossover, weight_gather_batch
 
-    report = analyze(plan)
+    if dtype is not None:
+        from .cost.compiled import dtype_name
+
+        dtype = dtype_name(dtype)
+    report = analyze(plan, dtype)
     comparison = compare(plan, report)
     crossover = None
-    if needs_crossover(comparison):
+    if needs_crossover(comparison) and plan.config.target == "cpu":
         crossover = weight_gather_batch(plan.config)
         comparison = compare(plan, report, crossover)
+    against_cpu = compare_compilers(plan, report.dtype) if plan.config.target != "cpu" else None
     if as_json:
-        print(json.dumps({**report.to_json(), **comparison.to_json(), "weight_gather_batch": crossover}))
+        print(json.dumps({**report.to_json(), **comparison.to_json(), "weight_gather_batch": crossover,
+                          "compilers": against_cpu.to_json() if against_cpu else None}))
         return 0
     axes = plan.config.mesh.axes
-    print(f"one training step on {plan.config.mesh.label()}: {len(report.collectives)} kinds of collective, "
+    target = parse(plan.config.target)
+    print(f"one training step on {plan.config.mesh.label()}, compiled by {target.compiler} for {target.label()} "
+          f"in {report.dtype}: {len(report.collectives)} kinds of collective, "
           f"{report.total_wire_bytes:,} bytes sent per device (ring algorithms)")
+    for warning in plan.warnings:
+        print(f"warning: {warning}")
     for c in report.collectives:
         print(f"  {c.count} × {c.op:<18} {c.dtype:<4} {str([list(s) for s in c.shape]):<28} "
               f"{c.wire_bytes:>10,} B sent  {c.where(axes).replace('`', ''):<18} {c.phase:<8} "
               + "; ".join(c.moves))
     for title, lines in (("textbook", comparison.textbook), ("as the textbook", comparison.agrees),
-                         ("where XLA departed", comparison.differences)):
+                         ("where the compiler departed", comparison.differences)):
         if lines:
             print(f"{title}:")
             print("\n".join(f"  - {line.replace('`', '')}" for line in lines))
+    if against_cpu is not None:
+        print(f"{target.short} vs the simulated host (XLA:CPU), same layout, {report.dtype}:")
+        if against_cpu.cpu is None:
+            print(f"  - {against_cpu.note}")
+        else:
+            from .compilers import summary
+
+            print(f"  - XLA:CPU: {summary(against_cpu.cpu)}; {target.short} on {target.name}: {summary(report)}")
+            print("\n".join(f"  - {line.replace('`', '')}" for line in against_cpu.sentences)
+                  or "  - the two programs move the same things")
     print("memory per device: " + ", ".join(f"{k} {v:,} B" for k, v in report.memory.items()))
-    print(explain_memory(report.memory))
+    print(explain_memory(report.memory, report.target, report.dtype))
     return 0
 
 

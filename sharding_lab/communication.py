@@ -129,46 +129,88 @@ def group_axes(groups: list[list[int]], mesh_shape: tuple[int, ...], axis_names:
 
 # --- HLO text ---------------------------------------------------------------------------------
 
-def _phase(line: str) -> str:
-    name = re.search(r'op_name="([^"]*)"', line)
-    if not name:
+_NAME = re.compile(r'op_name="([^"]*)"')
+_DEFINED = re.compile(r"^\s*(?:ROOT\s+)?%?([\w.\-]+)\s*=")
+
+
+def _phase(op_name: str | None) -> str:
+    if op_name is None:
         return "unknown"
-    if "transpose(" in name.group(1):
+    if "transpose(" in op_name:
         return "backward"
-    if "jvp(" in name.group(1):
+    if "jvp(" in op_name:
         return "forward"
     return "optimizer"
 
 
+def _op_name(line: str, names: dict[str, str]) -> str | None:
+    """JAX's op_name of an HLO op; for an async collective the GPU compiler scheduled without one (its
+    metadata carries only a scheduling name), the op_name of the first operand that has one (what it
+    reduces or gathers). An op with no metadata at all was inserted by the partitioner: None."""
+    found = _NAME.search(line)
+    if found:
+        return found.group(1)
+    if "scheduling_name=" not in line:  # an op the partitioner inserted (e.g. to meet the pinned outputs)
+        return None
+    call = re.search(r"(?:" + "|".join(COLLECTIVES) + r")(?:-start)?\(([^)]*)\)", line)
+    for operand in re.findall(r"%?([\w.\-]+)", call.group(1)) if call else ():
+        if operand in names:
+            return names[operand]
+    return None
+
+
+def _top_level(text: str) -> list[str]:
+    """The elements of a tuple shape '(a, (b, c), d)' at its outer level."""
+    inner, parts, depth, start = text.strip()[1:-1], [], 0, 0
+    for i, ch in enumerate(inner):
+        depth += ch in "([{"
+        depth -= ch in ")]}"
+        if ch == "," and depth == 0:
+            parts.append(inner[start:i].strip())
+            start = i + 1
+    return parts + [inner[start:].strip()]
+
+
 def _result_arrays(op: str, suffix: str | None, shape_text: str) -> list[tuple[str, tuple[int, ...]]]:
-    arrays = [(dtype, tuple(_ints(dims))) for dtype, dims in _ARRAY.findall(shape_text)]
-    if suffix == "-start" and op in ("all-gather", "collective-permute") and len(arrays) >= 2:
-        return [arrays[1]]  # async start returns (operand, result, context...): the result counts
-    return arrays
+    def arrays(text):
+        return [(dtype, tuple(_ints(dims))) for dtype, dims in _ARRAY.findall(text)]
+
+    if suffix == "-start" and op != "all-reduce" and shape_text.startswith("("):
+        # An async start returns (operands, results, context...): the results count. Several operands
+        # combined into one op come as a tuple of tuples: ((operands...), (results...)).
+        parts = _top_level(shape_text)
+        if len(parts) >= 2:
+            return arrays(parts[1])
+    return arrays(shape_text)
 
 
 def parse_collectives(hlo_text: str, mesh_shape: tuple[int, ...], axis_names: tuple[str, ...]) -> list[Collective]:
     """Every collective op in ``hlo_text`` (``-done`` halves skipped), identical ones counted."""
     found: dict[Collective, int] = {}
     names: dict[Collective, list[str]] = {}
+    defined = {}  # every instruction's op_name, for collectives that lack their own
+    for line in hlo_text.splitlines():
+        name, op_name = _DEFINED.match(line), _NAME.search(line)
+        if name and op_name:
+            defined[name.group(1)] = op_name.group(1)
     for line in hlo_text.splitlines():
         match = _OP.search(line)
         if not match or match.group("suffix") == "-done":
             continue
         arrays = _result_arrays(match.group("op"), match.group("suffix"), match.group("shape"))
         groups = parse_replica_groups(line) or []
+        op_name = _op_name(line, defined)
         dtypes = sorted({d for d, _ in arrays})
         collective = Collective(
             op=match.group("op"), dtype="/".join(dtypes), shape=tuple(s for _, s in arrays),
             bytes=sum(math.prod(s) * DTYPE_BYTES.get(d, 4) for d, s in arrays),
             axes=group_axes(groups, mesh_shape, axis_names) if groups else tuple(
                 a for a, n in zip(axis_names, mesh_shape) if n > 1),
-            phase=_phase(line), groups=tuple(tuple(g) for g in groups),
+            phase=_phase(op_name), groups=tuple(tuple(g) for g in groups),
             group_size=len(groups[0]) if groups and match.group("op") != "collective-permute"
             else math.prod(mesh_shape))
         found[collective] = found.get(collective, 0) + 1
-        op_name = re.search(r'op_name="([^"]*)"', line)
-        names.setdefault(collective, []).append(op_name.group(1) if op_name else "")
+        names.setdefault(collective, []).append(op_name or "")
     return [dataclasses.replace(c, count=n, op_names=tuple(names[c])) for c, n in found.items()]
 
 
@@ -179,6 +221,8 @@ class CommReport:
     collectives: list[Collective]
     memory: dict[str, int]  # argument, output, temp (compiled) + params, optimizer, batch (ours)
     hlo: str
+    target: str = "cpu"  # which compiler made the program (sharding_lab.targets)
+    dtype: str = "f32"
 
     @property
     def total_bytes(self) -> int:
@@ -190,19 +234,17 @@ class CommReport:
         return sum(c.wire_bytes * c.count for c in self.collectives)
 
     def to_json(self) -> dict:
-        return {"collectives": [c.to_json() for c in self.collectives],
+        return {"target": self.target, "dtype": self.dtype, "collectives": [c.to_json() for c in self.collectives],
                 "total_bytes": self.total_bytes, "total_wire_bytes": self.total_wire_bytes, "memory": self.memory}
 
 
 @functools.lru_cache(maxsize=32)
-def _analyze(config) -> CommReport:
+def _analyze(config, dtype: str) -> CommReport:
     from .config import plan as make_plan
-    from .training import step_program
+    from .training import compile_train_step
 
     plan = make_plan(config)
-    fn, state, x, y = step_program(plan)
-    with jax.set_mesh(plan.mesh):
-        compiled = fn.lower(state, x, y).compile()
+    compiled = compile_train_step(plan, dtype)
     hlo = compiled.as_text()
     stats = compiled.memory_analysis()
     ours = memory_per_device(plan.layouts())
@@ -211,28 +253,42 @@ def _analyze(config) -> CommReport:
               "temp": int(stats.temp_size_in_bytes), **fullest}
     collectives = [dataclasses.replace(c, moves=name_elements(c.op, c.phase, c.shape, c.count, plan))
                    for c in parse_collectives(hlo, config.mesh.shape, config.mesh.axes)]
-    return CommReport(collectives, memory, hlo)
+    return CommReport(collectives, memory, hlo, config.target, dtype)
 
 
-def analyze(plan: Plan) -> CommReport:
-    """Compile the trainer's own step for ``plan`` (:func:`sharding_lab.training.step_program`, no
-    allocation) and report its collectives and memory."""
+def default_dtype(target: str) -> str:
+    """The dtype a view compiles in unless told: the trainer's f32 on the simulated host; on a TPU or GPU
+    target mixed precision (f32 weights and optimizer state, bf16 math), as real runs train there. The
+    dtype changes the program: the seed step on v5e-8 is 3 all-reduces in f32, 4 in bf16."""
+    return "f32" if target == "cpu" else "mixed"
+
+
+def analyze(plan: Plan, dtype: str | None = None) -> CommReport:
+    """Compile the trainer's own step for ``plan`` on its target (:func:`sharding_lab.training.compile_train_step`,
+    no allocation) and report its collectives and memory."""
     config = dataclasses.replace(plan.config, steps=1, seed=0, chunk=1)
     if config.preset is None and config.rules is None:
         config = dataclasses.replace(config, rules=plan.rules)
-    return _analyze(config)
+    return _analyze(config, dtype or default_dtype(config.target))
 
 
-def explain_memory(memory: dict[str, int]) -> str:
-    """Reconcile XLA's argument bytes with our own accounting of params + optimizer + batch."""
-    ours = memory["params"] + memory["optimizer"] + memory["batch"]
+def explain_memory(memory: dict[str, int], target: str = "cpu", dtype: str = "f32") -> str:
+    """Reconcile the compiler's argument bytes with our own accounting of params + optimizer + batch
+    (planned in f32; a bf16 program holds half of it)."""
+    planned = memory["params"] + memory["optimizer"] + memory["batch"]
+    ours = planned if dtype in ("f32", "mixed") else planned // 2
+    in_dtype = "" if dtype in ("f32", "mixed") else f"; in {dtype}, half the planned f32 {planned:,}"
     gap = memory["argument"] - ours
     if gap == 0:
-        return (f"XLA's argument bytes ({memory['argument']:,}) are exactly the parameters, optimizer "
-                f"state and batch slice this device holds ({ours:,}).")
-    return (f"XLA's argument bytes ({memory['argument']:,}) differ from our params + optimizer + batch "
-            f"({ours:,}) by {gap:+,} bytes: scalars such as the step counter, and on devices holding "
-            "fewer slices, padding XLA keeps for the largest one.")
+        return (f"The compiler's argument bytes ({memory['argument']:,}) are exactly the parameters, optimizer "
+                f"state and batch slice this device holds ({ours:,}{in_dtype}).")
+    if target != "cpu" and gap > 0:
+        return (f"The compiler's argument bytes ({memory['argument']:,}) exceed our params + optimizer + batch "
+                f"({ours:,}{in_dtype}) by {gap:+,} bytes: an accelerator lays arrays out in tiles (a TPU pads the "
+                "last two dimensions to multiples of 8 × 128), so small arrays take more than their elements.")
+    return (f"The compiler's argument bytes ({memory['argument']:,}) differ from our params + optimizer + batch "
+            f"({ours:,}{in_dtype}) by {gap:+,} bytes: scalars such as the step counter, integer batches kept whole "
+            "in a bf16 program, and on devices holding fewer slices, padding the compiler keeps for the largest one.")
 
 
 __all__ = ["COLLECTIVES", "Collective", "CommReport", "analyze", "explain_memory", "group_axes",

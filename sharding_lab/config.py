@@ -23,7 +23,8 @@ from .devices import available_count
 from .models import family_of
 from .errors import ConfigError, nearest_divisible
 from .layout import ArrayLayout, divides, format_spec, planned_layout, realized_spec
-from .mesh import MeshSpec, build_mesh
+from . import targets
+from .mesh import MeshSpec, build_mesh, device_grid
 from .models.mlp import ModelSpec
 from .optimizer import OPTIMIZER_BUFFERS, OPTIMIZER_SCALARS, OPTIMIZERS
 from .rules import Rules, axis_names, bind_preset, split_ways
@@ -45,6 +46,7 @@ class LabConfig:
     steps: int = 3000
     seed: int = 0
     chunk: int = 100
+    target: str = "cpu"  # what the step is compiled for (sharding_lab.targets): cpu trains, others compile only
 
     @property
     def family(self):
@@ -67,7 +69,7 @@ class LabConfig:
                 "model": dataclasses.asdict(self.model), "model_family": self.family.name,
                 "optimizer": self.optimizer,
                 "lr": self.lr, "decay": self.decay, "batch_size": self.batch_size,
-                "steps": self.steps, "seed": self.seed}
+                "steps": self.steps, "seed": self.seed, "target": self.target}
 
 
 def _jsonable(target):
@@ -144,7 +146,13 @@ def _check_numbers(config: LabConfig) -> None:
 
 def plan(config: LabConfig) -> Plan:
     """Validate ``config`` and lay out every array; raises ConfigError with the fix."""
-    config.mesh.validate(available_count())
+    target = targets.parse(config.target)
+    if target.compile_only:
+        targets.check(target)  # its compiler is installed, else how to install it
+        config.mesh.validate(target.devices)
+        targets.check_mesh_size(target, config.mesh.size)
+    else:
+        config.mesh.validate(available_count())
     config.model.validate()
     _check_numbers(config)
     if config.mesh.axis_type == "explicit" and config.family.explicit_refusal:
@@ -153,9 +161,11 @@ def plan(config: LabConfig) -> Plan:
     arrays = _array_paths(config)
     rules.validate(config.mesh, {name: logical for path, (_, logical, name, _) in arrays.items()
                                  if not path.startswith("opt/")}, tuple(config.family.logical_axes))
-    mesh = build_mesh(config.mesh)
+    mesh = build_mesh(config.mesh, config.target)
     explicit = config.mesh.axis_type == "explicit"
     warnings, planned = [], {}
+    if target.compile_only and device_grid(config.mesh, config.target)[1]:
+        warnings.append(device_grid(config.mesh, config.target)[1])
     batch_first = sorted(arrays.items(), key=lambda item: not item[0].startswith("batch/"))
     for path, (shape, logical, name, dtype) in batch_first:
         requested = rules.spec(name, logical) if logical else P()

@@ -64,9 +64,16 @@ def requested_platform() -> str:
 
 
 def apply_platform() -> bool:
-    """With ``cpu``, keep JAX off any accelerator (``jax_platforms``); must run before JAX starts.
-    False when the backend already started."""
-    if requested_platform() != "cpu":
+    """With ``cpu`` — or ``auto`` on a machine with no TPU or NVIDIA GPU attached — keep JAX off any
+    accelerator (``jax_platforms``); must run before JAX starts. False when the backend already started.
+
+    Why ``auto`` needs it too: the TPU and GPU compilers installed for compile targets
+    (:mod:`sharding_lab.targets`) would otherwise try to start hardware that is not there — libtpu
+    prints an error trace, the CUDA plugin fails at ``cuInit``. Compiling for them needs no backend."""
+    from .targets import accelerator_attached
+
+    platform = requested_platform()
+    if platform == "gpu" or (platform == "auto" and accelerator_attached()):
         return True
     try:
         jax.config.update("jax_platforms", "cpu")

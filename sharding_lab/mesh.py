@@ -100,14 +100,32 @@ def default_axes(ndim: int) -> tuple[str, ...]:
 
 
 @functools.lru_cache(maxsize=64)
-def build_mesh(spec: MeshSpec) -> jax.sharding.Mesh:
-    """The JAX mesh for ``spec``: devices 0..size-1 laid row-major, so device ids read in order."""
+def build_mesh(spec: MeshSpec, target: str = "cpu") -> jax.sharding.Mesh:
+    """The JAX mesh for ``spec`` on ``target`` (:mod:`sharding_lab.targets`). On the simulated host
+    (``cpu``): devices 0..size-1 laid row-major, so device ids read in order. On a TPU slice or GPU
+    node: every device of the target, in the order its topology suggests (:func:`targets.device_grid`)."""
+    from . import targets
     from .devices import available_count, devices_for
 
-    spec.validate(available_count())
-    grid = np.array(devices_for(spec.size)[: spec.size], dtype=object).reshape(spec.shape)
+    if targets.parse(target).compile_only:
+        grid = device_grid(spec, target)[0]
+    else:
+        spec.validate(available_count())
+        grid = np.array(devices_for(spec.size)[: spec.size], dtype=object).reshape(spec.shape)
     return jax.sharding.Mesh(grid, spec.axes,
                              axis_types=(AXIS_TYPES[spec.axis_type],) * len(spec.shape))
+
+
+@functools.lru_cache(maxsize=64)
+def device_grid(spec: MeshSpec, target: str):
+    """(devices of a compile-only target laid on ``spec``'s grid, a note when an axis splits a torus
+    dimension or None), after checking the mesh uses exactly the target's devices."""
+    from . import targets
+
+    chosen = targets.parse(target)
+    spec.validate(chosen.devices)
+    targets.check_mesh_size(chosen, spec.size)
+    return targets.device_grid(target, spec.shape)
 
 
 def device_ids(mesh: jax.sharding.Mesh) -> list:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 
+from . import targets
 from .config import LabConfig
 from .devices import available_count
 from .errors import ConfigError
@@ -19,6 +20,10 @@ from .rules import bind_preset, parse_target, target_text
 
 
 def add_config_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--target", default="cpu",
+                        help="what to compile for: cpu (the simulated host devices; trains), a TPU slice "
+                             "(v5e-8 … v5e-256, v6e-8 … v6e-256, v5p-8 … v5p-1024) or a GPU node (h100-8, h200-8, "
+                             "h100-16 …): compile-only — the mesh must use all its chips")
     parser.add_argument("--mesh", default="2x4", help="mesh shape, e.g. 2x4, 8, 2x2x2 (default 2x4)")
     parser.add_argument("--axes", default=None, help="axis names, e.g. data,model (default by rank)")
     parser.add_argument("--axis-type", choices=["auto", "explicit"], default="auto")
@@ -75,8 +80,9 @@ def config_from_args(args) -> LabConfig:
     preset = args.preset or family.default_preset
     preset = None if preset.lower() == "none" else preset
     rules = None
+    target = targets.parse(getattr(args, "target", None))
     if args.rule or args.override or preset is None:
-        mesh.validate(available_count())
+        mesh.validate(target.devices if target.compile_only else available_count())
         rules = bind_preset(preset or "replicated", mesh, family.name)
         for text in args.rule:
             axis, value = _pair(text, "rule")
@@ -95,14 +101,14 @@ def config_from_args(args) -> LabConfig:
                      optimizer=args.optimizer or train["optimizer"],
                      lr=args.lr if args.lr is not None else train["lr"], decay=args.decay,
                      batch_size=args.batch, steps=args.steps if args.steps is not None else train["steps"],
-                     seed=args.seed, chunk=args.chunk)
+                     seed=args.seed, chunk=args.chunk, target=target.name)
 
 
 def config_to_args(config: LabConfig) -> list[str]:
     """Command-line options that rebuild ``config`` with :func:`config_from_args` (the worker
     processes of a multi-process run are started with them)."""
     mesh, family = config.mesh, config.family
-    args = ["--model", family.name, "--mesh", "x".join(map(str, mesh.shape)), "--axes", ",".join(mesh.axes),
+    args = ["--target", config.target, "--model", family.name, "--mesh", "x".join(map(str, mesh.shape)), "--axes", ",".join(mesh.axes),
             "--axis-type", mesh.axis_type]
     if config.preset is not None:
         args += ["--preset", config.preset]

@@ -15,6 +15,7 @@ import dataclasses
 import functools
 import math
 
+from . import targets
 from .communication import Collective, CommReport, analyze
 from .config import LabConfig, Plan, plan as make_plan
 from .errors import ConfigError
@@ -61,6 +62,11 @@ def _counts(found: list[Collective]) -> str:
     return " + ".join(f"{n} × {op}" for op, n in counts.items())
 
 
+def _who(plan: Plan) -> str:
+    """Which compiler made the program a sentence is about: XLA:CPU (the simulated host), XLA:TPU, XLA:GPU."""
+    return targets.parse(plan.config.target).short
+
+
 def _shape(c: Collective) -> str:
     return " + ".join("×".join(map(str, s)) or "scalar" for s in c.shape)
 
@@ -79,7 +85,7 @@ def _weights_missing(report: CommReport, axis: str, plan: Plan, crossover: int |
                 "gathers no weight in the forward pass."), []
     moved = sum(c.bytes * c.count for c in gathered)
     weights = _param_bytes(plan)
-    sentence = (f"XLA all-gathered activations ({', '.join(f'{c.count} × {_shape(c)}' for c in gathered)}) instead of the "
+    sentence = (f"{_who(plan)} all-gathered activations ({', '.join(f'{c.count} × {_shape(c)}' for c in gathered)}) instead of the "
                 f"weights: {_mb(moved)} of gathered results per step where gathering every weight would "
                 f"give {_mb(weights)}"
                 + (f" — {weights / moved:.0f}× fewer bytes at batch {plan.config.batch_size}" if moved < weights else "")
@@ -99,7 +105,7 @@ def _scatter_missing(report: CommReport, axis: str, plan: Plan):
                 "parameter's gradient at all: each device computes the gradient of its own weight slice "
                 "locally, and only activations (and their gradients) cross devices."), []
     full = sum(c.bytes for c in reduced)
-    return (f"XLA all-reduced the gradients over `{axis}` ({_mb(full)} per device) where the textbook "
+    return (f"{_who(plan)} all-reduced the gradients over `{axis}` ({_mb(full)} per device) where the textbook "
             f"reduce-scatters them: every device materialises the full gradients, not the 1/{n} slice "
             f"({_mb(full / n)}) FSDP is meant to keep — no gradient memory saved here."), reduced
 
@@ -124,7 +130,7 @@ def compare(plan: Plan, report: CommReport | None = None, crossover: int | None 
         textbook.append(_describe(expect, axis))
         if sizes[axis] == 1:
             agrees.append(f"`{axis}` has one device: the textbook's {expect.ops[0]} over it moves nothing, "
-                          "and XLA compiles none.")
+                          f"and {_who(plan)} compiles none.")
             continue
         found = _found(report, expect, axis)
         if found:
@@ -148,7 +154,7 @@ def compare(plan: Plan, report: CommReport | None = None, crossover: int | None 
         what = "; ".join(f"{c.count} × {c.op} over {' × '.join(f'`{a}`' for a in c.axes)} — "
                          + ", ".join(sorted(set(c.moves))) for c in found)
         if phase == "unknown":
-            differences.append(f"Not in the textbook, after the update: {what}. XLA computed these in another "
+            differences.append(f"Not in the textbook, after the update: {what}. {_who(plan)} computed these in another "
                                "layout than the one the step's outputs are pinned to, and moves them back.")
         else:
             differences.append(f"Not in the textbook, in the {phase} pass: {what}.")
@@ -158,7 +164,8 @@ def compare(plan: Plan, report: CommReport | None = None, crossover: int | None 
 def needs_crossover(comparison: Comparison) -> bool:
     """Whether a sentence says XLA gathered activations where the textbook gathers weights (the
     batch size from which it changes its mind is then worth measuring)."""
-    return any(d.startswith("XLA all-gathered activations") for d in comparison.differences)
+    return any(d.startswith(f"{who} all-gathered activations") for who in targets.COMPILER_NAMES
+               for d in comparison.differences)
 
 
 @functools.lru_cache(maxsize=32)

@@ -33,6 +33,7 @@ from jax.sharding import NamedSharding, PartitionSpec as P
 
 from .config import LabConfig, Plan, check_memory, plan as make_plan
 from .data import place, sample_batch
+from .errors import ConfigError
 from .layout import ArrayLayout, actual_layout, compare_layouts
 from .models import activation_rules, family_of
 from .optimizer import buffer_name, make_optimizer
@@ -76,6 +77,7 @@ class Lab:
 
     def __init__(self, config_or_plan: LabConfig | Plan):
         self.plan = config_or_plan if isinstance(config_or_plan, Plan) else make_plan(config_or_plan)
+        refuse_compile_only(self.plan.config)
         check_memory(self.plan)  # refuse before allocating what would not fit
         config = self.plan.config
         with jax.set_mesh(self.plan.mesh):
@@ -186,6 +188,15 @@ class Lab:
             return np.asarray(self._predict_all(self.state, x))
 
 
+def refuse_compile_only(config: LabConfig) -> None:
+    """A run needs the chips it is laid on: only the simulated host (target ``cpu``, or accelerators JAX
+    really sees) trains; a TPU slice or GPU node target is compiled for, never run."""
+    if config.target != "cpu":
+        raise ConfigError(f"training on {config.target} needs those chips, and this machine compiles for them "
+                          f"only: every view that compiles (Communication, Compare, cost) works on {config.target}; "
+                          "to train, choose the target cpu", "target")
+
+
 @nnx.jit(static_argnums=(0, 1, 2, 3, 4, 5))
 def _create(model_spec, rules, optimizer, lr, decay, seed):
     """Model and optimizer created inside jit, under the mesh: every array is born sharded."""
@@ -259,18 +270,33 @@ def batch_shardings(plan: Plan) -> tuple[NamedSharding, NamedSharding]:
     return tuple(NamedSharding(plan.mesh, plan.spec(path)) for path in ("batch/x", "batch/y"))
 
 
-def make_train_step(plan: Plan, graphdef):
+def make_train_step(plan: Plan, graphdef, compute_dtype=None):
     """The one training step — loss, gradients, optimizer update — that the trainer runs (inside
     its chunk), the Communication and Compare pages compile, and the export script copies.
 
     ``state`` is ``nnx.state((model, optimizer))``; the activations the family constrains are laid
-    out as the plan says."""
+    out as the plan says. With ``compute_dtype`` (bf16) the step is *mixed precision*, as large runs
+    train: the weights and optimizer state stay in the state's dtype (f32) and the update happens
+    there, while the forward and backward passes run on a ``compute_dtype`` copy of the weights."""
     family, mesh, activations = plan.config.family, plan.mesh, plan.activation_specs()
+
+    def value_and_grad(model, x, y):
+        if compute_dtype is None:
+            return nnx.value_and_grad(family.loss)(model, x, y)
+        graph, params, rest = nnx.split(model, nnx.Param, ...)
+
+        def low(a):
+            return a.astype(compute_dtype) if jnp.issubdtype(a.dtype, jnp.floating) else a
+
+        def loss_of(params):  # the cast inside: its transpose hands back f32 gradients
+            return family.loss(nnx.merge(graph, jax.tree.map(low, params), rest), low(x), low(y))
+
+        return jax.value_and_grad(loss_of)(params)
 
     def train_step(state, x, y):
         model, optimizer = nnx.merge(graphdef, state)
         with activation_rules(mesh, activations):
-            loss, grads = nnx.value_and_grad(family.loss)(model, x, y)
+            loss, grads = value_and_grad(model, x, y)
         optimizer.update(model, grads)
         return nnx.state((model, optimizer)), loss
 
@@ -284,15 +310,59 @@ def output_shardings(plan: Plan, state) -> tuple:
     return (jax.tree.map(lambda a: a.sharding, state), NamedSharding(plan.mesh, P()))
 
 
-def step_program(plan: Plan):
-    """(jitted one-step function, abstract state, abstract batch): compile it with
-    ``fn.lower(state, x, y).compile()`` — nothing is allocated."""
+COMPUTE_DTYPES = {"bf16": jnp.bfloat16, "f32": jnp.float32, "mixed": jnp.float32}  # mixed: f32 state, bf16 math
+
+
+def lower_train_step(plan: Plan, dtype: str = "f32"):
+    """The trainer's one step lowered for ``plan``'s mesh and target (:mod:`sharding_lab.targets`) in a
+    compute dtype, on abstract inputs (nothing allocated): a ``jax.stages.Lowered``.
+
+    Every float leaf of the state and the batch is cast to ``dtype`` (ints — step counters, tokens —
+    kept), so parameters, gradients, optimizer state and activations are all ``dtype`` ("pure" bf16);
+    ``mixed`` keeps the state in f32 and computes in bf16 (:func:`make_train_step`). The state is
+    donated as in the trainer's chunks."""
+    target = COMPUTE_DTYPES[dtype]
     graphdef, state = abstract_state(plan)
+
+    def kind(dtype):  # float → the compute dtype; integers stay as they are
+        return target if jnp.issubdtype(dtype, jnp.floating) else dtype
+
+    state = jax.tree.map(lambda leaf: jax.ShapeDtypeStruct(leaf.shape, kind(leaf.dtype), sharding=leaf.sharding),
+                         state)
     (sx, sy), arrays = batch_shardings(plan), plan.arrays
-    x = jax.ShapeDtypeStruct(arrays["batch/x"].shape, arrays["batch/x"].dtype, sharding=sx)
-    y = jax.ShapeDtypeStruct(arrays["batch/y"].shape, arrays["batch/y"].dtype, sharding=sy)
-    fn = jax.jit(make_train_step(plan, graphdef), out_shardings=output_shardings(plan, state))
-    return fn, state, x, y
+    x = jax.ShapeDtypeStruct(arrays["batch/x"].shape, kind(np.dtype(arrays["batch/x"].dtype)), sharding=sx)
+    y = jax.ShapeDtypeStruct(arrays["batch/y"].shape, kind(np.dtype(arrays["batch/y"].dtype)), sharding=sy)
+    step = make_train_step(plan, graphdef, jnp.bfloat16 if dtype == "mixed" else None)
+    fn = jax.jit(step, out_shardings=output_shardings(plan, state), donate_argnums=0)
+    with jax.set_mesh(plan.mesh):
+        return fn.lower(state, x, y)
+
+
+def compile_lowered(lowered, target: str):
+    """``lowered.compile()``; a step too big for the target's memory raises :class:`CompileRefused`
+    carrying the compiler's own sentence (the TPU compiler checks HBM; nothing is allocated)."""
+    try:
+        return lowered.compile()
+    except Exception as error:  # the accelerator compilers refuse what does not fit: JaxRuntimeError
+        if "RESOURCE_EXHAUSTED" not in str(error):
+            raise
+        raise CompileRefused(target, str(error)) from None
+
+
+def compile_train_step(plan: Plan, dtype: str = "f32"):
+    """:func:`lower_train_step`, compiled by the target's compiler: a ``jax.stages.Compiled``."""
+    return compile_lowered(lower_train_step(plan, dtype), plan.config.target)
+
+
+class CompileRefused(ConfigError):
+    """The target's compiler refused the step: it does not fit in the chip's memory."""
+
+    def __init__(self, target: str, compiler_text: str):
+        reason = next((line.strip() for line in compiler_text.splitlines() if "RESOURCE_EXHAUSTED" in line),
+                      compiler_text.strip().splitlines()[0])
+        reason = reason[reason.index("RESOURCE_EXHAUSTED"):] if "RESOURCE_EXHAUSTED" in reason else reason
+        super().__init__(f"does not fit on {target}: the compiler says {reason}", "model")
+        self.reason = reason
 
 
 _programs: dict[tuple, Callable] = {}

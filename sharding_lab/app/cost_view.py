@@ -12,7 +12,7 @@ import pandas as pd
 import plotly.graph_objects as go
 import streamlit as st
 
-from .. import cost
+from .. import cost, targets
 from ..cost.compiled import canonical  # steps, seed, chunk fixed: the step does not depend on them
 from ..chips import CHIPS
 from ..config import Plan
@@ -77,11 +77,44 @@ def _sweep(config, chip_id: str, dtype: str, strategies: tuple[str, ...]):
     return cost.batch_sweep(config, chip_id, dtype, strategies=strategies)
 
 
-def chip_pickers(chip_col, dtype_col, key: str) -> tuple[str, str]:
-    """The chip (H100 by default) and the compute dtype, as two widgets."""
-    chip_id = chip_col.selectbox("Chip", list(CHIPS), index=list(CHIPS).index("h100"), key=f"{key}_chip",
-                                 format_func=lambda c: CHIPS[c].name)
-    return chip_id, dtype_col.radio("Compute dtype", list(cost.DTYPES), horizontal=True, key=f"{key}_dtype")
+def chip_pickers(chip_col, dtype_col, key: str, target: str = "cpu") -> tuple[str, str]:
+    """The chip (H100 by default) and the compute dtype, as two widgets. On a TPU or GPU target the chip
+    is the target's own (its compiler made the program) and the dtype starts at mixed precision."""
+    on = targets.parse(target)
+    dtypes = list(cost.DTYPES)
+    if on.compile_only:
+        chip_id = on.chip
+        chip_col.markdown(f"**Chip**  \n{CHIPS[chip_id].name} — the target's ({on.name})")
+    else:
+        chip_id = chip_col.selectbox("Chip", list(CHIPS), index=list(CHIPS).index("h100"), key=f"{key}_chip",
+                                     format_func=lambda c: CHIPS[c].name)
+    default = dtypes.index(cost.default_dtype(target))
+    dtype = dtype_col.radio("Compute dtype", dtypes, index=default, horizontal=True, key=f"{key}_dtype_{on.kind}",
+                            help="bf16: weights, optimizer state and math in bf16. f32: all f32. mixed: f32 weights "
+                                 "and optimizer state, bf16 math — how large runs train.")
+    return chip_id, dtype
+
+
+def refused_notice(p: dict, where=st) -> bool:
+    """The target's compiler refused the step for memory: its own sentence (True when it did)."""
+    if not p.get("refused"):
+        return False
+    where.error(f"**Does not fit on {p['target']}** — {p['compiler']} refused to compile it "
+                f"({p['compile_s']:.1f} s): {p['refused']}", icon=":material/memory:")
+    return True
+
+
+def compiler_line(p: dict) -> str:
+    """Which compiler made the program the figures come from, how long it took, and the TPU compiler's own
+    estimate of the step beside the roofline."""
+    if p.get("target", "cpu") == "cpu":
+        return ""
+    text = f"Compiled by {p['compiler']} for **{p['target']}** in {p['compile_s']:.1f} s (abstract inputs, nothing allocated)."
+    if p.get("compiler_optimal_seconds"):
+        text += (f" The TPU compiler's own estimate of the step (`cost_analysis()['optimal_seconds']`): "
+                 f"{cost.format_seconds(p['compiler_optimal_seconds'])} — the roofline is "
+                 f"{p['roofline_vs_compiler']:.2f}× it.")
+    return text
 
 
 def cost_panel(plan: Plan, key: str = "cost") -> None:
@@ -95,16 +128,19 @@ def cost_panel(plan: Plan, key: str = "cost") -> None:
                "wire bytes ÷ the link its mesh axes run over. Chip figures are published ones (sources in "
                "the table below); the step is compiled here on the CPU.")
     c1, c2, c3 = st.columns(3)
-    chip_id, dtype = chip_pickers(c1, c2, key)
-    target_text = c3.text_input("On a bigger mesh (optional)", "", key=f"{key}_target",
-                                placeholder="e.g. 16x16", help="Compiled on smaller meshes with the same axes, "
-                                "then extrapolated: the figures say so.")
+    chip_id, dtype = chip_pickers(c1, c2, key, config.target)
+    target_text = "" if config.target != "cpu" else c3.text_input(
+        "On a bigger mesh (optional)", "", key=f"{key}_target", placeholder="e.g. 16x16",
+        help="Compiled on smaller meshes with the same axes, then extrapolated: the figures say so. (Or choose "
+             "a TPU slice or GPU node under Compile for: its own compiler compiles the whole of it.)")
     try:
         target = parse_mesh_shape(target_text) if target_text.strip() else None
         with st.spinner("Compiling the step" + (" on several smaller meshes" if target else "") + "…"):
             p = _predict(config, chip_id, dtype, target)
     except ConfigError as error:
         st.warning(str(error), icon=":material/block:")
+        return
+    if refused_notice(p):
         return
     m = st.columns(5)
     m[0].metric("Predicted step", cost.format_seconds(p["step_s"]), help="Full overlap of compute, HBM and "
@@ -122,7 +158,7 @@ def cost_panel(plan: Plan, key: str = "cost") -> None:
                 + ", ".join("x".join(map(str, m_)) for m_ in p["compiled_on"])
                 if p["extrapolated"] else "**Compiled** on " + mesh)
                + f". {CHIPS[chip_id].name}: {p['chip']['peak_flops_by_dtype'].get(dtype) or p['chip']['peak_flops']:.3g} FLOP/s, "
-               f"{p['chip']['hbm_bytes_per_s']:.3g} B/s HBM.")
+               f"{p['chip']['hbm_bytes_per_s']:.3g} B/s HBM. " + compiler_line(p))
     st.dataframe(pd.DataFrame([{"axis": a, "link": v["link"], "bytes/s": v["bytes_per_s"], "why": v["why"]}
                                for a, v in p["axis_links"].items()]), hide_index=True)
     if p["collectives"]:
@@ -173,15 +209,19 @@ def strategies_cost_panel(configs: dict, key: str = "compare_cost") -> None:
     st.caption("The roofline of each strategy's compiled step (FLOPs ÷ peak, HBM traffic ÷ bandwidth, ring "
                "wire bytes ÷ link), as on the Communication page, for the model compared above.")
     c1, c2, _ = st.columns(3)
-    chip_id, dtype = chip_pickers(c1, c2, key)
+    target = next(iter(configs.values())).target if configs else "cpu"
+    chip_id, dtype = chip_pickers(c1, c2, key, target)
     names, predictions = [], []
     with st.spinner(f"Compiling each strategy's step in {dtype}…"):
         for name, config in configs.items():
             try:
-                predictions.append(_predict(canonical(config), chip_id, dtype, None))
-                names.append(name)
+                p = _predict(canonical(config), chip_id, dtype, None)
             except ConfigError as error:
                 st.warning(f"**{name}**: {error}", icon=":material/block:")
+                continue
+            if not refused_notice(p):  # a strategy that does not fit is said so, not ranked
+                predictions.append(p)
+                names.append(name)
     if not predictions:
         return
     st.dataframe(pd.DataFrame([{"strategy": n, "predicted step": cost.format_seconds(p["step_s"]),

@@ -135,6 +135,37 @@ def mesh_figure(device_ids: list, axes: tuple[str, ...], highlight: set[int] | N
                          margin=dict(l=10, r=10, t=30, b=10), plot_bgcolor="rgba(0,0,0,0)")
 
 
+def torus_figure(chips: dict[int, tuple[tuple[int, ...], tuple[int, ...]]], torus: tuple[int, ...],
+                 axes: tuple[str, ...], highlight: set[int] | None = None) -> go.Figure:
+    """A TPU slice's chips at their torus coordinates (x →, y ↓; one grid per z on a 3-D slice), each box
+    the device id in the mesh's colours, its hover the torus and mesh coordinates. ``chips``: device id →
+    (torus coordinates, mesh coordinates)."""
+    depth = torus[2] if len(torus) > 2 else 1
+    panels = _Panels(depth, 0.06, [f"z={z}" for z in range(depth)] if depth > 1 else None)
+    big = len(chips) > 16
+    by_z: dict[int, list] = {}
+    for device, (where, mesh_at) in chips.items():
+        by_z.setdefault(where[2] if len(where) > 2 else 0, []).append((device, where, mesh_at))
+    for z in range(depth):
+        placed = by_z.get(z, [])
+        panels.targets(z, [w[0] + 0.46 for _, w, _ in placed], [w[1] + 0.46 for _, w, _ in placed],
+                       [d for d, _, _ in placed])
+        for device, where, mesh_at in placed:
+            dim = highlight is not None and device not in highlight
+            panels.box(z, where[0], where[0] + 0.92, where[1], where[1] + 0.92, device_color(device),
+                       f"<b>{device}</b>" if big else f"<b>{device}</b><br>{tuple(mesh_at)}",
+                       f"device {device}<br>torus (x, y{', z' if len(where) > 2 else ''}) {tuple(where)}"
+                       f"<br>mesh coords {dict(zip(axes, mesh_at))}",
+                       opacity=0.25 if dim else 0.95, name=f"device {device}", meta={"device": device})
+        panels.axes(z, dict(title=dict(text="torus x →"), tickvals=[i + 0.46 for i in range(torus[0])],
+                            ticktext=[str(i) for i in range(torus[0])], showgrid=False, zeroline=False),
+                    dict(title=dict(text="torus y ↓"), autorange="reversed",
+                         tickvals=[i + 0.46 for i in range(torus[1])], ticktext=[str(i) for i in range(torus[1])],
+                         showgrid=False, zeroline=False, scaleanchor=f"x{z + 1 if z else ''}"))
+    return panels.figure(showlegend=False, height=90 + (70 if not big else 30) * torus[1],
+                         margin=dict(l=10, r=10, t=30, b=10), plot_bgcolor="rgba(0,0,0,0)")
+
+
 def _view_2d(layout: ArrayLayout):
     """(rows, cols, per-device (facet key, row range, col range)) for any rank."""
     shape = layout.shape

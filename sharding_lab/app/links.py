@@ -14,6 +14,7 @@ import re
 import sharding_lab as sl
 from sharding_lab.app.settings import (CUSTOM, FLOATS, GENERAL_RANGES, MAX_AXIS_SIZE, TRAIN_DEFAULTS, number_ranges,
                                        size_key)
+from sharding_lab import targets
 from sharding_lab.challenges import CHALLENGES
 from sharding_lab.mesh import AXIS_NAME as _NAME, default_axes
 from sharding_lab.optimizer import OPTIMIZERS
@@ -28,7 +29,8 @@ def to_query(state) -> dict[str, str]:
     """The settings in ``state`` as query parameters (short, readable, stable order)."""
     n = int(state["n_axes"])
     family = sl.family(state.get("model", "mlp"))
-    query = {"mesh": "x".join(str(state[f"size_{i}"]) for i in range(n)),
+    query = {} if state.get("target", "cpu") == "cpu" else {"target": str(state["target"])}
+    query |= {"mesh": "x".join(str(state[f"size_{i}"]) for i in range(n)),
              "axes": ",".join(str(state[f"name_{i}"]) for i in range(n)),
              "type": str(state["axis_type"]).lower()}
     if family.name != "mlp":  # links made before there were other models stay as they were
@@ -58,10 +60,15 @@ def from_query(query: dict[str, str]) -> tuple[dict, list[str]]:
         problems.append(f"{key}={query[key]!r} ignored: {why}")
 
     ranges = number_ranges()
-    known = {"mesh", "axes", "type", "model", "preset", "rules", "ovr", "opt", "focus", "solved", *ranges}
+    known = {"target", "mesh", "axes", "type", "model", "preset", "rules", "ovr", "opt", "focus", "solved", *ranges}
     for key in query:
         if key not in known and key not in NOT_SETTINGS:
             problems.append(f"unknown setting {key!r} ignored")
+    if "target" in query:  # a name checked against the known targets, never imported or evaluated
+        try:
+            updates["target"] = targets.parse(query["target"]).name
+        except sl.ConfigError as error:
+            bad("target", str(error).split(": ", 1)[-1])
     if "mesh" in query:
         sizes = [p for p in re.split(r"[x×,]", query["mesh"]) if p]
         if not (1 <= len(sizes) <= 3 and all(p.isdigit() and 1 <= int(p) <= MAX_AXIS_SIZE for p in sizes)):

@@ -11,20 +11,21 @@ from __future__ import annotations
 import itertools
 
 import sharding_lab as sl
+from sharding_lab import targets
 from sharding_lab.mesh import default_axes
 from sharding_lab.rules import parse_target
 
 CUSTOM = "custom"
 FROM_RULES = "(rule)"
 REPLICATED = "replicated"
-MAX_AXIS_SIZE = 64
+MAX_AXIS_SIZE = 512  # a 1-axis mesh over a v5p-1024 slice (512 chips); the simulated host stops at 64
 DEFAULT_SHAPES = {1: (8,), 2: (2, 4), 3: (2, 2, 2)}
 GENERAL_RANGES = {"batch": (1, 4096), "steps": (1, 20_000), "lr": (0.0, 1000.0), "decay": (0.0, 0.999)}
 FLOATS = ("lr", "decay")
 DEFAULTS = {
     "n_axes": 2, "size_0": 2, "size_1": 4, "size_2": 2, "name_0": "data", "name_1": "model",
     "name_2": "z", "axis_type": "Auto", "model": "mlp", "preset": "seed", "optimizer": "seed-sgd",
-    "batch": 32, "steps": 3000, "lr": 0.01, "decay": 0.9, "focus": None,
+    "batch": 32, "steps": 3000, "lr": 0.01, "decay": 0.9, "focus": None, "target": targets.CPU,
 }
 
 TRAIN_DEFAULTS = {key: DEFAULTS[key] for key in ("optimizer", "lr", "steps")}  # a family's train_defaults override
@@ -123,11 +124,36 @@ def config_from_state(state) -> sl.LabConfig:
     preset = None if state["preset"] == CUSTOM else state["preset"]
     rules = None
     if preset is None:
-        mesh.validate(sl.device_info().count)
+        mesh.validate(device_count(state))
         rules = custom_rules(state, mesh, model)
     return sl.LabConfig(mesh=mesh, preset=preset, rules=rules, model=model, optimizer=state["optimizer"],
                         lr=float(state["lr"]), decay=float(state["decay"]), batch_size=int(state["batch"]),
-                        steps=int(state["steps"]))
+                        steps=int(state["steps"]), target=str(state.get("target", targets.CPU)))
+
+
+def device_count(state) -> int:
+    """How many devices a mesh may use: the target's (a TPU slice or GPU node, all of them) or the
+    simulated host's."""
+    target = targets.parse(state.get("target", targets.CPU))
+    return target.devices if target.compile_only else sl.device_info().count
+
+
+def target_changed(state) -> dict:
+    """A mesh that fits a newly chosen target: two axes ('data', 'model') over its devices — on a TPU
+    slice along its torus (v5e-8 → 2×4; a 3-D v5p slice folds its first two dimensions into one axis),
+    on a GPU node 2×4 per 8 GPUs (nodes × 2 on 'data'); back on the simulated host, the default 2×4."""
+    target = targets.parse(state.get("target", targets.CPU))
+    if not target.compile_only:
+        shape = DEFAULT_SHAPES[2]
+    elif target.kind == "tpu":
+        torus = [d for d in target.torus if d > 1] or [1]
+        shape = (torus[0], 1) if len(torus) == 1 else (
+            (torus[0] * torus[1], torus[2]) if len(torus) == 3 else tuple(torus))
+    else:
+        shape = (2 * target.torus[0], 4)
+    values = {"n_axes": 2, "name_0": "data", "name_1": "model"}
+    values.update({f"size_{i}": size for i, size in enumerate(shape)})
+    return values
 
 
 def axes_count_changed(state) -> dict:
@@ -153,7 +179,7 @@ def state_from_config(config: sl.LabConfig) -> dict:
     state = {"n_axes": len(mesh.shape), "axis_type": "Explicit" if mesh.axis_type == "explicit" else "Auto",
              "model": fam.name, "preset": config.preset if config.preset is not None else CUSTOM,
              "optimizer": config.optimizer, "lr": float(config.lr), "decay": float(config.decay),
-             "batch": int(config.batch_size), "steps": int(config.steps)}
+             "batch": int(config.batch_size), "steps": int(config.steps), "target": config.target}
     for i, (size, name) in enumerate(zip(mesh.shape, mesh.axes)):
         state[f"size_{i}"], state[f"name_{i}"] = int(size), name
     state.update({size_key(f): int(getattr(config.model, f)) for f in fam.size_fields})

@@ -14,6 +14,7 @@ from urllib.parse import urlencode
 import streamlit as st
 
 import sharding_lab as sl
+from sharding_lab import targets
 from sharding_lab.app import links, settings
 from sharding_lab.app.settings import CUSTOM, FROM_RULES
 from sharding_lab.export import export_script, script_name
@@ -42,6 +43,25 @@ def current_model():
 
 def _on_axes_count() -> None:
     st.session_state.update(settings.axes_count_changed(st.session_state))
+
+
+def _on_target() -> None:
+    st.session_state.update(settings.target_changed(st.session_state))
+
+
+def target_widget() -> None:
+    """What the step is compiled for: the simulated host (it trains), a TPU slice or a GPU node."""
+    reasons = targets.available_names()
+
+    def label(name: str) -> str:
+        text = targets.parse(name).label()
+        return text + ("  — compiler not installed" if reasons.get(name) else "")
+
+    st.selectbox("Compile for", list(targets.TARGET_NAMES), key="target", on_change=_on_target, format_func=label,
+                 help="cpu: this machine's simulated devices, which also train. A TPU slice (v5e-8 … v5p-1024) "
+                      "or a GPU node (h100-8, h200-8 …): every view that compiles — Communication, Compare, "
+                      "the cost — shows that chip's own compiler's program (nothing runs, nothing is "
+                      "allocated); the mesh must use all its chips.")
 
 
 def mesh_widgets() -> None:
@@ -140,6 +160,7 @@ def sidebar() -> sl.Plan | sl.ConfigError:
         link_notice()
         st.caption(info.describe())
         st.subheader("Mesh")
+        target_widget()
         mesh_widgets()
         mesh_error = st.empty()
         st.subheader("Sharding rules")
@@ -177,7 +198,7 @@ def _build_plan() -> sl.Plan | sl.ConfigError:
     """The settings → one LabConfig → one plan (ConfigError for what cannot run)."""
     try:
         mesh, model = current_mesh(), current_model()
-        mesh.validate(sl.device_info().count)
+        mesh.validate(settings.device_count(st.session_state))
         error = _show_preset_rules(mesh, model)
         if error is not None:
             return error

@@ -12,10 +12,10 @@ compiled program, per device.
 
 from .compiled import DTYPES, Compiled, compile_step, matmul_traffic
 from .extrapolation import extrapolate, fit, probe_meshes
-from .roofline import (Prediction, comm_rows, describe, format_seconds, parse_target, predict, print_cost,
+from .roofline import (Prediction, comm_rows, default_dtype, describe, format_seconds, parse_target, predict, print_cost,
                        time_unit)
 from .sweep import batch_sweep, critical_batch
 
-__all__ = ["Compiled", "DTYPES", "comm_rows", "matmul_traffic", "Prediction", "batch_sweep", "compile_step",
+__all__ = ["Compiled", "DTYPES", "comm_rows", "default_dtype", "matmul_traffic", "Prediction", "batch_sweep", "compile_step",
            "critical_batch", "describe", "extrapolate", "fit", "format_seconds", "time_unit", "parse_target", "predict", "print_cost",
            "probe_meshes"]

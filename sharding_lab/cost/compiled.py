@@ -29,6 +29,7 @@ import dataclasses
 import functools
 import math
 import re
+import time
 
 import jax
 import jax.numpy as jnp
@@ -38,7 +39,7 @@ from ..communication import Collective, parse_collectives
 from ..config import LabConfig, plan as make_plan
 from ..errors import ConfigError
 
-DTYPES = {"bf16": jnp.bfloat16, "f32": jnp.float32}
+DTYPES = {"bf16": jnp.bfloat16, "f32": jnp.float32, "mixed": jnp.bfloat16}  # mixed: f32 state, bf16 compute
 
 
 @dataclasses.dataclass(frozen=True)
@@ -51,6 +52,11 @@ class Compiled:
     hbm_needed: float  # arguments + outputs + temporaries − aliased (donated) bytes
     collectives: tuple[Collective, ...]  # bytes already in the compute dtype (see module doc)
     cpu_bytes_accessed: float = 0.0  # XLA:CPU's cost_analysis "bytes accessed", for reference
+    refused: str | None = None  # the target's compiler refused the step (out of memory): its sentence
+    compile_s: float = 0.0  # how long the compile took here
+    target: str = "cpu"
+    optimal_seconds: float | None = None  # the TPU compiler's own estimate of the step (cost_analysis)
+    memory: dict | None = None  # memory_analysis(): argument, output, temp, alias, generated code
 
     def by_key(self) -> dict[tuple[str, tuple[str, ...]], dict]:
         """(op, axes) → total result bytes per step, op count, a representative collective."""
@@ -70,10 +76,11 @@ def dtype_name(dtype: str) -> str:
 
 
 def recount(collective: Collective, dtype: str) -> Collective:
-    """A float collective counted at the compute dtype's size (XLA:CPU computes bf16 in f32)."""
+    """A float collective counted at the compute dtype's size (XLA:CPU computes bf16 in f32). Mixed
+    precision is left as compiled: its gradients may travel in f32 or bf16, and only the program says."""
     itemsize = np.dtype(DTYPES[dtype]).itemsize
     parts = collective.dtype.split("/")
-    if dtype == "f32" or not all(p in ("f32", "bf16", "f16") for p in parts):
+    if dtype in ("f32", "mixed") or not all(p in ("f32", "bf16", "f16") for p in parts):
         return collective
     elements = sum(math.prod(s) for s in collective.shape)
     return dataclasses.replace(collective, bytes=elements * itemsize, dtype=dtype)
@@ -105,42 +112,56 @@ def matmul_traffic(hlo_text: str, itemsize: int) -> float:
 
 @functools.lru_cache(maxsize=128)
 def compile_step(config: LabConfig, dtype: str = "bf16") -> Compiled:
-    """Compile the trainer's step for ``config`` in ``dtype`` (abstract inputs: nothing allocated)."""
-    from ..training import abstract_state, batch_shardings, make_train_step, output_shardings
+    """Compile the trainer's step for ``config`` on its target in ``dtype`` (abstract inputs: nothing
+    allocated; :func:`sharding_lab.training.compile_train_step`). A step the target's compiler refuses for
+    memory comes back with ``refused`` set to the compiler's sentence instead of raising."""
+    from ..training import CompileRefused, compile_lowered, lower_train_step
 
     dtype = dtype_name(dtype)
     plan = make_plan(config)
-    graphdef, state = abstract_state(plan)
-    target = DTYPES[dtype]
-
-    def cast(leaf):  # float leaves → dtype; integer counters stay as they are
-        kind = target if jnp.issubdtype(leaf.dtype, jnp.floating) else leaf.dtype
-        return jax.ShapeDtypeStruct(leaf.shape, kind, sharding=leaf.sharding)
-
-    state = jax.tree.map(cast, state)
-    (sx, sy), arrays = batch_shardings(plan), plan.arrays
-    x = jax.ShapeDtypeStruct(arrays["batch/x"].shape, target, sharding=sx)
-    y = jax.ShapeDtypeStruct(arrays["batch/y"].shape, target, sharding=sy)
-    # donate_argnums=0 as the trainer's chunk does: the new state may reuse the old one's memory.
-    fn = jax.jit(make_train_step(plan, graphdef), out_shardings=output_shardings(plan, state),
-                 donate_argnums=0)
-    with jax.set_mesh(plan.mesh):
-        compiled = fn.lower(state, x, y).compile()
+    started = time.perf_counter()
+    lowered = lower_train_step(plan, dtype)
+    try:
+        compiled = compile_lowered(lowered, config.target)
+    except CompileRefused as refused:
+        return Compiled(tuple(config.mesh.shape), 0.0, 0.0, float("nan"), (), refused=refused.reason,
+                        compile_s=time.perf_counter() - started, target=config.target)
+    compile_s = time.perf_counter() - started
     cost = compiled.cost_analysis()
-    cost = cost[0] if isinstance(cost, (list, tuple)) else cost
+    cost = (cost[0] if isinstance(cost, (list, tuple)) else cost) or {}
     memory = compiled.memory_analysis()
     needed = (memory.argument_size_in_bytes + memory.output_size_in_bytes + memory.temp_size_in_bytes
               - memory.alias_size_in_bytes)
     hlo = compiled.as_text()
-    collectives = tuple(recount(c, dtype) for c in parse_collectives(hlo, config.mesh.shape, config.mesh.axes))
-    # HBM traffic of a fused program: the step reads its arguments and writes its outputs once
-    # (memory_analysis, already in dtype) and every matmul reads its operands and writes its result.
-    # XLA:CPU's own "bytes accessed" counts every unfused elementwise op and f32 temporary — several
-    # times what a GPU or TPU moves — so it is kept for reference only.
+    on_cpu = config.target == "cpu"
+    collectives = parse_collectives(hlo, config.mesh.shape, config.mesh.axes)
+    if on_cpu:  # XLA:CPU computes bf16 in f32: count float collectives at the compute dtype's size
+        collectives = [recount(c, dtype) for c in collectives]
     itemsize = np.dtype(DTYPES[dtype]).itemsize
-    traffic = (memory.argument_size_in_bytes + memory.output_size_in_bytes + matmul_traffic(hlo, itemsize))
-    return Compiled(tuple(config.mesh.shape), float(cost.get("flops", 0.0)), float(traffic), float(needed),
-                    collectives, float(cost.get("bytes accessed", 0.0)))
+    fused = memory.argument_size_in_bytes + memory.output_size_in_bytes + matmul_traffic(hlo, itemsize)
+    accessed = float(cost.get("bytes accessed", 0.0))
+    # HBM traffic. On the simulated host, of a fused program: the step reads its arguments and writes
+    # its outputs once (memory_analysis, already in dtype) and every matmul reads its operands and
+    # writes its result — XLA:CPU's own "bytes accessed" counts every unfused elementwise op and f32
+    # temporary (several times what a GPU or TPU moves), so it is kept for reference only. On a TPU
+    # target the TPU compiler's own count of its fused program is the figure.
+    traffic = fused if on_cpu or not accessed else accessed
+    flops = float(cost.get("flops", 0.0)) or _lowered_flops(lowered)
+    extra = {k: float(cost[k]) for k in ("optimal_seconds", "utilization operand 0 {}") if k in cost}
+    return Compiled(tuple(config.mesh.shape), flops, float(traffic), float(needed), tuple(collectives),
+                    accessed if on_cpu else 0.0, compile_s=compile_s, target=config.target,
+                    optimal_seconds=extra.get("optimal_seconds"),
+                    memory={"argument": int(memory.argument_size_in_bytes), "output": int(memory.output_size_in_bytes),
+                            "temp": int(memory.temp_size_in_bytes), "alias": int(memory.alias_size_in_bytes),
+                            "generated_code": int(getattr(memory, "generated_code_size_in_bytes", 0))})
+
+
+def _lowered_flops(lowered) -> float:
+    """FLOPs of the step before the compiler's passes (``Lowered.cost_analysis``), for a compiler whose
+    compiled program reports none (the GPU compiler's ``cost_analysis()`` returns None)."""
+    cost = lowered.cost_analysis()
+    cost = (cost[0] if isinstance(cost, (list, tuple)) else cost) or {}
+    return float(cost.get("flops", 0.0))
 
 
 def canonical(config: LabConfig) -> LabConfig:

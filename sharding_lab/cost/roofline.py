@@ -22,7 +22,9 @@ import math
 
 from ..chips import Chip, Link, axis_links, chip as get_chip, group_link
 from ..communication import Collective
+from .. import targets
 from ..config import LabConfig
+from ..errors import ConfigError
 from .compiled import Compiled, canonical, compile_step, dtype_name, recount
 from .extrapolation import check_target, extrapolate
 
@@ -44,6 +46,11 @@ class Prediction:
     compiled: dict | None = None  # the largest compiled mesh's own figures, when extrapolated
     checks: dict | None = None  # extrapolated quantity → held-out relative error
     cpu_bytes_accessed: float | None = None  # XLA:CPU's own count (reference; not used)
+    target: str = "cpu"  # which compiler made the program (sharding_lab.targets)
+    compile_s: float = 0.0  # how long the compile took here
+    refused: str | None = None  # the target's compiler refused the step (out of HBM): its own sentence
+    optimal_seconds: float | None = None  # the TPU compiler's own estimate of the step
+    memory: dict | None = None  # the compiled program's memory_analysis()
 
     @property
     def peak(self) -> float:
@@ -86,7 +93,15 @@ class Prediction:
 
     @property
     def fits(self) -> bool:
-        return self.hbm_needed <= self.chip.hbm_bytes
+        """The compiler's answer on a TPU/GPU target (it refuses what does not fit); else HBM needed ≤ capacity."""
+        return self.refused is None and self.hbm_needed <= self.chip.hbm_bytes
+
+    @property
+    def compiler_ratio(self) -> float | None:
+        """The lab's roofline step ÷ the TPU compiler's own estimate (``optimal_seconds``), when it gives one."""
+        if not self.optimal_seconds or self.optimal_seconds <= 0 or self.refused:
+            return None
+        return self.step_s / self.optimal_seconds
 
     def per_axis(self) -> dict[str, dict]:
         """Communication grouped by the mesh axes its groups span."""
@@ -114,7 +129,19 @@ class Prediction:
                                 for row in self.comm],
                 "compiled_on": [list(m) for m in self.compiled_on], "extrapolated": self.extrapolated,
                 "compiled": self.compiled, "extrapolation_checks": self.checks,
-                "cpu_bytes_accessed": self.cpu_bytes_accessed, "notes": self.notes})
+                "cpu_bytes_accessed": self.cpu_bytes_accessed, "notes": self.notes,
+                "target": self.target, "compiler": _compiler(self.target), "compile_s": self.compile_s,
+                "refused": self.refused, "fit_reason": self.refused,
+                "compiler_optimal_seconds": self.optimal_seconds if (self.optimal_seconds or 0) > 0 else None,
+                "roofline_vs_compiler": self.compiler_ratio, "compiled_memory": self.memory}
+                       | ({"step_s": None, "step_s_no_overlap": None, "bound": None, "mfu": None, "hbm_needed": None}
+                          if self.refused else {}))
+
+
+def _compiler(target: str) -> str:
+    from ..targets import parse
+
+    return parse(target).compiler
 
 
 def _finite(value):
@@ -154,11 +181,15 @@ def comm_rows(chip_id: str, mesh_shape: tuple[int, ...], axes: tuple[str, ...],
     return _comm_rows(get_chip(chip_id), tuple(mesh_shape), tuple(axes), compiled.by_key())
 
 
-def predict(config: LabConfig, chip_id: str = "h100", dtype: str = "bf16",
+def predict(config: LabConfig, chip_id: str | None = "h100", dtype: str = "bf16",
             target: tuple[int, ...] | None = None, max_devices: int | None = None) -> Prediction:
     """The roofline of ``config``'s step on ``chip_id``; with ``target`` (a mesh shape with the
     same number of axes, e.g. (16, 16)) on that bigger mesh, extrapolated from smaller compiles."""
-    chip, dtype = get_chip(chip_id), dtype_name(dtype)
+    dtype = dtype_name(dtype)
+    on = targets.parse(config.target)
+    if on.compile_only:
+        return _predict_on_target(config, on, chip_id, dtype, target)
+    chip = get_chip(chip_id)
     axes = tuple(config.mesh.axes)
     notes = []
     peak_note = chip.flops(dtype)[1]
@@ -187,6 +218,56 @@ def predict(config: LabConfig, chip_id: str = "h100", dtype: str = "bf16",
     return Prediction(chip, dtype, target, axes, fitted["flops"], fitted["hbm_bytes"], fitted["hbm_needed"],
                       links, _comm_rows(chip, target, axes, keyed), probes, True, notes + fit_notes,
                       compiled_row, fitted["checks"])
+
+
+def default_dtype(target: str) -> str:
+    """What a prediction computes in unless told: on a TPU or GPU target, mixed precision (f32 weights and
+    optimizer state, bf16 math — how large runs train, and what decides whether they fit); on the simulated
+    host, pure bf16 (XLA:CPU has no bf16 arithmetic, so only the byte counts change)."""
+    return "bf16" if target == "cpu" else "mixed"
+
+
+def target_chip(config: LabConfig, chip_id: str | None) -> str:
+    """The chip a prediction uses: a TPU/GPU target's own; ``chip_id`` must then agree (or be None)."""
+    on = targets.parse(config.target)
+    if not on.compile_only:
+        return chip_id or "h100"
+    if chip_id and get_chip(chip_id).id != on.chip:
+        raise ConfigError(f"--chip {chip_id} with the target {on.name}: the target's chips are {on.chip}; "
+                          "leave --chip out, or choose the target cpu to price the simulated layout on any chip",
+                          "target")
+    return on.chip
+
+
+def _predict_on_target(config: LabConfig, on, chip_id: str | None, dtype: str, target_mesh) -> Prediction:
+    """The roofline of the program the target's own compiler made for its whole slice or node: nothing
+    extrapolated. FLOPs and HBM traffic are the TPU compiler's ``cost_analysis()``; the GPU compiler reports
+    none, so there the FLOPs are XLA:CPU's for the same layout (compiled, or extrapolated past the
+    simulated devices) and the traffic the fused count of :func:`compile_step`. A step the compiler refuses
+    for memory comes back with ``refused`` (fits: false) and no times."""
+    if target_mesh is not None:
+        raise ConfigError(f"--target-mesh extrapolates from the simulated host; {on.name} is compiled whole by its "
+                          "own compiler: leave --target-mesh out", "target")
+    chip = get_chip(target_chip(config, chip_id))
+    if on.kind == "tpu":  # the slice's own torus: wraparound only where the slice has one
+        chip = dataclasses.replace(chip, torus=on.torus)
+    mesh, axes = tuple(config.mesh.shape), tuple(config.mesh.axes)
+    compiled = compile_step(canonical(config), dtype)
+    notes = [n for n in [chip.flops(dtype)[1]] if n]
+    flops = compiled.flops
+    if on.kind == "gpu" and compiled.refused is None:
+        host = dataclasses.replace(canonical(config), target="cpu")
+        from ..devices import available_count
+
+        fits_here = config.mesh.size <= available_count()
+        flops = predict(host, "h100", dtype, None if fits_here else mesh).flops
+        notes.append("the GPU compiler reports no FLOPs: these are XLA:CPU's for the same layout"
+                     + ("" if fits_here else ", extrapolated past the simulated devices"))
+    links = axis_links(chip, mesh, axes)
+    return Prediction(chip, dtype, mesh, axes, flops, compiled.hbm_bytes, compiled.hbm_needed, links,
+                      _comm_rows(chip, mesh, axes, compiled.by_key()), [mesh], False, notes,
+                      target=on.name, compile_s=compiled.compile_s, refused=compiled.refused,
+                      optimal_seconds=compiled.optimal_seconds, memory=compiled.memory)
 
 
 def parse_target(text: str | None) -> tuple[int, ...] | None:
@@ -219,9 +300,16 @@ def format_seconds(seconds: float) -> str:
 def describe(p: Prediction) -> str:
     """The prediction as the command line prints it."""
     mesh = "x".join(map(str, p.mesh))
-    source = (f"extrapolated from compiles on {', '.join('x'.join(map(str, m)) for m in p.compiled_on)}"
-              if p.extrapolated else "compiled here (CPU, abstract inputs)")
-    lines = [f"{p.chip.name}, {p.dtype}, mesh {mesh} ({', '.join(p.axes)}): one training step per device — {source}",
+    if p.target != "cpu":
+        source = f"compiled here by {_compiler(p.target)} for {p.target} in {p.compile_s:.1f} s (abstract inputs)"
+    elif p.extrapolated:
+        source = f"extrapolated from compiles on {', '.join('x'.join(map(str, m)) for m in p.compiled_on)}"
+    else:
+        source = "compiled here (CPU, abstract inputs)"
+    head = f"{p.chip.name}, {p.dtype}, mesh {mesh} ({', '.join(p.axes)}): one training step per device — {source}"
+    if p.refused:
+        return "\n".join([head, f"  does NOT fit: {p.refused}"] + [f"  note: {note}" for note in p.notes])
+    lines = [head,
              f"  FLOPs {p.flops:,.0f}  ÷ peak {p.peak:.3g} FLOP/s  = compute {format_seconds(p.compute_s)}",
              f"  HBM traffic {p.hbm_bytes:,.0f} B  ÷ {p.chip.hbm_bytes_per_s:.3g} B/s  = memory {format_seconds(p.memory_s)}"]
     for axis, link in p.links.items():
@@ -235,14 +323,19 @@ def describe(p: Prediction) -> str:
               f"  step (no overlap: compute/memory + communication) {format_seconds(p.step_s_no_overlap)}",
               f"  HBM needed {p.hbm_needed / 1e9:,.3f} GB of {p.chip.hbm_bytes / 1e9:,.0f} GB: "
               + ("fits" if p.fits else "does NOT fit")]
+    if p.compiler_ratio is not None:
+        lines.append(f"  the TPU compiler's own estimate (cost_analysis optimal_seconds) {format_seconds(p.optimal_seconds)}: "
+                     f"the roofline is {p.compiler_ratio:.2f}× it")
     lines += [f"  note: {note}" for note in p.notes]
     return "\n".join(lines)
 
 
-def print_cost(config: LabConfig, chip_id: str, dtype: str, target_text: str | None, as_json: bool) -> int:
+def print_cost(config: LabConfig, chip_id: str | None, dtype: str | None, target_text: str | None, as_json: bool) -> int:
     """``python -m sharding_lab cost``: raises ConfigError (→ exit 2) for a bad chip, dtype or target."""
     import json
 
+    chip_id = target_chip(config, chip_id)
+    dtype = default_dtype(config.target) if dtype is None else dtype
     get_chip(chip_id), dtype_name(dtype)  # refuse before compiling anything
     prediction = predict(config, chip_id, dtype, parse_target(target_text))
     print(json.dumps(prediction.to_json()) if as_json else describe(prediction))

@@ -127,7 +127,8 @@ def test_comm_cli_json(capsys):
     assert cli.main(["comm", "--mesh", "2x4", "--preset", "dp", "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
     assert set(out) == {"collectives", "total_bytes", "total_wire_bytes", "memory", "textbook", "agrees",
-                        "differences", "weight_gather_batch"}
+                        "differences", "weight_gather_batch", "target", "dtype", "compilers"}
+    assert (out["target"], out["dtype"], out["compilers"]) == ("cpu", "f32", None)
     assert set(out["memory"]) == {"argument", "output", "temp", "params", "optimizer", "batch"}
     (collective,) = out["collectives"]
     assert collective["op"] == "all-reduce" and collective["axes"] == ["data"]
@@ -248,7 +249,7 @@ def fsdp_comparison(batch):
 def test_fsdp_at_a_small_batch_gathers_activations_not_weights():
     """The issue's measurement: FSDP, 1024-wide, batch 32 — XLA gathers [32, 1024] activations."""
     comparison = fsdp_comparison(32)
-    assert any(d.startswith("XLA all-gathered activations (3 × 32×1024) instead of the weights")
+    assert any(d.startswith("XLA:CPU all-gathered activations (3 × 32×1024) instead of the weights")
                for d in comparison.differences)
     assert not any("As the textbook" in a and "weights" in a for a in comparison.agrees)
 
@@ -256,8 +257,8 @@ def test_fsdp_at_a_small_batch_gathers_activations_not_weights():
 def test_fsdp_at_a_large_batch_gathers_the_weights_and_all_reduces_full_gradients():
     comparison = fsdp_comparison(1024)
     assert any("all-gather of weights" in a for a in comparison.agrees)
-    assert not any(d.startswith("XLA all-gathered activations") for d in comparison.differences)
-    (memory,) = [d for d in comparison.differences if d.startswith("XLA all-reduced the gradients")]
+    assert not any(d.startswith("XLA:CPU all-gathered activations") for d in comparison.differences)
+    (memory,) = [d for d in comparison.differences if d.startswith("XLA:CPU all-reduced the gradients")]
     assert "16.79 MB per device" in memory and "1/8 slice (2.10 MB)" in memory  # 4,197,376 floats of params
 
 

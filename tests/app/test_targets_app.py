@@ -1,0 +1,62 @@
+"""The compile target in the app: the sidebar's picker, the link, the pages that compile for it."""
+
+from pathlib import Path
+
+import pytest
+from streamlit.testing.v1 import AppTest
+
+from sharding_lab import targets
+
+ROOT = Path(__file__).resolve().parents[2]
+TPU = targets.availability(targets.parse("v5e-8"))
+needs_tpu = pytest.mark.skipif(not TPU[0], reason=TPU[1])
+
+
+def test_a_link_carries_the_target_and_reports_a_bad_one():
+    from sharding_lab.app import links
+
+    updates, problems = links.from_query({"target": "v5e-8", "mesh": "2x4"})
+    assert updates["target"] == "v5e-8" and not problems
+    updates, problems = links.from_query({"target": "v5e-9"})
+    assert "target" not in updates and problems and problems[0].startswith("target='v5e-9' ignored")
+    from sharding_lab.app import settings
+
+    state = {**settings.defaults(), "target": "v5e-8"}
+    assert links.to_query(state)["target"] == "v5e-8"
+    assert "target" not in links.to_query(settings.defaults())  # links to the simulated host stay as they were
+
+
+def test_choosing_a_target_lays_a_mesh_that_fits_it():
+    from sharding_lab.app import settings
+
+    for name in ("v5e-8", "v5e-256", "v5p-8", "v5p-128", "h100-8", "h100-16", "cpu"):
+        state = {**settings.defaults(), "target": name}
+        state.update(settings.target_changed(state))
+        mesh = settings.mesh_spec(state)
+        assert mesh.size == (targets.parse(name).devices or 8), name
+
+
+@needs_tpu
+def test_the_communication_page_names_the_tpu_compiler_and_where_xla_cpu_differs():
+    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=180)
+    at.query_params.update({"target": "v5e-8", "mesh": "2x4"})
+    at.run()
+    at.switch_page("app_pages/communication.py")
+    at.run()
+    assert not at.exception
+    assert any("Compiled by **the TPU compiler (libtpu)** for **v5e-8" in i.value for i in at.info)
+    text = " ".join(m.value for m in at.markdown)
+    assert "XLA:TPU vs the simulated host (XLA:CPU)" in text and "≠ " in text
+    at.switch_page("app_pages/train.py")
+    at.run()
+    assert any("Training needs the chips" in i.value for i in at.info)
+    assert at.button(key="train").disabled
+
+
+@needs_tpu
+def test_the_app_says_when_the_mesh_does_not_fill_the_slice():
+    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=120)
+    at.query_params.update({"target": "v5e-16", "mesh": "2x4"})
+    at.run()
+    assert not at.exception
+    assert any("has 16 chips: make the mesh" in e.value for e in at.error), [e.value for e in at.error]

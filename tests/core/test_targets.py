@@ -1,0 +1,233 @@
+"""Compile targets: a TPU slice or GPU node compiled for on this CPU machine, by that chip's own compiler.
+
+Checked against what the compilers themselves produce: op counts read straight from the compiled HLO text
+(an independent regex, not the lab's parser), replica group sizes, the compiler's own out-of-memory
+refusal, and the two programs a CPU-vs-TPU sentence is about.
+"""
+
+import dataclasses
+import json
+import os
+import re
+import subprocess
+import sys
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+import sharding_lab as sl
+from sharding_lab import cli, targets
+from sharding_lab.communication import COLLECTIVES, analyze
+from sharding_lab.compilers import compare_compilers, summary
+from sharding_lab.errors import ConfigError
+from sharding_lab.mesh import MeshSpec
+
+ROOT = Path(__file__).resolve().parents[2]
+TPU = targets.availability(targets.parse("v5e-8"))
+GPU = targets.availability(targets.parse("h100-8"))
+needs_tpu = pytest.mark.skipif(not TPU[0], reason=TPU[1])
+needs_gpu = pytest.mark.skipif(not GPU[0], reason=GPU[1])
+MESH_2X4 = MeshSpec((2, 4), ("data", "model"))
+
+
+def hlo_op_counts(hlo: str) -> Counter:
+    """Collective ops in an HLO module, counted by a plain regex over instruction names: an async pair
+    (``-start`` / ``-done``) once."""
+    ops = "|".join(COLLECTIVES)
+    return Counter(m.group(1) for m in re.finditer(rf"\s({ops})(?:-start)?\(", hlo))
+
+
+def report_op_counts(report) -> Counter:
+    counts = Counter()
+    for c in report.collectives:
+        counts[c.op] += c.count
+    return counts
+
+
+def run(capsys, *args):
+    code = cli.main(list(args))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+# --- names ------------------------------------------------------------------------------------
+
+def test_target_names_follow_the_clouds():
+    assert targets.parse("v5e-8").torus == (2, 4) and targets.parse("v5e-256").devices == 256
+    assert targets.parse("V6E-16").name == "v6e-16"
+    v5p = targets.parse("v5p-8")  # TensorCores in the name, 2 per chip
+    assert (v5p.devices, v5p.torus, v5p.chip) == (4, (2, 2, 1), "tpu-v5p")
+    assert targets.parse("v5p-1024").devices == 512
+    h = targets.parse("h100-16")
+    assert (h.kind, h.devices, h.torus) == ("gpu", 16, (2, 8))
+    assert not targets.parse("cpu").compile_only
+
+
+@pytest.mark.parametrize("name, words", [("v9-8", "unknown target"), ("v5e-12", "not 12"),
+                                          ("v5p-6", "TensorCores"), ("h100-4", "whole 8-GPU nodes"),
+                                          ("tpu", "unknown target")])
+def test_bad_target_names_say_what_exists(name, words):
+    with pytest.raises(ConfigError, match=words):
+        targets.parse(name)
+
+
+def test_bad_target_on_the_command_line_exits_2(capsys):
+    code, _, err = run(capsys, "comm", "--target", "v9-8")
+    assert code == 2 and "unknown target 'v9-8'" in err and err.count("\n") == 1
+
+
+@needs_tpu
+def test_a_mesh_that_does_not_use_the_whole_slice_is_refused(capsys):
+    code, _, err = run(capsys, "comm", "--target", "v5e-8", "--mesh", "2x2")
+    assert code == 2 and "v5e-8 has 8 chips: make the mesh's sizes multiply to 8" in err
+    # … while the simulated host's 8-device limit does not apply to a slice
+    assert sl.plan(sl.LabConfig(mesh=MeshSpec((16, 16), ("data", "model")), target="v5e-256")).mesh.size == 256
+
+
+@needs_tpu
+def test_training_needs_the_chips(capsys):
+    code, _, err = run(capsys, "train", "--target", "v5e-8", "--steps", "5")
+    assert code == 2 and "training on v5e-8 needs those chips" in err and "choose the target cpu" in err
+
+
+# --- the TPU program --------------------------------------------------------------------------
+
+@needs_tpu
+@pytest.mark.parametrize("model, preset", [("mlp", p) for p in ("seed", "replicated", "dp", "fsdp", "tp", "fsdp_tp")]
+                         + [("transformer", "tp"), ("transformer", "fsdp")])
+def test_listed_collectives_are_the_tpu_programs(model, preset):
+    config = sl.LabConfig(mesh=MESH_2X4, preset=preset, model=sl.family(model).Spec(), target="v5e-8",
+                          **({"optimizer": "adamw"} if model == "transformer" else {}))
+    report = analyze(sl.plan(config))
+    assert report.target == "v5e-8" and report.dtype == "mixed"
+    assert ":T(" in report.hlo  # the TPU compiler's tiled layouts: its module, not XLA:CPU's
+    assert report_op_counts(report) == hlo_op_counts(report.hlo)
+
+
+@needs_tpu
+def test_v5e_256_data_parallel_all_reduces_over_all_256_chips(capsys):
+    code, out, _ = run(capsys, "comm", "--target", "v5e-256", "--mesh", "256", "--axes", "data", "--preset", "dp",
+                       "--din", "1024", "--width", "1024", "--dout", "1024", "--batch", "2048", "--json")
+    data = json.loads(out)
+    assert code == 0 and data["target"] == "v5e-256"
+    assert any(c["op"] == "all-reduce" and c["group_size"] == 256 and any("gradient" in m for m in c["moves"])
+               for c in data["collectives"])
+
+
+@needs_tpu
+def test_seed_on_v5e_8_differs_from_the_simulated_host_and_says_so(capsys):
+    """The issue's measurement: the app's default in f32 — XLA:CPU 2 all-gathers + 2 all-reduces, XLA:TPU 3
+    all-reduces. Each sentence's op counts are checked against both programs' HLO."""
+    plan = sl.plan(sl.LabConfig(target="v5e-8"))
+    diff = compare_compilers(plan, "f32")
+    assert hlo_op_counts(diff.cpu.hlo) == Counter({"all-reduce": 2, "all-gather": 2})
+    assert hlo_op_counts(diff.compiled.hlo) == Counter({"all-reduce": 3})
+    assert summary(diff.cpu) == "2 × all-reduce + 2 × all-gather" and summary(diff.compiled) == "3 × all-reduce"
+    assert diff.sentences and not diff.same
+    for sentence in diff.sentences:
+        tpu_side, cpu_side = sentence.split("; XLA:CPU ")
+        for side, program in ((tpu_side, diff.compiled.hlo), (cpu_side, diff.cpu.hlo)):
+            for n, op in re.findall(r"(\d+) × ([a-z-]+) over", side):
+                assert hlo_op_counts(program)[op] >= int(n), sentence
+    # the all-gathers XLA:CPU adds to re-pin w2 are named, and XLA:TPU's all-reduce in their place
+    assert any("params/w2" in s and "all-gather" in s.split("; XLA:CPU ")[1] for s in diff.sentences)
+    code, out, _ = run(capsys, "comm", "--target", "v5e-8", "--dtype", "f32")
+    assert code == 0 and "XLA:TPU vs the simulated host (XLA:CPU)" in out
+    assert "XLA:CPU: 2 × all-reduce + 2 × all-gather; XLA:TPU on v5e-8: 3 × all-reduce" in out
+
+
+@needs_tpu
+def test_the_dtype_changes_the_tpu_program():
+    plan = sl.plan(sl.LabConfig(target="v5e-8"))
+    assert sum(report_op_counts(analyze(plan, "f32")).values()) == 3
+    assert sum(report_op_counts(analyze(plan, "bf16")).values()) == 4
+
+
+# --- fits: the compiler's answer --------------------------------------------------------------
+
+BIG = ["--axes", "data", "--preset", "dp", "--din", "16384", "--width", "16384", "--dout", "16384",
+       "--hidden-layers", "4", "--optimizer", "adamw", "--batch", "64", "--json"]
+
+
+@needs_tpu
+def test_the_compiler_says_what_does_not_fit_in_a_subprocess_under_2_gb():
+    """1.61e9 parameters with AdamW, replicated, mixed precision (f32 weights and state): too big for a
+    v5e chip (16 GB) — the TPU compiler refuses with its own sentence — and fits on a v5p chip (96 GB).
+    Nothing is allocated: the command's peak memory stays under 2 GB."""
+    program = ("import json, resource, sys\n"
+               "from sharding_lab import cli\n"
+               "for target, mesh in (('v5e-8', '8'), ('v5p-8', '4')):\n"
+               f"    cli.main(['cost', '--target', target, '--mesh', mesh, *{BIG!r}])\n"
+               "print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, file=sys.stderr)\n")
+    done = subprocess.run([sys.executable, "-c", program], cwd=ROOT, capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "SHARDING_LAB_DEVICES": "8"})
+    assert done.returncode == 0, done.stderr[-2000:]
+    small, large = (json.loads(line) for line in done.stdout.strip().splitlines())
+    assert small["fits"] is False and small["step_s"] is None
+    assert small["refused"].startswith("RESOURCE_EXHAUSTED: Ran out of memory on HBM")
+    assert large["fits"] is True and 15e9 < large["hbm_needed"] < 96e9
+    assert large["chip"]["id"] == "tpu-v5p" and large["compiler"] == "the TPU compiler (libtpu)"
+    assert int(done.stderr.strip().splitlines()[-1]) < 2 * 1024 * 1024  # ru_maxrss is in KiB
+
+
+@needs_tpu
+def test_cost_on_a_target_uses_its_chip_and_its_compiler(capsys):
+    code, out, _ = run(capsys, "cost", "--target", "v5e-8", "--mesh", "8", "--axes", "data", "--preset", "dp",
+                       "--din", "1024", "--width", "1024", "--dout", "1024", "--batch", "256", "--json")
+    p = json.loads(out)
+    assert code == 0 and p["chip"]["id"] == "tpu-v5e" and p["extrapolated"] is False and p["dtype"] == "mixed"
+    assert p["target"] == "v5e-8" and p["compile_s"] > 0 and p["fits"] is True
+    # a 1024×1024 gradient all-reduced over 8 chips in one ring: the ring formula on the compiled bytes
+    (row,) = [r for r in p["collectives"] if r["bytes"] > 1e6]
+    assert row["wire_bytes"] == pytest.approx(2 * 7 / 8 * row["bytes"])
+    code, _, err = run(capsys, "cost", "--target", "v5e-8", "--chip", "h100", "--mesh", "8")
+    assert code == 2 and "the target's chips are tpu-v5e" in err
+
+
+# --- placement on the torus --------------------------------------------------------------------
+
+@needs_tpu
+def test_a_16x16_mesh_on_v5e_256_runs_each_axis_around_a_closed_ring():
+    mesh = sl.build_mesh(MeshSpec((16, 16), ("data", "model")), "v5e-256")
+    place = targets.axis_placement("v5e-256", mesh)
+    for axis in ("data", "model"):
+        assert place[axis]["max_hops"] == 1 and place[axis]["ring_closes"] and len(place[axis]["dims"]) == 1
+    assert {place["data"]["dims"][0], place["model"]["dims"][0]} == {"x", "y"}
+    # every chip once, at its own torus coordinates
+    coords = [targets.coords(d) for d in mesh.devices.flat]
+    assert len(set(coords)) == 256
+
+
+@needs_tpu
+def test_a_mesh_that_splits_a_torus_dimension_is_warned_about():
+    plan = sl.plan(sl.LabConfig(mesh=MeshSpec((64, 4), ("data", "model")), preset="dp", batch_size=64,
+                                target="v5e-256"))
+    assert any("splits a physical dimension" in w for w in plan.warnings)
+
+
+# --- GPUs ---------------------------------------------------------------------------------------
+
+FSDP_1024 = ["--mesh", "8", "--axes", "data", "--preset", "fsdp", "--din", "1024", "--width", "1024",
+             "--dout", "1024", "--batch", "1024", "--json"]
+
+
+@needs_gpu
+def test_the_gpu_compiler_reduce_scatters_fsdp_gradients_where_xla_cpu_does_not(capsys):
+    _, out, _ = run(capsys, "comm", "--target", "h100-8", *FSDP_1024)
+    gpu = json.loads(out)
+    _, out, _ = run(capsys, "comm", "--target", "cpu", *FSDP_1024)
+    cpu = json.loads(out)
+    scatter = [c for c in gpu["collectives"] if c["op"] == "reduce-scatter"]
+    assert scatter and scatter[0]["phase"] == "backward" and scatter[0]["group_size"] == 8
+    assert all(m.startswith("gradient of params/") for m in scatter[0]["moves"])
+    assert not any(c["op"] == "reduce-scatter" for c in cpu["collectives"])
+    assert any("As the textbook" in a and "reduce-scatter" in a for a in gpu["agrees"])
+    assert any(s.startswith("The gradients of") and "reduce-scatter" in s for s in gpu["compilers"]["differences"])
+
+
+@needs_gpu
+def test_gpu_nodes_put_inner_axes_on_nvlink_and_outer_ones_on_the_network():
+    mesh = sl.build_mesh(MeshSpec((2, 8), ("data", "model")), "h100-16")
+    place = targets.axis_placement("h100-16", mesh)
+    assert place["data"]["link"] == "network" and place["model"]["link"] == "NVLink"
