@@ -281,7 +281,7 @@ def _compute_bound(plan: Plan) -> tuple[bool, str]:
         return False, f"The mesh has {config.mesh.size} device{'s' if config.mesh.size > 1 else ''}: use 8 or more."
     p = predict(canonical(config), "h100", "bf16")
     terms = (f"compute {format_seconds(p.compute_s)}, HBM traffic {format_seconds(p.memory_s)}, "
-             f"communication {format_seconds(p.comm_s)} per step")
+             f"communication {format_seconds(p.comm_s)} + latency {format_seconds(p.latency_s)} per step")
     return p.bound == "compute", (f"Predicted on H100 (bf16) for {config.mesh.label()}: {terms} — "
                                   f"{p.bound}-bound.")
 

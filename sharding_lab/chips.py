@@ -193,9 +193,39 @@ class Link:
     name: str  # "ICI", "NVLink", "network" (GPU NICs), "DCN" (between TPU slices), "none"
     bytes_per_s: float
     why: str
+    both_ways: bool = False  # a TPU ring that closes (wraparound): sends go both ways, half the hops
 
     def to_json(self) -> dict:
-        return {"link": self.name, "bytes_per_s": self.bytes_per_s, "why": self.why}
+        return {"link": self.name, "bytes_per_s": self.bytes_per_s, "why": self.why,
+                "latency_s": LATENCY[self.name][0] if self.name in LATENCY else 0.0}
+
+    def latency_s(self, op: str, n: int) -> float:
+        """The α of an α–β model: what one collective over ``n`` devices costs before its bytes count. On a
+        GPU link one collective's measured start-up; on TPU ICI a hop's latency times the hops of its ring
+        (n − 1 one way, n/2 when the ring closes and sends go both ways; an all-reduce is a reduce-scatter then
+        an all-gather: twice; a permute one hop)."""
+        if self.name not in LATENCY or n <= 1:
+            return 0.0
+        alpha = LATENCY[self.name][0]
+        if self.name != "ICI":
+            return alpha
+        if op == "collective-permute":
+            return alpha
+        hops = -(-n // 2) if self.both_ways else n - 1
+        return alpha * hops * (2 if op == "all-reduce" else 1)
+
+
+# The α of an α–β model (time = α + bytes / bandwidth), per link kind, each with where it was measured.
+LATENCY = {
+    "NVLink": (3.5e-6, "NVIDIA/nccl issue 1984: a 1 KiB all-reduce on 4 NVLink-connected H800s, 3.5 µs without "
+                       "CUDA graphs (0.5 µs with them); issue 1259: about 6 µs on 2 H100s with NVLink SHARP"),
+    "network": (25e-6, "NVIDIA/nccl issue 1453: NCCL's tuner prints 25.2 µs for a 128-byte all-reduce across "
+                       "the nodes of an H100 cluster"),
+    "DCN": (25e-6, "as a GPU cluster's network (NVIDIA/nccl issue 1453: 25.2 µs for 128 bytes); no TPU DCN "
+                   "figure is published"),
+    "ICI": (1e-6, "per hop: the scaling book, sharding.md, 'latency-bound AllGather' — a 4-chip ring with "
+                  "wraparound gathers 64 bytes per chip in 2 hops, 'roughly 2us'"),
+}
 
 
 def axis_links(chip: Chip, mesh_shape: tuple[int, ...], axis_names: tuple[str, ...]) -> dict[str, Link]:
@@ -237,7 +267,7 @@ def axis_links(chip: Chip, mesh_shape: tuple[int, ...], axis_names: tuple[str, .
         described = "; ".join(f"{take} chips along a {dim}-chip torus dimension "
                               f"({'wraparound: both directions' if chip.wraps(take, dim) else 'no wraparound: one direction'})"
                               for take, dim in parts)
-        links[name] = Link("ICI", bandwidth, described)
+        links[name] = Link("ICI", bandwidth, described, both_ways=all(chip.wraps(take, dim) for take, dim in parts))
     return {name: links[name] for name in axis_names}
 
 
@@ -282,4 +312,4 @@ def group_link(chip: Chip, mesh_shape: tuple[int, ...], axis_names: tuple[str, .
     return Link("ICI", sum(link.bytes_per_s for link in used), f"{len(used)} torus axes together")
 
 
-__all__ = ["CHIPS", "Chip", "Link", "axis_links", "chip", "group_link"]
+__all__ = ["CHIPS", "Chip", "LATENCY", "Link", "axis_links", "chip", "group_link"]

@@ -20,19 +20,21 @@ from ..errors import ConfigError
 from ..layout import format_bytes
 from ..mesh import parse_mesh_shape
 
-COLORS = {"compute": "#4C78A8", "memory": "#72B7B2", "communication": "#F58518"}
+COLORS = {"compute": "#4C78A8", "memory": "#72B7B2", "communication": "#F58518", "latency": "#E45756"}
 
 
 # Below this, a collective on a real chip is far from its link's bandwidth: the scaling book's
 # 8×H100 all-reduce measurement (gpus.md, "Empirical measurements") gets near the NVLink figure only
 # around 1 GB per device. A megabyte is a generous line for "latency-bound, not bandwidth-bound".
 SMALL_COLLECTIVE_BYTES = 1e6
-BOUND_LABELS = {"compute": "compute", "memory": "memory", "communication": "comms"}
+BOUND_LABELS = {"compute": "compute", "memory": "memory", "communication": "comms", "latency": "latency"}
 
 
 def breakdown_figure(prediction: cost.Prediction) -> go.Figure:
-    """One bar per roofline term, the prediction (max) and the no-overlap sum as lines."""
-    terms = {"compute": prediction.compute_s, "memory": prediction.memory_s, "communication": prediction.comm_s}
+    """One bar per roofline term (communication: bytes ÷ bandwidth; latency: the collectives' α), the
+    prediction (max of compute, memory, communication + latency) and the no-overlap sum as lines."""
+    terms = {"compute": prediction.compute_s, "memory": prediction.memory_s, "communication": prediction.comm_s,
+             "latency": prediction.latency_s}
     unit, scale = cost.time_unit(max(prediction.step_s_no_overlap, 1e-15))  # a tiny model's step is ns
     fig = go.Figure(go.Bar(x=[v / scale for v in terms.values()], y=list(terms), orientation="h",
                            marker_color=[COLORS[k] for k in terms],
@@ -189,7 +191,8 @@ def strategies_figure(names: list[str], predictions: list[dict]) -> go.Figure:
     """Per strategy, the three roofline terms side by side and the predicted step as a marker."""
     unit, scale = cost.time_unit(max([p["step_s_no_overlap"] for p in predictions] + [1e-15]))
     fig = go.Figure()
-    for term, label in (("compute_s", "compute"), ("memory_s", "memory"), ("comm_s", "communication")):
+    for term, label in (("compute_s", "compute"), ("memory_s", "memory"), ("comm_s", "communication"),
+                        ("latency_s", "latency")):
         fig.add_bar(x=names, y=[p[term] / scale for p in predictions], name=label, marker_color=COLORS[label],
                     meta={"term": label})
     fig.add_scatter(x=names, y=[p["step_s"] / scale for p in predictions], mode="markers+text",
@@ -247,14 +250,17 @@ def strategies_cost_panel(configs: dict, key: str = "compare_cost") -> None:
 
 
 def latency_caveat(p: dict) -> str:
-    """What the bound leaves out, said with this layout's own sizes: it counts bandwidth only."""
+    """What the latency term is, and what the bound still leaves out, said with this layout's own sizes."""
+    count = sum(r["count"] for r in p["collectives"] if r.get("latency_s"))
+    text = (f"Latency: each collective costs its link's α before its bytes count (an α–β model) — here "
+            f"{count} collectives, {cost.format_seconds(p.get('latency_s') or 0.0)} in all. α: NVLink 3.5 µs "
+            "(NCCL issue 1984, a 1 KiB all-reduce on 4 H800s without CUDA graphs), between nodes 25 µs (NCCL "
+            "issue 1453), TPU ICI 1 µs per hop (the scaling book's latency-bound AllGather). Still left out: "
+            "kernel launches and the step's own fixed overhead.")
     largest = max((r["bytes"] / max(r["count"], 1) for r in p["collectives"]), default=0.0)
-    text = ("A bandwidth-only bound: it leaves out each kernel's launch and each collective's latency. The "
-            "scaling book's 8×H100 all-reduce reaches near its NVLink bandwidth only around 1 GB per device "
-            "(gpus.md, \"Empirical measurements\").")
     if 0 < largest < SMALL_COLLECTIVE_BYTES:
-        text += (f" This step's largest collective moves {largest:,.0f} bytes: on a real chip it waits on "
-                 "latency, not bandwidth, and the step takes longer than predicted here.")
+        text += (f" This step's largest collective moves {largest:,.0f} bytes: far below the ~1 GB per device at "
+                 "which the scaling book's 8×H100 all-reduce nears its NVLink bandwidth.")
     return text
 
 
@@ -263,4 +269,5 @@ class _FromJson:
 
     def __init__(self, data: dict):
         self.compute_s, self.memory_s, self.comm_s = data["compute_s"], data["memory_s"], data["comm_s"]
+        self.latency_s = data.get("latency_s", 0.0)
         self.step_s, self.step_s_no_overlap = data["step_s"], data["step_s_no_overlap"]

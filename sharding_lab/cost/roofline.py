@@ -5,9 +5,10 @@ The roofline (scaling book, "All About Rooflines", jax-ml.github.io/scaling-book
     compute_s = flops / peak_flops[dtype]
     memory_s  = hbm_bytes / hbm_bytes_per_s
     comm_s    = Σ over collectives  count × wire_bytes / link_bytes_per_s(its axes)   (chips.axis_links)
-    step_s    = max(compute_s, memory_s, comm_s)      ← "the" prediction: full overlap, a lower bound
-    step_s_no_overlap = max(compute_s, memory_s) + comm_s   ← no overlap of communication, an upper bound
-    bound     = whichever term is the max
+    latency_s = Σ over collectives  count × α(its link)        (the α of an α–β model: chips.LATENCY, cited)
+    step_s    = max(compute_s, memory_s, comm_s + latency_s)   ← "the" prediction: full overlap, a lower bound
+    step_s_no_overlap = max(compute_s, memory_s) + comm_s + latency_s   ← no overlap, an upper bound
+    bound     = whichever term is the max; "latency" when communication is and its α part is the larger
     mfu       = flops / (step_s × peak_flops)          (the compiled FLOPs, so every op counts)
 
 Compute and HBM traffic overlap on every chip (the matrix units stream from HBM), so they are
@@ -69,23 +70,33 @@ class Prediction:
         return sum(row["seconds"] for row in self.comm)
 
     @property
+    def latency_s(self) -> float:
+        """Σ count × α over the collectives: their start-up latencies, before any byte (chips.LATENCY)."""
+        return sum(row.get("latency_s", 0.0) for row in self.comm)
+
+    @property
     def wire_bytes(self) -> float:
         return sum(row["wire_bytes"] for row in self.comm)
 
     @property
     def step_s(self) -> float:
-        """Full overlap of compute, HBM traffic and communication: the roofline (a lower bound)."""
-        return max(self.compute_s, self.memory_s, self.comm_s)
+        """Full overlap of compute, HBM traffic and communication (bytes ÷ bandwidth + each collective's
+        latency): the roofline, a lower bound."""
+        return max(self.compute_s, self.memory_s, self.comm_s + self.latency_s)
 
     @property
     def step_s_no_overlap(self) -> float:
         """Communication not hidden at all: compute/HBM roofline + every collective in turn."""
-        return max(self.compute_s, self.memory_s) + self.comm_s
+        return max(self.compute_s, self.memory_s) + self.comm_s + self.latency_s
 
     @property
     def bound(self) -> str:
-        terms = {"compute": self.compute_s, "memory": self.memory_s, "communication": self.comm_s}
-        return max(terms, key=terms.get)
+        """compute, memory, communication (bandwidth) or latency: the term the step waits on. Communication
+        is the collectives' bytes ÷ bandwidth plus their latencies; it is *latency*-bound when the latencies
+        are the larger part."""
+        terms = {"compute": self.compute_s, "memory": self.memory_s, "communication": self.comm_s + self.latency_s}
+        largest = max(terms, key=terms.get)
+        return "latency" if largest == "communication" and self.latency_s > self.comm_s else largest
 
     @property
     def mfu(self) -> float:
@@ -120,6 +131,7 @@ class Prediction:
                 "mesh": {"shape": list(self.mesh), "axes": list(self.axes)},
                 "flops": self.flops, "hbm_bytes": self.hbm_bytes, "wire_bytes": self.wire_bytes,
                 "compute_s": self.compute_s, "memory_s": self.memory_s, "comm_s": self.comm_s,
+                "latency_s": self.latency_s,
                 "step_s": self.step_s, "step_s_no_overlap": self.step_s_no_overlap,
                 "bound": self.bound, "mfu": self.mfu,
                 "hbm_needed": self.hbm_needed, "hbm_capacity": self.chip.hbm_bytes, "fits": self.fits,
@@ -169,7 +181,8 @@ def _comm_rows(chip: Chip, mesh: tuple[int, ...], axes: tuple[str, ...],
         seconds = wire / link.bytes_per_s if link.bytes_per_s != float("inf") else 0.0
         rows.append({"op": op, "axes": group_axes, "group_size": n, "count": row["count"],
                      "bytes": row["bytes"], "wire_bytes": wire, "link": link.name,
-                     "bytes_per_s": link.bytes_per_s, "seconds": seconds})
+                     "bytes_per_s": link.bytes_per_s, "seconds": seconds,
+                     "latency_s": row["count"] * link.latency_s(op, n)})
     return rows
 
 
@@ -318,7 +331,9 @@ def describe(p: Prediction) -> str:
     for row in p.comm:
         lines.append(f"    {row['count']} × {row['op']:<18} over {'+'.join(row['axes']) or '-':<12} n={row['group_size']:<5} "
                      f"{row['bytes']:>14,.0f} B → wire {row['wire_bytes']:>14,.0f} B on {row['link']} = {format_seconds(row['seconds'])}")
-    lines += [f"  communication {format_seconds(p.comm_s)} ({p.wire_bytes:,.0f} wire bytes)",
+    lines += [f"  communication {format_seconds(p.comm_s)} ({p.wire_bytes:,.0f} wire bytes)"
+              f" + latency {format_seconds(p.latency_s)} ({sum(r['count'] for r in p.comm if r.get('latency_s'))} collectives "
+              "× their link's α, chips.LATENCY)",
               f"  step (full overlap, the prediction) {format_seconds(p.step_s)}  — {p.bound}-bound, MFU {p.mfu:.1%}",
               f"  step (no overlap: compute/memory + communication) {format_seconds(p.step_s_no_overlap)}",
               f"  HBM needed {p.hbm_needed / 1e9:,.3f} GB of {p.chip.hbm_bytes / 1e9:,.0f} GB: "

@@ -54,5 +54,6 @@ def batch_sweep(config: LabConfig, chip_id: str, dtype: str = "bf16",
                 continue
             rows.append({"strategy": strategy, "per_device_batch": b, "batch": batch,
                          "compute_s": p.compute_s, "memory_s": p.memory_s, "comm_s": p.comm_s,
+                         "latency_s": p.latency_s,
                          "step_s": p.step_s, "bound": p.bound, "extrapolated": p.extrapolated})
     return rows

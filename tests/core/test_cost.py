@@ -89,8 +89,21 @@ def test_compute_bound_and_communication_bound_are_recognised():
     assert big.bound == "compute" and big.compute_s > 2 * big.comm_s and 0.3 < big.mfu <= 1
     small = cost.predict(dp(), "tpu-v5e")
     assert small.bound == "communication" and small.comm_s > small.memory_s > small.compute_s
-    assert small.step_s == small.comm_s
-    assert small.step_s_no_overlap == pytest.approx(small.memory_s + small.comm_s)
+    # α–β: each all-reduce over the 8-chip `data` ring (a v5e axis of 8 has no wraparound) is a
+    # reduce-scatter then an all-gather, 7 one-way hops each, 1 µs a hop (the scaling book)
+    assert all(r["op"] == "all-reduce" and r["group_size"] == 8 for r in small.comm)
+    assert small.latency_s == pytest.approx(sum(r["count"] for r in small.comm) * 2 * 7 * 1e-6)
+    assert small.comm_s > small.latency_s and small.step_s == small.comm_s + small.latency_s
+    assert small.step_s_no_overlap == pytest.approx(small.memory_s + small.comm_s + small.latency_s)
+
+
+def test_a_tiny_step_is_latency_bound():
+    """The seed's step on an H100 moves ~200 bytes: its 4 collectives, all inside one NVLink node, cost
+    4 × 3.5 µs of latency (NCCL issue 1984) and picoseconds of bandwidth."""
+    p = cost.predict(sl.LabConfig(), "h100")
+    assert sum(r["count"] for r in p.comm) == 4 and {r["link"] for r in p.comm} == {"NVLink"}
+    assert p.latency_s == pytest.approx(4 * 3.5e-6) and p.comm_s < 1e-9
+    assert p.bound == "latency" and p.step_s == pytest.approx(p.comm_s + 14e-6)
 
 
 def test_gpu_mesh_mapping_nvlink_inside_a_node_network_across():
@@ -130,8 +143,8 @@ def test_cost_json_schema():
         assert key in out, key
     assert {"name", "peak_flops", "hbm_bytes_per_s", "hbm_bytes"} <= set(out["chip"])
     assert out["chip"]["name"] == "TPU v5e" and out["dtype"] == "bf16" and out["extrapolated"] is False
-    assert out["step_s"] == max(out["compute_s"], out["memory_s"], out["comm_s"])
-    assert out["bound"] in ("compute", "memory", "communication") and isinstance(out["fits"], bool)
+    assert out["step_s"] == max(out["compute_s"], out["memory_s"], out["comm_s"] + out["latency_s"])
+    assert out["bound"] in ("compute", "memory", "communication", "latency") and isinstance(out["fits"], bool)
     assert set(out["per_axis"]) == {"data"} and out["compiled_on"] == [[2, 4]]
 
 
