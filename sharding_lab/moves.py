@@ -44,6 +44,10 @@ def _matches(shape, full, splits: set[int]) -> bool:
     return len(shape) == len(full) and all(s and f % s == 0 and f // s in splits for s, f in zip(shape, full))
 
 
+def _squeezed(shape) -> tuple[int, ...]:
+    return tuple(d for d in shape if d != 1)
+
+
 def _rows(plan: Plan) -> set[int]:
     """Sizes the batch's leading dimension can have on a device: the whole batch and its splits."""
     batch = plan.config.batch_size
@@ -82,6 +86,10 @@ def name_elements(op: str, phase: str, shapes: tuple, count: int, plan: Plan) ->
             names.append("loss")
             continue
         owners = [name for name, full, _ in params if _matches(shape, full, splits)]
+        if shapes.count(shape) > len(owners):  # more such elements than arrays of that shape: an
+            # accelerator compiler may drop size-1 dimensions (XLA:TPU sends w2's 8×1 gradient block as 8)
+            owners += [name for name, full, _ in params
+                       if name not in owners and _matches(_squeezed(shape), _squeezed(full), splits)]
         if owners and not (phase == "forward" and reduces):
             who, note = _owner(owners, nth, shapes.count(shape), count)
             full = {name: f for name, f, _ in params}[owners[0]]

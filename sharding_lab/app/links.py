@@ -12,7 +12,7 @@ import math
 import re
 
 import sharding_lab as sl
-from sharding_lab.app.settings import (CUSTOM, FLOATS, GENERAL_RANGES, MAX_AXIS_SIZE, TRAIN_DEFAULTS, number_ranges,
+from sharding_lab.app.settings import (CUSTOM, FLOATS, GENERAL_RANGES, TRAIN_DEFAULTS, max_axis_size, number_ranges,
                                        size_key)
 from sharding_lab import targets
 from sharding_lab.challenges import CHALLENGES
@@ -71,8 +71,9 @@ def from_query(query: dict[str, str]) -> tuple[dict, list[str]]:
             bad("target", str(error).split(": ", 1)[-1])
     if "mesh" in query:
         sizes = [p for p in re.split(r"[x×,]", query["mesh"]) if p]
-        if not (1 <= len(sizes) <= 3 and all(p.isdigit() and 1 <= int(p) <= MAX_AXIS_SIZE for p in sizes)):
-            bad("mesh", f"expected 1–3 sizes from 1 to {MAX_AXIS_SIZE}, like 2x4")
+        largest = max_axis_size({"target": updates.get("target", targets.CPU)})  # what the widgets allow
+        if not (1 <= len(sizes) <= 3 and all(p.isdigit() and 1 <= int(p) <= largest for p in sizes)):
+            bad("mesh", f"expected 1–3 sizes from 1 to {largest}, like 2x4")
         else:
             updates["n_axes"] = len(sizes)
             updates.update({f"size_{i}": int(p) for i, p in enumerate(sizes)})

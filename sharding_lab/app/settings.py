@@ -18,7 +18,7 @@ from sharding_lab.rules import parse_target
 CUSTOM = "custom"
 FROM_RULES = "(rule)"
 REPLICATED = "replicated"
-MAX_AXIS_SIZE = 512  # a 1-axis mesh over a v5p-1024 slice (512 chips); the simulated host stops at 64
+MAX_HOST_AXIS_SIZE = 64  # the simulated host has at most 64 devices
 DEFAULT_SHAPES = {1: (8,), 2: (2, 4), 3: (2, 2, 2)}
 GENERAL_RANGES = {"batch": (1, 4096), "steps": (1, 20_000), "lr": (0.0, 1000.0), "decay": (0.0, 0.999)}
 FLOATS = ("lr", "decay")
@@ -138,6 +138,12 @@ def device_count(state) -> int:
     return target.devices if target.compile_only else sl.device_info().count
 
 
+def max_axis_size(state) -> int:
+    """The largest size a mesh axis widget offers: the target's device count, or the simulated host's cap."""
+    target = targets.parse(state.get("target", targets.CPU))
+    return target.devices if target.compile_only else MAX_HOST_AXIS_SIZE
+
+
 def target_changed(state) -> dict:
     """A mesh that fits a newly chosen target: two axes ('data', 'model') over its devices — on a TPU
     slice along its torus (v5e-8 → 2×4; a 3-D v5p slice folds its first two dimensions into one axis),
@@ -185,7 +191,8 @@ def state_from_config(config: sl.LabConfig) -> dict:
     state.update({size_key(f): int(getattr(config.model, f)) for f in fam.size_fields})
     # The rules table shows the rules either way: a preset's, bound to this mesh, or the custom ones.
     state.update(rule_widget_values(config.resolved_rules(), fam, config.model))
-    ranges = {**number_ranges(), **{f"size_{i}": (1, MAX_AXIS_SIZE) for i in range(len(mesh.shape))}}
+    largest = max_axis_size({"target": config.target})
+    ranges = {**number_ranges(), **{f"size_{i}": (1, largest) for i in range(len(mesh.shape))}}
     for key, (low, high) in ranges.items():
         if key in state and not low <= state[key] <= high:
             raise sl.ConfigError(f"{key} = {state[key]} is outside what the sidebar allows ({low} to {high})", key)

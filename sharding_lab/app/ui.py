@@ -69,7 +69,7 @@ def mesh_widgets() -> None:
              help="How many named axes the device grid has.")
     for i in range(int(st.session_state.n_axes or 2)):
         size_col, name_col = st.columns([1, 2])
-        size_col.number_input(f"Size {i + 1}", 1, settings.MAX_AXIS_SIZE, key=f"size_{i}")
+        size_col.number_input(f"Size {i + 1}", 1, settings.max_axis_size(st.session_state), key=f"size_{i}")
         name_col.text_input(f"Name {i + 1}", key=f"name_{i}", max_chars=32)
     st.radio("Axis type", ["Auto", "Explicit"], key="axis_type", horizontal=True,
              help="Auto: the compiler infers shardings (the seed's way). Explicit: shardings are "

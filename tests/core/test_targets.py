@@ -138,6 +138,17 @@ def test_seed_on_v5e_8_differs_from_the_simulated_host_and_says_so(capsys):
 
 
 @needs_tpu
+def test_moves_names_each_gradient_once_though_the_tpu_drops_size_1_dimensions():
+    """XLA:TPU all-reduces the seed's three gradient blocks as three 8-element vectors (w1's 1×8 and
+    w2's 8×1 lose their size-1 dimension): each parameter is named once, not b1 three times."""
+    report = analyze(sl.plan(sl.LabConfig(target="v5e-8")), "f32")
+    (grads,) = [c for c in report.collectives if c.phase == "backward" and c.op == "all-reduce"]
+    assert grads.shape == ((8,), (8,), (8,), ())  # … and the loss, combined into the same op
+    named = sorted(m.split(" (")[0] for m in grads.moves)
+    assert named == ["gradient of params/b1", "gradient of params/w1", "gradient of params/w2", "loss"]
+
+
+@needs_tpu
 def test_the_dtype_changes_the_tpu_program():
     plan = sl.plan(sl.LabConfig(target="v5e-8"))
     assert sum(report_op_counts(analyze(plan, "f32")).values()) == 3
