@@ -30,6 +30,7 @@ import functools
 import importlib.util
 import math
 import os
+import warnings
 
 from .errors import ConfigError
 
@@ -221,12 +222,22 @@ device_description_str: "{name}"
 """
 
 
+def _quiet_cache_misses() -> None:
+    """JAX's persistent compilation cache (the app turns it on) stores a compile-only target's program
+    like any other, then cannot load it back without the chips, and warns on every compile. The program
+    is simply compiled again (about a second), so that one warning is dropped — only that one."""
+    warnings.filterwarnings("ignore", category=UserWarning,
+                            message=r"Error reading persistent compilation cache entry .*"
+                                    r"PjRtCompiler must be constructed with a Client")
+
+
 @functools.lru_cache(maxsize=None)
 def devices(name: str) -> tuple:
     """The target's JAX devices (abstract: they compile, they never run). The TPU ones carry ``.coords``
     on the slice's torus."""
     target = parse(name)
     check(target)
+    _quiet_cache_misses()
     from jax.experimental import topologies
 
     if target.kind == "tpu":

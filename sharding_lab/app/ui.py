@@ -158,7 +158,9 @@ def sidebar() -> sl.Plan | sl.ConfigError:
     fam = settings.family(state)
     with st.sidebar:
         link_notice()
-        st.caption(info.describe())
+        target = targets.parse(state.get("target", targets.CPU))
+        st.caption(info.describe() if not target.compile_only else
+                   f"Compiling for {target.label()} with {target.compiler}; {info.describe()} train.")
         st.subheader("Mesh")
         target_widget()
         mesh_widgets()
