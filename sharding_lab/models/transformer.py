@@ -205,13 +205,16 @@ class Transformer(nnx.Module):
 
     def __init__(self, spec, shard, rngs: nnx.Rngs):
         e, v = spec.embed_dim, spec.vocab
-        self.embedding = param(kernel(rngs.params(), (v, e), 1), shard, "embedding", "vocab", "embed")
+        self.tied = spec.embeddings == "tied"
+        # Tied, the table is also the unembedding, and logits h·Eᵀ should start small: entries of
+        # N(0, 1/embed), as for any kernel (GPT-2 draws them from N(0, 0.02²)); untied, N(0, 1).
+        self.embedding = param(kernel(rngs.params(), (v, e), e if self.tied else 1), shard, "embedding", "vocab",
+                               "embed")
         self.learned_positions = spec.positions == "learned"
         if self.learned_positions:
             self.pos = param(kernel(rngs.params(), (spec.seq, e), 1), shard, "pos", "seq", "embed")
         self.blocks = nnx.List([Block(spec, shard, rngs) for _ in range(spec.layers)])
         self.final_norm = param(jnp.ones((e,)), shard, "norm", "embed")
-        self.tied = spec.embeddings == "tied"
         if not self.tied:
             self.unembed = param(kernel(rngs.params(), (e, v), e), shard, "unembed", "embed", "vocab")
         # Full rematerialisation: the backward pass recomputes each block from its input instead of
