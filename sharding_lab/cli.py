@@ -39,6 +39,18 @@ def layout_table(layouts: dict[str, ArrayLayout]) -> str:
 
 
 def main(argv=None) -> int:
+    from .models import plugins
+
+    argv = sys.argv[1:] if argv is None else list(argv)
+    # Families from outside the package first, so that --model offers them: installed entry points,
+    # SHARDING_LAB_FAMILIES, then --family (whoever runs the command chose these; never a link).
+    for problem in plugins.load_installed():
+        print(f"warning: {problem}", file=sys.stderr)
+    try:
+        plugins.import_from_argv(argv)
+    except ConfigError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
     parser = argparse.ArgumentParser(prog="python -m sharding_lab",
                                      description="Shard the seed MLP over a device mesh and train it.")
     commands = parser.add_subparsers(dest="command", required=True)

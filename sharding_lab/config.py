@@ -55,7 +55,7 @@ class LabConfig:
 
     def resolved_rules(self) -> Rules:
         if self.preset is not None:
-            return bind_preset(self.preset, self.mesh, self.family.name)
+            return preset_rules(self.preset, self.mesh, self.model)
         if self.rules is None:
             raise ConfigError("no rules given: choose a preset or set the rules", "rules")
         return self.rules
@@ -70,6 +70,15 @@ class LabConfig:
                 "optimizer": self.optimizer,
                 "lr": self.lr, "decay": self.decay, "batch_size": self.batch_size,
                 "steps": self.steps, "seed": self.seed, "target": self.target}
+
+
+def preset_rules(preset: str, mesh: MeshSpec, model) -> Rules:
+    """The family's preset bound to ``mesh``, keeping only the overrides of arrays ``model`` has:
+    a preset names every array its family can have (the transformer's ``pos`` or ``unembed``,
+    absent from some sizes), and an override of an absent array would be refused."""
+    rules = bind_preset(preset, mesh, family_of(model).name)
+    names = {a.rule_name for a in family_of(model).parameters(model).values()}
+    return Rules(rules.logical(), tuple((n, d) for n, d in rules.overrides if n in names))
 
 
 def _jsonable(target):
@@ -226,7 +235,7 @@ def check_memory(plan: Plan) -> None:
         raise ConfigError(
             f"this run needs about {need / 2**30:.1f} GiB across {plan.config.mesh.size} devices (a cautious "
             f"estimate: activations counted on every device) but only "
-            f"{limit / 2**30:.1f} GiB may be used here: choose a smaller width or fewer layers"
+            f"{limit / 2**30:.1f} GiB may be used here: choose a smaller model (width, layers) or batch"
             + (f", a leaner optimizer than {plan.config.optimizer}, or shard the parameters (fsdp, tp)" if whole
                else f" or a leaner optimizer than {plan.config.optimizer}"), "model")
 

@@ -101,7 +101,7 @@ graphdef, state = nnx.split((model, optimizer))
 # 6. The data: batches of rows of (X, Y), each batch split as the rules say.
 <<DATASET_SOURCE>>
 
-X, Y = make_dataset(spec, SEED)
+X, Y = DATASET(spec, SEED)
 batch_shardings = (NamedSharding(mesh, shard("x", *X_AXES)), NamedSharding(mesh, shard("y", *Y_AXES)))
 rng = np.random.default_rng(SEED)
 
@@ -165,12 +165,23 @@ def _source(*objects) -> str:
     return "\n\n\n".join(textwrap.dedent(inspect.getsource(obj)).strip() for obj in objects) + "\n"
 
 
+# Sharding Lab records a forward pass's activations to check their layout, and a model then skips
+# rematerialisation (models.recording_activations); this script never records.
+_NOT_RECORDING = '''def recording_activations():
+    """This script never records activations (Sharding Lab's layout check does)."""
+    return False
+
+
+'''
+
+
 def _model_section(model_class, helpers=()) -> str:
+    code = _source(models.param, ops.explicit_axes, ops.spec_of, ops.mesh_axes_of, ops.matmul, ops.like_columns,
+                   *helpers, model_class)
+    stub = _NOT_RECORDING if "recording_activations()" in code else ""
     return ("\n# 3. The model, copied from Sharding Lab's model family: every parameter is born sharded\n"
             "#    (out_sharding=, the blog's sharding=); under Explicit axes the matmuls say their layouts.\n"
-            "_creation_order = itertools.count()\n\n\n"
-            + _source(models.param, ops.explicit_axes, ops.spec_of, ops.mesh_axes_of, ops.matmul,
-                      ops.like_columns, *helpers, model_class) + "\n")
+            "_creation_order = itertools.count()\n\n\n" + stub + code + "\n")
 
 
 def export_script(config: LabConfig) -> str:
@@ -201,8 +212,9 @@ def export_script(config: LabConfig) -> str:
                      "#    value and metadata, so it inherits the parameter's sharding (nnx.Object is now nnx.Pytree).\n"
                      + _source(SGDState, SGD) + _fill(_SEED_OPTIMIZER, LR=repr(config.lr), DECAY=repr(config.decay)))
     batch = family.batch(config.model, config.batch_size)
-    train = _fill(_TRAIN, MODEL=model_class.__name__, LOSS=loss.__name__, SEED=config.seed,
-                  STEPS=config.steps, BATCH=config.batch_size, X_AXES=repr(batch["x"].logical_axes),
+    # The family's own names for its model, dataset and loss (a family need not call them ours).
+    train = _fill(_TRAIN, MODEL=model_class.__name__, LOSS=loss.__name__, DATASET=dataset.__name__,
+                  SEED=config.seed, STEPS=config.steps, BATCH=config.batch_size, X_AXES=repr(batch["x"].logical_axes),
                   Y_AXES=repr(batch["y"].logical_axes))
     parts.append(train.replace("<<DATASET_SOURCE>>", _source(dataset).strip())
                  .replace("<<LOSS_SOURCE>>", _source(loss).strip() + "\n"))

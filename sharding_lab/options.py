@@ -8,15 +8,18 @@ configuration from argv, so their imports run one way.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 
 from . import targets
 from .config import LabConfig
 from .devices import available_count
 from .errors import ConfigError
 from .mesh import MeshSpec, default_axes, parse_axis_names, parse_mesh_shape
-from .models import FAMILIES, family as model_family
+from .config import preset_rules
+from .models import FAMILIES, ChoiceField, family as model_family
+from .models.plugins import module_of
 from .optimizer import OPTIMIZERS
-from .rules import bind_preset, parse_target, target_text
+from .rules import parse_target, target_text
 
 
 def add_config_options(parser: argparse.ArgumentParser) -> None:
@@ -27,7 +30,14 @@ def add_config_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--mesh", default="2x4", help="mesh shape, e.g. 2x4, 8, 2x2x2 (default 2x4)")
     parser.add_argument("--axes", default=None, help="axis names, e.g. data,model (default by rank)")
     parser.add_argument("--axis-type", choices=["auto", "explicit"], default="auto")
+    parser.add_argument("--family", action="append", default=[], metavar="MODULE",
+                        help="import this module first (e.g. my_pkg.my_model): the model families it "
+                             "registers join --model (docs/own-model.md)")
     parser.add_argument("--model", choices=list(FAMILIES), default="mlp", help="model family (default mlp)")
+    parser.add_argument("--size", default=None, metavar="NAME",
+                        help="a named size of the model family (" + "; ".join(
+                            f"{name}: {', '.join(f.named_sizes)}" for name, f in FAMILIES.items() if f.named_sizes)
+                        + "); size options given as well change it")
     parser.add_argument("--preset", default=None,
                         help="a preset of the model family (" + "; ".join(
                             f"{name}: {', '.join(f.presets)}" for name, f in FAMILIES.items())
@@ -43,8 +53,14 @@ def add_config_options(parser: argparse.ArgumentParser) -> None:
     flags = {}
     for family in FAMILIES.values():
         for field, size in family.size_fields.items():
-            if size.flag not in flags:
-                flags[size.flag] = field
+            if size.flag in flags:
+                continue
+            flags[size.flag] = field
+            if isinstance(size, ChoiceField):
+                parser.add_argument(size.flag, choices=size.choices, default=None, dest=_dest(size.flag),
+                                    help=f"{family.name}: {size.help or size.label} (default "
+                                         f"{_default(family, field)})")
+            else:
                 parser.add_argument(size.flag, type=int, default=None, dest=_dest(size.flag),
                                     help=f"{family.name}: {size.label} (default {_default(family, field)})")
     parser.add_argument("--batch", type=int, default=32)
@@ -74,6 +90,7 @@ def _default(family, field: str):
 def config_from_args(args) -> LabConfig:
     """argv (parsed by :func:`add_config_options`) → LabConfig; :func:`config_to_args` is the inverse."""
     family = model_family(args.model)
+    model = _model_spec(family, args)
     shape = parse_mesh_shape(args.mesh)
     axes = parse_axis_names(args.axes) if args.axes else default_axes(len(shape))
     mesh = MeshSpec(shape, axes, args.axis_type)
@@ -83,7 +100,7 @@ def config_from_args(args) -> LabConfig:
     target = targets.parse(getattr(args, "target", None))
     if args.rule or args.override or preset is None:
         mesh.validate(target.devices if target.compile_only else available_count())
-        rules = bind_preset(preset or "replicated", mesh, family.name)
+        rules = preset_rules(preset or "replicated", mesh, model)
         for text in args.rule:
             axis, value = _pair(text, "rule")
             if axis not in family.logical_axes:
@@ -94,21 +111,34 @@ def config_from_args(args) -> LabConfig:
             array, value = _pair(text, "override")
             rules = rules.with_override(array, tuple(parse_target(v) for v in value.split(":")))
         preset = None
-    sizes = {field: getattr(args, _dest(size.flag)) for field, size in family.size_fields.items()
-             if getattr(args, _dest(size.flag), None) is not None}
     train = {**TRAIN_DEFAULTS, **family.train_defaults}  # what the option does not say
-    return LabConfig(mesh=mesh, preset=preset, rules=rules, model=family.Spec(**sizes),
+    return LabConfig(mesh=mesh, preset=preset, rules=rules, model=model,
                      optimizer=args.optimizer or train["optimizer"],
                      lr=args.lr if args.lr is not None else train["lr"], decay=args.decay,
                      batch_size=args.batch, steps=args.steps if args.steps is not None else train["steps"],
                      seed=args.seed, chunk=args.chunk, target=target.name)
 
 
+def _model_spec(family, args):
+    """The model's Spec: the named size (``--size``) or the family's defaults, then every size
+    option given on top (``--size llama3-8b --layers 2``: Llama 3 8B's shapes, two blocks)."""
+    base = family.named_spec(args.size) if getattr(args, "size", None) else family.Spec()
+    sizes = {field: getattr(args, _dest(size.flag)) for field, size in family.size_fields.items()
+             if getattr(args, _dest(size.flag), None) is not None}
+    model = dataclasses.replace(base, **sizes)
+    model.validate()  # before a preset's rules read the model's parameters
+    return model
+
+
 def config_to_args(config: LabConfig) -> list[str]:
     """Command-line options that rebuild ``config`` with :func:`config_from_args` (the worker
-    processes of a multi-process run are started with them)."""
+    processes of a multi-process run are started with them). A family from outside Sharding Lab
+    comes with the ``--family`` that imports it; a named size is written as ``--size NAME`` and
+    only the options that differ from it."""
     mesh, family = config.mesh, config.family
-    args = ["--target", config.target, "--model", family.name, "--mesh", "x".join(map(str, mesh.shape)), "--axes", ",".join(mesh.axes),
+    module = module_of(family)
+    args = (["--family", module] if module else []) + ["--target", config.target, "--model", family.name,
+                                                       "--mesh", "x".join(map(str, mesh.shape)), "--axes", ",".join(mesh.axes),
             "--axis-type", mesh.axis_type]
     if config.preset is not None:
         args += ["--preset", config.preset]
@@ -118,8 +148,14 @@ def config_to_args(config: LabConfig) -> list[str]:
         args += [f"--rule={axis}={target_text(rules.target(axis))}" for axis in family.logical_axes]
         args += [f"--override={name}={':'.join(target_text(t) for t in dims)}"
                  for name, dims in rules.overrides]
-    for field, size in family.size_fields.items():
-        args += [size.flag, str(getattr(config.model, field))]
+    size = family.size_name(config.model)
+    base = family.named_spec(size) if size else None
+    if size:
+        args += ["--size", size]
+    for field, option in family.size_fields.items():
+        value = getattr(config.model, field)
+        if base is None or value != getattr(base, field):
+            args += [option.flag, str(value)]
     return args + ["--optimizer", config.optimizer, "--lr", repr(float(config.lr)),
                    "--decay", repr(float(config.decay)), "--batch", str(config.batch_size),
                    "--steps", str(config.steps), "--chunk", str(config.chunk), "--seed", str(config.seed)]

@@ -12,8 +12,8 @@ import math
 import re
 
 import sharding_lab as sl
-from sharding_lab.app.settings import (CUSTOM, FLOATS, GENERAL_RANGES, TRAIN_DEFAULTS, max_axis_size, number_ranges,
-                                       size_key)
+from sharding_lab.app.settings import (CUSTOM, FLOATS, GENERAL_RANGES, TRAIN_DEFAULTS, max_axis_size, model_spec,
+                                       named_size_values, number_ranges, size_choices, size_key)
 from sharding_lab import targets
 from sharding_lab.challenges import CHALLENGES
 from sharding_lab.mesh import AXIS_NAME as _NAME, default_axes
@@ -45,8 +45,17 @@ def to_query(state) -> dict[str, str]:
     if state.get("focus") is not None:
         query["focus"] = str(int(state["focus"]))
     query["opt"] = str(state["optimizer"])
+    if family.named_sizes:  # the name says what the sizes below are (they are written all the same)
+        try:
+            name = family.size_name(model_spec(state))
+        except (sl.ConfigError, TypeError, ValueError):
+            name = None
+        if name is not None:
+            query["size"] = name
+    choices = size_choices()
     for key in [size_key(f) for f in family.size_fields] + list(GENERAL_RANGES):
-        query[key] = f"{state[key]:g}" if key in FLOATS else str(int(state[key]))
+        query[key] = (str(state[key]) if key in choices else f"{state[key]:g}" if key in FLOATS
+                      else str(int(state[key])))
     if state.get("solved"):  # the challenges this session solved travel with its link
         query["solved"] = ",".join(c for c in CHALLENGES if c in set(state["solved"]))
     return query
@@ -60,7 +69,9 @@ def from_query(query: dict[str, str]) -> tuple[dict, list[str]]:
         problems.append(f"{key}={query[key]!r} ignored: {why}")
 
     ranges = number_ranges()
-    known = {"target", "mesh", "axes", "type", "model", "preset", "rules", "ovr", "opt", "focus", "solved", *ranges}
+    choices = size_choices()
+    known = {"target", "mesh", "axes", "type", "model", "preset", "rules", "ovr", "opt", "focus", "solved", "size",
+             *ranges, *choices}
     for key in query:
         if key not in known and key not in NOT_SETTINGS:
             problems.append(f"unknown setting {key!r} ignored")
@@ -130,6 +141,18 @@ def from_query(query: dict[str, str]) -> tuple[dict, list[str]]:
             problems.append(f"solved entries {', '.join(repr(c[:40]) for c in unknown[:3])}{more} ignored: "
                             "not challenges here")
         updates["solved"] = [c for c in CHALLENGES if c in set(solved)]
+    if "size" in query:  # a named size sets the sizes; the link's own size values (below) then win
+        if query["size"] in family.named_sizes:
+            updates.update(named_size_values(family, query["size"]))
+        else:
+            bad("size", f"one of {', '.join(family.named_sizes)}" if family.named_sizes
+                else f"the {family.name} model has no named sizes")
+    for key, allowed in choices.items():
+        if key in query:
+            if query[key] in allowed:
+                updates[key] = query[key]
+            else:
+                bad(key, f"one of {', '.join(allowed)}")
     if "opt" in query:
         if query["opt"] in OPTIMIZERS:
             updates["optimizer"] = query["opt"]

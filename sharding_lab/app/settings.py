@@ -13,6 +13,7 @@ import itertools
 import sharding_lab as sl
 from sharding_lab import targets
 from sharding_lab.mesh import default_axes
+from sharding_lab.models import ChoiceField
 from sharding_lab.rules import parse_target
 
 CUSTOM = "custom"
@@ -37,8 +38,22 @@ def size_key(field: str) -> str:
 
 
 def size_ranges() -> dict[str, tuple[int, int]]:
-    """Every family's size keys with their (min, max)."""
-    return {size_key(f): (s.low, s.high) for fam in sl.FAMILIES.values() for f, s in fam.size_fields.items()}
+    """Every family's number size keys with their (min, max)."""
+    return {size_key(f): (s.low, s.high) for fam in sl.FAMILIES.values() for f, s in fam.size_fields.items()
+            if not isinstance(s, ChoiceField)}
+
+
+def size_choices() -> dict[str, tuple[str, ...]]:
+    """Every family's word options (the transformer's ``mlp_type``, ``remat``, ...) with their choices."""
+    return {size_key(f): s.choices for fam in sl.FAMILIES.values() for f, s in fam.size_fields.items()
+            if isinstance(s, ChoiceField)}
+
+
+def valid_value(field, value) -> bool:
+    """Whether a sizes widget can hold ``value`` (a choice it offers, or a number in its range)."""
+    if isinstance(field, ChoiceField):
+        return value in field.choices
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and field.low <= value <= field.high
 
 
 def number_ranges() -> dict[str, tuple]:
@@ -47,8 +62,11 @@ def number_ranges() -> dict[str, tuple]:
 
 def defaults() -> dict:
     """Every setting's default: the general ones and each family's sizes (its Spec's defaults)."""
-    sizes = {size_key(f): getattr(fam.Spec(), f) for fam in sl.FAMILIES.values() for f in fam.size_fields}
-    return {**DEFAULTS, **sizes}
+    sizes = {}
+    for fam in sl.FAMILIES.values():  # a key two families share keeps the first's (built-ins first)
+        for f in fam.size_fields:
+            sizes.setdefault(size_key(f), getattr(fam.Spec(), f))
+    return {**DEFAULTS, "named_size": CUSTOM, **sizes}
 
 
 def family(state) -> sl.models.ModelFamily:
@@ -62,9 +80,28 @@ def mesh_spec(state) -> sl.MeshSpec:
                        "explicit" if state["axis_type"] == "Explicit" else "auto")
 
 
+def _field_value(field, value):
+    return str(value) if isinstance(field, ChoiceField) else int(value)
+
+
 def model_spec(state):
     fam = family(state)
-    return fam.Spec(**{f: int(state[size_key(f)]) for f in fam.size_fields})
+    return fam.Spec(**{f: _field_value(s, state[size_key(f)]) for f, s in fam.size_fields.items()})
+
+
+def named_size_values(fam, name: str) -> dict:
+    """The size keys that show the family's named size ``name`` in the sidebar (remat kept: it is
+    how to train, not a size)."""
+    spec = fam.named_spec(name)
+    return {size_key(f): getattr(spec, f) for f in fam.size_fields if f != "remat"}
+
+
+def family_values(fam, state) -> dict:
+    """When the model changes: its size keys whose current value its widgets cannot hold (another
+    family used the key differently), back to its defaults."""
+    spec = fam.Spec()
+    return {size_key(f): getattr(spec, f) for f, s in fam.size_fields.items()
+            if not valid_value(s, state.get(size_key(f)))}
 
 
 def target_options(axes: tuple[str, ...]) -> list[str]:
@@ -188,7 +225,7 @@ def state_from_config(config: sl.LabConfig) -> dict:
              "batch": int(config.batch_size), "steps": int(config.steps), "target": config.target}
     for i, (size, name) in enumerate(zip(mesh.shape, mesh.axes)):
         state[f"size_{i}"], state[f"name_{i}"] = int(size), name
-    state.update({size_key(f): int(getattr(config.model, f)) for f in fam.size_fields})
+    state.update({size_key(f): _field_value(s, getattr(config.model, f)) for f, s in fam.size_fields.items()})
     # The rules table shows the rules either way: a preset's, bound to this mesh, or the custom ones.
     state.update(rule_widget_values(config.resolved_rules(), fam, config.model))
     largest = max_axis_size({"target": config.target})

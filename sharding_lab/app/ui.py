@@ -18,11 +18,15 @@ from sharding_lab import targets
 from sharding_lab.app import links, settings
 from sharding_lab.app.settings import CUSTOM, FROM_RULES
 from sharding_lab.export import export_script, script_name
+from sharding_lab.models import ChoiceField, plugins
 
 
 def init_state() -> None:
-    """Defaults for a new session; keep every setting alive on pages that do not show its widget."""
+    """Defaults for a new session; keep every setting alive on pages that do not show its widget.
+    First, the model families the server's owner installed or named in SHARDING_LAB_FAMILIES (once
+    per process; never from a link)."""
     state = st.session_state
+    state.family_problems = plugins.load_installed()
     defaults = settings.defaults()  # once: it walks every model family's sizes
     for key, value in defaults.items():
         state.setdefault(key, value)
@@ -130,6 +134,7 @@ def rules_table(mesh: sl.MeshSpec, model) -> None:
 def _on_model_change() -> None:
     fam = settings.family(st.session_state)
     st.session_state.preset = fam.default_preset
+    st.session_state.update(settings.family_values(fam, st.session_state))
     # A family's training defaults (the transformer wants Adam); the MLP keeps the seed's.
     for key, value in {**settings.TRAIN_DEFAULTS, **fam.train_defaults}.items():
         st.session_state[key] = value
@@ -139,14 +144,56 @@ def model_widgets(fam) -> None:
     if len(sl.FAMILIES) > 1:
         st.selectbox("Model", list(sl.FAMILIES), key="model", on_change=_on_model_change,
                      format_func=lambda name: sl.FAMILIES[name].title)
+    if fam.named_sizes:
+        named_size_widget(fam)
     cols = st.columns(2)
     for i, (field, size) in enumerate(fam.size_fields.items()):
-        cols[i % 2].number_input(size.label, size.low, size.high, key=settings.size_key(field),
-                                 help=size.help or None)
+        if isinstance(size, ChoiceField):
+            cols[i % 2].selectbox(size.label, size.choices, key=settings.size_key(field), help=size.help or None)
+        else:
+            cols[i % 2].number_input(size.label, size.low, size.high, key=settings.size_key(field),
+                                     help=size.help or None)
     st.selectbox("Optimizer", list(sl.OPTIMIZERS), key="optimizer",
                  help="\n\n".join(f"**{k}**: {v}" for k, v in sl.OPTIMIZERS.items()))
     st.number_input("Batch size", *settings.GENERAL_RANGES["batch"], key="batch",
                     help="Split along the mesh axis that the batch's rule names.")
+
+
+def _on_named_size() -> None:
+    state = st.session_state
+    if state.named_size != CUSTOM:
+        state.update(settings.named_size_values(settings.family(state), state.named_size))
+
+
+def named_size_widget(fam) -> None:
+    """A select of the family's named sizes (public models' shapes), showing the one the sizes
+    below are (or custom), and the parameter count beside the model card's."""
+    state = st.session_state
+    try:
+        spec = settings.model_spec(state)
+        spec.validate()
+    except (sl.ConfigError, TypeError, ValueError):
+        spec = None
+    state.named_size = (fam.size_name(spec) if spec is not None else None) or CUSTOM
+    st.selectbox("Size", list(fam.named_sizes) + [CUSTOM], key="named_size", on_change=_on_named_size,
+                 format_func=lambda n: fam.named_sizes[n].title if n in fam.named_sizes else "Custom (the sizes below)",
+                 help="Public models' shapes, from their model cards; the sizes below show them.")
+    if spec is not None:
+        st.caption(parameter_caption(fam, spec, fam.named_sizes.get(state.named_size)))
+
+
+def parameter_caption(fam, spec, named) -> str:
+    """"8,030,261,248 parameters (the card: 8.03 B)": counted from the model's abstract shapes."""
+    count = fam.parameter_count(spec)
+    text = f"{count:,} parameters"
+    if named is not None and named.card_parameters:
+        text += f" (the model card: {_short(named.card_parameters)}, {100 * (count / named.card_parameters - 1):+.1f}%)"
+    return text
+
+
+def _short(count: float) -> str:
+    return next(f"{count / scale:.3g} {unit}" for scale, unit in ((1e9, "B"), (1e6, "M"), (1, ""))
+                if count >= scale)
 
 
 def sidebar() -> sl.Plan | sl.ConfigError:
@@ -158,6 +205,9 @@ def sidebar() -> sl.Plan | sl.ConfigError:
     fam = settings.family(state)
     with st.sidebar:
         link_notice()
+        if state.get("family_problems"):
+            st.warning("Some model families could not be loaded: " + plain("; ".join(state.family_problems)),
+                       icon=":material/extension_off:")
         target = targets.parse(state.get("target", targets.CPU))
         st.caption(info.describe() if not target.compile_only else
                    f"Compiling for {target.label()} with {target.compiler}; {info.describe()} train.")

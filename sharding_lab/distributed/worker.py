@@ -43,6 +43,11 @@ LOOPBACK = ("127.0.0.1", "localhost", "[::1]")
 
 
 def parse_args(argv=None) -> argparse.Namespace:
+    from ..models import plugins
+
+    argv = sys.argv[1:] if argv is None else list(argv)
+    plugins.load_installed()
+    plugins.import_from_argv(argv)  # a family from outside the package: the launcher passes its --family
     parser = argparse.ArgumentParser(
         prog="python -m sharding_lab.distributed.worker",
         description="One process of a multi-process Sharding Lab run (start one per process).")

@@ -16,7 +16,12 @@ A family lives in one file (:mod:`.mlp` is the worked example) and gives:
   (empty for the MLP), so they are planned and drawn like parameters;
 - ``make_dataset(spec, seed)``: the host dataset ``(X, Y)`` a batch's rows are drawn from;
 - ``loss(model, x, y)``; ``probe(model, X)``: what the Train page draws while it learns;
-- ``export_objects``: the functions and classes the exported script copies, source and all.
+- ``export_objects``: the functions and classes the exported script copies, source and all;
+- optionally ``named_sizes``: public models' shapes (``--size llama3-8b``), each with its source.
+
+Families from outside this package: :mod:`.plugins` imports a module named by ``--family``, by
+``SHARDING_LAB_FAMILIES`` or by an installed package's ``sharding_lab.models`` entry point; each
+registers its families with :func:`register` on import (docs/own-model.md).
 """
 
 from __future__ import annotations
@@ -24,6 +29,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import itertools
+import math
 from typing import Callable, ClassVar
 
 import jax
@@ -88,6 +94,29 @@ class SizeField:
 
 
 @dataclasses.dataclass(frozen=True)
+class ChoiceField:
+    """One option of a model that is a word, not a number (the transformer's MLP kind, its
+    rematerialisation), asked for as a select in the sidebar and ``--flag {a,b}`` on the command line.
+    The Spec's default is one of ``choices``."""
+
+    label: str
+    choices: tuple[str, ...]
+    flag: str
+    help: str = ""
+
+
+@dataclasses.dataclass(frozen=True)
+class NamedSize:
+    """A size with a name (``--size llama3-8b``): the Spec fields it sets (the rest keep their
+    defaults), and, for a public model, its card's parameter count and where that came from."""
+
+    title: str
+    fields: dict
+    card_parameters: float | None = None
+    source: str = ""
+
+
+@dataclasses.dataclass(frozen=True)
 class ArraySpec:
     """One array a run holds: its shape, the logical name of each dimension, the name its rules
     go by (overrides are per rule name), and its dtype."""
@@ -109,6 +138,14 @@ _creation_order = itertools.count()  # nnx sorts attributes by name; plans list 
 
 
 _active_constraints: list[Callable] = []
+_recording: list[bool] = []
+
+
+def recording_activations() -> bool:
+    """True while a program records its activations to check their layout (``activation_rules``
+    with ``record``): a model then skips rematerialisation, since a value made inside
+    ``nnx.remat`` cannot be returned from outside it. The forward pass computes the same."""
+    return bool(_recording and _recording[-1])
 
 
 def constrain(x: jax.Array, name: str) -> jax.Array:
@@ -135,12 +172,15 @@ class activation_rules:  # noqa: N801  (a context manager, used like a function)
             return x
 
         self._fn = fn
+        self._record = record is not None
 
     def __enter__(self):
         _active_constraints.append(self._fn)
+        _recording.append(self._record)
 
     def __exit__(self, *exc):
         _active_constraints.pop()
+        _recording.pop()
 
 
 class ModelFamily:
@@ -158,7 +198,27 @@ class ModelFamily:
     probe_rows: ClassVar[int | None] = None  # the probe runs on the first rows of the dataset (None: all)
     explicit_refusal: ClassVar[str | None] = None  # why this family cannot run under Explicit axes
     train_defaults: ClassVar[dict] = {}  # optimizer / lr / steps that suit it (else the seed's)
-    size_fields: ClassVar[dict[str, SizeField]] = {}  # Spec field → how it is asked for
+    size_fields: ClassVar[dict[str, SizeField | ChoiceField]] = {}  # Spec field → how it is asked for
+    named_sizes: ClassVar[dict[str, NamedSize]] = {}  # --size NAME → the fields it sets
+
+    def named_spec(self, name: str):
+        """The Spec of the named size ``name`` (ConfigError naming the sizes there are)."""
+        if name not in self.named_sizes:
+            known = ", ".join(self.named_sizes) or "none"
+            raise ConfigError(f"unknown size {name!r} for the {self.name} model: choose one of {known}", "model")
+        return self.Spec(**self.named_sizes[name].fields)
+
+    def size_name(self, spec) -> str | None:
+        """The name of the named size ``spec`` is, if it is one (remat aside: it is not a size)."""
+        for name in self.named_sizes:
+            named = self.named_spec(name)
+            if all(getattr(named, f) == getattr(spec, f) for f in self.size_fields if f != "remat"):
+                return name
+        return None
+
+    def parameter_count(self, spec) -> int:
+        """How many numbers the model's parameters hold, from their abstract shapes."""
+        return sum(math.prod(a.shape) for a in self.parameters(spec).values())
 
     # -- declared by the model -------------------------------------------------------------
     def parameters(self, spec) -> dict[str, ArraySpec]:
@@ -217,6 +277,13 @@ FAMILIES: dict[str, ModelFamily] = {}
 
 
 def register(family_type: type) -> type:
+    """Class decorator: make a :class:`ModelFamily` subclass a model of the lab (the picker,
+    ``--model``, links). A name another family already has is refused (ConfigError)."""
+    taken = FAMILIES.get(family_type.name)
+    if taken is not None and (type(taken).__module__, type(taken).__qualname__) != (
+            family_type.__module__, family_type.__qualname__):  # the same class imported again is no clash
+        raise ConfigError(f"model family name {family_type.name!r} is taken by {type(taken).__module__}: "
+                          f"give {family_type.__module__}.{family_type.__qualname__} another name", "model")
     FAMILIES[family_type.name] = family_type()
     return family_type
 
@@ -235,6 +302,6 @@ def family_of(spec) -> ModelFamily:
 from . import mlp  # noqa: E402,F401  (registers the families)
 from . import transformer  # noqa: E402,F401
 
-__all__ = ["ArraySpec", "DP_TEXTBOOK", "Expect", "FSDP_TEXTBOOK", "MEGATRON_TEXTBOOK", "REPLICATED_TEXTBOOK",
+__all__ = ["ArraySpec", "ChoiceField", "NamedSize", "recording_activations", "DP_TEXTBOOK", "Expect", "FSDP_TEXTBOOK", "MEGATRON_TEXTBOOK", "REPLICATED_TEXTBOOK",
            "SEQUENCE_TEXTBOOK", "FAMILIES", "ModelFamily", "Preset", "SizeField", "activation_rules", "constrain", "family",
            "family_of", "param", "register"]

@@ -1,11 +1,18 @@
 """The transformer family: a decoder-only transformer (token + position embeddings, L pre-norm
-blocks of causal multi-head attention and an MLP, a final norm, an unembedding) on a task that
-needs attention — reversing a sequence.
+blocks of causal attention and an MLP, a final norm, an unembedding) on a task that needs
+attention — reversing a sequence.
 
-Every parameter names its dimensions by meaning: q/k/v kernels are ``(embed, heads, head_dim)``,
-the output kernel ``(heads, head_dim, embed)``, the MLP ``(embed, mlp)`` and ``(mlp, embed)``, the
-embedding ``(vocab, embed)`` and the unembedding ``(embed, vocab)``. Rule names are shared by every
-layer (``q``, ``o``, ``mlp_in``, ...), so one override applies to all blocks.
+Every parameter names its dimensions by meaning: the q kernel is ``(embed, heads, head_dim)``, k
+and v ``(embed, kv_heads, head_dim)``, the output kernel ``(heads, head_dim, embed)``, the MLP
+``(embed, mlp)`` (``mlp_in``, and ``mlp_gate`` under SwiGLU) and ``(mlp, embed)``, the embedding
+``(vocab, embed)`` and the unembedding ``(embed, vocab)``. Rule names are shared by every layer
+(``q``, ``o``, ``mlp_in``, ...), so one override applies to all blocks.
+
+Real decoders' shapes are options whose defaults are the small model the app trains:
+grouped-query attention (``kv_heads``), a SwiGLU MLP, tied embeddings, rotary positions, and
+rematerialisation of each block (``remat``). ``named_sizes`` holds public models' shapes
+(GPT-2 small, Llama 3 8B and 70B), each with its model card, for planning: their parameter counts
+are computed from the abstract shapes, and training them is refused by the memory check.
 
 Activations are arrays too: the forward pass constrains the residual stream (``resid``), each
 norm's output as it enters a sublayer (``normed``), the attention scores, the attention output before its projection, the MLP's hidden units and the
@@ -35,17 +42,29 @@ from flax import nnx
 
 from ..errors import ConfigError
 from . import (DP_TEXTBOOK, FSDP_TEXTBOOK, MEGATRON_TEXTBOOK, REPLICATED_TEXTBOOK, SEQUENCE_TEXTBOOK, ArraySpec,
-               ModelFamily, Preset, SizeField, constrain, param, register)
+               ChoiceField, ModelFamily, NamedSize, Preset, SizeField, constrain, param, recording_activations,
+               register)
 
-# Limits that allow a realistic block to be *planned* (embed 4096, 32 × 128 heads, mlp 16384,
-# vocab 32000, seq 2048); training it is refused by the memory check, not by these.
-LIMITS = {"layers": (1, 64), "embed_dim": (1, 16384), "heads": (1, 128), "head_dim": (1, 1024),
-          "mlp_dim": (1, 65536), "vocab": (2, 262144), "seq": (4, 32768)}
+# Limits that allow a real model to be *planned* (Llama 3 70B: 80 layers, embed 8192, mlp 28672,
+# vocab 128256, seq 8192); training such a size is refused by the memory check, not by these.
+LIMITS = {"layers": (1, 128), "embed_dim": (1, 16384), "heads": (1, 128), "kv_heads": (0, 128),
+          "head_dim": (1, 1024), "mlp_dim": (1, 65536), "vocab": (2, 262144), "seq": (4, 32768)}
+# Options that are words, not numbers; the first of each is today's model (and the default).
+CHOICES = {"mlp_type": ("gelu", "swiglu"), "embeddings": ("untied", "tied"), "positions": ("learned", "rope"),
+           "remat": ("none", "full")}
 
 
 @dataclasses.dataclass(frozen=True)
 class TransformerSpec:
-    """The transformer's sizes; defaults train in seconds on two CPU cores."""
+    """The transformer's sizes and options; defaults train in seconds on two CPU cores.
+
+    ``kv_heads`` 0 means as many K/V heads as query heads (multi-head attention); fewer is
+    grouped-query attention, each K/V head shared by ``heads // kv_heads`` query heads.
+    ``mlp_type``: ``gelu`` (two matrices, GPT-2's) or ``swiglu`` (gate, up, down: Llama's).
+    ``embeddings``: ``tied`` reuses the token embedding as the unembedding (GPT-2), ``untied`` has
+    its own (Llama 3). ``positions``: a ``learned`` table (GPT-2) or ``rope``, rotary, no parameters
+    (Llama). ``remat``: ``full`` recomputes each block in the backward pass, keeping only its input.
+    """
 
     family: ClassVar[str] = "transformer"
     layers: int = 2
@@ -55,6 +74,11 @@ class TransformerSpec:
     mlp_dim: int = 256
     vocab: int = 32
     seq: int = 32
+    kv_heads: int = 0
+    mlp_type: str = "gelu"
+    embeddings: str = "untied"
+    positions: str = "learned"
+    remat: str = "none"
 
     def validate(self) -> None:
         for name, (low, high) in LIMITS.items():
@@ -62,9 +86,27 @@ class TransformerSpec:
             if not isinstance(value, int) or isinstance(value, bool) or not low <= value <= high:
                 raise ConfigError(f"transformer size {name} must be a whole number from {low} to {high:,}, "
                                   f"got {value!r}", "model")
+        for name, choices in CHOICES.items():
+            if getattr(self, name) not in choices:
+                raise ConfigError(f"transformer {name} must be one of {', '.join(choices)}, got "
+                                  f"{getattr(self, name)!r}", "model")
         if self.seq % 2:
             raise ConfigError(f"transformer seq must be even (a sequence and its reverse), got {self.seq}: "
                               f"try {self.seq + 1}", "model")
+        if self.heads % kv_heads_of(self):
+            divisors = [k for k in range(1, self.heads + 1) if self.heads % k == 0]
+            near = sorted(divisors, key=lambda k: abs(k - self.kv_heads))[:2]
+            raise ConfigError(f"transformer heads ({self.heads}) must be a multiple of kv_heads ({self.kv_heads}): "
+                              f"each K/V head serves the same number of query heads — try kv_heads "
+                              f"{' or '.join(map(str, sorted(near)))}, or 0 for one per query head", "model")
+        if self.positions == "rope" and self.head_dim % 2:
+            raise ConfigError(f"rotary positions turn pairs of features, so head_dim must be even, got "
+                              f"{self.head_dim}: try {self.head_dim + 1}", "model")
+
+
+def kv_heads_of(spec) -> int:
+    """The number of K/V heads (``kv_heads``, or ``heads`` when it is 0)."""
+    return spec.kv_heads or spec.heads
 
 
 def rms_norm(x, scale):
@@ -77,17 +119,34 @@ def kernel(key, shape, fan_in):
     return jax.random.normal(key, shape) * fan_in ** -0.5
 
 
+def rope(x, theta=10_000.0):
+    """Rotary positions (Su et al. 2021) on ``x`` (batch, seq, heads, head_dim): feature pair i of
+    position p turned by the angle p·θ^(-2i/head_dim), so q·k depends on their distance. θ is
+    RoFormer's 10,000; Llama 3 uses 500,000 (a frequency, not a parameter: the counts agree)."""
+    half = x.shape[-1] // 2
+    angles = jnp.arange(x.shape[1])[:, None] * theta ** (-jnp.arange(half) / half)[None, :]
+    cos, sin = jnp.cos(angles)[None, :, None, :], jnp.sin(angles)[None, :, None, :]
+    x1, x2 = x[..., :half], x[..., half:]
+    return jnp.concatenate([x1 * cos - x2 * sin, x2 * cos + x1 * sin], axis=-1)
+
+
 class Block(nnx.Module):
     """One pre-norm decoder block: x + attention(norm(x)), then x + mlp(norm(x))."""
 
     def __init__(self, spec, shard, rngs: nnx.Rngs):
-        e, h, d, m = spec.embed_dim, spec.heads, spec.head_dim, spec.mlp_dim
+        e, h, kv, d, m = spec.embed_dim, spec.heads, kv_heads_of(spec), spec.head_dim, spec.mlp_dim
+        self.rope = spec.positions == "rope"
         self.attn_norm = param(jnp.ones((e,)), shard, "norm", "embed")
         self.q = param(kernel(rngs.params(), (e, h, d), e), shard, "q", "embed", "heads", "head_dim")
-        self.k = param(kernel(rngs.params(), (e, h, d), e), shard, "k", "embed", "heads", "head_dim")
-        self.v = param(kernel(rngs.params(), (e, h, d), e), shard, "v", "embed", "heads", "head_dim")
+        # K and V are sized by kv_heads (grouped-query attention): their own logical axis, so a
+        # rule can place them apart from the query heads (tp puts both on model).
+        self.k = param(kernel(rngs.params(), (e, kv, d), e), shard, "k", "embed", "kv_heads", "head_dim")
+        self.v = param(kernel(rngs.params(), (e, kv, d), e), shard, "v", "embed", "kv_heads", "head_dim")
         self.o = param(kernel(rngs.params(), (h, d, e), h * d), shard, "o", "heads", "head_dim", "embed")
         self.mlp_norm = param(jnp.ones((e,)), shard, "norm", "embed")
+        self.gated = spec.mlp_type == "swiglu"
+        if self.gated:  # SwiGLU (Shazeer 2020): silu(x·gate) * (x·up), then down; Llama's MLP
+            self.mlp_gate = param(kernel(rngs.params(), (e, m), e), shard, "mlp_gate", "embed", "mlp")
         self.mlp_in = param(kernel(rngs.params(), (e, m), e), shard, "mlp_in", "embed", "mlp")
         self.mlp_out = param(kernel(rngs.params(), (m, e), m), shard, "mlp_out", "mlp", "embed")
 
@@ -99,36 +158,86 @@ class Block(nnx.Module):
         q = jnp.einsum("bse,ehd->bshd", h, self.q[...])
         k = jnp.einsum("bse,ehd->bshd", h, self.k[...])
         v = jnp.einsum("bse,ehd->bshd", h, self.v[...])
-        scores = jnp.einsum("bshd,bthd->bhst", q, k) * q.shape[-1] ** -0.5
+        if self.rope:
+            q, k = rope(q), rope(k)
+        # Query heads in groups, one group per K/V head (group g holds heads g·n … g·n+n-1), so the
+        # scores come out (batch, heads, seq, seq) as with one K/V head per query head.
+        b, _, heads, d = q.shape
+        groups = q.reshape(b, seq, k.shape[2], heads // k.shape[2], d)
+        scores = jnp.einsum("bskgd,btkd->bkgst", groups, k).reshape(b, heads, seq, seq) * d ** -0.5
         causal = jnp.arange(seq)[:, None] >= jnp.arange(seq)[None, :]
         scores = constrain(jnp.where(causal, scores, -1e9), "attn_scores")
-        attended = constrain(jnp.einsum("bhst,bthd->bshd", jax.nn.softmax(scores, axis=-1), v), "attn_out")
+        probs = jax.nn.softmax(scores, axis=-1).reshape(b, k.shape[2], heads // k.shape[2], seq, seq)
+        attended = jnp.einsum("bkgst,btkd->bskgd", probs, v).reshape(b, seq, heads, d)
+        attended = constrain(attended, "attn_out")
         x = constrain(x + jnp.einsum("bshd,hde->bse", attended, self.o[...]), "resid")
         h = constrain(rms_norm(x, self.mlp_norm[...]), "normed")
-        hidden = constrain(jax.nn.gelu(jnp.einsum("bse,em->bsm", h, self.mlp_in[...])), "mlp_hidden")
+        up = jnp.einsum("bse,em->bsm", h, self.mlp_in[...])
+        if self.gated:
+            hidden = jax.nn.silu(jnp.einsum("bse,em->bsm", h, self.mlp_gate[...])) * up
+        else:
+            hidden = jax.nn.gelu(up)
+        hidden = constrain(hidden, "mlp_hidden")
         return constrain(x + jnp.einsum("bsm,me->bse", hidden, self.mlp_out[...]), "resid")
 
 
+def rematerialised_blocks(blocks, x):
+    """The blocks applied in turn, each rematerialised: the backward pass keeps only each block's
+    input and recomputes the rest. The blocks' weights are stacked and run as a ``lax.scan`` of
+    one ``nnx.remat``-ed block: around unrolled blocks, XLA:CPU drops the optimization barriers
+    remat places and its CSE folds the recomputation back into the forward pass (measured: the
+    same temporaries with and without), while a recomputation inside a loop body stays."""
+    graphdef, first = nnx.split(blocks[0])
+    treedef = jax.tree.structure(first)
+    # Leaves in the same order for every block (their metadata differs, so the trees are not equal).
+    stacked = [jnp.stack(leaves) for leaves in zip(*(jax.tree.leaves(nnx.split(b)[1]) for b in blocks))]
+
+    @nnx.remat
+    def step(x, leaves):
+        return nnx.merge(graphdef, jax.tree.unflatten(treedef, leaves))(x), None
+
+    return jax.lax.scan(step, x, stacked)[0]
+
+
 class Transformer(nnx.Module):
-    """Token + position embeddings, ``layers`` blocks, a final norm and the unembedding."""
+    """Token (+ learned position) embeddings, ``layers`` blocks, a final norm and the unembedding
+    (the token embedding itself when tied)."""
 
     def __init__(self, spec, shard, rngs: nnx.Rngs):
         e, v = spec.embed_dim, spec.vocab
-        self.embedding = param(kernel(rngs.params(), (v, e), 1), shard, "embedding", "vocab", "embed")
-        self.pos = param(kernel(rngs.params(), (spec.seq, e), 1), shard, "pos", "seq", "embed")
+        self.tied = spec.embeddings == "tied"
+        # Tied, the table is also the unembedding, and logits h·Eᵀ should start small: entries of
+        # N(0, 1/embed), as for any kernel (GPT-2 draws them from N(0, 0.02²)); untied, N(0, 1).
+        self.embedding = param(kernel(rngs.params(), (v, e), e if self.tied else 1), shard, "embedding", "vocab",
+                               "embed")
+        self.learned_positions = spec.positions == "learned"
+        if self.learned_positions:
+            self.pos = param(kernel(rngs.params(), (spec.seq, e), 1), shard, "pos", "seq", "embed")
         self.blocks = nnx.List([Block(spec, shard, rngs) for _ in range(spec.layers)])
         self.final_norm = param(jnp.ones((e,)), shard, "norm", "embed")
-        self.unembed = param(kernel(rngs.params(), (e, v), e), shard, "unembed", "embed", "vocab")
+        if not self.tied:
+            self.unembed = param(kernel(rngs.params(), (e, v), e), shard, "unembed", "embed", "vocab")
+        # Full rematerialisation: the backward pass recomputes each block from its input instead of
+        # keeping its activations. Never while activations are being recorded: a value made inside
+        # a checkpoint cannot leave it (the forward pass and its layouts are the same either way).
+        self.remat = spec.remat == "full"
 
     def __call__(self, tokens):
         # The lookup as a one-hot matmul: with the table split on vocab (Megatron's vocab-parallel
         # embedding) each device sums the rows it holds and one all-reduce adds the pieces.
         one_hot = jax.nn.one_hot(tokens, self.embedding[...].shape[0])
-        x = constrain(jnp.einsum("bsv,ve->bse", one_hot, self.embedding[...]) + self.pos[...], "resid")
-        for block in self.blocks:
-            x = block(x)
+        x = jnp.einsum("bsv,ve->bse", one_hot, self.embedding[...])
+        x = constrain(x + self.pos[...] if self.learned_positions else x, "resid")
+        if self.remat and not recording_activations():
+            x = rematerialised_blocks(self.blocks, x)
+        else:
+            for block in self.blocks:
+                x = block(x)
         h = constrain(rms_norm(x, self.final_norm[...]), "normed")
-        logits = jnp.einsum("bse,ev->bsv", h, self.unembed[...])
+        if self.tied:
+            logits = jnp.einsum("bse,ve->bsv", h, self.embedding[...])
+        else:
+            logits = jnp.einsum("bse,ev->bsv", h, self.unembed[...])
         return constrain(logits, "logits")
 
 
@@ -154,17 +263,21 @@ def cross_entropy_loss(model, x, y):
 
 # Weights split along one dimension over `data` (FSDP). Per-parameter overrides, because the
 # activations share the weights' logical names (embed, heads, mlp) and the batch already takes
-# `data`: a rule embed → data would split the residual stream over `data` twice.
+# `data`: a rule embed → data would split the residual stream over `data` twice. A preset names
+# every array the family can have; those a size lacks (pos under rope, unembed when tied, mlp_gate
+# without SwiGLU) are dropped when it is bound (config.preset_rules).
 _FSDP = (("embedding", (None, "data")), ("pos", (None, "data")), ("norm", ("data",)),
          ("q", ("data", None, None)), ("k", ("data", None, None)), ("v", ("data", None, None)),
-         ("o", (None, None, "data")), ("mlp_in", ("data", None)), ("mlp_out", (None, "data")),
-         ("unembed", ("data", None)))
+         ("o", (None, None, "data")), ("mlp_gate", ("data", None)), ("mlp_in", ("data", None)),
+         ("mlp_out", (None, "data")), ("unembed", ("data", None)))
 # FSDP + Megatron: the tensor-parallel dimension on `model`, the other big one on `data`.
 _FSDP_TP = (("embedding", ("model", "data")), ("pos", (None, "data")), ("norm", ("data",)),
             ("q", ("data", "model", None)), ("k", ("data", "model", None)), ("v", ("data", "model", None)),
-            ("o", ("model", None, "data")), ("mlp_in", ("data", "model")), ("mlp_out", ("model", "data")),
-            ("unembed", ("data", "model")))
-_MEGATRON = {"heads": "model", "mlp": "model", "vocab": "model"}
+            ("o", ("model", None, "data")), ("mlp_gate", ("data", "model")), ("mlp_in", ("data", "model")),
+            ("mlp_out", ("model", "data")), ("unembed", ("data", "model")))
+# K/V heads go where the query heads go: each device then holds the K/V heads its query heads read.
+# When model does not divide kv_heads (llama3-8b's 8 on 16 ways) the plan warns and JAX replicates them.
+_MEGATRON = {"heads": "model", "kv_heads": "model", "mlp": "model", "vocab": "model"}
 
 PRESETS: dict[str, Preset] = {p.name: p for p in [
     Preset("replicated", "Replicated",
@@ -204,26 +317,63 @@ class TransformerFamily(ModelFamily):
         "seq": "positions of the residual stream, tokens and targets (sequence parallelism splits this)",
         "inner_seq": "positions inside attention and the MLP (their input, scores, MLP hidden, logits)",
         "embed": "model width: embedding vectors, norms, the residual stream",
-        "heads": "attention heads (q/k/v output, o input, the scores)",
+        "heads": "attention (query) heads (q output, o input, the scores)",
+        "kv_heads": "key/value heads (k and v output; fewer than heads under grouped-query attention)",
         "head_dim": "features within one head",
-        "mlp": "MLP hidden units (mlp_in output, mlp_out input)",
+        "mlp": "MLP hidden units (mlp_gate and mlp_in output, mlp_out input)",
         "vocab": "token ids (embedding rows, unembedding columns, logits)",
     }
     presets = PRESETS
     default_preset = "tp"
     export_objects = (Transformer, make_dataset, cross_entropy_loss)
-    export_helpers = (rms_norm, kernel, Block)
+    export_helpers = (kv_heads_of, rms_norm, kernel, rope, Block, rematerialised_blocks)
     probe_rows = 64
     # The seed's momentum SGD at lr 0.01 barely moves a transformer in a few hundred steps; Adam does.
     train_defaults = {"optimizer": "adamw", "lr": 0.003, "steps": 300}
     size_fields = {
         "layers": SizeField("Layers", *LIMITS["layers"], "--layers", "decoder blocks"),
         "embed_dim": SizeField("Embed", *LIMITS["embed_dim"], "--embed", "model width"),
-        "heads": SizeField("Heads", *LIMITS["heads"], "--heads"),
+        "heads": SizeField("Heads", *LIMITS["heads"], "--heads", "query heads"),
+        "kv_heads": SizeField("KV heads", *LIMITS["kv_heads"], "--kv-heads",
+                              "key/value heads; 0: one per query head. Fewer: grouped-query attention "
+                              "(heads must be a multiple)"),
         "head_dim": SizeField("Head dim", *LIMITS["head_dim"], "--head-dim"),
         "mlp_dim": SizeField("MLP dim", *LIMITS["mlp_dim"], "--mlp-dim", "MLP hidden units"),
         "vocab": SizeField("Vocab", *LIMITS["vocab"], "--vocab", "token ids"),
         "seq": SizeField("Seq", *LIMITS["seq"], "--seq", "sequence length (even)"),
+        "mlp_type": ChoiceField("MLP", CHOICES["mlp_type"], "--mlp-type",
+                                "gelu: up, GELU, down (GPT-2); swiglu: silu(gate)·up, down (Llama)"),
+        "embeddings": ChoiceField("Embeddings", CHOICES["embeddings"], "--embeddings",
+                                  "tied: the unembedding is the token embedding (GPT-2); untied: its own"),
+        "positions": ChoiceField("Positions", CHOICES["positions"], "--positions",
+                                 "learned: a (seq, embed) table (GPT-2); rope: rotary, no parameters (Llama)"),
+        "remat": ChoiceField("Remat", CHOICES["remat"], "--remat",
+                             "full: keep only each block's input, recompute the rest in the backward pass"),
+    }
+    # Public model cards' shapes. Norms are RMSNorm and nothing has a bias, as in Llama; GPT-2's
+    # LayerNorm and biases (about 0.1 M parameters) are left out, so its count is 0.1% under the card's.
+    named_sizes = {
+        "default": NamedSize("Default (trains in seconds)", {}),
+        "gpt2-small": NamedSize(
+            "GPT-2 small (124M)",
+            dict(layers=12, embed_dim=768, heads=12, kv_heads=0, head_dim=64, mlp_dim=3072, vocab=50257, seq=1024,
+                 mlp_type="gelu", embeddings="tied", positions="learned"),
+            124e6, "https://huggingface.co/openai-community/gpt2 (config.json: n_layer 12, n_embd 768, "
+                   "n_head 12, n_positions 1024, vocab_size 50257; card: 124M parameters)"),
+        "llama3-8b": NamedSize(
+            "Llama 3 8B",
+            dict(layers=32, embed_dim=4096, heads=32, kv_heads=8, head_dim=128, mlp_dim=14336, vocab=128256,
+                 seq=8192, mlp_type="swiglu", embeddings="untied", positions="rope"),
+            8.03e9, "https://huggingface.co/meta-llama/Meta-Llama-3-8B (config.json: num_hidden_layers 32, "
+                    "hidden_size 4096, intermediate_size 14336, num_attention_heads 32, num_key_value_heads 8, "
+                    "vocab_size 128256, max_position_embeddings 8192, tie_word_embeddings false; 8.03B params)"),
+        "llama3-70b": NamedSize(
+            "Llama 3 70B",
+            dict(layers=80, embed_dim=8192, heads=64, kv_heads=8, head_dim=128, mlp_dim=28672, vocab=128256,
+                 seq=8192, mlp_type="swiglu", embeddings="untied", positions="rope"),
+            70.6e9, "https://huggingface.co/meta-llama/Meta-Llama-3-70B (config.json: num_hidden_layers 80, "
+                    "hidden_size 8192, intermediate_size 28672, num_attention_heads 64, num_key_value_heads 8, "
+                    "vocab_size 128256, tie_word_embeddings false; 70.6B params)"),
     }
     explicit_refusal = ("the transformer needs Auto axes: under Explicit axes every einsum of attention "
                         "and the MLP must state its output sharding, which this model does not yet do — "
@@ -246,13 +396,18 @@ class TransformerFamily(ModelFamily):
 
     def activation_bytes(self, spec, batch_size: int) -> int:
         """Float32 bytes the backward pass keeps, per step, summed over the batch: per block the
-        block input, two norm outputs, q/k/v, scores and probabilities, the attention output, the
-        residual after attention, MLP pre- and post-activation; then the embedding's one-hot, the
-        final norm and the logits with their softmax."""
+        block input, two norm outputs, q and the attention output (by heads), k and v (by kv_heads),
+        scores and probabilities, the residual after attention, the MLP's pre- and post-activation
+        (and the gate's under SwiGLU); then the embedding's one-hot, the final norm and the logits
+        with their softmax. With full remat a block keeps only its input, and one block's worth is
+        recomputed at a time in the backward pass."""
         b, s, e, h, d, m, v = (batch_size, spec.seq, spec.embed_dim, spec.heads, spec.head_dim, spec.mlp_dim,
                                spec.vocab)
-        per_block = 4 * b * s * e + 4 * b * s * h * d + 2 * b * h * s * s + 2 * b * s * m
-        return 4 * (spec.layers * per_block + b * s * v + 2 * b * s * e + 2 * b * s * v)
+        mlp = 3 if spec.mlp_type == "swiglu" else 2
+        per_block = (4 * b * s * e + 2 * b * s * (h + kv_heads_of(spec)) * d + 2 * b * h * s * s
+                     + mlp * b * s * m)
+        blocks = spec.layers * b * s * e + per_block if spec.remat == "full" else spec.layers * per_block
+        return 4 * (blocks + b * s * v + 2 * b * s * e + 2 * b * s * v)
 
     def make_dataset(self, spec, seed: int) -> tuple[np.ndarray, np.ndarray]:
         return make_dataset(spec, seed)
