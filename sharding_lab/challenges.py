@@ -279,10 +279,13 @@ def _compute_bound(plan: Plan) -> tuple[bool, str]:
     config = plan.config
     if config.mesh.size < 8:
         return False, f"The mesh has {config.mesh.size} device{'s' if config.mesh.size > 1 else ''}: use 8 or more."
-    p = predict(canonical(config), "h100", "bf16")
+    # an H100 on the simulated host; on a TPU/GPU target, its own chip and its compiler's program
+    p = predict(canonical(config), None, "bf16")
     terms = (f"compute {format_seconds(p.compute_s)}, HBM traffic {format_seconds(p.memory_s)}, "
              f"communication {format_seconds(p.comm_s)} + latency {format_seconds(p.latency_s)} per step")
-    return p.bound == "compute", (f"Predicted on H100 (bf16) for {config.mesh.label()}: {terms} — "
+    if p.refused:
+        return False, f"On {config.target} the compiler refuses this step: {p.refused}"
+    return p.bound == "compute", (f"Predicted on {p.chip.name} ({p.dtype}) for {config.mesh.label()}: {terms} — "
                                   f"{p.bound}-bound.")
 
 
@@ -386,7 +389,8 @@ _LIST = [
                      "--batch", "32"), _gather_activations),
     Challenge(
         "compute-bound", "Compute-bound",
-        "Make a layout on 8 or more devices that the cost model predicts to be compute-bound on an H100.", 3,
+        "Make a layout on 8 or more devices that the cost model predicts to be compute-bound on an H100 (with a "
+        "TPU or GPU target: on its own chips).", 3,
         ("The cost panel (Communication page) splits a step into compute, HBM traffic and communication.",
          "Compute grows with rows × parameters per device, HBM traffic and gradient traffic with the "
          "parameters: more rows per device and wider layers raise compute fastest.",

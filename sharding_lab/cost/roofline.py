@@ -202,7 +202,7 @@ def predict(config: LabConfig, chip_id: str | None = "h100", dtype: str = "bf16"
     on = targets.parse(config.target)
     if on.compile_only:
         return _predict_on_target(config, on, chip_id, dtype, target)
-    chip = get_chip(chip_id)
+    chip = get_chip(target_chip(config, chip_id))
     axes = tuple(config.mesh.axes)
     notes = []
     peak_note = chip.flops(dtype)[1]
