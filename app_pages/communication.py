@@ -10,7 +10,7 @@ from sharding_lab.app import animation, figures, ui
 from sharding_lab.app.cost_view import cost_panel
 from sharding_lab.communication import analyze, explain_memory
 from sharding_lab.mesh import device_ids
-from sharding_lab.ring import RING_OPS
+from sharding_lab.ring import RING_OPS, permute_chains
 from sharding_lab.textbook import compare, needs_crossover, weight_gather_batch
 
 st.title("Communication and memory")
@@ -69,17 +69,30 @@ else:
         chosen = st.selectbox("Collective", range(len(rows)), key="comm_selected",
                               format_func=lambda i: f"#{i} {rows[i]['op']} {rows[i]['shape']} {rows[i]['over']}")
         collective = report.collectives[chosen]
-        groups = collective.groups or (tuple(range(plan.config.mesh.size)),)
-        group = st.radio("Group", range(len(groups)), horizontal=True, key="comm_group",
-                         format_func=lambda g: f"{g + 1}") if len(groups) > 1 else 0
-        group = min(group, len(groups) - 1)
         # Group members are positions in the mesh's flattened device order; the pictures name device ids.
         by_position = np.asarray(device_ids(plan.mesh)).reshape(-1).tolist()
-        members = [by_position[p] for p in groups[group]]
+        if collective.op == "collective-permute":
+            # One op, one set of directed (source, target) pairs — not groups that talk among themselves.
+            chains = permute_chains([(by_position[s], by_position[t]) for s, t in collective.groups])
+            members = [d for chain in chains for d in chain.members]
+            swaps = all(chain.closed and len(chain.members) == 2 for chain in chains)
+        else:
+            groups = collective.groups or (tuple(range(plan.config.mesh.size)),)
+            group = st.radio("Group", range(len(groups)), horizontal=True, key="comm_group",
+                             format_func=lambda g: f"{g + 1}") if len(groups) > 1 else 0
+            group = min(group, len(groups) - 1)
+            members = [by_position[p] for p in groups[group]]
         st.plotly_chart(figures.mesh_figure(device_ids(plan.mesh), axes, set(members)), key="comm_mesh")
-        st.caption(f"Bright devices exchange data in group {group + 1} of {len(groups)}: "
-                   + "; ".join("{" + ", ".join(str(by_position[p]) for p in g) + "}" for g in groups[:8])
-                   + (" …" if len(groups) > 8 else ""))
+        if collective.op == "collective-permute":
+            st.caption(f"Bright devices take part. One collective-permute is {len(collective.groups)} directed sends "
+                       "at once, each device sending to at most one and receiving from at most one: "
+                       + "; ".join(("cycle " if c.closed else "chain ") + c.label() for c in chains) + ". "
+                       + ("Each pair swaps its blocks." if swaps else
+                          "Nobody sends back to the device it received from: the blocks travel around."))
+        else:
+            st.caption(f"Bright devices exchange data in group {group + 1} of {len(groups)}: "
+                       + "; ".join("{" + ", ".join(str(by_position[p]) for p in g) + "}" for g in groups[:8])
+                       + (" …" if len(groups) > 8 else ""))
     with right:
         if collective.op in RING_OPS and len(members) > 1:
             total = collective.bytes * (len(members) if collective.op == "reduce-scatter" else 1)
@@ -90,6 +103,12 @@ else:
                        "(coloured like the device whose block it is, as on the shard maps); numbers say how many "
                        "devices' values a block sums; arrows are this step's sends. Every device sends one block "
                        f"per step: {collective.wire_bytes:,} bytes in all, the table's *sent / op*.")
+        elif collective.op == "collective-permute":
+            block = " + ".join("×".join(map(str, s)) or "scalar" for s in collective.shape)
+            st.plotly_chart(animation.permute_figure(chains, block, collective.bytes), key="comm_permute")
+            st.caption("Left, the block each device sends (its own colour); right, what it holds after (the "
+                       "sender's colour); one arrow per send, grey where a cycle closes. Each sender puts its "
+                       f"{collective.bytes:,} bytes on the wire once: the table's *sent / op*.")
         else:
             st.plotly_chart(animation.pairs_figure(collective.op, members), key="comm_pairs")
             st.caption(f"A {collective.op} has no ring: before → after, each arrow one transfer.")

@@ -339,3 +339,17 @@ def test_moves_names_only_arrays_the_moved_block_fits_with_their_own_shapes():
     assert named[("collective-permute", ((16, 4, 16),))] == (
         "params/blocks/{0,1}/q, params/blocks/{0,1}/k, params/blocks/{0,1}/v (64×4×16), a 16×4×16 block each, "
         "one per op: weights",)
+
+
+def test_a_permute_s_pairs_fall_into_cycles_not_swaps():
+    from sharding_lab.ring import permute_chains
+
+    # the pairs: two cycles of three, nobody swaps
+    chains = permute_chains([(1, 4), (2, 1), (3, 5), (4, 2), (5, 6), (6, 3)])
+    assert [(c.members, c.closed) for c in chains] == [((1, 4, 2), True), ((3, 5, 6), True)]
+    assert [c.label() for c in chains] == ["1 → 4 → 2 → 1", "3 → 5 → 6 → 3"]
+    assert [c.label() for c in permute_chains([(0, 4), (4, 0)])] == ["0 → 4 → 0"]  # a real swap
+    (chain,) = permute_chains([(2, 3), (1, 2)])  # device 1 receives nothing, 3 sends nothing
+    assert chain.members == (1, 2, 3) and not chain.closed
+    with pytest.raises(ValueError):
+        permute_chains([(0, 1), (0, 2)])
