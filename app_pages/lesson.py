@@ -230,6 +230,12 @@ else:
         st.error("**Explicit axes refuse this configuration before any op runs.** " + ui.plain(lesson.plan_error),
                  icon=":material/block:")
     else:
+        if lesson.refusal:
+            with st.container(border=True):
+                st.markdown("creating the parameters (`nnx.Param(..., out_sharding=spec)`)")
+                st.error("JAX refuses: " + ui.plain(lesson.refusal), icon=":material/block:")
+                st.success(f"Instead: {lesson.walked_with.lower()} — a per-parameter override. The walk below uses "
+                           "it, and so would Auto axes, silently.", icon=":material/build:")
         for s in lesson.steps:
             with st.container(border=True):
                 st.markdown(f"`{s.op}`")
@@ -241,6 +247,5 @@ else:
         st.info("Same rules, both modes: the layout of every array is "
                 + ("identical." if lesson.same_layout_as_auto else "different (see the Layout page).")
                 + " Train works in both: switch *Axis type* in the sidebar.", icon=":material/compare:")
-        explicit = dataclasses.replace(config, mesh=dataclasses.replace(config.mesh, axis_type="explicit"))
         st.markdown("**The model's code under Explicit axes** — the helpers after the class are what change:")
-        st.code(script_sections(explicit)[3], language="python")
+        st.code(script_sections(lesson.walked)[3], language="python")

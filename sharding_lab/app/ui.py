@@ -156,7 +156,7 @@ def sidebar() -> sl.Plan | sl.ConfigError:
     result = _build_plan()
     if isinstance(result, sl.ConfigError):
         slot = {"mesh": mesh_error, "rules": rules_error}.get(result.field, other_error)
-        show_error(result, lead="", where=slot)
+        show_error(result, lead="", where=slot, fix=False)
     query = links.to_query(state)
     st.query_params.from_dict(query)
     with st.sidebar.expander("Share this layout", icon=":material/share:"):
@@ -201,6 +201,24 @@ def plan_or_stop() -> sl.Plan:
     return result
 
 
+def _apply_fix(config: sl.LabConfig) -> None:
+    try:
+        st.session_state.update(settings.state_from_config(config))
+    except sl.ConfigError as error:  # the widgets cannot hold it: say so rather than half-apply it
+        st.session_state.fix_failed = str(error)
+
+
+def offer_fix(error: sl.ConfigError, where=st) -> None:
+    """The one change known to make the configuration work (``error.fix``), as a button: the error
+    is the lesson, and a click gets the learner back to a page that works."""
+    if st.session_state.pop("fix_failed", None):
+        where.caption("That fix cannot be shown in the sidebar's widgets: change the setting by hand.")
+    if getattr(error, "fix", None) is not None:
+        where.button(error.fix_label, key="apply_fix", on_click=_apply_fix, args=(error.fix,), type="primary",
+                  icon=":material/build:", help="Sets a per-parameter override in the rules table (the preset "
+                                                "becomes Custom).")
+
+
 def show_comparison(agrees: list[str], differences: list[str], lead: str) -> None:
     """A compiled step against its textbook strategy, one line each: ✓ agrees, ≠ departs. The sentences
     are built from the compiled program; the only user text in them is axis names ([A-Za-z_]\\w*)."""
@@ -209,9 +227,16 @@ def show_comparison(agrees: list[str], differences: list[str], lead: str) -> Non
         st.markdown(f"{lead}  \n" + "  \n".join(lines))
 
 
-def show_error(error, lead: str = "Fix the configuration first.", where=st) -> None:
-    """A ConfigError (or any message) as an error box, with its text shown literally."""
-    where.error(f"**{lead}** {plain(error)}" if lead else plain(error), icon=":material/error:")
+def show_error(error, lead: str = "Fix the configuration first.", where=st, fix: bool = True) -> None:
+    """A ConfigError (or any message) as an error box, with its text shown literally, and the fix
+    it knows as a button (``fix``: the page's main error; the sidebar's copy has none)."""
+    text = str(error)
+    first = text.split(" ", 1)[0]
+    if (not lead or lead.endswith(".")) and first.isalpha() and first.islower():
+        text = text[:1].upper() + text[1:]  # a sentence after a full stop ("cannot run. the mesh…")
+    where.error(f"**{lead}** {plain(text)}" if lead else plain(text), icon=":material/error:")
+    if fix:
+        offer_fix(error, where)
 
 
 def restore_link() -> None:

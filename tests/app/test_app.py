@@ -260,13 +260,28 @@ def test_settings_survive_a_page_switch(app):
     assert any("preset tp" in c.value for c in app.caption)
 
 
+def test_explicit_axes_refusal_is_explained_and_fixed_in_one_click(app):
+    """Issue 23: Explicit axes with the seed's rules blanked every page with a garbled sentence."""
+    app.radio(key="axis_type").set_value("Explicit").run()
+    assert not app.exception
+    (error,) = [e.value for e in app.error if "params/w2" in e.value and "cannot run" in e.value]
+    assert "does not evenly divide" in error and "size 4 divides" not in error
+    app.button(key="apply_fix").click().run()
+    assert not app.exception and not app.error
+    assert app.session_state["preset"] == "custom" and app.session_state["ovr_w2_1"] == "replicated"
+    assert app.session_state["axis_type"] == "Explicit"
+
+
 def test_lesson_page_walks_every_step():
     at = page("app_pages/lesson.py")
     for step in range(9):
         at.radio(key="lesson_step").set_value(step).run()
         assert not at.exception, step
         assert step == 0 or at.code, step  # every step shows its code
-    assert any("Explicit axes refuse" in e.value for e in at.error)  # the seed preset, step 8
+    # the seed preset, step 8: JAX's refusal of w2, then the walk with w2's dimension 1 replicated
+    assert any("JAX refuses" in e.value and "params/w2" in e.value for e in at.error)
+    assert any(s.value.startswith("Instead: replicate w2's dimension 1") for s in at.success)
+    assert any(m.value == "`h @ w2`" for m in at.markdown)
     at.selectbox(key="preset").select("tp").run()
     assert any("JAX refuses" in e.value and "out" in e.value for e in at.error)
     assert any("Instead" in s.value for s in at.success)
