@@ -13,6 +13,10 @@ from sharding_lab.mesh import device_ids
 from sharding_lab.ring import RING_OPS, permute_chains
 from sharding_lab.textbook import compare, needs_crossover, weight_gather_batch
 
+# The pass an op belongs to, as the table's legend names it: no metadata means the partitioner added it
+# to move an output back to its pinned layout — "none", not "unknown".
+PHASES = {"unknown": "none"}
+
 st.title("Communication and memory")
 st.caption("\"JAX automatically handles the necessary communication\" — here is what it chose. The training step "
            "the trainer runs is compiled for the current layout (nothing is allocated) and every collective in the "
@@ -36,12 +40,22 @@ if not report.collectives:
     st.success("No collectives: every device computes its own step with what it already holds "
                "(a 1-device mesh, or everything replicated with an unsplit batch).", icon=":material/check:")
 else:
-    rows = [{"#": i, "op": c.op, "carries": "; ".join(c.moves), "shape": " ".join(str(list(s)) for s in c.shape),
-             "over": c.where(axes).replace("`", ""), "group": c.group_size, "phase": c.phase, "count": c.count,
-             "result bytes / op": c.bytes, "sent / op": c.wire_bytes, "sent / step": c.wire_bytes * c.count}
+    # The key figures first and "carries" (long sentences) last: at a laptop's width the table shows
+    # op, count and bytes without a horizontal scroll, and the sentences wrap in the last column.
+    rows = [{"#": i, "op": c.op, "shape": " ".join(str(list(s)) for s in c.shape), "count": c.count,
+             "sent / step": c.wire_bytes * c.count, "sent / op": c.wire_bytes, "result bytes / op": c.bytes,
+             "over": c.where(axes).replace("`", "").removeprefix("over "), "group": c.group_size,
+             "phase": PHASES.get(c.phase, c.phase), "carries": "; ".join(c.moves)}
             for i, c in enumerate(report.collectives)]
-    st.dataframe(pd.DataFrame(rows), hide_index=True)
-    st.caption("*carries* is inferred from the op's shape, its pass (JAX's metadata: `jvp` = forward, "
+    small = st.column_config.NumberColumn(width="small", format="localized")
+    st.dataframe(pd.DataFrame(rows), hide_index=True, column_config={
+        "#": st.column_config.NumberColumn(width=40), "op": st.column_config.TextColumn(width="medium"),
+        "count": small, "sent / step": small, "sent / op": small, "result bytes / op": small,
+        "group": st.column_config.NumberColumn(width=50), "phase": st.column_config.TextColumn(width="small"),
+        "over": st.column_config.TextColumn("over axes", width="small"),
+        "carries": st.column_config.TextColumn(width="large")})
+    st.caption(f"{len(rows)} kinds of op, {per_step} ops in all: *count* says how often each runs per step. "
+               "*carries* is inferred from the op's shape, its pass (JAX's metadata: `jvp` = forward, "
                "`transpose` = backward; none = moved back to the step's pinned output layout) and the plan's arrays. "
                "*sent* = bytes each device puts on its links for a ring algorithm; async ops count once.")
 
@@ -67,7 +81,8 @@ else:
     left, right = st.columns([2, 3], gap="large")
     with left:
         chosen = st.selectbox("Collective", range(len(rows)), key="comm_selected",
-                              format_func=lambda i: f"#{i} {rows[i]['op']} {rows[i]['shape']} {rows[i]['over']}")
+                              format_func=lambda i: f"#{i} {rows[i]['op']} {rows[i]['shape']} "
+                                                    + report.collectives[i].where(axes).replace("`", ""))
         collective = report.collectives[chosen]
         # Group members are positions in the mesh's flattened device order; the pictures name device ids.
         by_position = np.asarray(device_ids(plan.mesh)).reshape(-1).tolist()

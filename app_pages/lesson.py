@@ -58,7 +58,7 @@ def show_step_code(number: int) -> None:
 
 def collective_rows(report, axes) -> pd.DataFrame:
     return pd.DataFrame([{"op": c.op, "shape": " ".join(str(list(s)) for s in c.shape), "bytes / op": c.bytes,
-                          "count": c.count, "over": c.where(axes).replace("`", ""), "phase": c.phase}
+                          "count": c.count, "over": c.where(axes).replace("`", ""), "phase": c.phase.replace("unknown", "none")}
                          for c in report.collectives])
 
 
@@ -214,7 +214,7 @@ elif step == 7:
     st.markdown("The step is compiled once for this layout. JAX inserts the communication the layout needs:")
     report = analyze(plan)
     st.dataframe(pd.DataFrame([{"op": c.op, "shape": " ".join(str(list(s)) for s in c.shape), "bytes": c.bytes,
-                                "count": c.count, "over": c.where(axes).replace("`", ""), "phase": c.phase}
+                                "count": c.count, "over": c.where(axes).replace("`", ""), "phase": c.phase.replace("unknown", "none")}
                                for c in report.collectives]), hide_index=True)
     st.page_link("app_pages/train.py", label="Train this layout", icon=":material/play_arrow:")
     show_step_code(7)

@@ -285,3 +285,17 @@ def test_lesson_page_walks_every_step():
     at.selectbox(key="preset").select("tp").run()
     assert any("JAX refuses" in e.value and "out" in e.value for e in at.error)
     assert any("Instead" in s.value for s in at.success)
+
+
+def test_collectives_table_puts_its_key_columns_first_and_names_the_phase_as_its_legend():
+    """Issue 23: at 1400 px count and bytes needed a horizontal scroll behind the long *carries*
+    sentences, and the phase column said "unknown" where the legend says "none"."""
+    at = page("app_pages/communication.py")
+    table = at.dataframe[0].value
+    columns = list(table.columns)
+    assert columns[-1] == "carries"
+    assert columns.index("count") < 4 and columns.index("sent / step") < 5
+    assert set(table["phase"]) <= {"forward", "backward", "optimizer", "none"}
+    assert "none" in set(table["phase"])  # the seed's all-gathers back to w2's pinned layout
+    assert "none = moved back" in " ".join(c.value for c in at.caption)
+    assert f"{len(table)} kinds of op, 4 ops in all" in " ".join(c.value for c in at.caption)
