@@ -299,3 +299,24 @@ def test_collectives_table_puts_its_key_columns_first_and_names_the_phase_as_its
     assert "none" in set(table["phase"])  # the seed's all-gathers back to w2's pinned layout
     assert "none = moved back" in " ".join(c.value for c in at.caption)
     assert f"{len(table)} kinds of op, 4 ops in all" in " ".join(c.value for c in at.caption)
+
+
+def test_compare_keeps_what_it_has_computed_and_says_per_strategy():
+    """Issue 23: a short run of three strategies sat under one spinner, and changing the selection
+    recomputed (re-trained) rows already shown. A re-measured real run would give another speed."""
+    at = page("app_pages/compare.py")
+    at.select_slider(key="compare_width").set_value(128)
+    at.number_input(key="compare_steps").set_value(20)
+    at.button(key="compare_go").click().run()
+    assert not at.exception and not at.error
+    first = {r["name"]: r["steps_per_s"] for r in at.session_state["compare_rows"]}
+    assert set(first) == {"dp", "fsdp", "tp"} and all(v > 0 for v in first.values())
+    computed = " ".join(c.value for c in at.caption if c.value.startswith("Computed: "))
+    assert all(f"{name} in " in computed for name in first)
+    at.multiselect(key="compare_strategies_mlp").select("fsdp_tp").run()
+    assert not at.exception and not at.error
+    again = {r["name"]: r["steps_per_s"] for r in at.session_state["compare_rows"]}
+    assert {k: again[k] for k in first} == first  # the same measurements, not new runs
+    assert again["fsdp_tp"] > 0
+    at.button(key="compare_go").click().run()
+    assert {r["name"]: r["steps_per_s"] for r in at.session_state["compare_rows"]} == again
