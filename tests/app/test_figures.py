@@ -56,3 +56,23 @@ def test_three_axis_mesh_picture_has_a_panel_per_first_index():
 def test_long_loss_curves_are_downsampled():
     x, y = figures.downsample(list(range(10_000)), limit=1000)
     assert len(x) == len(y) <= 1000 and x[-1] == 10_000
+
+
+def test_a_whole_shard_map_block_is_its_click_target():
+    """Issue 23: a block was clickable only on its small centre label, not on the block that shows
+    the tooltip. Every stripe must have click targets (of its own block) spread over all of it,
+    each showing the hover of the stripe under it."""
+    mesh = sl.build_mesh(sl.MeshSpec((2, 4), ("data", "model")))
+    layout = planned_layout("params/w1", (32, 64), mesh, P("data", None), P("data", None))  # 2 blocks, 4 copies
+    fig = figures.shard_map_figure(layout, mesh_coords(mesh), ("data", "model"))
+    points = [p for t in fig.data if t.meta and t.meta.get("targets")
+              for p in zip(t.x, t.y, t.customdata, t.hovertext)]
+    for stripe in _stripes(fig):
+        x0, x1, y0, y1 = min(stripe.x), max(stripe.x), min(stripe.y), max(stripe.y)
+        inside = [(x, y, c, h) for x, y, c, h in points if x0 < x < x1 and y0 < y < y1]
+        assert inside and all(c[1] == ",".join(map(str, stripe.meta["shared_with"])) for _, _, c, _ in inside)
+        assert all(h == stripe.text for *_, h in inside)
+        # the targets reach every part of the stripe: its left and right, top and bottom quarters
+        xs, ys = [x for x, *_ in inside], [y for _, y, *_ in inside]
+        assert min(xs) < x0 + (x1 - x0) / 4 + 1e-9 or len(set(xs)) == 1
+        assert max(ys) - min(ys) >= (y1 - y0) / 2
