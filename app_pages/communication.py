@@ -112,7 +112,8 @@ else:
         if collective.op in RING_OPS and len(members) > 1:
             total = collective.bytes * (len(members) if collective.op == "reduce-scatter" else 1)
             block = total // len(members)
-            st.plotly_chart(animation.ring_animation(collective.op, members, block), key="comm_animation")
+            st.plotly_chart(animation.ring_animation(collective.op, members, block), key="comm_animation",
+                            config=animation.CHART_CONFIG)
             st.caption(f"Press ▶ or drag the slider. Rows are the group's devices in ring order, columns the "
                        f"{len(members)} blocks of the {'input' if collective.op == 'reduce-scatter' else 'array'} "
                        "(coloured like the device whose block it is, as on the shard maps); numbers say how many "
@@ -120,7 +121,8 @@ else:
                        f"per step: {collective.wire_bytes:,} bytes in all, the table's *sent / op*.")
         elif collective.op == "collective-permute":
             block = " + ".join("×".join(map(str, s)) or "scalar" for s in collective.shape)
-            st.plotly_chart(animation.permute_figure(chains, block, collective.bytes), key="comm_permute")
+            st.plotly_chart(animation.permute_figure(chains, block, collective.bytes), key="comm_permute",
+                            config=animation.CHART_CONFIG)
             st.caption("Left, the block each device sends (its own colour); right, what it holds after (the "
                        "sender's colour); one arrow per send, grey where a cycle closes. Each sender puts its "
                        f"{collective.bytes:,} bytes on the wire once: the table's *sent / op*.")

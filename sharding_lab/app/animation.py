@@ -83,23 +83,34 @@ def ring_animation(op: str, group: list[int], block_bytes: int) -> go.Figure:
                        layout=go.Layout(annotations=_arrows(step), title_text=titles[i]))
               for i, step in enumerate(steps)]
     fig = go.Figure(data=[trace(steps[0])], frames=frames)
+    # Controls stacked under the plot, placed in pixels (Plotly takes paper fractions, so convert):
+    # ▶/❚❚ on one row, the slider on the next with its "step N" on the right — side by side, the
+    # slider's label ran under the pause button. The modebar is off where the chart is drawn
+    # (``CHART_CONFIG``): it sat on the step's title.
+    top, bottom, height = 70, 170, 230 + 60 * n
+    below = lambda px: -px / (height - top - bottom)  # noqa: E731  (pixels under the plot area)
     fig.update_layout(
-        title_text=titles[0], title_font_size=13, height=200 + 60 * n, margin=dict(l=10, r=10, t=60, b=90),
+        title_text=titles[0], title_font_size=13, height=height, margin=dict(l=10, r=10, t=top, b=bottom),
         xaxis=dict(title="block of the array", tickvals=list(range(n)), range=[-0.6, n - 0.2], showgrid=False,
                    zeroline=False),
         yaxis=dict(title="device (ring order)", tickvals=list(range(n)), ticktext=[f"dev {d}" for d in group],
                    autorange="reversed", showgrid=False, zeroline=False),
         plot_bgcolor="rgba(0,0,0,0)", showlegend=False,
-        updatemenus=[dict(type="buttons", direction="left", x=0, y=-0.18, xanchor="left", yanchor="top",
+        updatemenus=[dict(type="buttons", direction="left", x=0, y=below(50), xanchor="left", yanchor="top",
                           buttons=[dict(label="▶ play", method="animate",
                                         args=[None, dict(frame=dict(duration=900, redraw=True), fromcurrent=True)]),
                                    dict(label="❚❚ pause", method="animate",
                                         args=[[None], dict(mode="immediate", frame=dict(duration=0))])])],
-        sliders=[dict(active=0, y=-0.14, x=0.3, len=0.7, currentvalue=dict(prefix="step "),
+        sliders=[dict(active=0, x=0, y=below(90), len=1, xanchor="left", yanchor="top",
+                      currentvalue=dict(prefix="step ", xanchor="right"),
                       steps=[dict(label=str(i), method="animate",
                                   args=[[str(i)], dict(mode="immediate", frame=dict(duration=0, redraw=True))])
                              for i in range(len(steps))])])
     return fig
+
+
+# How the app draws these figures: no modebar (zoom and pan mean nothing here, and it covered the title).
+CHART_CONFIG = {"displayModeBar": False}
 
 
 def permute_figure(chains: list[Chain], block: str, block_bytes: int) -> go.Figure:

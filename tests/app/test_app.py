@@ -320,3 +320,21 @@ def test_compare_keeps_what_it_has_computed_and_says_per_strategy():
     assert again["fsdp_tp"] > 0
     at.button(key="compare_go").click().run()
     assert {r["name"]: r["steps_per_s"] for r in at.session_state["compare_rows"]} == again
+
+
+def test_ring_animation_controls_do_not_overlap_and_the_modebar_is_off():
+    """Issue 23: the slider's "step" label ran under the pause button, and Plotly's toolbar sat on
+    the step's title. The buttons now have a row of their own above the slider (which spans the
+    width, its label on the right), and the chart is drawn without the toolbar."""
+    at = page("app_pages/communication.py")
+    ops = at.dataframe[0].value["op"].tolist()
+    at.selectbox(key="comm_selected").select(ops.index("all-reduce")).run()
+    chart = next(c for c in at.get("plotly_chart") if c.proto.id.endswith("-comm_animation"))
+    assert json.loads(chart.proto.config or "{}").get("displayModeBar") is False
+    layout = json.loads(chart.proto.spec)["layout"]
+    (buttons,), (slider,) = layout["updatemenus"], layout["sliders"]
+    assert slider["currentvalue"]["xanchor"] == "right" and slider["x"] == 0 and slider["len"] == 1
+    assert buttons["yanchor"] == slider["yanchor"] == "top" and slider["y"] < buttons["y"] < 0
+    # at least 35 px between the buttons' top and the slider's: a row for the buttons
+    plot_px = layout["height"] - layout["margin"]["t"] - layout["margin"]["b"]
+    assert (buttons["y"] - slider["y"]) * plot_px >= 35
