@@ -254,7 +254,12 @@ def loss_figure(losses: list[float], log_scale: bool = True, total_steps: int | 
     if total_steps:
         fig.update_xaxes(range=[0, total_steps])
     if log_scale:
-        fig.update_yaxes(type="log", dtick=1)
+        # One tick per decade reads well for a loss that falls two or three decades; a diverged run
+        # spans thirty, and thirty labels stacked on a 300 px axis: space them to about six.
+        shown = y[np.isfinite(y) & (y > 0)]
+        decades = math.log10(shown.max() / shown.min()) if shown.size else 0
+        dtick = max(1, math.ceil(decades / 6))
+        fig.update_yaxes(type="log", dtick=dtick, **({"exponentformat": "power"} if dtick > 1 else {}))
     return fig
 
 
