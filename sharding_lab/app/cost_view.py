@@ -7,6 +7,7 @@ Every number comes from :mod:`sharding_lab.cost` (the compiled step and the cite
 from __future__ import annotations
 
 import dataclasses
+import math
 
 import pandas as pd
 import plotly.graph_objects as go
@@ -47,23 +48,34 @@ def breakdown_figure(prediction: cost.Prediction) -> go.Figure:
 
 def sweep_figure(rows: list[dict], critical: dict | None = None) -> go.Figure:
     """Compute and communication time per step against the batch rows each device holds, one pair of
-    lines per strategy; where they cross, the strategy turns communication-bound (to the left)."""
+    lines per strategy; where they cross, the strategy turns communication-bound (to the left).
+
+    Times are plotted in seconds with one labelled tick per decade ("10 ns", "1 µs"): a log axis
+    in µs had Plotly print SI prefixes on µs ("10µ", "100µ", "0.001"). The scaling book's
+    critical batch is a legend entry: a log axis puts ``add_vline``'s annotation off the chart."""
     fig = go.Figure()
+    times = [r[k] for r in rows for k in ("compute_s", "comm_s") if r[k] > 0]
     for strategy in sorted({r["strategy"] for r in rows}):
         mine = sorted((r for r in rows if r["strategy"] == strategy), key=lambda r: r["per_device_batch"])
         xs = [r["per_device_batch"] for r in mine]
-        fig.add_scatter(x=xs, y=[r["compute_s"] * 1e6 for r in mine], mode="lines+markers",
-                        name=f"{strategy}: compute", line=dict(color=COLORS["compute"]),
-                        legendgroup=strategy)
-        fig.add_scatter(x=xs, y=[r["comm_s"] * 1e6 for r in mine], mode="lines+markers",
+        fig.add_scatter(x=xs, y=[r["compute_s"] for r in mine], mode="lines+markers",
+                        name=f"{strategy}: compute", line=dict(color=COLORS["compute"]), legendgroup=strategy,
+                        hovertemplate="%{x} rows: %{text}", text=[cost.format_seconds(r["compute_s"]) for r in mine])
+        fig.add_scatter(x=xs, y=[r["comm_s"] for r in mine], mode="lines+markers",
                         name=f"{strategy}: communication", line=dict(color=COLORS["communication"],
                                                                      dash="dash" if strategy != "dp" else "solid"),
-                        legendgroup=strategy)
-    if critical and critical.get("rows_per_device"):
-        fig.add_vline(x=critical["rows_per_device"], line_dash="dot",
-                      annotation_text=f"scaling book: C/W = {critical['rows_per_device']:,.0f} rows")
-    fig.update_layout(height=360, margin=dict(l=10, r=10, t=30, b=10), xaxis_type="log", yaxis_type="log",
-                      xaxis_title="batch rows per device", yaxis_title="µs per step, per device")
+                        legendgroup=strategy, hovertemplate="%{x} rows: %{text}",
+                        text=[cost.format_seconds(r["comm_s"]) for r in mine])
+    if critical and critical.get("rows_per_device") and times:
+        fig.add_scatter(x=[critical["rows_per_device"]] * 2, y=[min(times), max(times)], mode="lines",
+                        line=dict(color="#555", dash="dot"), hoverinfo="skip",
+                        name=f"scaling book's critical batch: C/W = {critical['rows_per_device']:,.0f} rows")
+    yaxis = dict(type="log", title="time per step, per device")
+    if times:
+        decades = range(math.floor(math.log10(min(times))), math.ceil(math.log10(max(times))) + 1)
+        yaxis.update(tickvals=[10.0 ** d for d in decades], ticktext=[cost.format_seconds(10.0 ** d) for d in decades])
+    fig.update_layout(height=380, margin=dict(l=10, r=10, t=30, b=10), xaxis_type="log", yaxis=yaxis,
+                      xaxis_title="batch rows per device", legend=dict(orientation="h", y=-0.2))
     return fig
 
 

@@ -76,3 +76,32 @@ def test_a_whole_shard_map_block_is_its_click_target():
         xs, ys = [x for x, *_ in inside], [y for _, y, *_ in inside]
         assert min(xs) < x0 + (x1 - x0) / 4 + 1e-9 or len(set(xs)) == 1
         assert max(ys) - min(ys) >= (y1 - y0) / 2
+
+
+def test_a_diverged_loss_curve_gets_a_readable_log_axis():
+    """Issue 23: lr 10 — the loss climbs 30 decades and one tick per decade stacked ~30 labels."""
+    import math
+
+    import numpy as np
+
+    diverged = list(np.logspace(-1, 30, 200)) + [float("inf"), float("nan")]
+    axis = figures.loss_figure(diverged).layout.yaxis
+    assert axis.type == "log" and math.log10(1e30 / 1e-1) / axis.dtick <= 7
+    assert figures.loss_figure([1.0, 0.1, 0.01]).layout.yaxis.dtick == 1  # a normal run: every decade
+
+
+def test_batch_sweep_axis_reads_in_time_units_and_every_line_is_named():
+    """Issue 23: the sweep's axis said "µs per step" with ticks "10µ, 100µ, 0.001", and its dotted
+    line (the scaling book's critical batch) had no label."""
+    from sharding_lab.app.cost_view import sweep_figure
+
+    rows = [{"strategy": s, "per_device_batch": b, "compute_s": 2e-8 * b, "comm_s": 3e-6}
+            for s in ("dp", "fsdp") for b in (8, 32, 128, 512)]
+    fig = sweep_figure(rows, {"rows_per_device": 240})
+    axis = fig.layout.yaxis
+    assert "µs" not in (axis.title.text or "")
+    assert list(axis.ticktext) == ["100 ns", "1 µs", "10 µs", "100 µs"][:len(axis.ticktext)]
+    assert all(min(t) >= axis.tickvals[0] and max(t) <= axis.tickvals[-1] for t in
+               ([r["compute_s"] for r in rows], [r["comm_s"] for r in rows]))
+    dotted = [t for t in fig.data if t.line.dash == "dot"]
+    assert len(dotted) == 1 and "240 rows" in dotted[0].name and dotted[0].showlegend is not False
