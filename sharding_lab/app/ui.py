@@ -107,18 +107,39 @@ def rules_table(mesh: sl.MeshSpec, model) -> None:
 
 # --- the sidebar ----------------------------------------------------------------------------
 
+SWITCHED_NAMES = {"preset": "preset", "optimizer": "optimizer", "lr": "learning rate", "steps": "steps"}
+
+
 def _on_model_change() -> None:
-    fam = settings.family(st.session_state)
-    st.session_state.preset = fam.default_preset
-    # A family's training defaults (the transformer wants Adam); the MLP keeps the seed's.
-    for key, value in {**settings.TRAIN_DEFAULTS, **fam.train_defaults}.items():
-        st.session_state[key] = value
+    state = st.session_state
+    fam = settings.family(state)
+    # A family's preset and training defaults (the transformer wants Adam); the MLP keeps the seed's.
+    new = {"preset": fam.default_preset, **settings.TRAIN_DEFAULTS, **fam.train_defaults}
+    changed = {key: (state.get(key), value) for key, value in new.items() if state.get(key) != value}
+    state.update(new)
+    # Said where it happens (under the model picker), for as long as those values stay as set.
+    state.model_switch_note = {"model": fam.name, "changed": changed}
+
+
+def model_switch_note() -> str | None:
+    """What picking the model changed besides the model, while it still holds."""
+    note, state = st.session_state.get("model_switch_note"), st.session_state
+    if not note or note["model"] != state.get("model") or not note["changed"] or any(
+            state.get(key) != new for key, (_, new) in note["changed"].items()):
+        return None
+    parts = [f"{SWITCHED_NAMES[key]} {old:g} → {new:g}" if isinstance(new, float) else
+             f"{SWITCHED_NAMES[key]} {old} → {new}" for key, (old, new) in note["changed"].items()]
+    return (f"Picking the {sl.FAMILIES[note['model']].title} also set its defaults: " + ", ".join(parts)
+            + ". Change them back here or on the Train page.")
 
 
 def model_widgets(fam) -> None:
     if len(sl.FAMILIES) > 1:
         st.selectbox("Model", list(sl.FAMILIES), key="model", on_change=_on_model_change,
                      format_func=lambda name: sl.FAMILIES[name].title)
+        note = model_switch_note()
+        if note:
+            st.info(note, icon=":material/swap_horiz:")
     cols = st.columns(2)
     for i, (field, size) in enumerate(fam.size_fields.items()):
         cols[i % 2].number_input(size.label, size.low, size.high, key=settings.size_key(field),

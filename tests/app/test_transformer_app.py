@@ -122,3 +122,14 @@ def test_a_collective_permute_is_drawn_as_its_directed_pairs():
     cells = spec["data"][0]
     held_after = {int(rows[y].split()[1]): t for x, y, t in zip(cells["x"], cells["y"], cells["text"]) if x == 1}
     assert all(held_after[t] == str(s) for s, t in expected)
+
+
+def test_picking_the_transformer_says_which_settings_it_changed():
+    """Issue 23: switching to the transformer silently set preset, optimizer, lr and steps."""
+    at = transformer_on("app_pages/train.py")
+    assert not at.exception and not at.error
+    expected = ("preset seed → tp, optimizer seed-sgd → adamw, learning rate 0.01 → 0.003, steps 3000 → 300")
+    assert any(expected in i.value for i in at.sidebar.info)
+    assert any(expected in c.value for c in at.caption)  # on the Train page, beside steps and lr
+    at.number_input(key="lr").set_value(0.001).run()  # the learner takes over: the note has done its job
+    assert not any("also set its defaults" in i.value for i in at.sidebar.info)
