@@ -104,6 +104,13 @@ class Plan:
     def spec(self, path: str) -> P:
         return self.arrays[path].spec
 
+    def unused_axes(self) -> tuple[str, ...]:
+        """Mesh axes (of size > 1) that split no array: along them every array is replicated, and
+        their devices repeat each other's work. Presets bind two roles (data, model), so a third
+        axis is one of these unless a rule names it."""
+        used = {name for a in self.arrays.values() for target in a.spec for name in axis_names(target)}
+        return tuple(a for a, n in self.config.mesh.axis_sizes.items() if n > 1 and a not in used)
+
 
 def _array_paths(config: LabConfig) -> dict[str, tuple[tuple[int, ...], tuple, str, str]]:
     """layout path → (shape, logical axes, rule name) for every array a run holds: parameters,

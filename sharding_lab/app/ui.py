@@ -178,6 +178,14 @@ def sidebar() -> sl.Plan | sl.ConfigError:
     if isinstance(result, sl.ConfigError):
         slot = {"mesh": mesh_error, "rules": rules_error}.get(result.field, other_error)
         show_error(result, lead="", where=slot, fix=False)
+    elif unused := result.unused_axes():
+        sizes = result.config.mesh.axis_sizes
+        rules_error.warning(
+            ("Mesh axis " if len(unused) == 1 else "Mesh axes ") + " and ".join(f"`{plain(a)}` ({sizes[a]})" for a in unused)
+            + (" splits" if len(unused) == 1 else " split") + " no array with these rules: every array is "
+            "replicated along " + ("it" if len(unused) == 1 else "them") + ", and those devices repeat each other's "
+            "work. Map a logical axis to it on the Layout page (the presets use two roles: data and model).",
+            icon=":material/grid_off:")
     query = links.to_query(state)
     st.query_params.from_dict(query)
     with st.sidebar.expander("Share this layout", icon=":material/share:"):

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 from streamlit.testing.v1 import AppTest
 
+import sharding_lab as sl
 from sharding_lab import cost
 
 TIMEOUT = 120
@@ -106,6 +107,12 @@ def test_three_axis_mesh(app):
     app.radio(key="n_axes").set_value(3).run()
     assert not app.exception and not app.error
     assert [n.value for n in app.number_input][:3] == [2, 2, 2]
+    # Issue 23: the presets bind data (first axis) and model (last): the middle one was silently unused
+    (unused,) = [w.value for w in app.sidebar.warning if "splits no array" in w.value]
+    assert unused.startswith("Mesh axis `y` (2) splits no array")
+    assert sl.plan(sl.LabConfig(mesh=sl.MeshSpec((2, 2, 2), ("x", "y", "z")))).unused_axes() == ("y",)
+    app.selectbox(key="rule_embed").select("y").run()  # a rule names it: nothing to say
+    assert not app.exception and not [w for w in app.sidebar.warning if "splits no array" in w.value]
 
 
 def test_train_page_trains_the_seed_config(train_page):
