@@ -83,7 +83,11 @@ for row in rows:
 metrics = {k: v for k, v in METRICS.items() if steps or k not in ("steps_per_s", "final_loss")}
 st.plotly_chart(figures.compare_figure(ok, metrics), key="compare_chart")
 st.dataframe(pd.DataFrame([{"strategy": r["name"], **{METRICS[k]: r[k] for k in metrics},
-                            "collectives / step": r["collectives"]} for r in ok]), hide_index=True)
+                            "collectives / step": r["collectives"]} for r in ok]), hide_index=True,
+             column_config={METRICS["steps_per_s"]: st.column_config.NumberColumn(format="%.1f"),
+                            METRICS["final_loss"]: st.column_config.NumberColumn(format="%.4g"),
+                            **{METRICS[k]: st.column_config.NumberColumn(format="localized")
+                               for k in ("params", "optimizer", "comm_bytes")}})
 smallest = min(ok, key=lambda r: r["params"] + r["optimizer"]) if ok else None
 for row in ok:
     share = (row["params"] + row["optimizer"]) / max(1, max(r["params"] + r["optimizer"] for r in ok))

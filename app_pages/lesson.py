@@ -29,7 +29,16 @@ NAME_CHANGES = pd.DataFrame([
     ("(implicit) Auto axes", "AxisType.Auto: compiler infers shardings; AxisType.Explicit: shardings are types"),
 ], columns=["the blog (Flax ≈ 0.8)", "today (flax 0.12.8, jax 0.10.2 — checked by this app's tests)"])
 
+# The blog this lesson walks through, and the Flax example it explains (the commit the blog cites).
+BLOG = ("Distributed Training with JAX and Flax NNX: A Practical Guide to Sharding",
+        "https://huggingface.co/blog/jiagaoxiang/jax-nnx-sharding")
+EXAMPLE = ("examples/nnx_toy_examples/10_fsdp_and_optimizer.py",
+           "https://github.com/google/flax/blob/f7d3873b203ac0f3c6859738b1d48c2385359ca0/"
+           "examples/nnx_toy_examples/10_fsdp_and_optimizer.py")
+
 st.title("Lesson: sharding the seed, step by step")
+st.caption(f"Follows the blog [*{BLOG[0]}*]({BLOG[1]}) (\"the blog\" below), a walk-through of Flax's "
+           f"[`{EXAMPLE[0]}`]({EXAMPLE[1]}), on today's JAX and Flax.")
 plan: sl.Plan = ui.plan_or_stop()
 config, axes = plan.config, plan.config.mesh.axes
 layouts = plan.layouts()
@@ -170,8 +179,9 @@ def transformer_chapter(config: sl.LabConfig) -> None:
 
 
 if step == 0:
-    st.markdown("The blog walks through Flax's `10_fsdp_and_optimizer.py` as it was in 2024. Its code no "
-                "longer runs on today's Flax. What changed, and what this lesson uses:")
+    st.markdown(f"The blog, [*{BLOG[0]}*]({BLOG[1]}), walks through Flax's [`10_fsdp_and_optimizer.py`]"
+                f"({EXAMPLE[1]}) as it was in 2024. Its code no longer runs on today's Flax. What changed, and "
+                "what this lesson uses:")
     st.dataframe(NAME_CHANGES, hide_index=True)
     st.info("Everything below is the current configuration from the sidebar: change the mesh or the preset "
             "and every step updates.", icon=":material/school:")

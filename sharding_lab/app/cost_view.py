@@ -31,6 +31,19 @@ SMALL_COLLECTIVE_BYTES = 1e6
 BOUND_LABELS = {"compute": "compute", "memory": "memory", "communication": "comms"}
 
 
+def format_rate(bytes_per_s: float | None) -> str:
+    """'450 GB/s', not 450000000000: decimal units, as the chips' data sheets give them."""
+    return "—" if not bytes_per_s else format_bytes(bytes_per_s) + "/s"
+
+
+def format_flops(flops_per_s: float) -> str:
+    """'989 TFLOP/s' (decimal units, three significant digits)."""
+    for unit, size in (("PFLOP/s", 1e15), ("TFLOP/s", 1e12), ("GFLOP/s", 1e9)):
+        if flops_per_s >= size:
+            return f"{flops_per_s / size:.3g} {unit}"
+    return f"{flops_per_s:,.0f} FLOP/s"
+
+
 def breakdown_figure(prediction: cost.Prediction) -> go.Figure:
     """One bar per roofline term, the prediction (max) and the no-overlap sum as lines."""
     terms = {"compute": prediction.compute_s, "memory": prediction.memory_s, "communication": prediction.comm_s}
@@ -133,9 +146,9 @@ def cost_panel(plan: Plan, key: str = "cost") -> None:
     st.caption(("**Extrapolated** to " + mesh + " from compiles on "
                 + ", ".join("x".join(map(str, m_)) for m_ in p["compiled_on"])
                 if p["extrapolated"] else "**Compiled** on " + mesh)
-               + f". {CHIPS[chip_id].name}: {p['chip']['peak_flops_by_dtype'].get(dtype) or p['chip']['peak_flops']:.3g} FLOP/s, "
-               f"{p['chip']['hbm_bytes_per_s']:.3g} B/s HBM.")
-    st.dataframe(pd.DataFrame([{"axis": a, "link": v["link"], "bytes/s": v["bytes_per_s"], "why": v["why"]}
+               + f". {CHIPS[chip_id].name}: {format_flops(p['chip']['peak_flops_by_dtype'].get(dtype) or p['chip']['peak_flops'])}, "
+               f"{format_rate(p['chip']['hbm_bytes_per_s'])} HBM.")
+    st.dataframe(pd.DataFrame([{"axis": a, "link": v["link"], "bandwidth": format_rate(v["bytes_per_s"]), "why": v["why"]}
                                for a, v in p["axis_links"].items()]), hide_index=True)
     if p["collectives"]:
         st.dataframe(pd.DataFrame([{"op": r["op"], "over": "+".join(r["axes"]), "n": r["group_size"],
@@ -154,9 +167,9 @@ def cost_panel(plan: Plan, key: str = "cost") -> None:
             rows = _sweep(config, chip_id, dtype, strategies)
             st.plotly_chart(sweep_figure(rows, cost.critical_batch(chip_id, config, dtype)), key=f"{key}_sweep_fig")
     with st.expander("The chips and their sources"):
-        st.dataframe(pd.DataFrame([{"chip": c.name, "bf16 FLOP/s": c.peak_flops["bf16"],
-                                    "HBM B/s": c.hbm_bytes_per_s, "HBM bytes": c.hbm_bytes,
-                                    "link B/s (one way)": c.ici_link_bytes_per_s or c.nvlink_bytes_per_s,
+        st.dataframe(pd.DataFrame([{"chip": c.name, "bf16 peak": format_flops(c.peak_flops["bf16"]),
+                                    "HBM bandwidth": format_rate(c.hbm_bytes_per_s), "HBM": format_bytes(c.hbm_bytes),
+                                    "link (one way)": format_rate(c.ici_link_bytes_per_s or c.nvlink_bytes_per_s),
                                     "sources": "; ".join(c.sources.values())} for c in CHIPS.values()]),
                      hide_index=True)
 

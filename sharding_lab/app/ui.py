@@ -159,7 +159,8 @@ def sidebar() -> sl.Plan | sl.ConfigError:
     fam = settings.family(state)
     with st.sidebar:
         link_notice()
-        st.caption(info.describe())
+        # The flag as code: plain Markdown broke the line after its "--".
+        st.caption(re.sub(r"(--[a-z_]+=\d+)", r"`\1`", info.describe()))
         st.subheader("Mesh")
         mesh_widgets()
         mesh_error = st.empty()

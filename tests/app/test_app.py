@@ -345,3 +345,29 @@ def test_ring_animation_controls_do_not_overlap_and_the_modebar_is_off():
     # at least 35 px between the buttons' top and the slider's: a row for the buttons
     plot_px = layout["height"] - layout["margin"]["t"] - layout["margin"]["b"]
     assert (buttons["y"] - slider["y"]) * plot_px >= 35
+
+
+def test_wording_a_new_user_met():
+    """Issue 23: "cannot run. the mesh…", "450000000000" bytes/s, "40.5468" steps/s, and the
+    device-count flag broken after its "--" in the sidebar."""
+    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=TIMEOUT).run()
+    assert any("`--xla_force_host_platform_device_count=8`" in c.value for c in at.sidebar.caption)
+    at.number_input(key="size_0").set_value(4).run()
+    assert any(e.value.startswith("**This configuration cannot run.** The mesh 4×4") for e in at.error)
+    at = page("app_pages/communication.py")
+    links = next(d.value for d in at.dataframe if "bandwidth" in d.value.columns)
+    assert all(v.endswith(" GB/s") or v.endswith(" TB/s") for v in links["bandwidth"])
+    assert not any(str(c).endswith("B/s") for c in links.columns if c != "bandwidth")
+    at = page("app_pages/compare.py")
+    formats = {name: c["type_config"].get("format") for name, c in json.loads(at.dataframe[0].proto.columns).items()
+               if "type_config" in c}
+    assert formats["steps / s"] == "%.1f" and formats["final loss"] == "%.4g"
+    assert formats["bytes sent / device / step"] == "localized"
+
+
+def test_lesson_names_and_links_the_blog():
+    """Issue 23: "the blog" was never named or linked."""
+    at = page("app_pages/lesson.py")
+    text = " ".join(c.value for c in at.caption) + " ".join(m.value for m in at.markdown)
+    assert "[*Distributed Training with JAX and Flax NNX: A Practical Guide to Sharding*](https://" in text
+    assert "10_fsdp_and_optimizer.py`](https://github.com/google/flax/blob/" in text
