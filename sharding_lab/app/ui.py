@@ -262,7 +262,7 @@ def show_error(error, lead: str = "Fix the configuration first.", where=st, fix:
     it knows as a button (``fix``: the page's main error; the sidebar's copy has none)."""
     text = str(error)
     first = text.split(" ", 1)[0]
-    if (not lead or lead.endswith(".")) and first.isalpha() and first.islower():
+    if lead.endswith(".") and first.isalpha() and first.islower():
         text = text[:1].upper() + text[1:]  # a sentence after a full stop ("cannot run. the mesh…")
     where.error(f"**{lead}** {plain(text)}" if lead else plain(text), icon=":material/error:")
     if fix:
