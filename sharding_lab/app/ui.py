@@ -159,8 +159,11 @@ def sidebar() -> sl.Plan | sl.ConfigError:
     fam = settings.family(state)
     with st.sidebar:
         link_notice()
-        # The flag as code: plain Markdown broke the line after its "--".
-        st.caption(re.sub(r"(--[a-z_]+=\d+)", r"`\1`", info.describe()))
+        # The flag (40 characters) cannot fit on one line of the sidebar: inline, it broke after its
+        # "--". It goes in the caption's tooltip, as code; the caption says what it does.
+        flag = re.search(r"--[a-z_]+=\d+", info.describe())
+        st.caption(info.describe().replace(f", {flag.group(0)}", "") if flag else info.describe(),
+                   help=f"Forced with `XLA_FLAGS={flag.group(0)}` before JAX starts." if flag else None)
         st.subheader("Mesh")
         mesh_widgets()
         mesh_error = st.empty()

@@ -351,7 +351,9 @@ def test_wording_a_new_user_met():
     """Issue 23: "cannot run. the mesh…", "450000000000" bytes/s, "40.5468" steps/s, and the
     device-count flag broken after its "--" in the sidebar."""
     at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=TIMEOUT).run()
-    assert any("`--xla_force_host_platform_device_count=8`" in c.value for c in at.sidebar.caption)
+    (devices,) = [c for c in at.sidebar.caption if c.value.startswith("8 simulated host devices")]
+    assert devices.value == "8 simulated host devices (CPU)" and "--" not in devices.value
+    assert "`XLA_FLAGS=--xla_force_host_platform_device_count=8`" in devices.proto.help
     at.number_input(key="size_0").set_value(4).run()
     assert any(e.value.startswith("**This configuration cannot run.** The mesh 4×4") for e in at.error)
     at = page("app_pages/communication.py")
