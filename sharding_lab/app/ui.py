@@ -130,7 +130,7 @@ def model_switch_note() -> str | None:
     parts = [f"{SWITCHED_NAMES[key]} {old:g} → {new:g}" if isinstance(new, float) else
              f"{SWITCHED_NAMES[key]} {old} → {new}" for key, (old, new) in note["changed"].items()]
     return (f"Picking the {sl.FAMILIES[note['model']].title} also set its defaults: " + ", ".join(parts)
-            + ". Change them back here or on the Train page.")
+            + " (the sidebar's preset and optimizer; steps and learning rate on the Train page).")
 
 
 def model_widgets(fam) -> None:
@@ -188,7 +188,7 @@ def sidebar() -> sl.Plan | sl.ConfigError:
             ("Mesh axis " if len(unused) == 1 else "Mesh axes ") + " and ".join(f"`{plain(a)}` ({sizes[a]})" for a in unused)
             + (" splits" if len(unused) == 1 else " split") + " no array with these rules: every array is "
             "replicated along " + ("it" if len(unused) == 1 else "them") + ", and those devices repeat each other's "
-            "work. Map a logical axis to it on the Layout page (the presets use two roles: data and model).",
+            "work. Map a logical axis to it on the Layout page (a preset binds at most two roles: data and model).",
             icon=":material/grid_off:")
     query = links.to_query(state)
     st.query_params.from_dict(query)
