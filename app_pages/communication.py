@@ -11,8 +11,12 @@ from sharding_lab.app.cost_view import cost_panel
 from sharding_lab.app.target_view import compiler_panel
 from sharding_lab.communication import analyze, explain_memory
 from sharding_lab.mesh import device_ids
-from sharding_lab.ring import RING_OPS
+from sharding_lab.ring import RING_OPS, permute_chains
 from sharding_lab.textbook import compare, needs_crossover, weight_gather_batch
+
+# The pass an op belongs to, as the table's legend names it: no metadata means the partitioner added it
+# to move an output back to its pinned layout — "none", not "unknown".
+PHASES = {"unknown": "none"}
 
 st.title("Communication and memory")
 st.caption("\"JAX automatically handles the necessary communication\" — here is what it chose. The training step "
@@ -38,12 +42,22 @@ if not report.collectives:
     st.success("No collectives: every device computes its own step with what it already holds "
                "(a 1-device mesh, or everything replicated with an unsplit batch).", icon=":material/check:")
 else:
-    rows = [{"#": i, "op": c.op, "carries": "; ".join(c.moves), "shape": " ".join(str(list(s)) for s in c.shape),
-             "over": c.where(axes).replace("`", ""), "group": c.group_size, "phase": c.phase, "count": c.count,
-             "result bytes / op": c.bytes, "sent / op": c.wire_bytes, "sent / step": c.wire_bytes * c.count}
+    # The key figures first and "carries" (long sentences) last: at a laptop's width the table shows
+    # op, count and bytes without a horizontal scroll, and the sentences wrap in the last column.
+    rows = [{"#": i, "op": c.op, "shape": " ".join(str(list(s)) for s in c.shape), "count": c.count,
+             "sent / step": c.wire_bytes * c.count, "sent / op": c.wire_bytes, "result bytes / op": c.bytes,
+             "over": c.where(axes).replace("`", "").removeprefix("over "), "group": c.group_size,
+             "phase": PHASES.get(c.phase, c.phase), "carries": "; ".join(c.moves)}
             for i, c in enumerate(report.collectives)]
-    st.dataframe(pd.DataFrame(rows), hide_index=True)
-    st.caption("*carries* is inferred from the op's shape, its pass (JAX's metadata: `jvp` = forward, "
+    small = st.column_config.NumberColumn(width="small", format="localized")
+    st.dataframe(pd.DataFrame(rows), hide_index=True, column_config={
+        "#": st.column_config.NumberColumn(width=40), "op": st.column_config.TextColumn(width="medium"),
+        "count": small, "sent / step": small, "sent / op": small, "result bytes / op": small,
+        "group": st.column_config.NumberColumn(width=50), "phase": st.column_config.TextColumn(width="small"),
+        "over": st.column_config.TextColumn("over axes", width="small"),
+        "carries": st.column_config.TextColumn(width="large")})
+    st.caption(f"{len(rows)} kinds of op, {per_step} ops in all: *count* says how often each runs per step. "
+               "*carries* is inferred from the op's shape, its pass (JAX's metadata: `jvp` = forward, "
                "`transpose` = backward; none = moved back to the step's pinned output layout) and the plan's arrays. "
                "*sent* = bytes each device puts on its links for a ring algorithm; async ops count once.")
 
@@ -69,29 +83,51 @@ else:
     left, right = st.columns([2, 3], gap="large")
     with left:
         chosen = st.selectbox("Collective", range(len(rows)), key="comm_selected",
-                              format_func=lambda i: f"#{i} {rows[i]['op']} {rows[i]['shape']} {rows[i]['over']}")
+                              format_func=lambda i: f"#{i} {rows[i]['op']} {rows[i]['shape']} "
+                                                    + report.collectives[i].where(axes).replace("`", ""))
         collective = report.collectives[chosen]
-        groups = collective.groups or (tuple(range(plan.config.mesh.size)),)
-        group = st.radio("Group", range(len(groups)), horizontal=True, key="comm_group",
-                         format_func=lambda g: f"{g + 1}") if len(groups) > 1 else 0
-        group = min(group, len(groups) - 1)
         # Group members are positions in the mesh's flattened device order; the pictures name device ids.
         by_position = np.asarray(device_ids(plan.mesh)).reshape(-1).tolist()
-        members = [by_position[p] for p in groups[group]]
+        if collective.op == "collective-permute":
+            # One op, one set of directed (source, target) pairs — not groups that talk among themselves.
+            chains = permute_chains([(by_position[s], by_position[t]) for s, t in collective.groups])
+            members = [d for chain in chains for d in chain.members]
+            swaps = all(chain.closed and len(chain.members) == 2 for chain in chains)
+        else:
+            groups = collective.groups or (tuple(range(plan.config.mesh.size)),)
+            group = st.radio("Group", range(len(groups)), horizontal=True, key="comm_group",
+                             format_func=lambda g: f"{g + 1}") if len(groups) > 1 else 0
+            group = min(group, len(groups) - 1)
+            members = [by_position[p] for p in groups[group]]
         st.plotly_chart(figures.mesh_figure(device_ids(plan.mesh), axes, set(members)), key="comm_mesh")
-        st.caption(f"Bright devices exchange data in group {group + 1} of {len(groups)}: "
-                   + "; ".join("{" + ", ".join(str(by_position[p]) for p in g) + "}" for g in groups[:8])
-                   + (" …" if len(groups) > 8 else ""))
+        if collective.op == "collective-permute":
+            st.caption(f"Bright devices take part. One collective-permute is {len(collective.groups)} directed sends "
+                       "at once, each device sending to at most one and receiving from at most one: "
+                       + "; ".join(("cycle " if c.closed else "chain ") + c.label() for c in chains) + ". "
+                       + ("Each pair swaps its blocks." if swaps else
+                          "Nobody sends back to the device it received from: the blocks travel around."))
+        else:
+            st.caption(f"Bright devices exchange data in group {group + 1} of {len(groups)}: "
+                       + "; ".join("{" + ", ".join(str(by_position[p]) for p in g) + "}" for g in groups[:8])
+                       + (" …" if len(groups) > 8 else ""))
     with right:
         if collective.op in RING_OPS and len(members) > 1:
             total = collective.bytes * (len(members) if collective.op == "reduce-scatter" else 1)
             block = total // len(members)
-            st.plotly_chart(animation.ring_animation(collective.op, members, block), key="comm_animation")
+            st.plotly_chart(animation.ring_animation(collective.op, members, block), key="comm_animation",
+                            config=animation.CHART_CONFIG)
             st.caption(f"Press ▶ or drag the slider. Rows are the group's devices in ring order, columns the "
                        f"{len(members)} blocks of the {'input' if collective.op == 'reduce-scatter' else 'array'} "
                        "(coloured like the device whose block it is, as on the shard maps); numbers say how many "
                        "devices' values a block sums; arrows are this step's sends. Every device sends one block "
                        f"per step: {collective.wire_bytes:,} bytes in all, the table's *sent / op*.")
+        elif collective.op == "collective-permute":
+            block = " + ".join("×".join(map(str, s)) or "scalar" for s in collective.shape)
+            st.plotly_chart(animation.permute_figure(chains, block, collective.bytes), key="comm_permute",
+                            config=animation.CHART_CONFIG)
+            st.caption("Left, the block each device sends (its own colour); right, what it holds after (the "
+                       "sender's colour); one arrow per send, grey where a cycle closes. Each sender puts its "
+                       f"{collective.bytes:,} bytes on the wire once: the table's *sent / op*.")
         else:
             st.plotly_chart(animation.pairs_figure(collective.op, members), key="comm_pairs")
             st.caption(f"A {collective.op} has no ring: before → after, each arrow one transfer.")

@@ -1,5 +1,7 @@
 """Compare: 2–4 sharding strategies on one model size, side by side."""
 
+import time
+
 import pandas as pd
 import streamlit as st
 
@@ -7,7 +9,7 @@ import sharding_lab as sl
 from sharding_lab.app import ui
 from sharding_lab.app import figures
 from sharding_lab.app.cost_view import strategies_cost_panel
-from sharding_lab.compare import METRICS, compare, strategy_config
+from sharding_lab.compare import METRICS, compare_one, strategy_config
 from sharding_lab.app.scheduler import Busy, slot
 
 CURRENT = "your rules"
@@ -41,15 +43,35 @@ if len(chosen) < 2:
 base = sl.LabConfig(mesh=plan.config.mesh, model=model, optimizer=plan.config.optimizer,
                     lr=plan.config.lr, decay=plan.config.decay, batch_size=plan.config.batch_size)
 strategies = {name: (plan.rules if name == CURRENT else name) for name in chosen}
-key = (base, tuple(chosen), steps)
-if go or st.session_state.get("compare_key") != key:
+# Rows already computed are kept, per strategy: adding a strategy or pressing Compare again
+# computes only what is missing (a short run of 300 steps takes seconds per strategy).
+done: dict = st.session_state.setdefault("compare_done", {})
+wanted = {name: (strategy_config(base, strategy), int(steps)) for name, strategy in strategies.items()}
+missing = [name for name, key in wanted.items() if key not in done]
+if missing and (go or st.session_state.get("compare_key") != (base, tuple(chosen), steps)):
+    progress = st.progress(0.0)
     try:
-        with st.spinner("Planning, compiling" + (" and training" if steps else "") + " each strategy…"):
-            st.session_state.compare_rows = compare(base, strategies, int(steps), run_slot=slot)
-            st.session_state.compare_key = key
+        for i, name in enumerate(missing):
+            progress.progress(i / len(missing), text=f"{name}: planning, compiling"
+                              + (f" and training {int(steps):,} steps" if steps else "")
+                              + f" ({i + 1} of {len(missing)})…")
+            started = time.perf_counter()
+            row = compare_one(base, name, strategies[name], int(steps), run_slot=slot)
+            done[wanted[name]] = {**row, "seconds": time.perf_counter() - started}
+            while len(done) > 32:  # a session's memory of rows stays small
+                done.pop(next(iter(done)))
     except Busy as busy:
         st.warning(f"The server is busy: {busy}.", icon=":material/hourglass_top:")
         st.stop()
+    finally:
+        progress.empty()
+    st.session_state.compare_key = (base, tuple(chosen), steps)
+if any(key not in done for key in wanted.values()):
+    st.info("Press **Compare** to compute the strategies not shown yet.")
+    st.stop()
+st.session_state.compare_rows = [{**done[wanted[name]], "name": name} for name in chosen]
+st.caption("Computed: " + ", ".join(f"{name} in {done[wanted[name]]['seconds']:.1f} s" for name in chosen)
+           + ". Kept for this session: changing the selection computes only new strategies.")
 
 rows = st.session_state.compare_rows
 ok = [r for r in rows if "error" not in r]
@@ -61,7 +83,11 @@ for row in rows:
 metrics = {k: v for k, v in METRICS.items() if steps or k not in ("steps_per_s", "final_loss")}
 st.plotly_chart(figures.compare_figure(ok, metrics), key="compare_chart")
 st.dataframe(pd.DataFrame([{"strategy": r["name"], **{METRICS[k]: r[k] for k in metrics},
-                            "collectives / step": r["collectives"]} for r in ok]), hide_index=True)
+                            "collectives / step": r["collectives"]} for r in ok]), hide_index=True,
+             column_config={METRICS["steps_per_s"]: st.column_config.NumberColumn(format="%.1f"),
+                            METRICS["final_loss"]: st.column_config.NumberColumn(format="%.4g"),
+                            **{METRICS[k]: st.column_config.NumberColumn(format="localized")
+                               for k in ("params", "optimizer", "comm_bytes")}})
 smallest = min(ok, key=lambda r: r["params"] + r["optimizer"]) if ok else None
 for row in ok:
     share = (row["params"] + row["optimizer"]) / max(1, max(r["params"] + r["optimizer"] for r in ok))

@@ -29,7 +29,16 @@ NAME_CHANGES = pd.DataFrame([
     ("(implicit) Auto axes", "AxisType.Auto: compiler infers shardings; AxisType.Explicit: shardings are types"),
 ], columns=["the blog (Flax ≈ 0.8)", "today (flax 0.12.8, jax 0.10.2 — checked by this app's tests)"])
 
+# The blog this lesson walks through, and the Flax example it explains (the commit the blog cites).
+BLOG = ("Distributed Training with JAX and Flax NNX: A Practical Guide to Sharding",
+        "https://huggingface.co/blog/jiagaoxiang/jax-nnx-sharding")
+EXAMPLE = ("examples/nnx_toy_examples/10_fsdp_and_optimizer.py",
+           "https://github.com/google/flax/blob/f7d3873b203ac0f3c6859738b1d48c2385359ca0/"
+           "examples/nnx_toy_examples/10_fsdp_and_optimizer.py")
+
 st.title("Lesson: sharding the seed, step by step")
+st.caption(f"Follows the blog [*{BLOG[0]}*]({BLOG[1]}) (\"the blog\" below), a walk-through of Flax's "
+           f"[`{EXAMPLE[0]}`]({EXAMPLE[1]}), on today's JAX and Flax.")
 plan: sl.Plan = ui.plan_or_stop()
 config, axes = plan.config, plan.config.mesh.axes
 layouts = plan.layouts()
@@ -58,7 +67,7 @@ def show_step_code(number: int) -> None:
 
 def collective_rows(report, axes) -> pd.DataFrame:
     return pd.DataFrame([{"op": c.op, "shape": " ".join(str(list(s)) for s in c.shape), "bytes / op": c.bytes,
-                          "count": c.count, "over": c.where(axes).replace("`", ""), "phase": c.phase}
+                          "count": c.count, "over": c.where(axes).replace("`", ""), "phase": c.phase.replace("unknown", "none")}
                          for c in report.collectives])
 
 
@@ -170,8 +179,9 @@ def transformer_chapter(config: sl.LabConfig) -> None:
 
 
 if step == 0:
-    st.markdown("The blog walks through Flax's `10_fsdp_and_optimizer.py` as it was in 2024. Its code no "
-                "longer runs on today's Flax. What changed, and what this lesson uses:")
+    st.markdown(f"The blog, [*{BLOG[0]}*]({BLOG[1]}), walks through Flax's [`10_fsdp_and_optimizer.py`]"
+                f"({EXAMPLE[1]}) as it was in 2024. Its code no longer runs on today's Flax. What changed, and "
+                "what this lesson uses:")
     st.dataframe(NAME_CHANGES, hide_index=True)
     st.info("Everything below is the current configuration from the sidebar: change the mesh or the preset "
             "and every step updates.", icon=":material/school:")
@@ -214,7 +224,7 @@ elif step == 7:
     st.markdown("The step is compiled once for this layout. JAX inserts the communication the layout needs:")
     report = analyze(plan)
     st.dataframe(pd.DataFrame([{"op": c.op, "shape": " ".join(str(list(s)) for s in c.shape), "bytes": c.bytes,
-                                "count": c.count, "over": c.where(axes).replace("`", ""), "phase": c.phase}
+                                "count": c.count, "over": c.where(axes).replace("`", ""), "phase": c.phase.replace("unknown", "none")}
                                for c in report.collectives]), hide_index=True)
     st.page_link("app_pages/train.py", label="Train this layout", icon=":material/play_arrow:")
     show_step_code(7)
@@ -230,6 +240,12 @@ else:
         st.error("**Explicit axes refuse this configuration before any op runs.** " + ui.plain(lesson.plan_error),
                  icon=":material/block:")
     else:
+        if lesson.refusal:
+            with st.container(border=True):
+                st.markdown("creating the parameters (`nnx.Param(..., out_sharding=spec)`)")
+                st.error("JAX refuses: " + ui.plain(lesson.refusal), icon=":material/block:")
+                st.success(f"Instead: {lesson.walked_with.lower()} — a per-parameter override. The walk below uses "
+                           "it, and so would Auto axes, silently.", icon=":material/build:")
         for s in lesson.steps:
             with st.container(border=True):
                 st.markdown(f"`{s.op}`")
@@ -241,6 +257,5 @@ else:
         st.info("Same rules, both modes: the layout of every array is "
                 + ("identical." if lesson.same_layout_as_auto else "different (see the Layout page).")
                 + " Train works in both: switch *Axis type* in the sidebar.", icon=":material/compare:")
-        explicit = dataclasses.replace(config, mesh=dataclasses.replace(config.mesh, axis_type="explicit"))
         st.markdown("**The model's code under Explicit axes** — the helpers after the class are what change:")
-        st.code(script_sections(explicit)[3], language="python")
+        st.code(script_sections(lesson.walked)[3], language="python")

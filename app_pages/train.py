@@ -42,6 +42,8 @@ c1, c2, c3, c4 = st.columns(4)
 c1.number_input("Steps", *GENERAL_RANGES["steps"], step=500, key="steps")
 c2.number_input("Learning rate", *GENERAL_RANGES["lr"], step=0.005, format="%.4f", key="lr")
 c3.number_input("Momentum decay", *GENERAL_RANGES["decay"], step=0.05, key="decay")
+if switched := ui.model_switch_note():  # steps and learning rate above were set by the model picker
+    st.caption(switched)
 # The choice lives under a key of its own: Streamlit forgets a widget's key on pages that do not draw it.
 choices = process_choices(ui.current_mesh().size)
 if st.session_state.setdefault("processes_choice", 1) not in choices:

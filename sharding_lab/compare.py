@@ -35,30 +35,33 @@ def compare(base: LabConfig, strategies: dict[str, str | Rules], train_steps: in
 
     ``run_slot()`` is entered around each short run: the app passes its scheduler's slot, so
     these runs count against the server's training slots like any other."""
-    rows = []
-    for name, strategy in strategies.items():
-        config = strategy_config(base, strategy)
-        row = {"name": name, "explanation": base.family.presets[strategy].explanation if isinstance(strategy, str)
-               else "Your rules from the Layout page."}
+    return [compare_one(base, name, strategy, train_steps, run_slot) for name, strategy in strategies.items()]
+
+
+def compare_one(base: LabConfig, name: str, strategy: str | Rules, train_steps: int = 0,
+                run_slot=contextlib.nullcontext) -> dict:
+    """One strategy's row (see :func:`compare`): the app calls it strategy by strategy, to show
+    progress and to keep rows it has already computed."""
+    config = strategy_config(base, strategy)
+    row = {"name": name, "explanation": base.family.presets[strategy].explanation if isinstance(strategy, str)
+           else "Your rules from the Layout page."}
+    try:
+        plan = make_plan(config)
+    except ConfigError as error:
+        return {**row, "error": str(error)}
+    fullest = max(memory_per_device(plan.layouts()).values(), key=lambda r: r["params"] + r["optimizer"])
+    report = analyze(plan)
+    comparison = textbook.compare(plan, report)
+    row.update(params=fullest["params"], optimizer=fullest["optimizer"], comm_bytes=report.total_wire_bytes,
+               collectives=sum(c.count for c in report.collectives), warnings=plan.warnings,
+               agrees=comparison.agrees, differences=comparison.differences,
+               steps_per_s=None, final_loss=None)
+    if train_steps:
         try:
-            plan = make_plan(config)
+            row.update(_short_run(plan, train_steps, run_slot))
         except ConfigError as error:
-            rows.append({**row, "error": str(error)})
-            continue
-        fullest = max(memory_per_device(plan.layouts()).values(), key=lambda r: r["params"] + r["optimizer"])
-        report = analyze(plan)
-        comparison = textbook.compare(plan, report)
-        row.update(params=fullest["params"], optimizer=fullest["optimizer"], comm_bytes=report.total_wire_bytes,
-                   collectives=sum(c.count for c in report.collectives), warnings=plan.warnings,
-                   agrees=comparison.agrees, differences=comparison.differences,
-                   steps_per_s=None, final_loss=None)
-        if train_steps:
-            try:
-                row.update(_short_run(plan, train_steps, run_slot))
-            except ConfigError as error:
-                row["run_error"] = str(error)
-        rows.append(row)
-    return rows
+            row["run_error"] = str(error)
+    return row
 
 
 def _short_run(plan, steps: int, run_slot) -> dict:

@@ -14,9 +14,10 @@ import math
 import os
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 import psutil
-from jax.sharding import PartitionSpec as P
+from jax.sharding import NamedSharding, PartitionSpec as P
 
 from .data import DEFAULT_BATCH
 from .devices import available_count
@@ -114,6 +115,13 @@ class Plan:
     def spec(self, path: str) -> P:
         return self.arrays[path].spec
 
+    def unused_axes(self) -> tuple[str, ...]:
+        """Mesh axes (of size > 1) that split no array: along them every array is replicated, and
+        their devices repeat each other's work. Presets bind two roles (data, model), so a third
+        axis is one of these unless a rule names it."""
+        used = {name for a in self.arrays.values() for target in a.spec for name in axis_names(target)}
+        return tuple(a for a, n in self.config.mesh.axis_sizes.items() if n > 1 and a not in used)
+
 
 def _array_paths(config: LabConfig) -> dict[str, tuple[tuple[int, ...], tuple, str, str]]:
     """layout path → (shape, logical axes, rule name) for every array a run holds: parameters,
@@ -193,14 +201,41 @@ def plan(config: LabConfig) -> Plan:
                 raise ConfigError(f"{what}: a batch's feature dimension cannot be split here — "
                                   f"map it to replicated", "rules")
             if explicit:
-                raise ConfigError(f"{what}: with Explicit axes JAX refuses this — use a size "
-                                  f"{ways} divides (e.g. {sizes}) or replicate that dimension", "rules")
+                raise _explicit_refusal(config, rules, mesh, what, path, name, logical, shape, requested, i, ways,
+                                        sizes)
             spec = realized_spec(mesh, shape, requested)
             if path.startswith("params/"):
                 warnings.append(f"{what}, so JAX silently lays it out as {_fmt(spec)} instead of "
                                 f"{_fmt(requested)}; sizes that divide: {sizes}")
         planned[path] = ArrayPlan(path, shape, logical, requested, spec, dtype)
     return Plan(config, rules, mesh, {path: planned[path] for path in arrays}, warnings)
+
+
+def _explicit_refusal(config, rules, mesh, what, path, name, logical, shape, requested, dim, ways, sizes):
+    """The ConfigError for a dimension an Explicit mesh axis does not divide: JAX's own words (it
+    refuses to make such an array, where Auto axes silently replicate the dimension) and the fix
+    that always works — replicate that dimension with a per-parameter override — as a config."""
+    try:  # what JAX says when asked to create the array this way (abstractly: nothing allocated)
+        with jax.set_mesh(mesh):
+            jax.eval_shape(lambda: jnp.zeros(shape, out_sharding=NamedSharding(mesh, requested)))
+        refusal = "it refuses to create it"
+    except Exception as error:  # noqa: BLE001  (its message is the lesson, whatever its type)
+        refusal = f"{type(error).__name__}: {str(error).split('. Got shape')[0].splitlines()[0]}"
+    targets = list(rules.targets(name, logical))
+    targets[dim] = None
+    fix = dataclasses.replace(config, preset=None, rules=rules.with_override(name, tuple(targets)))
+    label = f"{name}'s dimension {dim}"
+    try:  # another dimension may need the same: offer one button that fixes them all
+        plan(fix)
+    except ConfigError as further:
+        if further.fix is None:
+            fix = None
+        else:
+            fix, label = further.fix, f"{label}, {further.fix_label.removeprefix('Replicate ')}"
+    return ConfigError(f"{what}. With Explicit axes JAX refuses to make such an array ({refusal}); Auto axes "
+                       f"would silently replicate that dimension instead. Replicate it (a per-parameter override), "
+                       f"or give it a size that is a multiple of {ways} (e.g. {sizes})", "rules",
+                       fix=fix, fix_label=f"Replicate {label}" if fix is not None else "")
 
 
 def memory_limit_bytes() -> int:

@@ -7,11 +7,16 @@ class ConfigError(ValueError):
     The message always says what is wrong and how to fix it, on one line, so the CLI can print it
     and the app can show it next to the widget that caused it. ``field`` names that widget's
     setting (``"mesh"``, ``"rules"``, ``"batch"``, ``"model"``, ``"optimizer"``, ``"steps"``).
+    When one change is known to make the configuration work, ``fix`` is that configuration (a
+    ``LabConfig``) and ``fix_label`` says the change in a few words, so the app can offer it as a
+    button.
     """
 
-    def __init__(self, message: str, field: str = "config"):
+    def __init__(self, message: str, field: str = "config", fix=None, fix_label: str = ""):
         super().__init__(message)
         self.field = field
+        self.fix = fix
+        self.fix_label = fix_label
 
 
 def nearest_divisible(value: int, divisor: int) -> list[int]:

@@ -35,9 +35,12 @@ class Step:
 
 @dataclasses.dataclass(frozen=True)
 class Lesson:
-    plan_error: str | None  # the configuration itself is refused under Explicit axes
+    plan_error: str | None  # the configuration itself is refused under Explicit axes, with no known fix
     steps: tuple[Step, ...]
     same_layout_as_auto: bool | None  # Explicit plan == Auto plan for the same rules
+    refusal: str | None = None  # JAX refused to create an array as the rules ask; the walk uses the fix
+    walked_with: str = ""  # that fix, in words ("Replicate w2's dimension 1")
+    walked: LabConfig | None = None  # the Explicit configuration walked (the fixed one after a refusal)
 
 
 def _struct(mesh, shape, spec):
@@ -58,10 +61,18 @@ def _try(fn, *args) -> tuple[object | None, str | None]:
 def lesson(config: LabConfig) -> Lesson:
     explicit = dataclasses.replace(config, mesh=dataclasses.replace(config.mesh, axis_type="explicit"))
     auto = dataclasses.replace(config, mesh=dataclasses.replace(config.mesh, axis_type="auto"))
+    refusal, walked_with = None, ""
     try:
         plan = make_plan(explicit)
     except ConfigError as error:
-        return Lesson(str(error), (), None)
+        if error.fix is None:
+            return Lesson(str(error), (), None)
+        # The refusal is the first thing Explicit axes teach; the walk goes on with the fix applied,
+        # compared with Auto axes under the same (fixed) rules.
+        refusal, walked_with = str(error), error.fix_label
+        explicit, auto = error.fix, dataclasses.replace(error.fix, mesh=dataclasses.replace(error.fix.mesh,
+                                                                                            axis_type="auto"))
+        plan = make_plan(explicit)
     auto_layouts = {p: l.devices for p, l in make_plan(auto).layouts().items()}
     same = auto_layouts == {p: l.devices for p, l in plan.layouts().items()}
     mesh, arrays = plan.mesh, plan.arrays
@@ -93,7 +104,7 @@ def lesson(config: LabConfig) -> Lesson:
                                   f"reshard {bias} to {format_spec(trim(P(h.sharding.spec[1])))} first"
                                   if error else "nothing needed"))
                 h, _ = _try(lambda a, c: jax.nn.relu(a + like_columns(c, a)), h, b)
-    return Lesson(None, tuple(steps), same)
+    return Lesson(None, tuple(steps), same, refusal, walked_with, explicit)
 
 
 def _fix_text(h, w, out) -> str:

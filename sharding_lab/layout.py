@@ -148,8 +148,7 @@ def describe(layout: ArrayLayout, axis_sizes: dict[str, int]) -> str:
         if target is None:
             parts.append(f"{dim_name} whole on every device")
         else:
-            parts.append(f"{dim_name} split {split_ways(target, axis_sizes)} ways along "
-                         + "×".join(f"`{n}`" for n in axis_names(target)))
+            parts.append(f"{dim_name} " + _ways(target, axis_sizes, "along"))
     groups = layout.replica_groups()
     copies = len(layout.devices) // max(1, len(groups))
     if len(groups) == 1 and len(layout.devices) > 1:
@@ -206,10 +205,20 @@ def holdings(layouts: dict[str, ArrayLayout], device: int) -> list[dict]:
     return rows
 
 
+def _ways(target, axis_sizes: dict[str, int], over: str = "over") -> str:
+    """'split 4 ways over `model`' — or, on an axis of size 1, what that means ("split 1 ways" did
+    not): the dimension stays whole."""
+    axes = "×".join(f"`{n}`" for n in axis_names(target))
+    ways = split_ways(target, axis_sizes)
+    if ways == 1:
+        return f"whole ({axes} has size 1)"
+    return f"split {ways} ways {over} {axes}"
+
+
 def _split_phrase(target, axis_sizes: dict[str, int]) -> str:
     if target is None:
         return "whole"
-    return f"split {split_ways(target, axis_sizes)} ways over " + "×".join(f"`{n}`" for n in axis_names(target))
+    return _ways(target, axis_sizes)
 
 
 def describe_change(old: ArrayLayout, new: ArrayLayout, old_sizes: dict[str, int],

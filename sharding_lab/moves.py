@@ -19,7 +19,10 @@ layouts), and the kind of op. The rules, each from how the step is built:
 
 from __future__ import annotations
 
+import re
+
 from .config import Plan
+
 
 def _param_candidates(plan: Plan) -> list[tuple[str, tuple[int, ...], tuple[int, ...]]]:  # noqa: D401
     """(name, full shape, shard shape) of every parameter."""
@@ -61,20 +64,55 @@ def _activation(shape: tuple[int, ...], plan: Plan) -> str | None:
     return None
 
 
-def _owner(owners: list[str], nth: int, in_tuple: int, count: int) -> tuple[str, str]:
-    """(which parameter, a note) for the ``nth`` element of a shape several parameters share."""
-    if len(owners) == 1:
-        return owners[0], ""
+def _dims(shape) -> str:
+    return "×".join(map(str, shape))
+
+
+def _paths(names: list[str]) -> str:
+    """Names, with the numbered copies of one parameter folded: ``params/blocks/0/q`` and
+    ``params/blocks/1/q`` → ``params/blocks/{0,1}/q`` (a transformer's layers would otherwise make
+    one sentence of every layer's name)."""
+    folded: dict[str, list[str]] = {}
+    for name in names:
+        numbers = re.findall(r"/(\d+)/", name)
+        key = re.sub(r"/\d+/", "/{}/", name, count=1) if len(numbers) == 1 else name
+        folded.setdefault(key, []).append(numbers[0] if len(numbers) == 1 else "")
+    parts = []
+    for key, numbers in folded.items():
+        parts.append(key if "{}" not in key else
+                     key.replace("{}", numbers[0] if len(numbers) == 1 else "{" + ",".join(numbers) + "}"))
+    return ", ".join(parts)
+
+
+def _owner(owners: list[str], full: dict[str, tuple], shape: tuple, nth: int, in_tuple: int,
+           count: int) -> str:
+    """Which parameter(s) the ``nth`` element of this shape carries, with each one's own full shape.
+
+    Known when one parameter fits, or when the op carries exactly one element per fitting
+    parameter (in one tuple, or ``count`` identical ops); otherwise every fitting parameter is
+    listed, grouped by its full shape — the shapes differ, only the moved block is the same."""
     if in_tuple == len(owners):  # one element per parameter: the set is exact, the order XLA's
-        return owners[nth], ""
+        owners = [owners[nth]]
+    if len(owners) == 1:
+        whole = full[owners[0]]
+        return owners[0] + ("" if shape == whole else f" ({_dims(shape)} of {_dims(whole)})")
+    by_shape: dict[tuple, list[str]] = {}
+    for name in owners:
+        by_shape.setdefault(full[name], []).append(name)
+    # whole arrays first: a block equal to a parameter's full shape is the likeliest reading
+    groups = sorted(by_shape.items(), key=lambda item: item[0] != shape)
+    listed = "; ".join(_paths(names) + f" ({_dims(whole)}{': whole' if whole == shape else ''})"
+                       for whole, names in groups)
+    block = "one of " if all(whole == shape for whole in by_shape) else f"a {_dims(shape)} block of one of "
     if count == len(owners) and in_tuple == 1:  # one identical op per parameter
-        return ", ".join(owners), "one per op"
-    return "one of " + ", ".join(owners), "same shape"
+        return f"{listed}, one per op" if block == "one of " else f"{listed}, a {_dims(shape)} block each, one per op"
+    return block + listed
 
 
 def name_elements(op: str, phase: str, shapes: tuple, count: int, plan: Plan) -> tuple[str, ...]:
     """One name per element of a collective's result (``count`` identical ops share them)."""
     params = _param_candidates(plan)
+    full = {name: f for name, f, _ in params}
     splits = _splits(plan.config.mesh.axis_sizes)
     seen: dict[tuple, int] = {}
     reduces = op in ("all-reduce", "reduce-scatter")
@@ -85,23 +123,18 @@ def name_elements(op: str, phase: str, shapes: tuple, count: int, plan: Plan) ->
         if shape == ():
             names.append("loss")
             continue
-        owners = [name for name, full, _ in params if _matches(shape, full, splits)]
+        owners = [name for name, f, _ in params if _matches(shape, f, splits)]
         if shapes.count(shape) > len(owners):  # more such elements than arrays of that shape: an
             # accelerator compiler may drop size-1 dimensions (XLA:TPU sends w2's 8×1 gradient block as 8)
-            owners += [name for name, full, _ in params
-                       if name not in owners and _matches(_squeezed(shape), _squeezed(full), splits)]
+            owners += [name for name, f, _ in params
+                       if name not in owners and _matches(_squeezed(shape), _squeezed(f), splits)]
         if owners and not (phase == "forward" and reduces):
-            who, note = _owner(owners, nth, shapes.count(shape), count)
-            full = {name: f for name, f, _ in params}[owners[0]]
-            if shape != full:
-                block = "×".join(map(str, shape)) + " of " + "×".join(map(str, full))
-                note = ", ".join(filter(None, [block, note]))
-            note = f" ({note})" if note else ""
-            names.append(f"gradient of {who}{note}" if phase == "backward" and reduces else
-                         f"updated {who}{note} or its optimizer state, back to its pinned layout"
+            who = _owner(owners, full, shape, nth, shapes.count(shape), count)
+            names.append(f"gradient of {who}" if phase == "backward" and reduces else
+                         f"updated {who}, or its optimizer state, back to its pinned layout"
                          if phase == "unknown" else
-                         f"optimizer update of {who}{note}" if phase == "optimizer" else
-                         f"{who}{note}: weights{', for the backward pass' if phase == 'backward' else ''}")
+                         f"optimizer update of {who}" if phase == "optimizer" else
+                         f"{who}: weights{', for the backward pass' if phase == 'backward' else ''}")
             continue
         activation = _activation(shape, plan)
         if activation is not None:
@@ -115,7 +148,7 @@ def category(name: str) -> str:
     """weights, gradients, activations, loss or unknown — what the textbook comparison counts."""
     if name == "loss":
         return "loss"
-    if name.startswith("gradient of params/") or name.startswith("gradient of one of params/"):
+    if name.startswith("gradient of ") and "params/" in name:
         return "gradients"
     if name.startswith("updated "):
         return "resharding"

@@ -76,3 +76,41 @@ def sent_fraction(op: str, n: int) -> float:
     """What one device sends over the whole op, as a fraction of the array (replayed, not assumed)."""
     steps = schedule(op, n)
     return sum(1 for step in steps for send in step.sends if send.sender == 0) / n
+
+
+@dataclasses.dataclass(frozen=True)
+class Chain:
+    """Devices a collective-permute links one after another: ``members[i]`` sends to
+    ``members[i + 1]``; when ``closed``, the last sends back to the first (a cycle)."""
+
+    members: tuple[int, ...]
+    closed: bool
+
+    def label(self) -> str:
+        return " → ".join(map(str, self.members + (self.members[:1] if self.closed else ())))
+
+
+def permute_chains(pairs) -> list[Chain]:
+    """A collective-permute's (source, target) pairs as the cycles and chains they form.
+
+    A permute is *one* op: every source sends its block to its target at the same time; each
+    device sends at most once and receives at most once, so the pairs fall apart into cycles and
+    open chains. Devices swap only in a 2-cycle; ``1→4, 4→2, 2→1`` is a cycle of three in which
+    nobody sends back to the device it received from."""
+    target = dict(pairs)
+    if len(target) != len(pairs) or len(set(target.values())) != len(pairs):
+        raise ValueError(f"not a permutation: a device sends or receives twice in {pairs}")
+    source = {t: s for s, t in target.items()}
+    chains, seen = [], set()
+    # open chains first start at a device that receives nothing; what is left are cycles
+    starts = [s for s in target if s not in source] + sorted(target)
+    for start in starts:
+        if start in seen:
+            continue
+        members, device = [], start
+        while device is not None and device not in seen:
+            seen.add(device)
+            members.append(device)
+            device = target.get(device)
+        chains.append(Chain(tuple(members), closed=device == start))
+    return chains

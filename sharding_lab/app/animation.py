@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import plotly.graph_objects as go
 
-from ..ring import RING_OPS, schedule
+from ..ring import RING_OPS, Chain, schedule
 from .figures import device_color
 
 
@@ -83,38 +83,88 @@ def ring_animation(op: str, group: list[int], block_bytes: int) -> go.Figure:
                        layout=go.Layout(annotations=_arrows(step), title_text=titles[i]))
               for i, step in enumerate(steps)]
     fig = go.Figure(data=[trace(steps[0])], frames=frames)
+    # Controls stacked under the plot, placed in pixels (Plotly takes paper fractions, so convert):
+    # ▶/❚❚ on one row, the slider on the next with its "step N" on the right — side by side, the
+    # slider's label ran under the pause button. The modebar is off where the chart is drawn
+    # (``CHART_CONFIG``): it sat on the step's title.
+    top, bottom, height = 70, 170, 230 + 60 * n
+    below = lambda px: -px / (height - top - bottom)  # noqa: E731  (pixels under the plot area)
     fig.update_layout(
-        title_text=titles[0], title_font_size=13, height=200 + 60 * n, margin=dict(l=10, r=10, t=60, b=90),
+        title_text=titles[0], title_font_size=13, height=height, margin=dict(l=10, r=10, t=top, b=bottom),
         xaxis=dict(title="block of the array", tickvals=list(range(n)), range=[-0.6, n - 0.2], showgrid=False,
                    zeroline=False),
         yaxis=dict(title="device (ring order)", tickvals=list(range(n)), ticktext=[f"dev {d}" for d in group],
                    autorange="reversed", showgrid=False, zeroline=False),
         plot_bgcolor="rgba(0,0,0,0)", showlegend=False,
-        updatemenus=[dict(type="buttons", direction="left", x=0, y=-0.18, xanchor="left", yanchor="top",
+        updatemenus=[dict(type="buttons", direction="left", x=0, y=below(50), xanchor="left", yanchor="top",
                           buttons=[dict(label="▶ play", method="animate",
                                         args=[None, dict(frame=dict(duration=900, redraw=True), fromcurrent=True)]),
                                    dict(label="❚❚ pause", method="animate",
                                         args=[[None], dict(mode="immediate", frame=dict(duration=0))])])],
-        sliders=[dict(active=0, y=-0.14, x=0.3, len=0.7, currentvalue=dict(prefix="step "),
+        sliders=[dict(active=0, x=0, y=below(90), len=1, xanchor="left", yanchor="top",
+                      currentvalue=dict(prefix="step ", xanchor="right"),
                       steps=[dict(label=str(i), method="animate",
                                   args=[[str(i)], dict(mode="immediate", frame=dict(duration=0, redraw=True))])
                              for i in range(len(steps))])])
     return fig
 
 
+# How the app draws these figures: no modebar (zoom and pan mean nothing here, and it covered the title).
+CHART_CONFIG = {"displayModeBar": False}
+
+
+def permute_figure(chains: list[Chain], block: str, block_bytes: int) -> go.Figure:
+    """A collective-permute as what it is: one op in which each source sends its block to its
+    target, all at once. Rows are devices, chain by chain (``chains`` in device ids); left, the
+    block each device sends (its own colour); right, the block it holds after (the sender's
+    colour). One arrow per (source, target) pair; the arrow that closes a cycle is grey."""
+    rows = [d for chain in chains for d in chain.members]
+    row = {d: i for i, d in enumerate(rows)}
+    target = {}
+    for chain in chains:
+        pairs = list(zip(chain.members, chain.members[1:]))
+        target.update(pairs + ([(chain.members[-1], chain.members[0])] if chain.closed else []))
+    source = {t: s for s, t in target.items()}
+    xs, ys, colors, texts, hovers = [], [], [], [], []
+    for d in rows:
+        sends, gets = d in target, source.get(d)
+        xs += [0, 1]
+        ys += [row[d]] * 2
+        colors += [device_color(d) if sends else "rgba(0,0,0,0.04)",
+                   device_color(gets) if gets is not None else "rgba(0,0,0,0.04)"]
+        texts += [str(d) if sends else "", str(gets) if gets is not None else ""]
+        hovers += [f"device {d} sends its {block} block to device {target[d]}" if sends else
+                   f"device {d} sends nothing",
+                   f"device {d} now holds device {gets}'s {block} block" if gets is not None else
+                   f"device {d} receives nothing (XLA fills its result with zeros)"]
+    arrows = []
+    for s, t in target.items():
+        back = row[t] < row[s]  # the pair that closes a cycle runs upwards
+        arrows.append(dict(x=0.78, y=row[t], ax=0.22, ay=row[s], xref="x", yref="y", axref="x", ayref="y",
+                           showarrow=True, arrowhead=3, arrowsize=1.2, arrowwidth=2,
+                           arrowcolor="#999" if back else "#333", text=""))
+    fig = go.Figure(go.Scatter(x=xs, y=ys, mode="markers+text", text=texts, hovertext=hovers, hoverinfo="text",
+                               textfont=dict(color="white", size=12),
+                               marker=dict(symbol="square", size=40, color=colors, line=dict(color="#999", width=1))))
+    fig.update_layout(
+        annotations=arrows, height=140 + 48 * len(rows), margin=dict(l=10, r=10, t=50, b=10), showlegend=False,
+        title=dict(text=f"one collective-permute: {len(target)} sends of one {block} block ({block_bytes:,} bytes), "
+                        "all at once", font_size=13),
+        xaxis=dict(tickvals=[0, 1], ticktext=["block it sends", "block it holds after"], range=[-0.4, 1.4],
+                   side="top", showgrid=False, zeroline=False),
+        yaxis=dict(tickvals=list(range(len(rows))), ticktext=[f"dev {d}" for d in rows], autorange="reversed",
+                   showgrid=False, zeroline=False),
+        plot_bgcolor="rgba(0,0,0,0)")
+    return fig
+
+
 def pairs_figure(op: str, group: list[int]) -> go.Figure:
-    """Before/after for ops without a ring: who sends to whom (a collective-permute's pairs, or an
-    all-to-all's every-to-every exchange)."""
+    """Before/after for an all-to-all: every device sends a block to every other."""
     n = len(group)
     fig = go.Figure(go.Scatter(x=[0] * n + [1] * n, y=list(range(n)) * 2, mode="markers+text",
                                text=[str(d) for d in group] * 2, textfont=dict(color="white"),
                                marker=dict(symbol="square", size=40, color=[device_color(d) for d in group] * 2)))
-    if op == "collective-permute" and n == 2:
-        links = [(0, 1), (1, 0)]
-    elif op == "collective-permute":
-        links = [(i, (i + 1) % n) for i in range(n)]
-    else:
-        links = [(i, j) for i in range(n) for j in range(n) if i != j]
+    links = [(i, j) for i in range(n) for j in range(n) if i != j]
     fig.update_layout(annotations=[dict(x=1, y=j, ax=0, ay=i, xref="x", yref="y", axref="x", ayref="y",
                                         showarrow=True, arrowhead=3, arrowcolor="#555") for i, j in links],
                       xaxis=dict(tickvals=[0, 1], ticktext=["before", "after"], range=[-0.4, 1.4]),

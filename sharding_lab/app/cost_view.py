@@ -7,6 +7,7 @@ Every number comes from :mod:`sharding_lab.cost` (the compiled step and the cite
 from __future__ import annotations
 
 import dataclasses
+import math
 
 import pandas as pd
 import plotly.graph_objects as go
@@ -30,6 +31,19 @@ SMALL_COLLECTIVE_BYTES = 1e6
 BOUND_LABELS = {"compute": "compute", "memory": "memory", "communication": "comms", "latency": "latency"}
 
 
+def format_rate(bytes_per_s: float | None) -> str:
+    """'450 GB/s', not 450000000000: decimal units, as the chips' data sheets give them."""
+    return "—" if not bytes_per_s else format_bytes(bytes_per_s) + "/s"
+
+
+def format_flops(flops_per_s: float) -> str:
+    """'989 TFLOP/s' (decimal units, three significant digits)."""
+    for unit, size in (("PFLOP/s", 1e15), ("TFLOP/s", 1e12), ("GFLOP/s", 1e9)):
+        if flops_per_s >= size:
+            return f"{flops_per_s / size:.3g} {unit}"
+    return f"{flops_per_s:,.0f} FLOP/s"
+
+
 def breakdown_figure(prediction: cost.Prediction) -> go.Figure:
     """One bar per roofline term (communication: bytes ÷ bandwidth; latency: the collectives' α), the
     prediction (max of compute, memory, communication + latency) and the no-overlap sum as lines."""
@@ -49,23 +63,34 @@ def breakdown_figure(prediction: cost.Prediction) -> go.Figure:
 
 def sweep_figure(rows: list[dict], critical: dict | None = None) -> go.Figure:
     """Compute and communication time per step against the batch rows each device holds, one pair of
-    lines per strategy; where they cross, the strategy turns communication-bound (to the left)."""
+    lines per strategy; where they cross, the strategy turns communication-bound (to the left).
+
+    Times are plotted in seconds with one labelled tick per decade ("10 ns", "1 µs"): a log axis
+    in µs had Plotly print SI prefixes on µs ("10µ", "100µ", "0.001"). The scaling book's
+    critical batch is a legend entry: a log axis puts ``add_vline``'s annotation off the chart."""
     fig = go.Figure()
+    times = [r[k] for r in rows for k in ("compute_s", "comm_s") if r[k] > 0]
     for strategy in sorted({r["strategy"] for r in rows}):
         mine = sorted((r for r in rows if r["strategy"] == strategy), key=lambda r: r["per_device_batch"])
         xs = [r["per_device_batch"] for r in mine]
-        fig.add_scatter(x=xs, y=[r["compute_s"] * 1e6 for r in mine], mode="lines+markers",
-                        name=f"{strategy}: compute", line=dict(color=COLORS["compute"]),
-                        legendgroup=strategy)
-        fig.add_scatter(x=xs, y=[r["comm_s"] * 1e6 for r in mine], mode="lines+markers",
+        fig.add_scatter(x=xs, y=[r["compute_s"] for r in mine], mode="lines+markers",
+                        name=f"{strategy}: compute", line=dict(color=COLORS["compute"]), legendgroup=strategy,
+                        hovertemplate="%{x} rows: %{text}", text=[cost.format_seconds(r["compute_s"]) for r in mine])
+        fig.add_scatter(x=xs, y=[r["comm_s"] for r in mine], mode="lines+markers",
                         name=f"{strategy}: communication", line=dict(color=COLORS["communication"],
                                                                      dash="dash" if strategy != "dp" else "solid"),
-                        legendgroup=strategy)
-    if critical and critical.get("rows_per_device"):
-        fig.add_vline(x=critical["rows_per_device"], line_dash="dot",
-                      annotation_text=f"scaling book: C/W = {critical['rows_per_device']:,.0f} rows")
-    fig.update_layout(height=360, margin=dict(l=10, r=10, t=30, b=10), xaxis_type="log", yaxis_type="log",
-                      xaxis_title="batch rows per device", yaxis_title="µs per step, per device")
+                        legendgroup=strategy, hovertemplate="%{x} rows: %{text}",
+                        text=[cost.format_seconds(r["comm_s"]) for r in mine])
+    if critical and critical.get("rows_per_device") and times:
+        fig.add_scatter(x=[critical["rows_per_device"]] * 2, y=[min(times), max(times)], mode="lines",
+                        line=dict(color="#555", dash="dot"), hoverinfo="skip",
+                        name=f"scaling book's critical batch: C/W = {critical['rows_per_device']:,.0f} rows")
+    yaxis = dict(type="log", title="time per step, per device")
+    if times:
+        decades = range(math.floor(math.log10(min(times))), math.ceil(math.log10(max(times))) + 1)
+        yaxis.update(tickvals=[10.0 ** d for d in decades], ticktext=[cost.format_seconds(10.0 ** d) for d in decades])
+    fig.update_layout(height=380, margin=dict(l=10, r=10, t=30, b=10), xaxis_type="log", yaxis=yaxis,
+                      xaxis_title="batch rows per device", legend=dict(orientation="h", y=-0.2))
     return fig
 
 
@@ -159,9 +184,9 @@ def cost_panel(plan: Plan, key: str = "cost") -> None:
     st.caption(("**Extrapolated** to " + mesh + " from compiles on "
                 + ", ".join("x".join(map(str, m_)) for m_ in p["compiled_on"])
                 if p["extrapolated"] else "**Compiled** on " + mesh)
-               + f". {CHIPS[chip_id].name}: {p['chip']['peak_flops_by_dtype'].get(dtype) or p['chip']['peak_flops']:.3g} FLOP/s, "
-               f"{p['chip']['hbm_bytes_per_s']:.3g} B/s HBM. " + compiler_line(p))
-    st.dataframe(pd.DataFrame([{"axis": a, "link": v["link"], "bytes/s": v["bytes_per_s"], "why": v["why"]}
+               + f". {CHIPS[chip_id].name}: {format_flops(p['chip']['peak_flops_by_dtype'].get(dtype) or p['chip']['peak_flops'])}, "
+               f"{format_rate(p['chip']['hbm_bytes_per_s'])} HBM. " + compiler_line(p))
+    st.dataframe(pd.DataFrame([{"axis": a, "link": v["link"], "bandwidth": format_rate(v["bytes_per_s"]), "why": v["why"]}
                                for a, v in p["axis_links"].items()]), hide_index=True)
     if p["collectives"]:
         st.dataframe(pd.DataFrame([{"op": r["op"], "over": "+".join(r["axes"]), "n": r["group_size"],
@@ -180,9 +205,9 @@ def cost_panel(plan: Plan, key: str = "cost") -> None:
             rows = _sweep(config, chip_id, dtype, strategies)
             st.plotly_chart(sweep_figure(rows, cost.critical_batch(chip_id, config, dtype)), key=f"{key}_sweep_fig")
     with st.expander("The chips and their sources"):
-        st.dataframe(pd.DataFrame([{"chip": c.name, "bf16 FLOP/s": c.peak_flops["bf16"],
-                                    "HBM B/s": c.hbm_bytes_per_s, "HBM bytes": c.hbm_bytes,
-                                    "link B/s (one way)": c.ici_link_bytes_per_s or c.nvlink_bytes_per_s,
+        st.dataframe(pd.DataFrame([{"chip": c.name, "bf16 peak": format_flops(c.peak_flops["bf16"]),
+                                    "HBM bandwidth": format_rate(c.hbm_bytes_per_s), "HBM": format_bytes(c.hbm_bytes),
+                                    "link (one way)": format_rate(c.ici_link_bytes_per_s or c.nvlink_bytes_per_s),
                                     "sources": "; ".join(c.sources.values())} for c in CHIPS.values()]),
                      hide_index=True)
 

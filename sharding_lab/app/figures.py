@@ -79,11 +79,13 @@ class _Panels:
         if label:
             self.label(i, (x0 + x1) / 2, (y0 + y1) / 2, label)
 
-    def targets(self, i: int, xs, ys, customdata, size: int = 28) -> None:
-        """Near-invisible markers at the given centres, so a click selects a device or a block
-        (Plotly selects points, not filled shapes); ``customdata`` says what was clicked."""
+    def targets(self, i: int, xs, ys, customdata, size: int = 28, hovers=None) -> None:
+        """Near-invisible markers at the given points, so a click selects a device or a block
+        (Plotly selects points, not filled shapes); ``customdata`` says what was clicked. With
+        ``hovers``, each marker shows the tooltip of what lies under it (the markers sit on top)."""
         self.clickable.append(dict(type="scatter", x=list(xs), y=list(ys), mode="markers", customdata=list(customdata),
-                                marker=dict(size=size, opacity=0.01, color="black"), hoverinfo="none",
+                                marker=dict(size=size, opacity=0.01, color="black"),
+                                **({"hoverinfo": "text", "hovertext": list(hovers)} if hovers else {"hoverinfo": "none"}),
                                 name="click target", meta={"targets": True},
                                 xaxis=self._ref("x", i), yaxis=self._ref("y", i)))
 
@@ -202,6 +204,7 @@ def shard_map_figure(layout: ArrayLayout, coords: dict[int, tuple[int, ...]], ax
         full_ranges = layout.devices[group[0]]
         where = ", ".join(f"{a}:{b}" for a, b in full_ranges) or "the scalar"
         width = (c1 - c0) / len(group)
+        stripes = []
         for i, device in enumerate(group):
             shared = f"<br>replicated on devices {_device_list(group)}" if len(group) > 1 else ""
             hover = (f"<b>device {device}</b> mesh coords {dict(zip(axes, coords.get(device, ())))}"
@@ -213,12 +216,21 @@ def shard_map_figure(layout: ArrayLayout, coords: dict[int, tuple[int, ...]], ax
             panels.box(panel, c0 + i * width, c0 + (i + 1) * width, r0, r1, device_color(device), None, hover,
                        name=f"device {device}", meta=meta,
                        opacity=0.12 if highlight is not None and device not in highlight else 0.9)
+            stripes.append(hover)
         label = ("dev " if len(group) == 1 else "devs ") + _device_list(group)
         if per_facet[facet] <= MAX_LABELLED_BLOCKS:  # past that, labels overlap into a smear: hover instead
             panels.label(panel, (c0 + c1) / 2, (r0 + r1) / 2, label, bgcolor="rgba(0,0,0,0.35)")
-        # The devices as "0,1,2,3": Streamlit hands a nested list back as a dict.
-        panels.targets(panel, [(c0 + c1) / 2], [(r0 + r1) / 2], [[layout.path, ",".join(map(str, group)), where]],
-                       size=24)
+        # The whole block is the click target, not only its centre: a grid of markers about 25 px
+        # apart on a typical map (24 across the array's width, 6 down its height), each carrying
+        # the hover of the stripe under it. The devices as "0,1,2,3": Streamlit hands a nested
+        # list back as a dict.
+        nx, ny = max(2, math.ceil(24 * (c1 - c0) / cols)), max(2, math.ceil(6 * (r1 - r0) / rows))
+        xs = [c0 + (c1 - c0) * (k + 0.5) / nx for k in range(nx)]
+        ys = [r0 + (r1 - r0) * (k + 0.5) / ny for k in range(ny)]
+        grid = [(x, y) for y in ys for x in xs]
+        panels.targets(panel, [x for x, _ in grid], [y for _, y in grid],
+                       [[layout.path, ",".join(map(str, group)), where]] * len(grid), size=24,
+                       hovers=[stripes[min(len(group) - 1, int((x - c0) / width))] for x, _ in grid])
     many = len(facets) > 2  # narrow panels: fewer ticks, axis titles once (else they overlap)
     for f in range(len(facets)):
         x_title = f"dim {len(layout.shape) - 1} (size {cols})" if layout.shape else ""
@@ -273,7 +285,12 @@ def loss_figure(losses: list[float], log_scale: bool = True, total_steps: int | 
     if total_steps:
         fig.update_xaxes(range=[0, total_steps])
     if log_scale:
-        fig.update_yaxes(type="log", dtick=1)
+        # One tick per decade reads well for a loss that falls two or three decades; a diverged run
+        # spans thirty, and thirty labels stacked on a 300 px axis: space them to about six.
+        shown = y[np.isfinite(y) & (y > 0)]
+        decades = math.log10(shown.max() / shown.min()) if shown.size else 0
+        dtick = max(1, math.ceil(decades / 6))
+        fig.update_yaxes(type="log", dtick=dtick, **({"exponentformat": "power"} if dtick > 1 else {}))
     return fig
 
 

@@ -131,19 +131,40 @@ def rules_table(mesh: sl.MeshSpec, model) -> None:
 
 # --- the sidebar ----------------------------------------------------------------------------
 
+SWITCHED_NAMES = {"preset": "preset", "optimizer": "optimizer", "lr": "learning rate", "steps": "steps"}
+
+
 def _on_model_change() -> None:
-    fam = settings.family(st.session_state)
-    st.session_state.preset = fam.default_preset
-    st.session_state.update(settings.family_values(fam, st.session_state))
-    # A family's training defaults (the transformer wants Adam); the MLP keeps the seed's.
-    for key, value in {**settings.TRAIN_DEFAULTS, **fam.train_defaults}.items():
-        st.session_state[key] = value
+    state = st.session_state
+    fam = settings.family(state)
+    # A family's preset and training defaults (the transformer wants Adam); the MLP keeps the seed's.
+    new = {"preset": fam.default_preset, **settings.TRAIN_DEFAULTS, **fam.train_defaults}
+    changed = {key: (state.get(key), value) for key, value in new.items() if state.get(key) != value}
+    state.update(settings.family_values(fam, state))
+    state.update(new)
+    # Said where it happens (under the model picker), for as long as those values stay as set.
+    state.model_switch_note = {"model": fam.name, "changed": changed}
+
+
+def model_switch_note() -> str | None:
+    """What picking the model changed besides the model, while it still holds."""
+    note, state = st.session_state.get("model_switch_note"), st.session_state
+    if not note or note["model"] != state.get("model") or not note["changed"] or any(
+            state.get(key) != new for key, (_, new) in note["changed"].items()):
+        return None
+    parts = [f"{SWITCHED_NAMES[key]} {old:g} → {new:g}" if isinstance(new, float) else
+             f"{SWITCHED_NAMES[key]} {old} → {new}" for key, (old, new) in note["changed"].items()]
+    return (f"Picking the {sl.FAMILIES[note['model']].title} also set its defaults: " + ", ".join(parts)
+            + " (the sidebar's preset and optimizer; steps and learning rate on the Train page).")
 
 
 def model_widgets(fam) -> None:
     if len(sl.FAMILIES) > 1:
         st.selectbox("Model", list(sl.FAMILIES), key="model", on_change=_on_model_change,
                      format_func=lambda name: sl.FAMILIES[name].title)
+        note = model_switch_note()
+        if note:
+            st.info(note, icon=":material/swap_horiz:")
     if fam.named_sizes:
         named_size_widget(fam)
     cols = st.columns(2)
@@ -208,9 +229,14 @@ def sidebar() -> sl.Plan | sl.ConfigError:
         if state.get("family_problems"):
             st.warning("Some model families could not be loaded: " + plain("; ".join(state.family_problems)),
                        icon=":material/extension_off:")
+        # The flag (40 characters) cannot fit on one line of the sidebar: inline, it broke after its
+        # "--". It goes in the caption's tooltip, as code; the caption says what it does.
+        flag = re.search(r"--[a-z_]+=\d+", info.describe())
+        described = info.describe().replace(f", {flag.group(0)}", "") if flag else info.describe()
         target = targets.parse(state.get("target", targets.CPU))
-        st.caption(info.describe() if not target.compile_only else
-                   f"Compiling for {target.label()} with {target.compiler}; {info.describe()} train.")
+        if target.compile_only:
+            described = f"Compiling for {target.label()} with {target.compiler}; {described} train."
+        st.caption(described, help=f"Forced with `XLA_FLAGS={flag.group(0)}` before JAX starts." if flag else None)
         st.subheader("Mesh")
         target_widget()
         mesh_widgets()
@@ -229,7 +255,15 @@ def sidebar() -> sl.Plan | sl.ConfigError:
     result = _build_plan()
     if isinstance(result, sl.ConfigError):
         slot = {"mesh": mesh_error, "rules": rules_error}.get(result.field, other_error)
-        show_error(result, lead="", where=slot)
+        show_error(result, lead="", where=slot, fix=False)
+    elif unused := result.unused_axes():
+        sizes = result.config.mesh.axis_sizes
+        rules_error.warning(
+            ("Mesh axis " if len(unused) == 1 else "Mesh axes ") + " and ".join(f"`{plain(a)}` ({sizes[a]})" for a in unused)
+            + (" splits" if len(unused) == 1 else " split") + " no array with these rules: every array is "
+            "replicated along " + ("it" if len(unused) == 1 else "them") + ", and those devices repeat each other's "
+            "work. Map a logical axis to it on the Layout page (a preset binds at most two roles: data and model).",
+            icon=":material/grid_off:")
     query = links.to_query(state)
     st.query_params.from_dict(query)
     with st.sidebar.expander("Share this layout", icon=":material/share:"):
@@ -274,6 +308,24 @@ def plan_or_stop() -> sl.Plan:
     return result
 
 
+def _apply_fix(config: sl.LabConfig) -> None:
+    try:
+        st.session_state.update(settings.state_from_config(config))
+    except sl.ConfigError as error:  # the widgets cannot hold it: say so rather than half-apply it
+        st.session_state.fix_failed = str(error)
+
+
+def offer_fix(error: sl.ConfigError, where=st) -> None:
+    """The one change known to make the configuration work (``error.fix``), as a button: the error
+    is the lesson, and a click gets the learner back to a page that works."""
+    if st.session_state.pop("fix_failed", None):
+        where.caption("That fix cannot be shown in the sidebar's widgets: change the setting by hand.")
+    if getattr(error, "fix", None) is not None:
+        where.button(error.fix_label, key="apply_fix", on_click=_apply_fix, args=(error.fix,), type="primary",
+                  icon=":material/build:", help="Sets a per-parameter override in the rules table (the preset "
+                                                "becomes Custom).")
+
+
 def show_comparison(agrees: list[str], differences: list[str], lead: str) -> None:
     """A compiled step against its textbook strategy, one line each: ✓ agrees, ≠ departs. The sentences
     are built from the compiled program; the only user text in them is axis names ([A-Za-z_]\\w*)."""
@@ -282,9 +334,16 @@ def show_comparison(agrees: list[str], differences: list[str], lead: str) -> Non
         st.markdown(f"{lead}  \n" + "  \n".join(lines))
 
 
-def show_error(error, lead: str = "Fix the configuration first.", where=st) -> None:
-    """A ConfigError (or any message) as an error box, with its text shown literally."""
-    where.error(f"**{lead}** {plain(error)}" if lead else plain(error), icon=":material/error:")
+def show_error(error, lead: str = "Fix the configuration first.", where=st, fix: bool = True) -> None:
+    """A ConfigError (or any message) as an error box, with its text shown literally, and the fix
+    it knows as a button (``fix``: the page's main error; the sidebar's copy has none)."""
+    text = str(error)
+    first = text.split(" ", 1)[0]
+    if lead.endswith(".") and first.isalpha() and first.islower():
+        text = text[:1].upper() + text[1:]  # a sentence after a full stop ("cannot run. the mesh…")
+    where.error(f"**{lead}** {plain(text)}" if lead else plain(text), icon=":material/error:")
+    if fix:
+        offer_fix(error, where)
 
 
 def restore_link() -> None:

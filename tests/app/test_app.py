@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 from streamlit.testing.v1 import AppTest
 
+import sharding_lab as sl
 from sharding_lab import cost
 
 TIMEOUT = 120
@@ -106,6 +107,12 @@ def test_three_axis_mesh(app):
     app.radio(key="n_axes").set_value(3).run()
     assert not app.exception and not app.error
     assert [n.value for n in app.number_input][:3] == [2, 2, 2]
+    # Issue 23: the presets bind data (first axis) and model (last): the middle one was silently unused
+    (unused,) = [w.value for w in app.sidebar.warning if "splits no array" in w.value]
+    assert unused.startswith("Mesh axis `y` (2) splits no array")
+    assert sl.plan(sl.LabConfig(mesh=sl.MeshSpec((2, 2, 2), ("x", "y", "z")))).unused_axes() == ("y",)
+    app.selectbox(key="rule_embed").select("y").run()  # a rule names it: nothing to say
+    assert not app.exception and not [w for w in app.sidebar.warning if "splits no array" in w.value]
 
 
 def test_train_page_trains_the_seed_config(train_page):
@@ -261,13 +268,109 @@ def test_settings_survive_a_page_switch(app):
     assert any("preset tp" in c.value for c in app.caption)
 
 
+def test_explicit_axes_refusal_is_explained_and_fixed_in_one_click(app):
+    """Issue 23: Explicit axes with the seed's rules blanked every page with a garbled sentence."""
+    app.radio(key="axis_type").set_value("Explicit").run()
+    assert not app.exception
+    (error,) = [e.value for e in app.error if "params/w2" in e.value and "cannot run" in e.value]
+    assert "does not evenly divide" in error and "size 4 divides" not in error
+    app.button(key="apply_fix").click().run()
+    assert not app.exception and not app.error
+    assert app.session_state["preset"] == "custom" and app.session_state["ovr_w2_1"] == "replicated"
+    assert app.session_state["axis_type"] == "Explicit"
+
+
 def test_lesson_page_walks_every_step():
     at = page("app_pages/lesson.py")
     for step in range(9):
         at.radio(key="lesson_step").set_value(step).run()
         assert not at.exception, step
         assert step == 0 or at.code, step  # every step shows its code
-    assert any("Explicit axes refuse" in e.value for e in at.error)  # the seed preset, step 8
+    # the seed preset, step 8: JAX's refusal of w2, then the walk with w2's dimension 1 replicated
+    assert any("JAX refuses" in e.value and "params/w2" in e.value for e in at.error)
+    assert any(s.value.startswith("Instead: replicate w2's dimension 1") for s in at.success)
+    assert any(m.value == "`h @ w2`" for m in at.markdown)
     at.selectbox(key="preset").select("tp").run()
     assert any("JAX refuses" in e.value and "out" in e.value for e in at.error)
     assert any("Instead" in s.value for s in at.success)
+
+
+def test_collectives_table_puts_its_key_columns_first_and_names_the_phase_as_its_legend():
+    """Issue 23: at 1400 px count and bytes needed a horizontal scroll behind the long *carries*
+    sentences, and the phase column said "unknown" where the legend says "none"."""
+    at = page("app_pages/communication.py")
+    table = at.dataframe[0].value
+    columns = list(table.columns)
+    assert columns[-1] == "carries"
+    assert columns.index("count") < 4 and columns.index("sent / step") < 5
+    assert set(table["phase"]) <= {"forward", "backward", "optimizer", "none"}
+    assert "none" in set(table["phase"])  # the seed's all-gathers back to w2's pinned layout
+    assert "none = moved back" in " ".join(c.value for c in at.caption)
+    assert f"{len(table)} kinds of op, 4 ops in all" in " ".join(c.value for c in at.caption)
+
+
+def test_compare_keeps_what_it_has_computed_and_says_per_strategy():
+    """Issue 23: a short run of three strategies sat under one spinner, and changing the selection
+    recomputed (re-trained) rows already shown. A re-measured real run would give another speed."""
+    at = page("app_pages/compare.py")
+    at.select_slider(key="compare_width").set_value(128)
+    at.number_input(key="compare_steps").set_value(20)
+    at.button(key="compare_go").click().run()
+    assert not at.exception and not at.error
+    first = {r["name"]: r["steps_per_s"] for r in at.session_state["compare_rows"]}
+    assert set(first) == {"dp", "fsdp", "tp"} and all(v > 0 for v in first.values())
+    computed = " ".join(c.value for c in at.caption if c.value.startswith("Computed: "))
+    assert all(f"{name} in " in computed for name in first)
+    at.multiselect(key="compare_strategies_mlp").select("fsdp_tp").run()
+    assert not at.exception and not at.error
+    again = {r["name"]: r["steps_per_s"] for r in at.session_state["compare_rows"]}
+    assert {k: again[k] for k in first} == first  # the same measurements, not new runs
+    assert again["fsdp_tp"] > 0
+    at.button(key="compare_go").click().run()
+    assert {r["name"]: r["steps_per_s"] for r in at.session_state["compare_rows"]} == again
+
+
+def test_ring_animation_controls_do_not_overlap_and_the_modebar_is_off():
+    """Issue 23: the slider's "step" label ran under the pause button, and Plotly's toolbar sat on
+    the step's title. The buttons now have a row of their own above the slider (which spans the
+    width, its label on the right), and the chart is drawn without the toolbar."""
+    at = page("app_pages/communication.py")
+    ops = at.dataframe[0].value["op"].tolist()
+    at.selectbox(key="comm_selected").select(ops.index("all-reduce")).run()
+    chart = next(c for c in at.get("plotly_chart") if c.proto.id.endswith("-comm_animation"))
+    assert json.loads(chart.proto.config or "{}").get("displayModeBar") is False
+    layout = json.loads(chart.proto.spec)["layout"]
+    (buttons,), (slider,) = layout["updatemenus"], layout["sliders"]
+    assert slider["currentvalue"]["xanchor"] == "right" and slider["x"] == 0 and slider["len"] == 1
+    assert buttons["yanchor"] == slider["yanchor"] == "top" and slider["y"] < buttons["y"] < 0
+    # at least 35 px between the buttons' top and the slider's: a row for the buttons
+    plot_px = layout["height"] - layout["margin"]["t"] - layout["margin"]["b"]
+    assert (buttons["y"] - slider["y"]) * plot_px >= 35
+
+
+def test_wording_a_new_user_met():
+    """Issue 23: "cannot run. the mesh…", "450000000000" bytes/s, "40.5468" steps/s, and the
+    device-count flag broken after its "--" in the sidebar."""
+    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=TIMEOUT).run()
+    (devices,) = [c for c in at.sidebar.caption if c.value.startswith("8 simulated host devices")]
+    assert devices.value == "8 simulated host devices (CPU)" and "--" not in devices.value
+    assert "`XLA_FLAGS=--xla_force_host_platform_device_count=8`" in devices.proto.help
+    at.number_input(key="size_0").set_value(4).run()
+    assert any(e.value.startswith("**This configuration cannot run.** The mesh 4×4") for e in at.error)
+    at = page("app_pages/communication.py")
+    links = next(d.value for d in at.dataframe if "bandwidth" in d.value.columns)
+    assert all(v.endswith(" GB/s") or v.endswith(" TB/s") for v in links["bandwidth"])
+    assert not any(str(c).endswith("B/s") for c in links.columns if c != "bandwidth")
+    at = page("app_pages/compare.py")
+    formats = {name: c["type_config"].get("format") for name, c in json.loads(at.dataframe[0].proto.columns).items()
+               if "type_config" in c}
+    assert formats["steps / s"] == "%.1f" and formats["final loss"] == "%.4g"
+    assert formats["bytes sent / device / step"] == "localized"
+
+
+def test_lesson_names_and_links_the_blog():
+    """Issue 23: "the blog" was never named or linked."""
+    at = page("app_pages/lesson.py")
+    text = " ".join(c.value for c in at.caption) + " ".join(m.value for m in at.markdown)
+    assert "[*Distributed Training with JAX and Flax NNX: A Practical Guide to Sharding*](https://" in text
+    assert "10_fsdp_and_optimizer.py`](https://github.com/google/flax/blob/" in text

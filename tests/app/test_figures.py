@@ -56,3 +56,52 @@ def test_three_axis_mesh_picture_has_a_panel_per_first_index():
 def test_long_loss_curves_are_downsampled():
     x, y = figures.downsample(list(range(10_000)), limit=1000)
     assert len(x) == len(y) <= 1000 and x[-1] == 10_000
+
+
+def test_a_whole_shard_map_block_is_its_click_target():
+    """Issue 23: a block was clickable only on its small centre label, not on the block that shows
+    the tooltip. Every stripe must have click targets (of its own block) spread over all of it,
+    each showing the hover of the stripe under it."""
+    mesh = sl.build_mesh(sl.MeshSpec((2, 4), ("data", "model")))
+    layout = planned_layout("params/w1", (32, 64), mesh, P("data", None), P("data", None))  # 2 blocks, 4 copies
+    fig = figures.shard_map_figure(layout, mesh_coords(mesh), ("data", "model"))
+    points = [p for t in fig.data if t.meta and t.meta.get("targets")
+              for p in zip(t.x, t.y, t.customdata, t.hovertext)]
+    for stripe in _stripes(fig):
+        x0, x1, y0, y1 = min(stripe.x), max(stripe.x), min(stripe.y), max(stripe.y)
+        inside = [(x, y, c, h) for x, y, c, h in points if x0 < x < x1 and y0 < y < y1]
+        assert inside and all(c[1] == ",".join(map(str, stripe.meta["shared_with"])) for _, _, c, _ in inside)
+        assert all(h == stripe.text for *_, h in inside)
+        # the targets reach every part of the stripe: its left and right, top and bottom quarters
+        xs, ys = [x for x, *_ in inside], [y for _, y, *_ in inside]
+        assert min(xs) < x0 + (x1 - x0) / 4 + 1e-9 or len(set(xs)) == 1
+        assert max(ys) - min(ys) >= (y1 - y0) / 2
+
+
+def test_a_diverged_loss_curve_gets_a_readable_log_axis():
+    """Issue 23: lr 10 — the loss climbs 30 decades and one tick per decade stacked ~30 labels."""
+    import math
+
+    import numpy as np
+
+    diverged = list(np.logspace(-1, 30, 200)) + [float("inf"), float("nan")]
+    axis = figures.loss_figure(diverged).layout.yaxis
+    assert axis.type == "log" and math.log10(1e30 / 1e-1) / axis.dtick <= 7
+    assert figures.loss_figure([1.0, 0.1, 0.01]).layout.yaxis.dtick == 1  # a normal run: every decade
+
+
+def test_batch_sweep_axis_reads_in_time_units_and_every_line_is_named():
+    """Issue 23: the sweep's axis said "µs per step" with ticks "10µ, 100µ, 0.001", and its dotted
+    line (the scaling book's critical batch) had no label."""
+    from sharding_lab.app.cost_view import sweep_figure
+
+    rows = [{"strategy": s, "per_device_batch": b, "compute_s": 2e-8 * b, "comm_s": 3e-6}
+            for s in ("dp", "fsdp") for b in (8, 32, 128, 512)]
+    fig = sweep_figure(rows, {"rows_per_device": 240})
+    axis = fig.layout.yaxis
+    assert "µs" not in (axis.title.text or "")
+    assert list(axis.ticktext) == ["100 ns", "1 µs", "10 µs", "100 µs"][:len(axis.ticktext)]
+    assert all(min(t) >= axis.tickvals[0] and max(t) <= axis.tickvals[-1] for t in
+               ([r["compute_s"] for r in rows], [r["comm_s"] for r in rows]))
+    dotted = [t for t in fig.data if t.line.dash == "dot"]
+    assert len(dotted) == 1 and "240 rows" in dotted[0].name and dotted[0].showlegend is not False

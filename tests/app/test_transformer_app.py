@@ -84,3 +84,52 @@ def test_a_transformer_link_opens_the_lesson_at_its_chapter():
     assert at.radio(key="lesson_step").value == 9
     assert any("Live views of the transformer configured in the sidebar" in c.value for c in at.caption)
 
+
+
+def test_a_collective_permute_is_drawn_as_its_directed_pairs():
+    """Issue 23: transformer + fsdp, "#2 collective-permute [32, 16]" was offered as six "groups",
+    group 1 drawn as a swap 1↔4 (device 4 sends to 2) and captioned "exchange data". The picture's
+    arrows must be exactly the source_target_pairs of the compiled HLO, read here with a regex of
+    the test's own."""
+    import re
+
+    import sharding_lab as sl
+    from sharding_lab.communication import analyze
+    from sharding_lab.models.transformer import TransformerSpec
+
+    at = transformer_on("app_pages/communication.py")
+    at.selectbox(key="preset").select("fsdp").run()
+    assert not at.exception and not at.error
+    table = at.dataframe[0].value
+    index = next(i for i, (op, shape) in enumerate(zip(table["op"], table["shape"]))
+                 if op == "collective-permute" and shape == "[32, 16]")
+    at.selectbox(key="comm_selected").select(index).run()
+    assert not at.exception and not at.error
+    assert not [r for r in at.radio if r.key == "comm_group"]  # no "groups": one op, one set of pairs
+    spec = next(json.loads(c.proto.spec) for c in at.get("plotly_chart") if c.proto.id.endswith("-comm_permute"))
+    rows = spec["layout"]["yaxis"]["ticktext"]
+    drawn = {(int(rows[a["ay"]].split()[1]), int(rows[a["y"]].split()[1])) for a in spec["layout"]["annotations"]}
+    # the same configuration the sidebar holds (the transformer's defaults, preset fsdp)
+    config = sl.LabConfig(model=TransformerSpec(), preset="fsdp", optimizer="adamw", lr=0.003, steps=300)
+    hlo = analyze(sl.plan(config)).hlo
+    permutes = [line for line in hlo.splitlines() if re.search(r"= f32\[32,16\]\S* collective-permute\(", line)]
+    expected = {tuple(map(int, p)) for p in re.findall(r"\{(\d+),(\d+)\}", permutes[0].split("source_target_pairs=")[1])}
+    expected = {(s, t) for s, t in expected if s != t}  # mesh 2×4: positions are device ids 0..7
+    assert drawn == expected
+    caption = " ".join(c.value for c in at.caption)
+    assert "exchange" not in caption and "cycle" in caption
+    # each sender's own block on the left, the sender's block on the right of its target
+    cells = spec["data"][0]
+    held_after = {int(rows[y].split()[1]): t for x, y, t in zip(cells["x"], cells["y"], cells["text"]) if x == 1}
+    assert all(held_after[t] == str(s) for s, t in expected)
+
+
+def test_picking_the_transformer_says_which_settings_it_changed():
+    """Issue 23: switching to the transformer silently set preset, optimizer, lr and steps."""
+    at = transformer_on("app_pages/train.py")
+    assert not at.exception and not at.error
+    expected = ("preset seed → tp, optimizer seed-sgd → adamw, learning rate 0.01 → 0.003, steps 3000 → 300")
+    assert any(expected in i.value for i in at.sidebar.info)
+    assert any(expected in c.value for c in at.caption)  # on the Train page, beside steps and lr
+    at.number_input(key="lr").set_value(0.001).run()  # the learner takes over: the note has done its job
+    assert not any("also set its defaults" in i.value for i in at.sidebar.info)

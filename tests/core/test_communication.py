@@ -304,3 +304,53 @@ def test_ring_schedule_replayed_with_numbers_gives_the_collective(op, n):
     block = 64  # bytes
     formula = Collective(op, "f32", ((1,),), block * result_blocks, ("data",), "forward", (), 1, n).wire_bytes
     assert sent * block == formula
+
+
+def test_moves_names_only_arrays_the_moved_block_fits_with_their_own_shapes():
+    """Issue 23: "one of params/embedding, … params/unembed (16×32 of 32×64, same shape)" listed
+    mlp_in [64, 256] and unembed [64, 32] as 32×64. Every shape a name states is checked here
+    against the layout (what `layout --json` reports), and the moved block against each."""
+    import re
+
+    from sharding_lab.models.transformer import TransformerSpec
+
+    plan = sl.plan(sl.LabConfig(model=TransformerSpec(), preset="fsdp", optimizer="adamw", lr=0.003))
+    shapes = {path: tuple(layout.shape) for path, layout in plan.layouts().items()}
+    path = r"params/(?:[^\s,;(){}]|\{[0-9,]+\})+"
+    group = re.compile(rf"((?:{path}(?:, )?)+) \(([0-9×]+)(?: of ([0-9×]+))?(: whole)?\)")
+    path_re = re.compile(path)
+    checked = 0
+    for c in analyze(plan).collectives:
+        for moved, name in zip(c.shape, c.moves):
+            assert "same shape" not in name and len(name) < 260, name
+            for paths, first, second, whole in group.findall(name):
+                stated = tuple(int(d) for d in (second or first).split("×"))
+                if second:  # "params/x (block of full)": the block is what moved
+                    assert tuple(int(d) for d in first.split("×")) == moved, name
+                for path in re.findall(path_re, paths):
+                    for expanded in ([path] if "{" not in path else
+                                     [re.sub(r"\{[0-9,]+\}", n, path) for n in re.search(r"\{([0-9,]+)\}", path).group(1).split(",")]):
+                        assert shapes[expanded] == stated, (name, expanded, shapes[expanded])
+                        assert all(f % m == 0 for m, f in zip(moved, stated)), (name, expanded)
+                        assert (stated == moved) == bool(whole) or second, name
+                        checked += 1
+    assert checked > 40
+    named = {(c.op, c.shape): c.moves for c in analyze(plan).collectives}
+    # a block only q, k and v fit, one op each: named, not "one of"
+    assert named[("collective-permute", ((16, 4, 16),))] == (
+        "params/blocks/{0,1}/q, params/blocks/{0,1}/k, params/blocks/{0,1}/v (64×4×16), a 16×4×16 block each, "
+        "one per op: weights",)
+
+
+def test_a_permute_s_pairs_fall_into_cycles_not_swaps():
+    from sharding_lab.ring import permute_chains
+
+    # the issue's pairs: two cycles of three, nobody swaps
+    chains = permute_chains([(1, 4), (2, 1), (3, 5), (4, 2), (5, 6), (6, 3)])
+    assert [(c.members, c.closed) for c in chains] == [((1, 4, 2), True), ((3, 5, 6), True)]
+    assert [c.label() for c in chains] == ["1 → 4 → 2 → 1", "3 → 5 → 6 → 3"]
+    assert [c.label() for c in permute_chains([(0, 4), (4, 0)])] == ["0 → 4 → 0"]  # a real swap
+    (chain,) = permute_chains([(2, 3), (1, 2)])  # device 1 receives nothing, 3 sends nothing
+    assert chain.members == (1, 2, 3) and not chain.closed
+    with pytest.raises(ValueError):
+        permute_chains([(0, 1), (0, 2)])

@@ -33,10 +33,29 @@ def test_live_layout_under_explicit_equals_auto(preset):
     assert lesson(auto).same_layout_as_auto
 
 
-def test_lesson_on_the_seed_explains_the_refusal():
+def test_lesson_on_the_seed_shows_the_refusal_then_walks_the_forward_pass():
+    """Issue 23: the seed's rules under Explicit axes used to end the lesson at the refusal (and its
+    message was garbled: "use a size 4 divides"). JAX's own words are quoted, the fix (replicate
+    w2's dimension 1) is a config that plans, and the walk goes on with it."""
     taught = lesson(sl.LabConfig(preset="seed"))
-    assert taught.plan_error and "w2" in taught.plan_error and "Explicit" in taught.plan_error
-    assert taught.steps == ()
+    assert taught.plan_error is None
+    assert "params/w2 (32, 1)" in taught.refusal and "does not evenly divide the dimension size 1" in taught.refusal
+    assert "size 4 divides" not in taught.refusal
+    assert taught.walked_with == "Replicate w2's dimension 1"
+    assert [s.op for s in taught.steps] == ["with_sharding_constraint(batch)", "h @ w1", "h + b1", "h @ w2"]
+
+
+def test_explicit_refusal_carries_a_fix_that_plans():
+    config = explicit(sl.LabConfig(preset="seed"))
+    with pytest.raises(sl.ConfigError) as refused:
+        sl.plan(config)
+    fixed = sl.plan(refused.value.fix)  # plans: the button's config works
+    assert fixed.config.mesh.axis_type == "explicit"
+    assert tuple(fixed.arrays["params/w2"].spec) in ((), (None,), (None, None))
+    # only w2 changed: every other array keeps the seed's layout
+    auto = sl.plan(sl.LabConfig(preset="seed"))
+    assert {p: a.spec for p, a in fixed.arrays.items() if "w2" not in p} == \
+        {p: a.spec for p, a in auto.arrays.items() if "w2" not in p}
 
 
 def test_lesson_on_fsdp_shows_jax_errors_and_fixes():

@@ -75,3 +75,18 @@ def test_compare_layouts_reports_each_kind_of_difference(cube):
     assert any(p.startswith("a:") and "placed" in p for p in problems)
     assert any(p.startswith("b:") and "not found" in p for p in problems)
     assert any(p.startswith("c:") and "not planned" in p for p in problems)
+
+
+def test_a_size_1_axis_is_not_said_to_split_1_ways():
+    """Issue 23: on an 8×1 mesh the seed's rules read "columns split 1 ways along `model`"."""
+    import sharding_lab as sl
+    from sharding_lab.layout import describe, describe_change
+
+    plan = sl.plan(sl.LabConfig(mesh=sl.MeshSpec((8, 1), ("data", "model"))))
+    layouts, sizes = plan.layouts(), plan.config.mesh.axis_sizes
+    texts = [describe(layout, sizes) for layout in layouts.values()]
+    assert not any("1 ways" in t for t in texts)
+    assert "w1: rows whole on every device; columns whole (`model` has size 1)" in " ".join(texts)
+    wide = sl.plan(sl.LabConfig()).layouts()
+    changed = describe_change(wide["params/w1"], layouts["params/w1"], {"data": 2, "model": 4}, sizes)
+    assert "1 ways" not in changed
