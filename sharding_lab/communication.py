@@ -22,6 +22,7 @@ import numpy as np
 from .config import Plan
 from .layout import memory_per_device
 from .moves import name_elements
+from .pipeline import BACKWARD_SCOPE, FORWARD_SCOPE, GRADIENT_SCOPE
 
 COLLECTIVES = ("all-reduce", "all-gather", "reduce-scatter", "collective-permute", "all-to-all")
 DTYPE_BYTES = {"pred": 1, "s8": 1, "u8": 1, "f16": 2, "bf16": 2, "s16": 2, "u16": 2, "f32": 4,
@@ -130,12 +131,14 @@ def group_axes(groups: list[list[int]], mesh_shape: tuple[int, ...], axis_names:
 # --- HLO text ---------------------------------------------------------------------------------
 
 def _phase(line: str) -> str:
+    """forward / backward from JAX's autodiff names (``jvp``, ``transpose(jvp)``) — or, in the
+    pipelined step, which writes its backward pass by hand, from its named scopes."""
     name = re.search(r'op_name="([^"]*)"', line)
     if not name:
         return "unknown"
-    if "transpose(" in name.group(1):
+    if "transpose(" in name.group(1) or BACKWARD_SCOPE in name.group(1) or GRADIENT_SCOPE in name.group(1):
         return "backward"
-    if "jvp(" in name.group(1):
+    if "jvp(" in name.group(1) or FORWARD_SCOPE in name.group(1):
         return "forward"
     return "optimizer"
 
@@ -209,7 +212,8 @@ def _analyze(config) -> CommReport:
     fullest = max(ours.values(), key=lambda row: sum(row.values()))
     memory = {"argument": int(stats.argument_size_in_bytes), "output": int(stats.output_size_in_bytes),
               "temp": int(stats.temp_size_in_bytes), **fullest}
-    collectives = [dataclasses.replace(c, moves=name_elements(c.op, c.phase, c.shape, c.count, plan))
+    collectives = [dataclasses.replace(c, moves=name_elements(c.op, c.phase, c.shape, c.count, plan,
+                                                                       c.op_names))
                    for c in parse_collectives(hlo, config.mesh.shape, config.mesh.axes)]
     return CommReport(collectives, memory, hlo)
 

@@ -15,6 +15,7 @@ from .errors import ConfigError
 from .mesh import MeshSpec, default_axes, parse_axis_names, parse_mesh_shape
 from .models import FAMILIES, family as model_family
 from .optimizer import OPTIMIZERS
+from .pipeline import SCHEDULES
 from .rules import bind_preset, parse_target, target_text
 
 
@@ -46,6 +47,10 @@ def add_config_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--steps", type=int, default=None, help="default: the model family's (mlp: 3000)")
     parser.add_argument("--chunk", type=int, default=100, help="steps per compiled call")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--microbatches", type=int, default=1,
+                        help="pipeline parallelism (preset pp): microbatches per batch (default 1)")
+    parser.add_argument("--schedule", choices=list(SCHEDULES), default="gpipe",
+                        help="pipeline schedule: gpipe (all forwards, then all backwards) or 1f1b (default gpipe)")
 
 
 TRAIN_DEFAULTS = {"optimizer": "seed-sgd", "lr": 0.01, "steps": 3000}  # the seed's (the MLP's)
@@ -95,7 +100,7 @@ def config_from_args(args) -> LabConfig:
                      optimizer=args.optimizer or train["optimizer"],
                      lr=args.lr if args.lr is not None else train["lr"], decay=args.decay,
                      batch_size=args.batch, steps=args.steps if args.steps is not None else train["steps"],
-                     seed=args.seed, chunk=args.chunk)
+                     seed=args.seed, chunk=args.chunk, microbatches=args.microbatches, schedule=args.schedule)
 
 
 def config_to_args(config: LabConfig) -> list[str]:
@@ -116,4 +121,5 @@ def config_to_args(config: LabConfig) -> list[str]:
         args += [size.flag, str(getattr(config.model, field))]
     return args + ["--optimizer", config.optimizer, "--lr", repr(float(config.lr)),
                    "--decay", repr(float(config.decay)), "--batch", str(config.batch_size),
-                   "--steps", str(config.steps), "--chunk", str(config.chunk), "--seed", str(config.seed)]
+                   "--steps", str(config.steps), "--chunk", str(config.chunk), "--seed", str(config.seed),
+                   "--microbatches", str(config.microbatches), "--schedule", config.schedule]

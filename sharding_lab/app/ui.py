@@ -163,7 +163,9 @@ def sidebar() -> sl.Plan | sl.ConfigError:
         base = str(st.context.url or "").split("?")[0]
         st.code(f"{base}?{urlencode(query)}", language=None, wrap_lines=True)
         st.caption("Copy the link (icon at the right): it opens this exact configuration.")
-        if isinstance(result, sl.Plan):
+        if isinstance(result, sl.Plan) and getattr(result.config.family, "export_refusal", None):
+            st.caption("No script download: " + result.config.family.export_refusal + ".")
+        elif isinstance(result, sl.Plan):
             config = result.config
             st.download_button("Download as a Python script", lambda: export_script(config),
                                file_name=script_name(config), mime="text/x-python",
