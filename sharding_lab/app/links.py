@@ -12,11 +12,12 @@ import math
 import re
 
 import sharding_lab as sl
-from sharding_lab.app.settings import (CUSTOM, FLOATS, GENERAL_RANGES, MAX_AXIS_SIZE, TRAIN_DEFAULTS, number_ranges,
-                                       size_key)
+from sharding_lab.app.settings import (CUSTOM, FLOATS, GENERAL_RANGES, MAX_AXIS_SIZE, MICROBATCHES, TRAIN_DEFAULTS,
+                                       number_ranges, pipelined, size_key)
 from sharding_lab.challenges import CHALLENGES
 from sharding_lab.mesh import AXIS_NAME as _NAME, default_axes
 from sharding_lab.optimizer import OPTIMIZERS
+from sharding_lab.pipeline import SCHEDULES
 
 # Query keys that are not settings and are never reported: ``teacher`` carries the teacher view's
 # token (app.py reads it; a student's copied link must not mention it, nor its absence).
@@ -45,6 +46,8 @@ def to_query(state) -> dict[str, str]:
     query["opt"] = str(state["optimizer"])
     for key in [size_key(f) for f in family.size_fields] + list(GENERAL_RANGES):
         query[key] = f"{state[key]:g}" if key in FLOATS else str(int(state[key]))
+    if pipelined(state):  # only a pipelined layout has microbatches and a schedule
+        query["mb"], query["schedule"] = str(int(state["microbatches"])), str(state["schedule"])
     if state.get("solved"):  # the challenges this session solved travel with its link
         query["solved"] = ",".join(c for c in CHALLENGES if c in set(state["solved"]))
     return query
@@ -58,7 +61,8 @@ def from_query(query: dict[str, str]) -> tuple[dict, list[str]]:
         problems.append(f"{key}={query[key]!r} ignored: {why}")
 
     ranges = number_ranges()
-    known = {"mesh", "axes", "type", "model", "preset", "rules", "ovr", "opt", "focus", "solved", *ranges}
+    known = {"mesh", "axes", "type", "model", "preset", "rules", "ovr", "opt", "focus", "solved", "mb", "schedule",
+             *ranges}
     for key in query:
         if key not in known and key not in NOT_SETTINGS:
             problems.append(f"unknown setting {key!r} ignored")
@@ -127,6 +131,17 @@ def from_query(query: dict[str, str]) -> tuple[dict, list[str]]:
             updates["optimizer"] = query["opt"]
         else:
             bad("opt", f"one of {', '.join(OPTIMIZERS)}")
+    if "mb" in query:
+        text = query["mb"].strip()
+        if text.isascii() and text.isdigit() and MICROBATCHES[0] <= int(text) <= MICROBATCHES[1]:
+            updates["microbatches"] = int(text)
+        else:
+            bad("mb", f"microbatches: a whole number from {MICROBATCHES[0]} to {MICROBATCHES[1]}")
+    if "schedule" in query:
+        if query["schedule"] in SCHEDULES:
+            updates["schedule"] = query["schedule"]
+        else:
+            bad("schedule", f"one of {', '.join(SCHEDULES)}")
     for key, (low, high) in ranges.items():
         if key not in query:
             continue

@@ -17,6 +17,7 @@ import sharding_lab as sl
 from sharding_lab.app import links, settings
 from sharding_lab.app.settings import CUSTOM, FROM_RULES
 from sharding_lab.export import export_script, script_name
+from sharding_lab.pipeline import SCHEDULES
 
 
 def init_state() -> None:
@@ -129,6 +130,17 @@ def model_widgets(fam) -> None:
                     help="Split along the mesh axis that the batch's rule names.")
 
 
+def pipeline_widgets() -> None:
+    """Microbatches and schedule, for a layout whose blocks are split into pipeline stages."""
+    left, right = st.columns(2)
+    left.number_input("Microbatches", *settings.MICROBATCHES, key="microbatches",
+                      help="The batch is cut into this many microbatches, which flow through the stages one "
+                           "after another. More microbatches: a smaller bubble.")
+    right.selectbox("Schedule", list(SCHEDULES), key="schedule",
+                    format_func=lambda name: {"gpipe": "GPipe", "1f1b": "1F1B"}[name],
+                    help="\n\n".join(f"**{k}**: {v}" for k, v in SCHEDULES.items()))
+
+
 def sidebar() -> sl.Plan | sl.ConfigError:
     """Mesh, preset, model and data widgets; errors shown under the section that caused them.
 
@@ -149,13 +161,15 @@ def sidebar() -> sl.Plan | sl.ConfigError:
                      format_func=lambda p: fam.presets[p].title if p in fam.presets else "Custom (edited rules)")
         st.caption(fam.presets[state.preset].explanation if state.preset in fam.presets
                    else "Your own rules: edit them on the Layout page.")
+        if settings.pipelined(state):
+            pipeline_widgets()
         rules_error = st.empty()
         with st.expander("Model, optimizer, batch", expanded=False):
             model_widgets(fam)
         other_error = st.empty()
     result = _build_plan()
     if isinstance(result, sl.ConfigError):
-        slot = {"mesh": mesh_error, "rules": rules_error}.get(result.field, other_error)
+        slot = {"mesh": mesh_error, "rules": rules_error, "pipeline": rules_error}.get(result.field, other_error)
         show_error(result, lead="", where=slot)
     query = links.to_query(state)
     st.query_params.from_dict(query)
