@@ -51,3 +51,13 @@ def test_share_link_carries_microbatches_and_schedule_only_for_a_pipeline():
     assert config.microbatches == 1  # a layout without stages runs the whole batch at once
     _, problems = links.from_query({**query, "mb": "0", "schedule": "zigzag"})
     assert len(problems) == 2
+
+
+def test_lesson_says_where_the_pipeline_is_shown():
+    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=180)
+    at.switch_page("app_pages/lesson.py").run()
+    at.selectbox(key="model").select("transformer").run()
+    at.selectbox(key="preset").select("pp").run()
+    at.number_input(key="layers").set_value(4).run()
+    assert not at.exception and not at.error
+    assert "does not run" in at.info[0].value and "Train page" in at.info[0].value

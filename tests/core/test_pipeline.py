@@ -168,3 +168,16 @@ def test_command_line_reports_the_bubble_of_the_schedule_it_runs(capsys):
         assert out["config"]["pipeline"] == {"stage_axis": "stage", "microbatches": 8, "schedule": schedule}
     assert cli.main([a for a in args if a not in ("--layers", "4")]) == 2  # 2 layers, 4 stages
     assert "make the layers a multiple of 4 (Layers, --layers: e.g. 4)" in capsys.readouterr().err
+
+
+def test_small_bubble_challenge_needs_1f1b_to_keep_memory_down():
+    from sharding_lab import challenges
+
+    challenge = challenges.get("small-bubble")
+    config = challenges.config_from_argv(challenge.solution)
+    solved, why = challenge.check(sl.plan(config))
+    assert solved and "15.8% of the stage-ticks idle" in why  # 3/19, from the table
+    solved, why = challenge.check(sl.plan(dataclasses.replace(config, schedule="gpipe")))
+    assert not solved and why.endswith("up to 16 microbatches at once — but a stage holds more than 4.")
+    solved, why = challenge.check(sl.plan(dataclasses.replace(config, microbatches=4)))
+    assert not solved and "the bubble is not under 20%" in why
