@@ -181,3 +181,8 @@ def test_small_bubble_challenge_needs_1f1b_to_keep_memory_down():
     assert not solved and why.endswith("up to 16 microbatches at once — but a stage holds more than 4.")
     solved, why = challenge.check(sl.plan(dataclasses.replace(config, microbatches=4)))
     assert not solved and "the bubble is not under 20%" in why
+
+
+def test_export_says_it_does_not_cover_a_pipeline(capsys):
+    assert cli.main(["export", "--model", "transformer", "--preset", "pp", "--mesh", "2x2", "--axes", "stage,data"]) == 2
+    assert "does not cover pipeline parallelism" in capsys.readouterr().err
