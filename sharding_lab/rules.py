@@ -174,11 +174,11 @@ class Rules:
 
 def preset_roles(mesh: MeshSpec) -> dict[str, str]:
     """Which mesh axis plays ``data``, which ``model`` and which ``stage`` (pipeline stages: the
-    axis named ``stage``, else the one playing ``model``)."""
+    axis named ``stage``, else one that plays neither data nor model, else the one playing ``model``)."""
     axes = mesh.axes
-    data = "data" if "data" in axes else next((a for a in axes if a != "model"), axes[0])
+    data = "data" if "data" in axes else next((a for a in axes if a not in ("model", "stage")), axes[0])
     model = "model" if "model" in axes else next((a for a in reversed(axes) if a != data), axes[-1])
-    stage = "stage" if "stage" in axes else model
+    stage = "stage" if "stage" in axes else next((a for a in axes if a not in (data, model)), model)
     return {"data": data, "model": model, "stage": stage}
 
 

@@ -219,6 +219,11 @@ PRESETS: dict[str, Preset] = {p.name: p for p in [
            "The blocks split into stages on stage, the batch into microbatches that flow through them "
            "(GPipe or 1F1B); each stage sends activations to the next and their gradients back. The "
            "batch on data.", {"layers": "stage", "batch": "data"}, needs_two_axes=True, textbook=PIPELINE_TEXTBOOK),
+    Preset("pp_tp", "Pipeline + tensor parallel (3-D)",
+           "As pp on stage and data, and within each stage Megatron on model: heads, MLP units and vocab "
+           "split, one all-reduce of activations per sublayer (needs three axes).",
+           {"layers": "stage", "batch": "data", **_MEGATRON}, needs_two_axes=True,
+           textbook=PIPELINE_TEXTBOOK + MEGATRON_TEXTBOOK),
 ]}
 
 

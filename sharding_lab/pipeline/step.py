@@ -128,6 +128,7 @@ def make_pipelined_step(plan, graphdef):
         def idle(carry, k, a, g):
             return carry, nothing, nothing
 
+        @jax.named_scope(FORWARD_SCOPE)  # what the compiler adds inside (tensor parallelism) is forward
         def forward(carry, k, a, g):
             store, inbox, grads, loss = carry
             model = nnx.merge(model_def, _join(blocks, rest))
@@ -135,6 +136,7 @@ def make_pipelined_step(plan, graphdef):
             h = model.blocks.apply({n: blocks[n][...] for n in model.blocks.names}, x_in)
             return (store.at[a].set(x_in), inbox, grads, loss), h, nothing
 
+        @jax.named_scope(BACKWARD_SCOPE)  # the recomputed forward included: it runs in the backward pass
         def backward(carry, k, a, g):
             store, inbox, grads, loss = carry
             (h, share), pull = jax.vjp(lambda b, r, x: stage(b, r, x, xm[k], ym[k]), blocks, rest, store[a])

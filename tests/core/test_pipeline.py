@@ -108,11 +108,12 @@ def test_stacked_model_is_the_same_model():
 # --- the pipelined step, trained --------------------------------------------------------------
 
 def test_pipelined_step_trains_like_the_unpipelined_one():
-    """GPipe and 1F1B give the unpipelined step's losses and weights (the same sums, in another
-    order), and every stage holds only its own blocks."""
+    """GPipe and 1F1B — and 1F1B with Megatron inside each stage — give the unpipelined step's losses
+    and weights (the same sums, in another order), and every stage holds only its own blocks."""
     dp_lab, dp = sl.train(config("dp", m=1))
-    for schedule in SCHEDULES:
-        lab, result = sl.train(config(schedule=schedule))
+    three_d = dict(preset="pp_tp", schedule="1f1b", mesh=((2, 2, 2), ("stage", "data", "model")))  # + Megatron within a stage
+    for changes in (dict(schedule="gpipe"), dict(schedule="1f1b"), three_d):
+        lab, result = sl.train(config(**changes))
         np.testing.assert_allclose(result.losses, dp.losses, rtol=2e-5)
         ours, theirs = lab.live_arrays(), dp_lab.live_arrays()
         for i in range(SMALL.layers):
@@ -120,6 +121,7 @@ def test_pipelined_step_trains_like_the_unpipelined_one():
         assert lab.verify_layout() == []
         q = lab.plan.layouts()["params/blocks/q"]
         assert q.shard_shape[0] == 1  # 2 layers over 2 stages: one block per device
+    assert q.shard_shape[2] == 1  # pp_tp: and one of its 2 heads
 
 
 def test_compiled_step_sends_what_the_schedule_sends():
@@ -142,6 +144,17 @@ def test_compiled_step_sends_what_the_schedule_sends():
         data_reduces = [c for c in report.collectives if c.op == "all-reduce" and "data" in c.axes and c.phase == "backward"]
         assert sum(c.count for c in data_reduces) <= 2
         assert not any("collective-permute" in d for d in compare(plan, report).differences)
+
+
+
+def test_tensor_parallel_inside_the_stages_is_compiled_in_both_passes():
+    plan = sl.plan(config("pp_tp", m=2, mesh=((2, 2, 2), ("stage", "data", "model"))))
+    comparison = compare(plan, analyze(plan))
+    for phase in ("forward", "backward"):
+        assert any(a.startswith("As the textbook:") and f"activations over `model` in the {phase} pass" in a
+                   for a in comparison.agrees), comparison
+        assert any(a.startswith("As the textbook:") and f"collective-permute of activations over `stage` in the "
+                   f"{phase} pass" in a for a in comparison.agrees)
 
 
 # --- errors and the command line ----------------------------------------------------------------
