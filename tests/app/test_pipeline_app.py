@@ -61,3 +61,4 @@ def test_lesson_says_where_the_pipeline_is_shown():
     at.number_input(key="layers").set_value(4).run()
     assert not at.exception and not at.error
     assert "does not run" in at.info[0].value and "Train page" in at.info[0].value
+
