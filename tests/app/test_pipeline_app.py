@@ -62,3 +62,20 @@ def test_lesson_says_where_the_pipeline_is_shown():
     assert not at.exception and not at.error
     assert "does not run" in at.info[0].value and "Train page" in at.info[0].value
 
+
+
+def test_train_page_trains_a_pipeline_live():
+    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=180)
+    at.switch_page("app_pages/train.py").run()
+    at.selectbox(key="model").select("transformer").run()
+    at.selectbox(key="preset").select("pp").run()
+    at.number_input(key="layers").set_value(4).run()
+    at.number_input(key="microbatches").set_value(2).run()
+    at.number_input(key="steps").set_value(20).run()
+    at.button(key="train").click().run()
+    snap = at.session_state["job_slot"].job.wait(240)
+    assert snap.state == "finished", snap.message
+    assert snap.layout_problems == [] and len(snap.losses) == 20
+    at.run()
+    assert not at.exception and not at.error
+    assert any("layout verified" in s.value for s in at.success)
