@@ -108,10 +108,11 @@ def make_pipelined_step(plan, graphdef):
         # never join. Summed once, after the last tick, below.
         rest = jax.tree.map(varying, rest)
         blocks = jax.tree.map(lambda a: varying(a, data_axes), blocks) if data_axes else blocks
-        act_shape = xm.shape[1:] + (config.model.embed_dim,)
-        store = varying(jnp.zeros((n_act,) + act_shape, jnp.float32))
-        inbox = varying(jnp.zeros((n_grad,) + act_shape, jnp.float32))
-        nothing = varying(jnp.zeros(act_shape, jnp.float32))
+        # What one stage hands the next for one microbatch: the shape of the embedded tokens.
+        act = jax.eval_shape(lambda r, t: nnx.merge(model_def, _join(blocks, r)).embed(t), rest, xm[0])
+        store = varying(jnp.zeros((n_act, *act.shape), act.dtype))
+        inbox = varying(jnp.zeros((n_grad, *act.shape), act.dtype))
+        nothing = varying(jnp.zeros(act.shape, act.dtype))
         grads = (jax.tree.map(jnp.zeros_like, blocks), jax.tree.map(jnp.zeros_like, rest))
         loss = varying(jnp.zeros((), jnp.float32))
 
