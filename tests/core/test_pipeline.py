@@ -199,3 +199,13 @@ def test_small_bubble_challenge_needs_1f1b_to_keep_memory_down():
 def test_export_says_it_does_not_cover_a_pipeline(capsys):
     assert cli.main(["export", "--model", "transformer", "--preset", "pp", "--mesh", "2x2", "--axes", "stage,data"]) == 2
     assert "does not cover pipeline parallelism" in capsys.readouterr().err
+
+
+def test_worker_options_carry_the_pipeline():
+    """A multi-process run starts its workers with config_to_args: microbatches and schedule travel."""
+    import argparse
+
+    piped = config(schedule="1f1b", m=8)
+    parser = argparse.ArgumentParser()
+    cli.add_config_options(parser)
+    assert cli.config_from_args(parser.parse_args(cli.config_to_args(piped))) == piped
