@@ -1,6 +1,7 @@
 """Lesson: the seed's walk-through as a guided path, each step with a live view and its code."""
 
 import dataclasses
+import inspect
 
 import pandas as pd
 import streamlit as st
@@ -9,6 +10,7 @@ import sharding_lab as sl
 from sharding_lab.app import ui
 from sharding_lab.app import figures, settings
 from sharding_lab.communication import CommReport, analyze
+from sharding_lab import third_way
 from sharding_lab.explicit import lesson as explicit_lesson
 from sharding_lab.export import script_sections
 from sharding_lab.layout import describe, format_spec
@@ -16,7 +18,9 @@ from sharding_lab.mesh import device_ids, mesh_coords
 from sharding_lab.textbook import compare as textbook_compare
 
 STEPS = ["What changed", "1 Mesh", "2 Rules", "3 Model", "4 Optimizer state", "5 Enforcing sharding",
-         "6 The batch", "7 The jitted step", "8 Auto vs Explicit", "9 Sharding a transformer block"]
+         "6 The batch", "7 The jitted step", "8 Auto vs Explicit", "9 Sharding a transformer block",
+         "10 shard_map, the third way"]
+TRANSFORMER_CHAPTER = STEPS.index("9 Sharding a transformer block")
 NAME_CHANGES = pd.DataFrame([
     ("nnx.Param(..., sharding=...)", "nnx.Param(..., out_sharding=...), created under jax.set_mesh(mesh)"),
     ("nnx.Object", "nnx.Pytree; attributes holding state wrapped in nnx.data(...)"),
@@ -41,13 +45,20 @@ st.caption(f"Follows the blog [*{BLOG[0]}*]({BLOG[1]}) (\"the blog\" below), a w
            f"[`{EXAMPLE[0]}`]({EXAMPLE[1]}), on today's JAX and Flax.")
 plan: sl.Plan = ui.plan_or_stop()
 config, axes = plan.config, plan.config.mesh.axes
+if config.stage_axis is not None:
+    st.info(f"The Lesson walks through the blog's jitted step, which a pipelined layout does not run: its "
+            f"blocks are split into stages on `{ui.plain(config.stage_axis)}` and its step is written by hand "
+            "with `shard_map` and `ppermute` (`sharding_lab/pipeline/step.py`). The schedule is drawn on the "
+            "Train page and the sends between stages are listed on the Communication page; choose another "
+            "preset to follow the Lesson.", icon=":material/info:")
+    st.stop()
 layouts = plan.layouts()
 coords = mesh_coords(plan.mesh)
 code = script_sections(config)
 
 # A transformer in the sidebar opens the lesson at its own chapter (the last); the learner can go back.
 step = st.radio("Step", range(len(STEPS)), format_func=lambda i: STEPS[i], horizontal=True, key="lesson_step",
-                index=len(STEPS) - 1 if config.family.name == "transformer" else 0)
+                index=TRANSFORMER_CHAPTER if config.family.name == "transformer" else 0)
 st.divider()
 
 
@@ -88,6 +99,38 @@ def compiled_section(plans: dict, name: str, mesh_axes) -> CommReport | None:
     comparison = textbook_compare(plans[name], report)
     ui.show_comparison(comparison.agrees, comparison.differences, "Against the textbook:")
     return report
+
+
+def third_way_chapter(config: sl.LabConfig) -> None:
+    """The same FSDP step written with Auto axes, Explicit axes and shard_map, each compiled."""
+    axis = sl.rules.preset_roles(config.mesh)["data"]
+    spec = config.model if config.family.name == "mlp" else sl.ModelSpec()
+    setup = third_way.Setup(dataclasses.replace(config.mesh, axis_type="auto"), axis, spec.din, spec.dmid, spec.dout,
+                            config.batch_size)
+    st.markdown(f"One training step of the seed's MLP (MSE, then SGD), **fully sharded over `{ui.plain(axis)}`**: the "
+                f"batch's rows and every weight (w1, b1 by hidden unit, w2 by row) split {config.mesh.axis_sizes[axis]} "
+                "ways. Written three ways — what changes is who writes the communication: the compiler (Auto), "
+                "the compiler told where the gathers are (Explicit), or you (`shard_map`: the code runs on each "
+                "device's own blocks and calls the collectives itself). The pipeline (preset pp) is written the "
+                "third way: a schedule of sends between stages is not a layout a compiler can infer.")
+    try:
+        compiled = third_way.compile_three(setup)
+    except sl.ConfigError as error:
+        ui.show_error(error, lead="This chapter cannot compile here:")
+        return
+    for col, (way, program) in zip(st.columns(3), compiled.items()):
+        col.markdown(f"**{way}**")
+        col.code(inspect.getsource(third_way.WAYS[way]), language="python")
+        col.dataframe(pd.DataFrame([{"op": c.op, "shape": " ".join(str(list(s)) for s in c.shape),
+                                     "over": c.where(config.mesh.axes).replace("`", ""), "count": c.count}
+                                    for c in program.collectives]), hide_index=True)
+    ops = {way: sorted({c.op for c in program.collectives}) for way, program in compiled.items()}
+    st.markdown("Measured (each program compiled for this mesh, its collectives read from the optimized HLO): "
+                + "; ".join(f"**{way}** — {', '.join(found) or 'none'}" for way, found in ops.items()) + ". "
+                "The `shard_map` program contains exactly the collectives its code calls: an all-gather per weight, "
+                "a reduce-scatter per gradient (`psum_scatter`), one all-reduce of the loss (`psum`)"
+                + ("; the other two leave the choice to XLA, which here sums the whole gradients with an "
+                   "all-reduce instead of reduce-scattering them." if "reduce-scatter" not in ops["Auto axes"] else "."))
 
 
 def transformer_chapter(config: sl.LabConfig) -> None:
@@ -230,6 +273,8 @@ elif step == 7:
     show_step_code(7)
 elif step == 9:
     transformer_chapter(config)
+elif step == 10:
+    third_way_chapter(config)
 else:
     st.markdown("With **Auto** axes (the seed) the compiler fills in every sharding. With **Explicit** axes "
                 "(`jax.make_mesh`'s default) shardings are part of each array's type and JAX checks every "

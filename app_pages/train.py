@@ -10,7 +10,7 @@ import sharding_lab as sl
 from sharding_lab.communication import analyze
 from sharding_lab.layout import format_bytes
 from sharding_lab.app import ui
-from sharding_lab.app import figures
+from sharding_lab.app import figures, pipeline_view
 from sharding_lab.distributed import process_choices, process_table
 from sharding_lab.app.jobs import DistributedJob, TrainingJob
 from sharding_lab.app.scheduler import Busy, poll_interval
@@ -69,6 +69,8 @@ if processes > 1:
                "127.0.0.1 with `jax.distributed.initialize` (gloo CPU collectives) into this one mesh, and each "
                "loads only its own rows of every batch. Starting them takes a few seconds, and every step's "
                "collectives now cross process boundaries: expect fewer steps/s than in one process.")
+
+pipeline_view.show(plan)
 
 
 def memory_refusal(plan: sl.Plan) -> sl.ConfigError | None:

@@ -26,12 +26,14 @@ from .errors import ConfigError
 from .layout import ArrayLayout, format_spec as _format_spec, memory_per_device
 from .models import FAMILIES
 from .moves import category
+from .pipeline import SCHEDULES, schedule_of
 from .rules import axis_names, preset_roles
 
 LEVELS = {1: "easy", 2: "medium", 3: "hard"}
 CHECKED_ON = {"plan": "the plan (where every array lives; nothing compiled)",
               "compiled": "the compiled train step (its collectives, as on the Communication page)",
-              "cost": "the roofline cost model (the compiled step on a real chip's figures)"}
+              "cost": "the roofline cost model (the compiled step on a real chip's figures)",
+              "schedule": "the pipeline schedule the pipelined step runs (its table of ticks, as on the Train page)"}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -410,6 +412,38 @@ if "transformer" in FAMILIES:  # the transformer family may not be installed in 
          "sequence parallelism adds gathers.",
          "The transformer's tensor-parallel (Megatron) preset on 2×4."),
         "compiled", ("--model", "transformer", "--mesh", "2x4", "--preset", "tp"), _megatron_sublayers))
+
+
+def _small_bubble(plan: Plan) -> tuple[bool, str]:
+    """At least 4 stages, under 20% of the stage-ticks idle, no stage holding more than 4 microbatch
+    inputs: more microbatches shrink the bubble, and only 1F1B keeps what a stage holds from growing
+    with them. Read from the table the pipelined step runs."""
+    config = plan.config
+    table = schedule_of(config)
+    if table is None:
+        return False, ("The blocks are not split into pipeline stages: choose the transformer and the pipeline "
+                       "preset (or map the logical axis layers to a mesh axis).")
+    said = (f"{SCHEDULES[table.name].split(' (')[0]}, {table.stages} stages × {table.microbatches} microbatches: "
+            f"{table.bubble_fraction:.1%} of the stage-ticks idle, and one stage holds up to "
+            f"{max(table.peak_held())} microbatches at once")
+    if table.stages < 4:
+        return False, f"{said} — the goal asks for at least 4 stages on `{config.stage_axis}`."
+    misses = (["the bubble is not under 20%"] if table.bubble_fraction >= 0.2 else []) + \
+        (["a stage holds more than 4"] if max(table.peak_held()) > 4 else [])
+    return not misses, said + (f" — but {' and '.join(misses)}." if misses else ".")
+
+
+if "transformer" in FAMILIES:
+    _LIST.append(Challenge(
+        "small-bubble", "A pipeline with a small bubble",
+        "Pipeline the transformer over at least 4 stages with under 20% of the stage-ticks idle and no stage "
+        "holding more than 4 microbatches at once.", 3,
+        ("Pick the transformer and the pipeline preset; the Train page draws its schedule and counts the bubble.",
+         "The bubble is (p−1)/(m+p−1): more microbatches shrink it. But under GPipe a stage keeps every "
+         "microbatch's input until the backwards begin.",
+         "4 stages (a 4×2 mesh with axes stage, data, and layers a multiple of 4), 16 microbatches, 1F1B."),
+        "schedule", ("--model", "transformer", "--mesh", "4x2", "--axes", "stage,data", "--preset", "pp",
+                     "--layers", "4", "--microbatches", "16", "--schedule", "1f1b"), _small_bubble))
 
 CHALLENGES: dict[str, Challenge] = {c.id: c for c in _LIST}
 

@@ -14,6 +14,7 @@ from .config import Plan, plan as make_plan
 from .errors import ConfigError
 from .layout import ArrayLayout, format_spec
 from .mesh import device_ids
+from .pipeline import schedule_of
 from .options import add_config_options, config_from_args, config_to_args  # noqa: F401 (re-exported)
 
 
@@ -22,7 +23,16 @@ def plan_json(plan: Plan, layouts: dict[str, ArrayLayout]) -> dict:
             "mesh": {"shape": list(plan.config.mesh.shape), "axes": list(plan.config.mesh.axes),
                      "device_ids": device_ids(plan.mesh)},
             "warnings": plan.warnings,
-            "layout": {path: layout.to_json() for path, layout in layouts.items()}}
+            "layout": {path: layout.to_json() for path, layout in layouts.items()},
+            **pipeline_json(plan)}
+
+
+def pipeline_json(plan: Plan) -> dict:
+    """For a pipelined plan: the bubble of the schedule its step runs, and the schedule itself."""
+    table = schedule_of(plan.config)
+    if table is None:
+        return {}
+    return {"bubble_fraction": table.bubble_fraction, "pipeline_schedule": table.to_json()}
 
 
 def layout_table(layouts: dict[str, ArrayLayout]) -> str:
@@ -138,7 +148,7 @@ def _print_comm(plan: Plan, dtype: str | None, as_json: bool) -> int:
     against_cpu = compare_compilers(plan, report.dtype) if plan.config.target != "cpu" else None
     if as_json:
         print(json.dumps({**report.to_json(), **comparison.to_json(), "weight_gather_batch": crossover,
-                          "compilers": against_cpu.to_json() if against_cpu else None}))
+                          "compilers": against_cpu.to_json() if against_cpu else None, **pipeline_json(plan)}))
         return 0
     axes = plan.config.mesh.axes
     target = parse(plan.config.target)
@@ -156,6 +166,7 @@ def _print_comm(plan: Plan, dtype: str | None, as_json: bool) -> int:
         if lines:
             print(f"{title}:")
             print("\n".join(f"  - {line.replace('`', '')}" for line in lines))
+    _print_bubble(plan)
     if against_cpu is not None:
         print(f"{target.short} vs the simulated host (XLA:CPU), same layout, {report.dtype}:")
         if against_cpu.cpu is None:
@@ -211,8 +222,18 @@ def _train(plan: Plan, as_json: bool) -> int:
         print("layout verified: live arrays match the plan on "
               f"{plan.config.mesh.size} devices" if not problems else "\n".join(problems))
         print(f"{result.stop_reason}: {result.steps} steps, {result.steps_per_s:.0f} steps/s")
+        _print_bubble(plan)
         print(f"final_loss={result.final_loss:.6f}")
     return 1 if result.diverged else 0
+
+
+def _print_bubble(plan: Plan) -> None:
+    table = schedule_of(plan.config)
+    if table is not None:
+        print(f"pipeline: {table.name}, {table.stages} stages × {table.microbatches} microbatches in "
+              f"{table.ticks} ticks; bubble {table.bubble_fraction:.4f} of stage-ticks idle (textbook "
+              f"(p−1)/(m+p−1) = {table.textbook_bubble:.4f}); microbatches held per stage at most "
+              f"{', '.join(map(str, table.peak_held()))}")
 
 
 def _train_processes(plan: Plan, processes: int, as_json: bool) -> int:

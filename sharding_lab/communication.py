@@ -22,6 +22,7 @@ import numpy as np
 from .config import Plan
 from .layout import memory_per_device
 from .moves import name_elements
+from .pipeline import BACKWARD_SCOPE, FORWARD_SCOPE, GRADIENT_SCOPE
 
 COLLECTIVES = ("all-reduce", "all-gather", "reduce-scatter", "collective-permute", "all-to-all")
 DTYPE_BYTES = {"pred": 1, "s8": 1, "u8": 1, "f16": 2, "bf16": 2, "s16": 2, "u16": 2, "f32": 4,
@@ -134,11 +135,13 @@ _DEFINED = re.compile(r"^\s*(?:ROOT\s+)?%?([\w.\-]+)\s*=")
 
 
 def _phase(op_name: str | None) -> str:
+    """forward / backward from JAX's autodiff names (``jvp``, ``transpose(jvp)``) — or, in the
+    pipelined step, which writes its backward pass by hand, from its named scopes."""
     if op_name is None:
         return "unknown"
-    if "transpose(" in op_name:
+    if "transpose(" in op_name or BACKWARD_SCOPE in op_name or GRADIENT_SCOPE in op_name:
         return "backward"
-    if "jvp(" in op_name:
+    if "jvp(" in op_name or FORWARD_SCOPE in op_name:
         return "forward"
     return "optimizer"
 
@@ -251,7 +254,8 @@ def _analyze(config, dtype: str) -> CommReport:
     fullest = max(ours.values(), key=lambda row: sum(row.values()))
     memory = {"argument": int(stats.argument_size_in_bytes), "output": int(stats.output_size_in_bytes),
               "temp": int(stats.temp_size_in_bytes), **fullest}
-    collectives = [dataclasses.replace(c, moves=name_elements(c.op, c.phase, c.shape, c.count, plan))
+    collectives = [dataclasses.replace(c, moves=name_elements(c.op, c.phase, c.shape, c.count, plan,
+                                                                       c.op_names))
                    for c in parse_collectives(hlo, config.mesh.shape, config.mesh.axes)]
     return CommReport(collectives, memory, hlo, config.target, dtype)
 

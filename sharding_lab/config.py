@@ -10,6 +10,7 @@ nothing is compiled (except a one-op program for a dimension JAX will not split)
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 import os
 
@@ -28,6 +29,7 @@ from . import targets
 from .mesh import MeshSpec, build_mesh, device_grid
 from .models.mlp import ModelSpec
 from .optimizer import OPTIMIZER_BUFFERS, OPTIMIZER_SCALARS, OPTIMIZERS
+from .pipeline import family_for, stage_axis, validate as validate_pipeline
 from .rules import Rules, axis_names, bind_preset, split_ways
 
 MAX_STEPS = 200_000
@@ -48,11 +50,22 @@ class LabConfig:
     seed: int = 0
     chunk: int = 100
     target: str = "cpu"  # what the step is compiled for (sharding_lab.targets): cpu trains, others compile only
+    microbatches: int = 1  # pipeline parallelism only (rules with layers → a mesh axis)
+    schedule: str = "gpipe"  # pipeline schedule: "gpipe" or "1f1b"
 
     @property
     def family(self):
-        """The model family of ``model`` (:mod:`sharding_lab.models`)."""
-        return family_of(self.model)
+        """The model family of ``model`` (:mod:`sharding_lab.models`) — its pipelined form (blocks
+        stacked, :mod:`sharding_lab.pipeline`) when the rules map ``layers`` to a mesh axis."""
+        return _family(self.model, self.preset, self.rules, self.mesh)
+
+    @property
+    def stage_axis(self) -> str | None:
+        """The mesh axis of the pipeline stages (None: not pipelined)."""
+        try:
+            return stage_axis(self.resolved_rules())
+        except ConfigError:
+            return None
 
     def resolved_rules(self) -> Rules:
         if self.preset is not None:
@@ -70,7 +83,9 @@ class LabConfig:
                 "model": dataclasses.asdict(self.model), "model_family": self.family.name,
                 "optimizer": self.optimizer,
                 "lr": self.lr, "decay": self.decay, "batch_size": self.batch_size,
-                "steps": self.steps, "seed": self.seed, "target": self.target}
+                "steps": self.steps, "seed": self.seed, "target": self.target,
+                **({"pipeline": {"stage_axis": self.stage_axis, "microbatches": self.microbatches,
+                                 "schedule": self.schedule}} if self.stage_axis else {})}
 
 
 def preset_rules(preset: str, mesh: MeshSpec, model) -> Rules:
@@ -80,6 +95,15 @@ def preset_rules(preset: str, mesh: MeshSpec, model) -> Rules:
     rules = bind_preset(preset, mesh, family_of(model).name)
     names = {a.rule_name for a in family_of(model).parameters(model).values()}
     return Rules(rules.logical(), tuple((n, d) for n, d in rules.overrides if n in names))
+
+
+@functools.lru_cache(maxsize=256)
+def _family(model, preset, rules, mesh):
+    try:
+        resolved = bind_preset(preset, mesh, family_of(model).name) if preset is not None else rules
+        return family_for(model, resolved) if resolved is not None else family_of(model)
+    except ConfigError:  # a bad preset or layers rule: plan() says so
+        return family_of(model)
 
 
 def _jsonable(target):
@@ -175,6 +199,7 @@ def plan(config: LabConfig) -> Plan:
     if config.mesh.axis_type == "explicit" and config.family.explicit_refusal:
         raise ConfigError(config.family.explicit_refusal, "mesh")
     rules = config.resolved_rules()
+    validate_pipeline(config, rules)
     arrays = _array_paths(config)
     rules.validate(config.mesh, {name: logical for path, (_, logical, name, _) in arrays.items()
                                  if not path.startswith("opt/")}, tuple(config.family.logical_axes))
@@ -183,6 +208,10 @@ def plan(config: LabConfig) -> Plan:
     warnings, planned = [], {}
     if target.compile_only and device_grid(config.mesh, config.target)[1]:
         warnings.append(device_grid(config.mesh, config.target)[1])
+    if stage_axis(rules) is None and (config.microbatches != 1 or config.schedule != "gpipe"):
+        warnings.append(f"microbatches ({config.microbatches}) and schedule ({config.schedule}) apply to "
+                        "pipeline parallelism only (rules with layers → a mesh axis, e.g. preset pp): "
+                        "this step runs the whole batch at once")
     batch_first = sorted(arrays.items(), key=lambda item: not item[0].startswith("batch/"))
     for path, (shape, logical, name, dtype) in batch_first:
         requested = rules.spec(name, logical) if logical else P()

@@ -17,6 +17,7 @@ import re
 import textwrap
 
 from . import models
+from .errors import ConfigError
 from .config import LabConfig, plan as make_plan
 from .models import ops
 from .optimizer import SGD, SGDState
@@ -188,6 +189,9 @@ def export_script(config: LabConfig) -> str:
     """The standalone script for ``config`` (validated first: what cannot run is not exported)."""
     plan = make_plan(config)
     rules, mesh, family = plan.rules, config.mesh, config.family
+    refusal = getattr(family, "export_refusal", None)
+    if refusal:
+        raise ConfigError(refusal, "rules")
     optax_tx = {"sgd": f"optax.sgd({config.lr!r}, momentum={config.decay!r})",
                 "adamw": f"optax.adamw({config.lr!r})"}
     model_class, dataset, loss = family.export_objects

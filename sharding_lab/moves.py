@@ -14,7 +14,11 @@ layouts), and the kind of op. The rules, each from how the step is built:
   gather of one is the weight the backward matmul needs;
 - with no metadata, a parameter-shaped op moves the updated parameter (or its optimizer buffer,
   which has the same shape and layout) back to the layout the step's outputs are pinned to;
-- anything else whose leading dimension is a slice of the batch is activations.
+- anything else whose leading dimension is a slice of the batch is activations;
+- in a pipelined step (:mod:`sharding_lab.pipeline`), a collective-permute the step sent under its
+  forward scope carries a microbatch's activations to the next stage, one under its backward scope
+  their gradient to the previous stage (checked before the shapes: a microbatch's activations can
+  have a parameter block's shape).
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ from __future__ import annotations
 import re
 
 from .config import Plan
+from .pipeline import BACKWARD_SCOPE, FORWARD_SCOPE
 
 
 def _param_candidates(plan: Plan) -> list[tuple[str, tuple[int, ...], tuple[int, ...]]]:  # noqa: D401
@@ -109,8 +114,25 @@ def _owner(owners: list[str], full: dict[str, tuple], shape: tuple, nth: int, in
     return block + listed
 
 
-def name_elements(op: str, phase: str, shapes: tuple, count: int, plan: Plan) -> tuple[str, ...]:
-    """One name per element of a collective's result (``count`` identical ops share them)."""
+def _stage_send(op: str, shapes: tuple, op_names: tuple[str, ...]) -> tuple[str, ...] | None:
+    """What a pipelined step's send between stages carries (None: not one)."""
+    if op != "collective-permute":
+        return None
+    if op_names and all(FORWARD_SCOPE in n for n in op_names):
+        where = "to the next stage"
+        return tuple(f"activations ({' × '.join(map(str, s))}) {where}" for s in shapes)
+    if op_names and all(BACKWARD_SCOPE in n for n in op_names):
+        return tuple(f"gradient of activations ({' × '.join(map(str, s))}) to the previous stage" for s in shapes)
+    return None
+
+
+def name_elements(op: str, phase: str, shapes: tuple, count: int, plan: Plan,
+                  op_names: tuple[str, ...] = ()) -> tuple[str, ...]:
+    """One name per element of a collective's result (``count`` identical ops share them);
+    ``op_names``: the ops' JAX metadata names."""
+    sent = _stage_send(op, shapes, op_names)
+    if sent is not None:
+        return sent
     params = _param_candidates(plan)
     full = {name: f for name, f, _ in params}
     splits = _splits(plan.config.mesh.axis_sizes)

@@ -19,6 +19,7 @@ from .config import preset_rules
 from .models import FAMILIES, ChoiceField, family as model_family
 from .models.plugins import module_of
 from .optimizer import OPTIMIZERS
+from .pipeline import SCHEDULES
 from .rules import parse_target, target_text
 
 
@@ -67,6 +68,10 @@ def add_config_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--steps", type=int, default=None, help="default: the model family's (mlp: 3000)")
     parser.add_argument("--chunk", type=int, default=100, help="steps per compiled call")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--microbatches", type=int, default=1,
+                        help="pipeline parallelism (preset pp): microbatches per batch (default 1)")
+    parser.add_argument("--schedule", choices=list(SCHEDULES), default="gpipe",
+                        help="pipeline schedule: gpipe (all forwards, then all backwards) or 1f1b (default gpipe)")
 
 
 TRAIN_DEFAULTS = {"optimizer": "seed-sgd", "lr": 0.01, "steps": 3000}  # the seed's (the MLP's)
@@ -116,7 +121,8 @@ def config_from_args(args) -> LabConfig:
                      optimizer=args.optimizer or train["optimizer"],
                      lr=args.lr if args.lr is not None else train["lr"], decay=args.decay,
                      batch_size=args.batch, steps=args.steps if args.steps is not None else train["steps"],
-                     seed=args.seed, chunk=args.chunk, target=target.name)
+                     seed=args.seed, chunk=args.chunk, target=target.name, microbatches=args.microbatches,
+                     schedule=args.schedule)
 
 
 def _model_spec(family, args):
@@ -158,4 +164,5 @@ def config_to_args(config: LabConfig) -> list[str]:
             args += [option.flag, str(value)]
     return args + ["--optimizer", config.optimizer, "--lr", repr(float(config.lr)),
                    "--decay", repr(float(config.decay)), "--batch", str(config.batch_size),
-                   "--steps", str(config.steps), "--chunk", str(config.chunk), "--seed", str(config.seed)]
+                   "--steps", str(config.steps), "--chunk", str(config.chunk), "--seed", str(config.seed),
+                   "--microbatches", str(config.microbatches), "--schedule", config.schedule]

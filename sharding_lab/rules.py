@@ -173,11 +173,18 @@ class Rules:
 
 
 def preset_roles(mesh: MeshSpec) -> dict[str, str]:
-    """Which mesh axis plays ``data`` and which plays ``model``."""
+    """Which mesh axis plays ``data``, which ``model`` and which ``stage`` (pipeline stages: the
+    axis named ``stage``, else one that plays neither data nor model, else the one playing ``model``)."""
     axes = mesh.axes
-    data = "data" if "data" in axes else next((a for a in axes if a != "model"), axes[0])
+    data = "data" if "data" in axes else next((a for a in axes if a not in ("model", "stage")), axes[0])
     model = "model" if "model" in axes else next((a for a in reversed(axes) if a != data), axes[-1])
-    return {"data": data, "model": model}
+    stage = "stage" if "stage" in axes else next((a for a in axes if a not in (data, model)), model)
+    return {"data": data, "model": model, "stage": stage}
+
+
+def _roles_used(target) -> set[str]:
+    return set().union(*map(_roles_used, target)) if isinstance(target, tuple) else \
+        {target} if target in ("data", "model", "stage") else set()
 
 
 def bind_preset(name: str, mesh: MeshSpec, model: str = "mlp") -> Rules:
@@ -187,10 +194,14 @@ def bind_preset(name: str, mesh: MeshSpec, model: str = "mlp") -> Rules:
         raise ConfigError(f"unknown preset {name!r}: choose one of {', '.join(presets)}", "rules")
     preset = presets[name]
     roles = preset_roles(mesh)
-    if preset.needs_two_axes and roles["data"] == roles["model"]:
+    used = sorted(set().union(*(_roles_used(t) for t in preset.logical.values()),
+                              *(_roles_used(t) for _, dims in preset.overrides for t in dims)))
+    if preset.needs_two_axes and len({roles[r] for r in used}) < len(used):
         raise ConfigError(
-            f"preset {name} needs two different mesh axes (one for data, one for model) but the "
-            f"mesh has only {mesh.axes[0]!r}: add a second mesh axis", "rules")
+            f"preset {name} needs {['two', 'three'][len(used) - 2]} different mesh axes "
+            f"({', '.join(f'one for {role}' for role in used)}) but the mesh has only "
+            f"{', '.join(repr(a) for a in mesh.axes)}: add a {'second' if len(mesh.axes) == 1 else 'third'} "
+            "mesh axis", "rules")
 
     def bind(target):
         return tuple(bind(t) for t in target) if isinstance(target, tuple) else roles.get(target, target)

@@ -35,7 +35,8 @@ from .config import LabConfig, Plan, check_memory, plan as make_plan
 from .data import place, sample_batch
 from .errors import ConfigError
 from .layout import ArrayLayout, actual_layout, compare_layouts
-from .models import activation_rules, family_of
+from .models import activation_rules
+from .pipeline import family_for
 from .optimizer import buffer_name, make_optimizer
 
 FINAL_LOSS_WINDOW = 100
@@ -200,7 +201,8 @@ def refuse_compile_only(config: LabConfig) -> None:
 @nnx.jit(static_argnums=(0, 1, 2, 3, 4, 5))
 def _create(model_spec, rules, optimizer, lr, decay, seed):
     """Model and optimizer created inside jit, under the mesh: every array is born sharded."""
-    model = family_of(model_spec).build(model_spec, lambda name, *axes: rules.spec(name, axes), nnx.Rngs(seed))
+    model = family_for(model_spec, rules).build(model_spec, lambda name, *axes: rules.spec(name, axes),
+                                                nnx.Rngs(seed))
     return model, make_optimizer(optimizer, model, lr, decay)
 
 
@@ -240,7 +242,7 @@ def _from_process_rows(host: np.ndarray, idx: np.ndarray, sharding: NamedShardin
 def program_key(config: LabConfig, chunk: int, host_batches: bool = False) -> tuple:
     """What a compiled chunk depends on: equal keys share one program (across runs and sessions)."""
     return (config.mesh, config.resolved_rules(), config.model, config.optimizer, config.lr,
-            config.decay, config.batch_size, chunk, host_batches)
+            config.decay, config.batch_size, chunk, host_batches, config.microbatches, config.schedule)
 
 
 # --- the one train step ---------------------------------------------------------------------
@@ -277,7 +279,15 @@ def make_train_step(plan: Plan, graphdef, compute_dtype=None):
     ``state`` is ``nnx.state((model, optimizer))``; the activations the family constrains are laid
     out as the plan says. With ``compute_dtype`` (bf16) the step is *mixed precision*, as large runs
     train: the weights and optimizer state stay in the state's dtype (f32) and the update happens
-    there, while the forward and backward passes run on a ``compute_dtype`` copy of the weights."""
+    there, while the forward and backward passes run on a ``compute_dtype`` copy of the weights.
+
+    A pipelined configuration (rules with ``layers`` → a mesh axis) gets the pipelined step instead
+    (:mod:`sharding_lab.pipeline.step`): the same signature, loss and gradients, its microbatches
+    scheduled over the stages (its math in the state's dtype: mixed precision is not applied to it)."""
+    if plan.config.stage_axis is not None:
+        from .pipeline.step import make_pipelined_step
+
+        return make_pipelined_step(plan, graphdef)
     family, mesh, activations = plan.config.family, plan.mesh, plan.activation_specs()
 
     def value_and_grad(model, x, y):

@@ -12,12 +12,13 @@ import math
 import re
 
 import sharding_lab as sl
-from sharding_lab.app.settings import (CUSTOM, FLOATS, GENERAL_RANGES, TRAIN_DEFAULTS, max_axis_size, model_spec,
-                                       named_size_values, number_ranges, size_choices, size_key)
+from sharding_lab.app.settings import (CUSTOM, FLOATS, GENERAL_RANGES, MICROBATCHES, TRAIN_DEFAULTS, max_axis_size,
+                                       model_spec, named_size_values, number_ranges, pipelined, size_choices, size_key)
 from sharding_lab import targets
 from sharding_lab.challenges import CHALLENGES
 from sharding_lab.mesh import AXIS_NAME as _NAME, default_axes
 from sharding_lab.optimizer import OPTIMIZERS
+from sharding_lab.pipeline import SCHEDULES
 
 # Query keys that are not settings and are never reported: ``teacher`` carries the teacher view's
 # token (app.py reads it; a student's copied link must not mention it, nor its absence).
@@ -56,6 +57,8 @@ def to_query(state) -> dict[str, str]:
     for key in [size_key(f) for f in family.size_fields] + list(GENERAL_RANGES):
         query[key] = (str(state[key]) if key in choices else f"{state[key]:g}" if key in FLOATS
                       else str(int(state[key])))
+    if pipelined(state):  # only a pipelined layout has microbatches and a schedule
+        query["mb"], query["schedule"] = str(int(state["microbatches"])), str(state["schedule"])
     if state.get("solved"):  # the challenges this session solved travel with its link
         query["solved"] = ",".join(c for c in CHALLENGES if c in set(state["solved"]))
     return query
@@ -71,7 +74,7 @@ def from_query(query: dict[str, str]) -> tuple[dict, list[str]]:
     ranges = number_ranges()
     choices = size_choices()
     known = {"target", "mesh", "axes", "type", "model", "preset", "rules", "ovr", "opt", "focus", "solved", "size",
-             *ranges, *choices}
+             "mb", "schedule", *ranges, *choices}
     for key in query:
         if key not in known and key not in NOT_SETTINGS:
             problems.append(f"unknown setting {key!r} ignored")
@@ -158,6 +161,17 @@ def from_query(query: dict[str, str]) -> tuple[dict, list[str]]:
             updates["optimizer"] = query["opt"]
         else:
             bad("opt", f"one of {', '.join(OPTIMIZERS)}")
+    if "mb" in query:
+        text = query["mb"].strip()
+        if text.isascii() and text.isdigit() and MICROBATCHES[0] <= int(text) <= MICROBATCHES[1]:
+            updates["microbatches"] = int(text)
+        else:
+            bad("mb", f"microbatches: a whole number from {MICROBATCHES[0]} to {MICROBATCHES[1]}")
+    if "schedule" in query:
+        if query["schedule"] in SCHEDULES:
+            updates["schedule"] = query["schedule"]
+        else:
+            bad("schedule", f"one of {', '.join(SCHEDULES)}")
     for key, (low, high) in ranges.items():
         if key not in query:
             continue

@@ -27,7 +27,9 @@ DEFAULTS = {
     "n_axes": 2, "size_0": 2, "size_1": 4, "size_2": 2, "name_0": "data", "name_1": "model",
     "name_2": "z", "axis_type": "Auto", "model": "mlp", "preset": "seed", "optimizer": "seed-sgd",
     "batch": 32, "steps": 3000, "lr": 0.01, "decay": 0.9, "focus": None, "target": targets.CPU,
+    "microbatches": 4, "schedule": "gpipe",
 }
+MICROBATCHES = (1, 64)  # the pipeline's microbatches (shown, and in links, only for a pipelined layout)
 
 TRAIN_DEFAULTS = {key: DEFAULTS[key] for key in ("optimizer", "lr", "steps")}  # a family's train_defaults override
 
@@ -155,6 +157,18 @@ def rule_widget_values(rules: sl.Rules, fam, model) -> dict[str, str]:
     return values
 
 
+def pipelined(state) -> bool:
+    """Whether the rules in ``state`` map the blocks (logical axis ``layers``) to a mesh axis: the
+    preset's rule, or the rules table's when the rules are custom."""
+    fam = family(state)
+    if "layers" not in fam.logical_axes:
+        return False
+    if state["preset"] == CUSTOM:
+        return state.get("rule_layers") not in (None, REPLICATED, FROM_RULES)
+    preset = fam.presets.get(state["preset"])
+    return preset is not None and preset.logical.get("layers") is not None
+
+
 def config_from_state(state) -> sl.LabConfig:
     """The one place session state becomes a LabConfig (ConfigError for what cannot be)."""
     mesh, model = mesh_spec(state), model_spec(state)
@@ -163,9 +177,13 @@ def config_from_state(state) -> sl.LabConfig:
     if preset is None:
         mesh.validate(device_count(state))
         rules = custom_rules(state, mesh, model)
+    piped = pipelined(state)
     return sl.LabConfig(mesh=mesh, preset=preset, rules=rules, model=model, optimizer=state["optimizer"],
                         lr=float(state["lr"]), decay=float(state["decay"]), batch_size=int(state["batch"]),
-                        steps=int(state["steps"]), target=str(state.get("target", targets.CPU)))
+                        steps=int(state["steps"]), target=str(state.get("target", targets.CPU)),
+                        microbatches=int(state.get("microbatches", DEFAULTS["microbatches"])) if piped else 1,
+                        schedule=str(state.get("schedule", DEFAULTS["schedule"])) if piped else "gpipe")
+
 
 
 def device_count(state) -> int:
@@ -223,13 +241,16 @@ def state_from_config(config: sl.LabConfig) -> dict:
              "model": fam.name, "preset": config.preset if config.preset is not None else CUSTOM,
              "optimizer": config.optimizer, "lr": float(config.lr), "decay": float(config.decay),
              "batch": int(config.batch_size), "steps": int(config.steps), "target": config.target}
+    if config.stage_axis is not None:
+        state.update(microbatches=int(config.microbatches), schedule=config.schedule)
     for i, (size, name) in enumerate(zip(mesh.shape, mesh.axes)):
         state[f"size_{i}"], state[f"name_{i}"] = int(size), name
     state.update({size_key(f): _field_value(s, getattr(config.model, f)) for f, s in fam.size_fields.items()})
     # The rules table shows the rules either way: a preset's, bound to this mesh, or the custom ones.
     state.update(rule_widget_values(config.resolved_rules(), fam, config.model))
     largest = max_axis_size({"target": config.target})
-    ranges = {**number_ranges(), **{f"size_{i}": (1, largest) for i in range(len(mesh.shape))}}
+    ranges = {**number_ranges(), "microbatches": MICROBATCHES,
+              **{f"size_{i}": (1, largest) for i in range(len(mesh.shape))}}
     for key, (low, high) in ranges.items():
         if key in state and not low <= state[key] <= high:
             raise sl.ConfigError(f"{key} = {state[key]} is outside what the sidebar allows ({low} to {high})", key)

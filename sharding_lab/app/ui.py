@@ -19,6 +19,7 @@ from sharding_lab.app import links, settings
 from sharding_lab.app.settings import CUSTOM, FROM_RULES
 from sharding_lab.export import export_script, script_name
 from sharding_lab.models import ChoiceField, plugins
+from sharding_lab.pipeline import SCHEDULES
 
 
 def init_state() -> None:
@@ -217,6 +218,17 @@ def _short(count: float) -> str:
                 if count >= scale)
 
 
+def pipeline_widgets() -> None:
+    """Microbatches and schedule, for a layout whose blocks are split into pipeline stages."""
+    left, right = st.columns(2)
+    left.number_input("Microbatches", *settings.MICROBATCHES, key="microbatches",
+                      help="The batch is cut into this many microbatches, which flow through the stages one "
+                           "after another. More microbatches: a smaller bubble.")
+    right.selectbox("Schedule", list(SCHEDULES), key="schedule",
+                    format_func=lambda name: {"gpipe": "GPipe", "1f1b": "1F1B"}[name],
+                    help="\n\n".join(f"**{k}**: {v}" for k, v in SCHEDULES.items()))
+
+
 def sidebar() -> sl.Plan | sl.ConfigError:
     """Mesh, preset, model and data widgets; errors shown under the section that caused them.
 
@@ -248,13 +260,15 @@ def sidebar() -> sl.Plan | sl.ConfigError:
                      format_func=lambda p: fam.presets[p].title if p in fam.presets else "Custom (edited rules)")
         st.caption(fam.presets[state.preset].explanation if state.preset in fam.presets
                    else "Your own rules: edit them on the Layout page.")
+        if settings.pipelined(state):
+            pipeline_widgets()
         rules_error = st.empty()
         with st.expander("Model, optimizer, batch", expanded=False):
             model_widgets(fam)
         other_error = st.empty()
     result = _build_plan()
     if isinstance(result, sl.ConfigError):
-        slot = {"mesh": mesh_error, "rules": rules_error}.get(result.field, other_error)
+        slot = {"mesh": mesh_error, "rules": rules_error, "pipeline": rules_error}.get(result.field, other_error)
         show_error(result, lead="", where=slot, fix=False)
     elif unused := result.unused_axes():
         sizes = result.config.mesh.axis_sizes
@@ -270,7 +284,9 @@ def sidebar() -> sl.Plan | sl.ConfigError:
         base = str(st.context.url or "").split("?")[0]
         st.code(f"{base}?{urlencode(query)}", language=None, wrap_lines=True)
         st.caption("Copy the link (icon at the right): it opens this exact configuration.")
-        if isinstance(result, sl.Plan):
+        if isinstance(result, sl.Plan) and getattr(result.config.family, "export_refusal", None):
+            st.caption("No script download: " + result.config.family.export_refusal + ".")
+        elif isinstance(result, sl.Plan):
             config = result.config
             st.download_button("Download as a Python script", lambda: export_script(config),
                                file_name=script_name(config), mime="text/x-python",

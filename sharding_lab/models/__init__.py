@@ -51,7 +51,7 @@ class Expect:
     ops: tuple[str, ...]
     carries: str
     phase: str
-    role: str  # "data" or "model"
+    role: str  # "data", "model" or "stage"
 
 
 # What each strategy communicates on paper (the scaling book's training chapter — data parallelism,
@@ -69,6 +69,12 @@ SEQUENCE_TEXTBOOK = (Expect(("all-gather",), "activations", "forward", "model"),
                      Expect(("reduce-scatter",), "activations", "forward", "model"),
                      Expect(("all-gather",), "activations", "backward", "model"),
                      Expect(("reduce-scatter",), "activations", "backward", "model"))
+# Pipeline parallelism (GPipe, Huang et al. 2019; 1F1B, Narayanan et al. 2021): each stage sends its
+# microbatch's activations to the next stage and, in the backward pass, their gradients to the
+# previous one — point to point, never all-to-all; the data axis all-reduces gradients as DP does.
+PIPELINE_TEXTBOOK = (Expect(("collective-permute",), "activations", "forward", "stage"),
+                     Expect(("collective-permute",), "activations", "backward", "stage"),
+                     Expect(("all-reduce",), "gradients", "backward", "data"))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -302,6 +308,7 @@ def family_of(spec) -> ModelFamily:
 from . import mlp  # noqa: E402,F401  (registers the families)
 from . import transformer  # noqa: E402,F401
 
-__all__ = ["ArraySpec", "ChoiceField", "NamedSize", "recording_activations", "DP_TEXTBOOK", "Expect", "FSDP_TEXTBOOK", "MEGATRON_TEXTBOOK", "REPLICATED_TEXTBOOK",
+__all__ = ["ArraySpec", "ChoiceField", "NamedSize", "recording_activations", "DP_TEXTBOOK", "Expect", "FSDP_TEXTBOOK",
+           "MEGATRON_TEXTBOOK", "PIPELINE_TEXTBOOK", "REPLICATED_TEXTBOOK",
            "SEQUENCE_TEXTBOOK", "FAMILIES", "ModelFamily", "Preset", "SizeField", "activation_rules", "constrain", "family",
            "family_of", "param", "register"]

@@ -44,6 +44,7 @@ from ..errors import ConfigError
 from . import (DP_TEXTBOOK, FSDP_TEXTBOOK, MEGATRON_TEXTBOOK, REPLICATED_TEXTBOOK, SEQUENCE_TEXTBOOK, ArraySpec,
                ChoiceField, ModelFamily, NamedSize, Preset, SizeField, constrain, param, recording_activations,
                register)
+from . import PIPELINE_TEXTBOOK  # noqa: E402  (the pp preset)
 
 # Limits that allow a real model to be *planned* (Llama 3 70B: 80 layers, embed 8192, mlp 28672,
 # vocab 128256, seq 8192); training such a size is refused by the memory check, not by these.
@@ -240,6 +241,18 @@ class Transformer(nnx.Module):
             logits = jnp.einsum("bse,ev->bsv", h, self.unembed[...])
         return constrain(logits, "logits")
 
+    # Pipeline parallelism (sharding_lab.pipeline) runs __call__ in three parts on different stages:
+    # embed on the first, the blocks stage by stage, head on the last. These two repeat __call__'s
+    # first and last lines; tests/core/test_pipeline.py checks that the three parts make __call__.
+    def embed(self, tokens):
+        """The residual stream entering the first block (__call__'s first lines)."""
+        one_hot = jax.nn.one_hot(tokens, self.embedding[...].shape[0])
+        return jnp.einsum("bsv,ve->bse", one_hot, self.embedding[...]) + self.pos[...]
+
+    def head(self, x):
+        """The logits from the last block's output (__call__'s last lines)."""
+        return jnp.einsum("bse,ev->bsv", rms_norm(x, self.final_norm[...]), self.unembed[...])
+
 
 def make_dataset(spec, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
     """(X, Y) int32 of shape (N, seq): rows ``a, reversed(a)``; Y is the next token on the second
@@ -259,6 +272,18 @@ def cross_entropy_loss(model, x, y):
     logits = model(x)
     picked = jnp.sum(jax.nn.log_softmax(logits) * jax.nn.one_hot(y, logits.shape[-1]), axis=-1)
     return -jnp.sum(picked) / jnp.maximum(jnp.sum(y >= 0), 1)
+
+
+def target_count(y):
+    """How many positions of a batch have a target: the loss's denominator."""
+    return jnp.maximum(jnp.sum(y >= 0), 1)
+
+
+def partial_loss(logits, y, count):
+    """One microbatch's share of :func:`cross_entropy_loss`: its summed cross-entropy over the whole
+    batch's ``count``, so the shares of the microbatches add up to the batch's loss."""
+    picked = jnp.sum(jax.nn.log_softmax(logits) * jax.nn.one_hot(y, logits.shape[-1]), axis=-1)
+    return -jnp.sum(picked) / count
 
 
 # Weights split along one dimension over `data` (FSDP). Per-parameter overrides, because the
@@ -303,6 +328,15 @@ PRESETS: dict[str, Preset] = {p.name: p for p in [
            "data too: each device stores 1/(data×model) of the weights.",
            {**_MEGATRON, "batch": "data"}, _FSDP_TP, needs_two_axes=True,
            textbook=FSDP_TEXTBOOK + MEGATRON_TEXTBOOK),
+    Preset("pp", "Pipeline parallel (+ data)",
+           "The blocks split into stages on stage, the batch into microbatches that flow through them "
+           "(GPipe or 1F1B); each stage sends activations to the next and their gradients back. The "
+           "batch on data.", {"layers": "stage", "batch": "data"}, needs_two_axes=True, textbook=PIPELINE_TEXTBOOK),
+    Preset("pp_tp", "Pipeline + tensor parallel (3-D)",
+           "As pp on stage and data, and within each stage Megatron on model: heads, MLP units and vocab "
+           "split, one all-reduce of activations per sublayer (needs three axes).",
+           {"layers": "stage", "batch": "data", **_MEGATRON}, needs_two_axes=True,
+           textbook=PIPELINE_TEXTBOOK + MEGATRON_TEXTBOOK),
 ]}
 
 
@@ -322,6 +356,7 @@ class TransformerFamily(ModelFamily):
         "head_dim": "features within one head",
         "mlp": "MLP hidden units (mlp_gate and mlp_in output, mlp_out input)",
         "vocab": "token ids (embedding rows, unembedding columns, logits)",
+        "layers": "the blocks: mapped to a mesh axis, their weights are stacked and split into pipeline stages",
     }
     presets = PRESETS
     default_preset = "tp"
@@ -418,3 +453,11 @@ class TransformerFamily(ModelFamily):
     def probe(self, model, x: jax.Array) -> jax.Array:
         """The predicted token at every position (argmax of the logits)."""
         return jnp.argmax(model(x), axis=-1).astype(jnp.int32)
+
+    # -- pipeline parallelism (sharding_lab.pipeline): the loss in one share per microbatch --------
+    def target_count(self, y: jax.Array) -> jax.Array:
+        return target_count(y)
+
+    def partial_loss(self, model, h: jax.Array, y: jax.Array, count: jax.Array) -> jax.Array:
+        """The loss share of one microbatch whose last block output is ``h``."""
+        return partial_loss(model.head(h), y, count)

@@ -1,0 +1,81 @@
+"""Pipeline parallelism through the real Streamlit script (AppTest): the pp preset in the sidebar, its
+clear error, the Train page's timeline drawn from the schedule the step runs, and the share link."""
+
+import json
+from pathlib import Path
+
+from streamlit.testing.v1 import AppTest
+
+from sharding_lab.app import links, settings
+from sharding_lab.pipeline.schedule import build
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def timeline(at: AppTest) -> dict:
+    chart = next(c for c in at.get("plotly_chart") if c.proto.id.endswith("-pipeline_timeline"))
+    return json.loads(chart.proto.spec)["data"][0]
+
+
+def test_train_page_draws_the_schedule_the_step_runs():
+    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=180)
+    at.switch_page("app_pages/train.py").run()
+    at.selectbox(key="model").select("transformer").run()
+    at.selectbox(key="preset").select("pp").run()  # 2×4 (data, model): the stages on `model`, 4 of them
+    assert not at.exception
+    assert any("4 pipeline stages (mesh axis 'model') cannot share 2 layers" in e.value.replace("\\", "")
+               for e in at.error)  # shown escaped: the message is plain text
+    at.number_input(key="layers").set_value(4).run()
+    at.number_input(key="microbatches").set_value(8).run()
+    assert not at.exception and not at.error
+    for schedule in ("gpipe", "1f1b"):
+        at.selectbox(key="schedule").select(schedule).run()
+        table = build(schedule, 4, 8)
+        drawn = timeline(at)
+        assert drawn["text"] == [["" if row[s] is None else f"{row[s].kind}{row[s].microbatch}" for row in table.grid]
+                                 for s in range(4)]
+        assert at.metric[0].value == "27.3%"  # 3/11 of the stage-ticks idle, counted in the table
+    held = at.dataframe[0].value
+    assert list(held["held, gpipe"]) == [8, 8, 8, 8] and list(held["held, 1f1b"]) == table.peak_held()
+
+
+def test_share_link_carries_microbatches_and_schedule_only_for_a_pipeline():
+    state = {**settings.defaults(), "model": "transformer", "preset": "pp", "layers": 4, "microbatches": 8,
+             "schedule": "1f1b"}
+    query = links.to_query(state)
+    assert query["mb"] == "8" and query["schedule"] == "1f1b"
+    updates, problems = links.from_query(query)
+    assert problems == [] and updates["microbatches"] == 8 and updates["schedule"] == "1f1b"
+    assert "mb" not in links.to_query({**state, "preset": "tp"})
+    config = settings.config_from_state({**state, "preset": "tp"})
+    assert config.microbatches == 1  # a layout without stages runs the whole batch at once
+    _, problems = links.from_query({**query, "mb": "0", "schedule": "zigzag"})
+    assert len(problems) == 2
+
+
+def test_lesson_says_where_the_pipeline_is_shown():
+    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=180)
+    at.switch_page("app_pages/lesson.py").run()
+    at.selectbox(key="model").select("transformer").run()
+    at.selectbox(key="preset").select("pp").run()
+    at.number_input(key="layers").set_value(4).run()
+    assert not at.exception and not at.error
+    assert "does not run" in at.info[0].value and "Train page" in at.info[0].value
+
+
+
+def test_train_page_trains_a_pipeline_live():
+    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=180)
+    at.switch_page("app_pages/train.py").run()
+    at.selectbox(key="model").select("transformer").run()
+    at.selectbox(key="preset").select("pp").run()
+    at.number_input(key="layers").set_value(4).run()
+    at.number_input(key="microbatches").set_value(2).run()
+    at.number_input(key="steps").set_value(20).run()
+    at.button(key="train").click().run()
+    snap = at.session_state["job_slot"].job.wait(240)
+    assert snap.state == "finished", snap.message
+    assert snap.layout_problems == [] and len(snap.losses) == 20
+    at.run()
+    assert not at.exception and not at.error
+    assert any("layout verified" in s.value for s in at.success)
