@@ -17,7 +17,8 @@ ENV PYTHONDONTWRITEBYTECODE=1 \
     SHARDING_LAB_DEVICES=8 \
     SHARDING_LAB_MAX_JOBS=4 \
     SHARDING_LAB_JOB_TIME_LIMIT_S=300 \
-    SHARDING_LAB_UNWATCHED_LIMIT_S=30
+    SHARDING_LAB_UNWATCHED_LIMIT_S=30 \
+    SHARDING_LAB_CACHE_DIR=/app/cache
 
 WORKDIR /app
 
@@ -33,6 +34,13 @@ RUN pip install --no-cache-dir -r requirements.txt -r requirements-targets.txt \
 RUN groupadd --gid 10001 lab \
     && useradd --uid 10001 --gid 10001 --create-home --shell /usr/sbin/nologin lab
 COPY . .
+# What a class clicks (each model's defaults × every preset × every mesh shape of 8 devices) compiled into
+# the image's compilation cache, so a fresh container's first class does not wait for the compiler.
+# The cache stays writable by the app user (mount a volume on /app/cache to keep what a class adds).
+# WARM_CACHE=0 skips it (a faster build; the server then warms it in the background after start).
+ARG WARM_CACHE=1
+RUN if [ "$WARM_CACHE" = 1 ]; then python -m sharding_lab.app.warm; fi \
+    && mkdir -p /app/cache && chown -R 10001:10001 /app/cache
 USER 10001:10001
 
 EXPOSE 8501

@@ -10,7 +10,7 @@ import pandas as pd
 import psutil
 import streamlit as st
 
-from sharding_lab.app import classroom, scheduler
+from sharding_lab.app import classroom, scheduler, warm
 
 st.title("Teacher view")
 st.caption("Counts only: no names, no session ids. This page refreshes itself every 5 seconds.")
@@ -34,6 +34,19 @@ def overview() -> None:
               help="Above the core count, runs and pages wait for each other.")
     c2.metric("Server memory", f"{server.memory_info().rss / 2**20:,.0f} MB")
     c3.metric("Machine memory free", f"{memory.available / 2**30:.1f} of {memory.total / 2**30:.1f} GB")
+    warming = warm.progress()
+    if warming:
+        st.subheader("Compilation cache")
+        state = ("stopped" if warming.get("stopped") else "warming" if warming.get("running") else "warm")
+        st.progress(min(1.0, warming["done"] / max(1, warming["total"])),
+                    text=f"{state}: {warming['done']} of {warming['total']} layouts a class clicks compiled "
+                         f"ahead of time ({warming['skipped']} could not run) in {warming['seconds']:.0f} s"
+                         + (f" — now {warming['current']}" if warming.get("current") else ""))
+        st.caption("Compiled at the lowest priority, and paused whenever a student's run trains or waits. "
+                   "SHARDING_LAB_WARM=default keeps only the default layout; the cache lives in "
+                   "SHARDING_LAB_CACHE_DIR.")
+        if warming.get("running") and st.button("Stop warming", key="stop_warming"):
+            warm.stop_warming()
     st.subheader("Challenges")
     counts = classroom.solved_counts()
     if not counts:

@@ -1,17 +1,24 @@
-"""Warm start for a class: compiled programs kept on disk, and the default layout compiled early.
+"""Warm start for a class: compiled programs kept on disk, and what a class clicks compiled early.
 
 :func:`enable_compilation_cache` points JAX's persistent compilation cache at
 ``SHARDING_LAB_CACHE_DIR`` (default ``~/.cache/sharding-lab/jax``; ``off`` disables it), so a
 restarted server loads the programs the last one compiled instead of compiling them again.
-:func:`warm_in_background` then compiles the default configuration (the seed preset on the
-default mesh — what every student sees first) in a low-priority thread while the server waits for
-its first students. Both are the app's business: the CLI and the tests compile as before.
+:func:`warm_in_background` then compiles, in a low-priority thread, the default configuration (the
+seed preset on the default mesh — what every student sees first) and after it every layout a class
+clicks through (:func:`class_configs`: each model family's defaults × every preset × every mesh shape
+over the default device count), pausing whenever a student's own run trains or waits, stoppable from
+the teacher view, its progress in :func:`progress`. ``SHARDING_LAB_WARM``: ``on`` (all of it),
+``default`` (the default layout only) or ``off``. ``python -m sharding_lab.app.warm`` does the same in the
+foreground — the Docker image runs it at build time, so a fresh container's cache is already full.
+Both are the app's business: the CLI and the tests compile as before.
 """
 
 from __future__ import annotations
 
 import os
+import sys
 import threading
+import time
 from pathlib import Path
 
 _lock = threading.Lock()
@@ -52,14 +59,72 @@ def enable_compilation_cache() -> Path | None:
         return path
 
 
+def class_meshes(devices: int) -> list[tuple[int, ...]]:
+    """Every mesh shape of 1–3 axes over exactly ``devices`` devices (the sidebar's sizes): the shapes the
+    sidebar opens with first (2×4, 8, 2×2×2 for 8 devices), then the other two-axis ones, then the rest."""
+    from .settings import DEFAULT_SHAPES
+
+    shapes = [(devices,)]
+    shapes += [(a, devices // a) for a in range(1, devices + 1) if devices % a == 0]
+    shapes += [(a, b, devices // (a * b)) for a in range(1, devices + 1) for b in range(1, devices + 1)
+               if devices % (a * b) == 0]
+    opening = [DEFAULT_SHAPES[2], DEFAULT_SHAPES[1], DEFAULT_SHAPES[3]]  # the sidebar's 2 axes come first
+    return sorted(set(shapes), key=lambda s: (s not in opening, opening.index(s) if s in opening else 0,
+                                              len(s) != 2, len(s), s))
+
+
+def class_configs(devices: int | None = None) -> list:
+    """What a class clicks, in the order it clicks it: for each built-in model family, its defaults (sizes,
+    optimizer, learning rate, steps) under every preset on every mesh shape of the default device count
+    — the configurations the sidebar offers before anyone types a size. Ones that cannot run are left
+    out (a preset a mesh cannot bind, a batch an axis cannot split)."""
+    from ..config import LabConfig, plan
+    from ..devices import requested_host_devices
+    from ..errors import ConfigError
+    from ..mesh import MeshSpec, default_axes
+    from ..models import FAMILIES
+    from ..options import TRAIN_DEFAULTS
+
+    devices = devices or requested_host_devices()
+    out = []
+    for name in ("mlp", "transformer"):
+        family = FAMILIES[name]
+        train = {**TRAIN_DEFAULTS, **family.train_defaults}
+        for shape in class_meshes(devices):
+            for preset in family.presets:
+                config = LabConfig(mesh=MeshSpec(shape, default_axes(len(shape))), preset=preset, model=family.Spec(),
+                                   optimizer=train["optimizer"], lr=train["lr"], steps=train["steps"])
+                try:
+                    plan(config)
+                except ConfigError:
+                    continue
+                out.append(config)
+    return out
+
+
 def warm_in_background(configs=None) -> threading.Thread | None:
-    """Compile ``configs`` (default: the app's default configuration) in a background thread at
-    the lowest CPU priority, once per process; the thread, or None if it was started before."""
+    """Compile ``configs`` (default: the app's default configuration, then — with ``SHARDING_LAB_WARM=on``
+    — :func:`class_configs`) in a background thread at the lowest CPU priority, once per process; the
+    thread, or None if it was started before."""
     with _lock:
         if "warm" in _state:
             return None
         _state["warm"] = thread = _warm_thread(configs)
     return thread
+
+
+def progress() -> dict:
+    """The warm-up as the teacher view shows it: done, total, skipped, current, running, stopped, seconds."""
+    with _lock:
+        return dict(_state.get("progress", {}))
+
+
+def stop_warming() -> None:
+    """Stop the background warm-up after the configuration it is compiling now."""
+    _stop.set()
+
+
+_stop = threading.Event()
 
 
 def _warm_thread(configs) -> threading.Thread:
@@ -68,21 +133,77 @@ def _warm_thread(configs) -> threading.Thread:
     return thread
 
 
-def _warm(configs) -> None:
+def _default_configs() -> list:
+    from ..config import LabConfig
+
+    configs = [LabConfig()]
+    if os.environ.get("SHARDING_LAB_WARM", "on").strip().lower() != "default":
+        configs += [c for c in class_configs() if c != LabConfig()]
+    return configs
+
+
+def _students_busy() -> bool:
+    from .scheduler import load
+
+    running, waiting = load()
+    return running + waiting > 0
+
+
+def _warm(configs, wait_for_students: bool = True) -> None:
     try:
         os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 19)  # this thread only (Linux)
     except (AttributeError, OSError):
         pass
-    from ..config import LabConfig
+    started = time.perf_counter()
+    _set_progress(done=0, total=len(configs) if configs else 1, skipped=0, current="the default layout",
+                  running=True, stopped=False, seconds=0.0)
+    configs = configs or _default_configs()
+    _set_progress(total=len(configs))
+    for i, config in enumerate(configs):
+        while wait_for_students and _students_busy() and not _stop.is_set():
+            time.sleep(0.5)  # a student's own compile and run come first
+        if _stop.is_set():
+            _set_progress(stopped=True)
+            break
+        _set_progress(current=f"{config.family.name} {config.preset} on {config.mesh.label()}")
+        try:
+            _compile_run(config)
+        except Exception:  # noqa: BLE001 - warming is a bonus; a student's own run reports its errors
+            _set_progress(skipped=progress().get("skipped", 0) + 1)
+        _set_progress(done=i + 1, seconds=time.perf_counter() - started)
+    _set_progress(running=False, current="", seconds=time.perf_counter() - started)
+
+
+def _compile_run(config) -> None:
+    """One short run compiles what a student's first run would: the model's creation, the 100-step
+    chunk (the same program as a full run's), the prediction and the layout check."""
     from ..training import Lab, Trainer
 
-    for config in configs or [LabConfig()]:
-        try:
-            # One short run compiles what a student's first run would: the model's creation, the
-            # 100-step chunk (the same program as a full run's), the prediction and the layout check.
-            lab = Lab(config)
-            Trainer(lab, steps=min(config.chunk, config.steps)).run()
-            lab.predict(lab.x_host)
-            lab.verify_layout()
-        except Exception:  # noqa: BLE001 - warming is a bonus; a student's own run reports its errors
-            pass
+    lab = Lab(config)
+    Trainer(lab, steps=min(config.chunk, config.steps)).run()
+    lab.predict(lab.x_host)
+    lab.verify_layout()
+
+
+def _set_progress(**values) -> None:
+    with _lock:
+        _state.setdefault("progress", {}).update(values)
+
+
+def main() -> int:
+    """``python -m sharding_lab.app.warm``: compile what a class clicks into SHARDING_LAB_CACHE_DIR now."""
+    path = enable_compilation_cache()
+    if path is None:
+        print("SHARDING_LAB_CACHE_DIR is off: there is no cache to fill", file=sys.stderr)
+        return 2
+    configs = _default_configs()
+    print(f"compiling {len(configs)} configurations into {path}", flush=True)
+    _warm(configs, wait_for_students=False)
+    done = progress()
+    print(f"done: {done['done'] - done['skipped']} compiled, {done['skipped']} skipped, {done['seconds']:.0f} s",
+          flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -2,6 +2,7 @@
 teacher view and its registry. Real jobs on the real scheduler (real JAX on the forced host
 devices), the real script through AppTest."""
 
+import math
 import os
 import threading
 import time
@@ -271,3 +272,50 @@ def test_warm_up_compiles_the_default_configuration_in_the_background():
     thread = warm._warm_thread([config])
     thread.join(120)
     assert key in training._programs  # a student's first run of this layout will not compile it
+
+
+def test_the_class_warm_up_covers_every_preset_and_mesh_shape_the_sidebar_offers():
+    """Each family's defaults × every preset × every 1–3-axis shape over the 8 devices, less what cannot
+    run — counted independently here by planning every combination."""
+    from sharding_lab.app import warm
+    from sharding_lab.mesh import default_axes
+
+    shapes = warm.class_meshes(8)
+    assert shapes[0] == (2, 4) and len(shapes) == len(set(shapes)) == 15  # 1 + 4 + 10 factorisations of 8
+    assert all(math.prod(s) == 8 for s in shapes)
+    configs = warm.class_configs(8)
+    expected = 0
+    for family in ("mlp", "transformer"):
+        fam = sl.family(family)
+        for shape in shapes:
+            for preset in fam.presets:
+                try:
+                    sl.plan(sl.LabConfig(mesh=sl.MeshSpec(shape, default_axes(len(shape))), preset=preset,
+                                         model=fam.Spec()))
+                    expected += 1
+                except sl.ConfigError:
+                    pass
+    assert len(configs) == expected and configs[0].mesh.shape == (2, 4) and configs[0].preset == "seed"
+    transformer = [c for c in configs if c.family.name == "transformer"]
+    assert transformer and all(c.optimizer == "adamw" and c.steps == 300 for c in transformer)
+
+
+def test_the_warm_up_waits_for_students_and_stops_when_told():
+    from sharding_lab.app import scheduler, warm
+
+    config = sl.LabConfig(mesh=sl.MeshSpec((2, 4), ("wait_a", "wait_b")), preset="dp")
+    scheduler.take_slot()  # a student's run is training
+    try:
+        thread = warm._warm_thread([config])
+        time.sleep(1.5)
+        assert warm.progress()["done"] == 0 and warm.progress()["running"]
+    finally:
+        scheduler.release_slot()
+    thread.join(120)
+    assert warm.progress()["done"] == 1 and not warm.progress()["running"]
+    warm.stop_warming()
+    try:
+        warm._warm_thread([config]).join(30)
+        assert warm.progress()["stopped"] and warm.progress()["done"] == 0
+    finally:
+        warm._stop.clear()
