@@ -241,7 +241,7 @@ class Transformer(nnx.Module):
             logits = jnp.einsum("bse,ev->bsv", h, self.unembed[...])
         return constrain(logits, "logits")
 
-    # Pipeline parallelism (sharding_lab.pipeline) runs __call__ in three parts on different stages:
+    # Pipeline parallelism (the lab's pipeline package) runs __call__ in three parts on different stages:
     # embed on the first, the blocks stage by stage, head on the last. These two repeat __call__'s
     # first and last lines; tests/core/test_pipeline.py checks that the three parts make __call__.
     def embed(self, tokens):
@@ -454,7 +454,7 @@ class TransformerFamily(ModelFamily):
         """The predicted token at every position (argmax of the logits)."""
         return jnp.argmax(model(x), axis=-1).astype(jnp.int32)
 
-    # -- pipeline parallelism (sharding_lab.pipeline): the loss in one share per microbatch --------
+    # -- pipeline parallelism (the lab's pipeline package): the loss in one share per microbatch --------
     def target_count(self, y: jax.Array) -> jax.Array:
         return target_count(y)
 

@@ -466,7 +466,10 @@ def app_sources() -> list[Path]:
 
 # The one process launcher: the multi-process run starts `python -m sharding_lab.distributed.worker` with an
 # argument list rebuilt from a validated LabConfig (names match [A-Za-z_][A-Za-z0-9_]*; no shell).
-ALLOWED_CALLS = {"launcher.py: subprocess.Popen("}
+# The launcher starts the worker processes; plugins.py imports a model family's module — named on the
+# command line, in the server owner's SHARDING_LAB_FAMILIES or by an installed package's entry point, never by
+# a link or by anything typed in the app (tests/core/test_own_family.py checks that a link imports nothing).
+ALLOWED_CALLS = {"launcher.py: subprocess.Popen(", "plugins.py: importlib.import_module("}
 
 
 def test_no_eval_exec_or_shell_in_the_app():
