@@ -129,7 +129,11 @@ def parse(name: str | None) -> Target:
 # --- is its compiler here? ----------------------------------------------------------------------
 
 def _installed(module: str) -> bool:
-    return importlib.util.find_spec(module) is not None
+    """Whether ``module`` can be imported (a dotted name whose parent package is missing: no)."""
+    try:
+        return importlib.util.find_spec(module) is not None
+    except ModuleNotFoundError:
+        return False
 
 
 def availability(target: Target) -> tuple[bool, str]:

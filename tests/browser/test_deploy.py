@@ -145,7 +145,9 @@ def local_command(port: int) -> list[str]:
 @pytest.fixture(scope="module")
 def image_server():
     port = free_port()
-    env = {**os.environ, **dockerfile_env()}
+    # The image's environment, less its cache directory (/app/cache, inside the image): here the tests'
+    # own setting (off) stands, so nothing is written outside the checkout.
+    env = {**os.environ, **{k: v for k, v in dockerfile_env().items() if k != "SHARDING_LAB_CACHE_DIR"}}
     proc = subprocess.Popen(local_command(port), cwd=ROOT, env=env, stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True)
     url = f"http://127.0.0.1:{port}/"

@@ -64,6 +64,26 @@ def test_target_names_follow_the_clouds():
     assert not targets.parse("cpu").compile_only
 
 
+def test_a_compiler_that_is_not_installed_is_said_so_not_raised():
+    """A machine without the CUDA plugin has no ``jax_plugins`` package at all (finding a dotted name under
+    it then raises): its GPU targets are listed as unavailable with the install line, the app still starts.
+    Run in a process whose imports cannot see ``jax_plugins`` or ``nvidia``, as on such a machine."""
+    program = ("import sys\n"
+               "class Hide:\n"
+               "    def find_spec(self, name, path=None, target=None):\n"
+               "        if name.split('.')[0] in ('jax_plugins', 'nvidia'):\n"
+               "            raise ModuleNotFoundError(f'No module named {name.split(\".\")[0]!r}')\n"
+               "sys.meta_path.insert(0, Hide())\n"
+               "import json\n"
+               "from sharding_lab import targets\n"
+               "names = targets.available_names()\n"
+               "print(json.dumps([names['h100-8'], names['cpu']]))\n")
+    done = subprocess.run([sys.executable, "-c", program], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    gpu, cpu = json.loads(done.stdout)
+    assert "requirements-targets-gpu.txt" in gpu and cpu == ""
+
+
 @pytest.mark.parametrize("name, words", [("v9-8", "unknown target"), ("v5e-12", "not 12"),
                                           ("v5p-6", "TensorCores"), ("h100-4", "whole 8-GPU nodes"),
                                           ("tpu", "unknown target")])
