@@ -112,7 +112,29 @@ def realized_spec(mesh, shape: tuple[int, ...], requested: P) -> P:
         return P(*trim(requested))
     constrain = jax.jit(lambda: jax.lax.with_sharding_constraint(
         jnp.zeros(shape, jnp.float32), NamedSharding(mesh, requested)))
-    return P(*trim(constrain.lower().compile().output_shardings.spec))
+    try:
+        return P(*trim(constrain.lower().compile().output_shardings.spec))
+    except Exception as error:  # a TPU target's compiler may refuse even this one array for memory
+        if "RESOURCE_EXHAUSTED" not in str(error):
+            raise
+        return P(*trim(_leading_divisors(mesh, shape, requested)))
+
+
+def _leading_divisors(mesh, shape: tuple[int, ...], requested: P) -> tuple:
+    """What XLA:CPU answers for an indivisible spec, written out: each dimension keeps the leading mesh axes
+    of its entry whose product divides it (none: unsplit). Used only when the compiler cannot be asked."""
+    sizes = dict(zip(mesh.axis_names, mesh.devices.shape))
+    out = []
+    for dim, entry in zip(shape, tuple(requested) + (None,) * (len(shape) - len(requested))):
+        names = () if entry is None else (entry,) if isinstance(entry, str) else tuple(entry)
+        kept, ways = [], 1
+        for name in names:
+            if dim % (ways * sizes[name]):
+                break
+            kept.append(name)
+            ways *= sizes[name]
+        out.append(None if not kept else kept[0] if len(kept) == 1 else tuple(kept))
+    return tuple(out)
 
 
 def compare_layouts(planned: dict[str, ArrayLayout], actual: dict[str, ArrayLayout]) -> list[str]:
