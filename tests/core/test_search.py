@@ -135,3 +135,11 @@ def test_stop_ends_the_search_between_candidates_and_progress_is_reported():
     found = search.search(small_base(), "mixed", ("dp", "fsdp", "tp"), ("none",), progress, stop)
     assert found.stopped and seen == [(1, 9), (2, 9)]
     assert len([r for r in found.results if r.candidate.preset != "-"]) == 2
+
+
+def test_the_benchmark_prints_candidates_per_second(capsys):
+    from tools import plan_bench
+
+    assert plan_bench.main([*SMALL, *NARROW]) == 0
+    out = capsys.readouterr().out
+    assert float(out.strip().splitlines()[-1].split("candidates_per_s=")[1]) > 0
