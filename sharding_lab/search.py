@@ -447,7 +447,7 @@ def why(s: Search) -> str:
     words.append(_critical_sentence(s, best))
     refused = [r for r in costed if not r.fits]
     words.append(f"{len(s.results)} candidates: {len(s.results) - len(costed)} skipped before compiling, "
-                 f"{len(costed)} compiled, {len(refused)} of them do not fit.")
+                 f"{len(costed)} compiled, " + (f"{len(refused)} of them do not fit." if refused else "all of them fit."))
     return " ".join(words)
 
 
@@ -466,8 +466,9 @@ def _critical_sentence(s: Search, best: Result) -> str:
     side = "above" if best.per_chip_tokens >= rows else "below"
     return (f"Each chip holds {best.per_chip_tokens:,} tokens of the batch ({best.data_ways} data ways), "
             f"{side} the critical batch C/W = {rows:,.0f} tokens for the `data` axis ({critical['link']}): "
-            + ("the gradient traffic of the data axis can hide behind compute." if side == "above" else
-               "the data axis's gradient traffic outweighs the compute it overlaps."))
+            + ("by the scaling book's count, the data axis's gradient traffic can hide behind compute."
+               if side == "above" else
+               "by the scaling book's count, a step waits on the data axis's gradient traffic, not on compute."))
 
 
 def table(s: Search) -> str:
@@ -483,6 +484,8 @@ def table(s: Search) -> str:
         hbm = f"{r.hbm_per_chip / 1e9:.2f} GB" if r.hbm_per_chip is not None else "refused"
         step = format_seconds(r.step_s) if r.step_s is not None else "-"
         mark = "  ← best" if r is best else ""
+        if r.hbm_per_chip is not None and r.hbm_per_chip < 1e8:
+            hbm = f"{r.hbm_per_chip / 1e6:.2f} MB"
         lines.append(f"{c.mesh_text:<8} {','.join(c.axes):<12} {c.preset:<11} {c.remat:<6} {hbm:>10} "
                      f"{'yes' if r.fits else 'no':<5} {step:>10} {r.bound or '-':<14} "
                      f"{(f'{r.mfu:.0%}' if r.mfu is not None else '-'):>6}{mark}")

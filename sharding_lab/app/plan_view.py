@@ -70,9 +70,15 @@ def rows(found: search.Search) -> list[dict]:
     best = found.best
     return [{"": "best" if r is best else "", "mesh": r.candidate.mesh_text, "axes": ",".join(r.candidate.axes),
              "preset": r.candidate.preset, "remat": r.candidate.remat,
-             "HBM per chip (GB)": round(r.hbm_per_chip / 1e9, 2) if r.hbm_per_chip is not None else None,
+             "HBM per chip": _bytes(r.hbm_per_chip),
              "fits": bool(r.fits), "step": format_seconds(r.step_s) if r.step_s is not None else "refused",
              "bound": r.bound or "-", "MFU": f"{r.mfu:.0%}" if r.mfu is not None else "-"} for r in ordered]
+
+
+def _bytes(value: float | None) -> str:
+    if value is None:
+        return "refused"
+    return f"{value / 1e9:.2f} GB" if value >= 1e8 else f"{value / 1e6:.2f} MB"
 
 
 def plotted(found: search.Search) -> list[search.Result]:
@@ -98,7 +104,8 @@ def pareto_figure(found: search.Search) -> go.Figure:
         hovertemplate="%{text}<br>step %{x:.3g} ms<br>HBM %{y:.2f} GB<extra></extra>", name="candidates"))
     fig.add_hline(y=hbm, line_dash="dash", line_color="#555",
                   annotation_text=f"HBM per chip: {hbm:.0f} GB", annotation_position="top left")
-    fig.update_layout(xaxis_title="predicted step (ms)", yaxis_title="HBM per chip (GB)", height=420,
+    fig.update_layout(xaxis_title="predicted step (ms)", yaxis_title="HBM per chip (GB, log)", height=420,
+                      yaxis_type="log",
                       margin={"l": 10, "r": 10, "t": 30, "b": 10}, showlegend=False, clickmode="event+select")
     return fig
 
