@@ -34,6 +34,8 @@ def _on_click() -> None:
         getattr(getattr(event, "selection", None), "points", []) or []
     if found is None or not points:
         return
+    if points[0].get("curve_number", 0) != 0:  # the HBM line, not a candidate
+        return
     index = points[0].get("point_index", points[0].get("point_number"))
     shown = plan_view.plotted(found)
     if index is not None and 0 <= index < len(shown):

@@ -435,7 +435,7 @@ def why(s: Search) -> str:
              f"{format_seconds(best.step_s)}, {best.bound}-bound (compute {format_seconds(t['compute_s'])}, "
              f"HBM traffic {format_seconds(t['memory_s'])}, communication {format_seconds(t['comm_s'])} + "
              f"latency {format_seconds(t['latency_s'])}), MFU {best.mfu:.0%}, "
-             f"{best.hbm_per_chip / 1e9:.1f} GB of HBM per chip."]
+             f"{_gb(best.hbm_per_chip)} of HBM per chip."]
     if len(s.fitting) > 1:
         second = s.fitting[1]
         worse = max(second.terms, key=lambda k: second.terms[k] - t[k])
@@ -449,6 +449,10 @@ def why(s: Search) -> str:
     words.append(f"{len(s.results)} candidates: {len(s.results) - len(costed)} skipped before compiling, "
                  f"{len(costed)} compiled, " + (f"{len(refused)} of them do not fit." if refused else "all of them fit."))
     return " ".join(words)
+
+
+def _gb(value: float) -> str:
+    return f"{value / 1e9:.1f} GB" if value >= 1e8 else f"{value / 1e6:.2f} MB"
 
 
 def _critical_sentence(s: Search, best: Result) -> str:

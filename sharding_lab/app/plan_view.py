@@ -102,8 +102,11 @@ def pareto_figure(found: search.Search) -> go.Figure:
                 "symbol": ["star" if r is best else "circle" for r in points]},
         text=[f"{r.candidate.mesh_text} {r.candidate.preset} remat {r.candidate.remat}" for r in points],
         hovertemplate="%{text}<br>step %{x:.3g} ms<br>HBM %{y:.2f} GB<extra></extra>", name="candidates"))
-    fig.add_hline(y=hbm, line_dash="dash", line_color="#555",
-                  annotation_text=f"HBM per chip: {hbm:.0f} GB", annotation_position="top left")
+    steps = [r.step_s * 1e3 for r in points] or [0.0]
+    # The chip's HBM as a line trace (a shape's annotation on a log axis would be placed at 10^y)
+    fig.add_trace(go.Scatter(x=[min(steps), max(steps)], y=[hbm, hbm], mode="lines+text",
+                             line={"dash": "dash", "color": "#555"}, text=[f"HBM per chip: {hbm:.0f} GB", ""],
+                             textposition="top right", hoverinfo="skip", name="HBM"))
     fig.update_layout(xaxis_title="predicted step (ms)", yaxis_title="HBM per chip (GB, log)", height=420,
                       yaxis_type="log",
                       margin={"l": 10, "r": 10, "t": 30, "b": 10}, showlegend=False, clickmode="event+select")
