@@ -127,7 +127,7 @@ if skipped:
 st.markdown(ui.plain(search.why(found)).replace("\\`", "`"))
 check = found.extension
 if check and "relative_error" in check:
-    st.caption(f"Layer extension checked against a full {check['layers']}-layer compile of {check['candidate']}: "
+    st.caption(f"Layer extension checked against a{' full' if check['full_depth'] else ''} {check['layers']}-layer compile of {check['candidate']}: "
                + ", ".join(f"{k} {v:+.2%}" for k, v in check["relative_error"].items()))
 if plan_view.plotted(found):
     st.plotly_chart(plan_view.pareto_figure(found), key="plan_pareto", on_select=_on_click,

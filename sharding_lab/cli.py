@@ -86,6 +86,9 @@ def main(argv=None) -> int:
     plan_parser.add_argument("--remats", default=None, help="only these remat options, comma-separated (default: none,full)")
     plan_parser.add_argument("--no-check", action="store_true",
                              help="skip the full-depth compile that checks the layer extension")
+    plan_parser.add_argument("--check-layers", type=int, default=None,
+                             help="check the extension against a compile of this many layers (> 2) instead of "
+                                  "the full depth (an unrolled 32-layer compile takes many minutes)")
     plan_parser.add_argument("--json", action="store_true", help="print one JSON object")
     from . import challenges
 
@@ -145,7 +148,11 @@ def _print_plan(args) -> int:
                      f"{'fits' if result.fits else 'does not fit'}, compiled in {result.compile_s:.1f} s"),
                   file=sys.stderr, flush=True)
 
-    found = search.search(base, dtype, presets, remats, progress, check=not args.no_check)
+    if args.check_layers is not None and args.check_layers <= 2:
+        raise ConfigError(f"--check-layers must be more than 2 (the extension starts from 1 and 2), "
+                          f"not {args.check_layers}", "model")
+    found = search.search(base, dtype, presets, remats, progress, check=not args.no_check,
+                          check_layers=args.check_layers)
     out = found.to_json()
     for row, result in zip(out["candidates"], found.costed):
         row["cost_args"] = config_to_args(result.candidate.config(base)) + ["--dtype", dtype]
@@ -162,7 +169,8 @@ def _print_plan(args) -> int:
     check = found.extension
     if check and "relative_error" in check:
         errors = ", ".join(f"{k} {v:+.2%}" for k, v in check["relative_error"].items())
-        print(f"layer extension checked against a full {check['layers']}-layer compile of {check['candidate']}: {errors}")
+        depth = "a full" if check["full_depth"] else "a (not full-depth)"
+        print(f"layer extension checked against {depth} {check['layers']}-layer compile of {check['candidate']}: {errors}")
     elif check:
         print(f"layer extension not checked: the full-depth compile was refused ({check['refused']})")
     if found.best is not None:

@@ -353,9 +353,10 @@ def cost_candidate(candidate: Candidate, base: LabConfig, dtype: str) -> Result:
 
 def search(base: LabConfig, dtype: str = "mixed", presets: tuple[str, ...] | None = None,
            remats: tuple[str, ...] | None = None, progress: Callable[[int, int, Result], None] | None = None,
-           stop: threading.Event | None = None, check: bool = True) -> Search:
+           stop: threading.Event | None = None, check: bool = True, check_layers: int | None = None) -> Search:
     """Every candidate of ``base`` on its target, screened, compiled and costed; the extension checked
-    against one full-depth compile of the best (``check``)."""
+    against one compile of the best (``check``) at full depth, or at ``check_layers`` (> 2) layers when a
+    full-depth unrolled compile would take too long."""
     from .cost.compiled import dtype_name
 
     dtype = dtype_name(dtype)
@@ -378,16 +379,19 @@ def search(base: LabConfig, dtype: str = "mixed", presets: tuple[str, ...] | Non
     out = Search(base, dtype, base.batch_size * base.model.seq, results, stopped,
                  compiled_layers=(layers,) if layers is None or layers <= 2 else (1, 2))
     if check and out.best is not None and not stopped and layers and layers > 2:
-        out.extension = check_extension(out.best.candidate, base, dtype)
+        out.extension = check_extension(out.best.candidate, base, dtype, check_layers)
     out.elapsed_s = time.perf_counter() - started
     return out
 
 
-def check_extension(candidate: Candidate, base: LabConfig, dtype: str) -> dict:
-    """Compile ``candidate`` at full depth (unrolled) and compare each extended figure with it."""
-    full = compiled_figures(candidate.config(base), dtype)
+def check_extension(candidate: Candidate, base: LabConfig, dtype: str, layers: int | None = None) -> dict:
+    """Compile ``candidate`` at full depth (or ``layers`` layers), unrolled, and compare each figure extended
+    from 1 and 2 layers with it."""
+    layers = min(layers or base.model.layers, base.model.layers)
+    if layers <= 2:
+        raise ConfigError(f"the extension is checked against a compile of more than 2 layers, not {layers}", "model")
+    full = compiled_figures(_at_layers(candidate.config(base), layers), dtype)
     one, two = (compiled_figures(_at_layers(candidate.config(base), n), dtype) for n in (1, 2))
-    layers = base.model.layers
     if full.refused or one.refused or two.refused:
         return {"candidate": _label(candidate), "layers": layers, "refused": full.refused or one.refused or two.refused}
     flops, traffic, needed, keyed = extend(one, two, layers)
@@ -397,7 +401,8 @@ def check_extension(candidate: Candidate, base: LabConfig, dtype: str) -> dict:
     errors = {"flops": _rel(flops, full.flops), "hbm_bytes": _rel(traffic, full.hbm_bytes),
               "hbm_needed": _rel(needed, full.hbm_needed), "collective_bytes": _rel(*wire),
               "collective_count": _rel(*counts)}
-    return {"candidate": _label(candidate), "layers": layers, "compile_s": round(full.compile_s, 1),
+    return {"candidate": _label(candidate), "layers": layers, "full_depth": layers == base.model.layers,
+            "compile_s": round(full.compile_s, 1),
             "relative_error": errors, "max_relative_error": max(abs(e) for e in errors.values()),
             "extended": {"flops": flops, "hbm_bytes": traffic, "hbm_needed": needed},
             "compiled": {"flops": full.flops, "hbm_bytes": full.hbm_bytes, "hbm_needed": full.hbm_needed}}

@@ -63,7 +63,7 @@ def test_skips_match_a_hand_count(planned):
 
 def test_the_layer_extension_matches_a_full_compile(planned):
     check = planned["extension_check"]
-    assert check["layers"] == 3 and planned["compiled_layers"] == [1, 2]
+    assert check["layers"] == 3 and check["full_depth"] and planned["compiled_layers"] == [1, 2]
     assert check["max_relative_error"] < 0.01, check
     # and independently: FLOPs of 1, 2 and 3 layers from the compiler, on a line
     base = small_base()
@@ -103,6 +103,7 @@ def test_text_output_is_a_table():
     (["--presets", "nope"], "unknown preset"),
     (["--remats", "half"], "unknown remat"),
     (["--dtype", "f8"], "unknown dtype"),
+    (["--check-layers", "2"], "--check-layers must be more than 2"),
 ])
 def test_bad_input_exits_2_with_one_line(args, words):
     code, out, err = run_cli("plan", *SMALL, *args)
