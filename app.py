@@ -27,6 +27,7 @@ pages = [
     st.Page("app_pages/train.py", title="Train", icon=":material/show_chart:"),
     st.Page("app_pages/communication.py", title="Communication", icon=":material/swap_horiz:"),
     st.Page("app_pages/compare.py", title="Compare", icon=":material/compare_arrows:"),
+    st.Page("app_pages/plan.py", title="Plan", icon=":material/travel_explore:"),
     st.Page("app_pages/lesson.py", title="Lesson", icon=":material/school:"),
     st.Page("app_pages/challenges.py", title="Challenges", icon=":material/emoji_events:"),
 ]

@@ -1,4 +1,4 @@
-"""The command line: ``python -m sharding_lab {train,layout,comm,export,cost,challenge} [options] [--json]``.
+"""The command line: ``python -m sharding_lab {train,layout,comm,export,cost,plan,challenge} [options] [--json]``.
 
 A bad configuration exits 2 with one line on stderr saying what to change — never a traceback.
 """
@@ -87,6 +87,19 @@ def main(argv=None) -> int:
             sub.add_argument("--processes", type=int, default=1,
                              help="train as this many JAX processes on this machine, sharing the "
                                   "mesh's devices (jax.distributed; default 1: this process)")
+    plan_parser = commands.add_parser("plan", help="search the layouts of a model on a TPU slice: every mesh, preset "
+                                                   "and remat compiled and costed; the fastest that fits, and why")
+    add_config_options(plan_parser)
+    plan_parser.add_argument("--batch-tokens", type=int, required=True, help="global batch in tokens (÷ --seq sequences)")
+    plan_parser.add_argument("--dtype", default="mixed", help="mixed (default), bf16 or f32")
+    plan_parser.add_argument("--presets", default=None, help="only these presets, comma-separated (default: all)")
+    plan_parser.add_argument("--remats", default=None, help="only these remat options, comma-separated (default: none,full)")
+    plan_parser.add_argument("--no-check", action="store_true",
+                             help="skip the full-depth compile that checks the layer extension")
+    plan_parser.add_argument("--check-layers", type=int, default=None,
+                             help="check the extension against a compile of this many layers (> 2) instead of "
+                                  "the full depth (an unrolled 32-layer compile takes many minutes)")
+    plan_parser.add_argument("--json", action="store_true", help="print one JSON object")
     from . import challenges
 
     challenges.add_parser(commands, add_config_options)
@@ -94,6 +107,8 @@ def main(argv=None) -> int:
     if args.command == "challenge":
         return challenges.main(args)
     try:
+        if args.command == "plan":
+            return _print_plan(args)
         config = config_from_args(args)
         plan = make_plan(config)
         if args.command == "layout":
@@ -115,6 +130,62 @@ def main(argv=None) -> int:
     except ConfigError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
+
+
+def _print_plan(args) -> int:
+    """``python -m sharding_lab plan``: the search (:mod:`sharding_lab.search`), as a table or JSON."""
+    from . import search
+    from .cost.compiled import dtype_name
+    from .options import config_to_args
+
+    dtype = dtype_name(args.dtype)
+    config = config_from_args(args)
+    base = search.base_config(config.model, config.target, args.batch_tokens, config.optimizer, config.lr)
+    presets = tuple(p.strip() for p in args.presets.split(",")) if args.presets else None
+    for name in presets or ():
+        if name not in base.family.presets:
+            raise ConfigError(f"unknown preset {name!r}: choose among {', '.join(base.family.presets)}", "rules")
+    remats = tuple(r.strip() for r in args.remats.split(",")) if args.remats else None
+    for name in remats or ():
+        if name not in search.REMATS:
+            raise ConfigError(f"unknown remat {name!r}: choose among {', '.join(search.REMATS)}", "model")
+
+    def progress(done, total, result):
+        if not args.json:
+            c = result.candidate
+            print(f"[{done}/{total}] {c.mesh_text} {c.preset} remat {c.remat}: "
+                  + (f"skipped ({result.skipped})" if result.skipped else
+                     f"{'fits' if result.fits else 'does not fit'}, compiled in {result.compile_s:.1f} s"),
+                  file=sys.stderr, flush=True)
+
+    if args.check_layers is not None and args.check_layers <= 2:
+        raise ConfigError(f"--check-layers must be more than 2 (the extension starts from 1 and 2), "
+                          f"not {args.check_layers}", "model")
+    found = search.search(base, dtype, presets, remats, progress, check=not args.no_check,
+                          check_layers=args.check_layers)
+    out = found.to_json()
+    for row, result in zip(out["candidates"], found.costed):
+        row["cost_args"] = config_to_args(result.candidate.config(base)) + ["--dtype", dtype]
+    if out["best"] is not None:
+        out["best"]["cost_args"] = config_to_args(found.best.candidate.config(base)) + ["--dtype", dtype]
+    if args.json:
+        print(json.dumps(out))
+        return 0
+    print(f"{base.family.name} on {base.target}, batch {found.batch_tokens:,} tokens ({base.batch_size} × "
+          f"{base.model.seq}), {base.optimizer}, {dtype}: {len(found.results)} candidates in {found.elapsed_s:.0f} s")
+    print(search.table(found))
+    print()
+    print(out["why"])
+    check = found.extension
+    if check and "relative_error" in check:
+        errors = ", ".join(f"{k} {v:+.2%}" for k, v in check["relative_error"].items())
+        depth = "a full" if check["full_depth"] else "a (not full-depth)"
+        print(f"layer extension checked against {depth} {check['layers']}-layer compile of {check['candidate']}: {errors}")
+    elif check:
+        print(f"layer extension not checked: the full-depth compile was refused ({check['refused']})")
+    if found.best is not None:
+        print("re-run the best: python -m sharding_lab cost " + " ".join(out["best"]["cost_args"]))
+    return 0
 
 
 def _print_layout(plan: Plan, as_json: bool) -> int:

@@ -197,7 +197,26 @@ def rematerialised_blocks(blocks, x):
     def step(x, leaves):
         return nnx.merge(graphdef, jax.tree.unflatten(treedef, leaves))(x), None
 
-    return jax.lax.scan(step, x, stacked)[0]
+    return jax.lax.scan(step, x, stacked, unroll=unrolled_scan.active())[0]
+
+
+class unrolled_scan:  # noqa: N801  (a context manager, used like a function)
+    """Inside ``with unrolled_scan():`` the rematerialised blocks' ``lax.scan`` is unrolled: the same
+    blocks, each still an ``nnx.remat``, but with no loop in the program. The search
+    (:mod:`sharding_lab.search`) compiles 1 and 2 layers this way, because XLA's cost analysis counts a
+    loop's body once, whatever its trip count: a scanned program's FLOPs do not grow with its layers."""
+
+    _depth: list[bool] = []
+
+    @classmethod
+    def active(cls) -> bool:
+        return bool(cls._depth)
+
+    def __enter__(self):
+        unrolled_scan._depth.append(True)
+
+    def __exit__(self, *exc):
+        unrolled_scan._depth.pop()
 
 
 class Transformer(nnx.Module):

@@ -1,0 +1,138 @@
+"""Plan: every layout of a model on a TPU slice, compiled and costed; the fastest that fits, and why."""
+
+import dataclasses
+
+import pandas as pd
+import streamlit as st
+
+import sharding_lab as sl
+from sharding_lab import search, targets
+from sharding_lab.app import plan_view, ui
+
+state = st.session_state
+
+st.title("Plan a real run")
+st.caption("Every mesh (one axis, or data × model), every preset and remat none/full, compiled by the "
+           "target's own compiler and costed (roofline); what cannot work or cannot fit is skipped and "
+           "counted. Real depths are compiled with 1 and 2 layers and extended linearly (checked against "
+           "one full-depth compile). Click a point of the picture to load that layout into the sidebar.")
+
+
+def _load(found, result) -> None:
+    try:
+        state.update(plan_view.candidate_state(found, result))
+        state.plan_loaded = f"Loaded {result.candidate.mesh_text} {result.candidate.preset} remat {result.candidate.remat} into the sidebar."
+    except sl.ConfigError as error:
+        state.plan_loaded = f"This candidate cannot be shown in the sidebar: {error}"
+
+
+def _on_click() -> None:
+    """A point of the Pareto picture clicked: load its candidate (a callback: before the sidebar is drawn)."""
+    found = state.get("plan_result")
+    event = state.get("plan_pareto")
+    points = (event or {}).get("selection", {}).get("points", []) if isinstance(event, dict) else \
+        getattr(getattr(event, "selection", None), "points", []) or []
+    if found is None or not points:
+        return
+    if points[0].get("curve_number", 0) != 0:  # the HBM line, not a candidate
+        return
+    index = points[0].get("point_index", points[0].get("point_number"))
+    shown = plan_view.plotted(found)
+    if index is not None and 0 <= index < len(shown):
+        _load(found, shown[index])
+
+
+def _on_load_button() -> None:
+    found = state.get("plan_result")
+    choice = state.get("plan_pick")
+    if found is None or choice is None:
+        return
+    for r in plan_view.plotted(found):
+        if _name(r) == choice:
+            _load(found, r)
+
+
+def _name(r) -> str:
+    return f"{r.candidate.mesh_text} {r.candidate.preset} remat {r.candidate.remat}"
+
+
+ui.sidebar()
+fam = sl.family("transformer")
+tpu_targets = [n for n in targets.TARGET_NAMES if targets.parse(n).kind == "tpu"]
+ok, why_not = targets.availability(targets.parse("v5e-8"))
+if not ok:
+    st.info(f"The search compiles for TPU slices: {why_not}")
+    st.stop()
+
+c1, c2, c3 = st.columns(3)
+size = c1.selectbox("Size", ["(the sidebar's model)"] + [n for n in fam.named_sizes if n != "default"],
+                    key="plan_size", help="A public model card's shapes, or the transformer in the sidebar")
+target = c1.selectbox("Target", tpu_targets, index=tpu_targets.index("v5e-256"), key="plan_target")
+batch_tokens = c2.number_input("Batch (tokens)", 1, 1 << 24, 1 << 20, key="plan_batch_tokens")
+seq = c2.number_input("Sequence", 4, 32768, 4096, step=2, key="plan_seq")
+optimizer = c3.selectbox("Optimizer", list(sl.OPTIMIZERS), index=list(sl.OPTIMIZERS).index("adamw"),
+                         key="plan_optimizer")
+presets = c3.multiselect("Presets", list(fam.presets), default=list(fam.presets), key="plan_presets")
+remats = c3.multiselect("Remat", list(search.REMATS), default=list(search.REMATS), key="plan_remats")
+
+job: plan_view.PlanJob | None = state.get("plan_job")
+run_col, stop_col = st.columns([1, 5])
+if run_col.button("Run", type="primary", key="plan_run", disabled=bool(job and job.running)):
+    try:
+        if size == "(the sidebar's model)":
+            model = ui.current_model()
+            if model.family != "transformer":
+                raise sl.ConfigError("the search plans the transformer: pick it in the sidebar, or a size here", "model")
+        else:
+            model = fam.named_spec(size)
+        model = dataclasses.replace(model, seq=int(seq))
+        base = search.base_config(model, target, int(batch_tokens), optimizer)
+        state.plan_job = job = plan_view.PlanJob(base, "mixed", tuple(presets) or None, tuple(remats) or None).start()
+        state.pop("plan_result", None)
+    except sl.ConfigError as error:
+        ui.show_error(error, lead="")
+
+
+@st.fragment(run_every=0.5)
+def progress_panel():
+    job = state.get("plan_job")
+    if job is None:
+        return
+    if job.running:
+        fraction = job.done / job.total if job.total else 0.0
+        st.progress(fraction, text=f"Compiling candidate {job.done + 1} of {job.total or '?'} — last: {job.last or '…'}")
+        if st.button("Stop", key="plan_stop"):
+            job.stop.set()
+        return
+    if job.result is not None and state.get("plan_result") is not job.result:
+        state.plan_result = job.result
+        st.rerun(scope="app")
+
+
+progress_panel()
+if job is not None and job.error:
+    st.error(job.error)
+
+found = state.get("plan_result")
+if found is None:
+    st.stop()
+
+if found.stopped:
+    st.warning(f"Stopped: {len(found.results)} candidates looked at before Stop.")
+st.subheader(f"{len(found.results)} candidates in {found.elapsed_s:.0f} s")
+st.dataframe(pd.DataFrame(plan_view.rows(found)), hide_index=True, width="stretch")
+skipped = found.skipped()
+if skipped:
+    st.caption("Skipped before compiling: " + "; ".join(f"{n} × {reason}" for reason, n in skipped.items()))
+st.markdown(ui.plain(search.why(found)).replace("\\`", "`"))
+check = found.extension
+if check and "relative_error" in check:
+    st.caption(f"Layer extension checked against a{' full' if check['full_depth'] else ''} {check['layers']}-layer compile of {check['candidate']}: "
+               + ", ".join(f"{k} {v:+.2%}" for k, v in check["relative_error"].items()))
+if plan_view.plotted(found):
+    st.plotly_chart(plan_view.pareto_figure(found), key="plan_pareto", on_select=_on_click,
+                    selection_mode="points", width="stretch")
+    st.selectbox("Or pick one", [_name(r) for r in plan_view.plotted(found)], key="plan_pick")
+    st.button("Load into the sidebar", key="plan_load", on_click=_on_load_button)
+if state.get("plan_loaded"):
+    st.success(state.plan_loaded)

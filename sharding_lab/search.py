@@ -1,0 +1,503 @@
+"""The search: every layout of a model on a target slice, compiled and costed, and the fastest that fits.
+
+A JAX engineer's question — "how should I shard this model on this slice, and what will a step
+cost?" — answered by enumerating and letting the compiler decide:
+
+1. **Enumerate.** Mesh shapes are the factorisations of the slice's chip count into one axis
+   (``data``) or two (``data`` × ``model``); the model family's presets (its roles are only ``data`` and
+   ``model``, so three axes would add nothing a preset could use — counted as skipped, with that
+   reason); rematerialisation ``none`` or ``full`` where the family has it. The global batch is given
+   in tokens (``batch_tokens`` ÷ ``seq`` sequences).
+2. **Skip what cannot work**, counting why: the plan refuses it (:func:`sharding_lab.config.plan`'s
+   ``ConfigError``: a batch the data axis does not divide, a preset that needs two axes), more
+   tensor-parallel ways than heads, a weight dimension the mesh cannot split (JAX would silently
+   replicate it: not the layout the preset names; K/V heads are the exception, replicated on purpose as
+   Megatron does when ``model`` exceeds ``kv_heads``) — and what memory already rules out: parameters +
+   optimizer state + gradients per chip, from the plan's own layouts, more than the chip's HBM.
+3. **Compile and cost** each remaining candidate for the target (:mod:`sharding_lab.cost`): the
+   roofline of the TPU compiler's program, ``fits`` the compiler's memory answer.
+
+**Few layers, extended.** Compiling a real depth unrolled takes minutes, and a ``lax.scan`` over the
+layers does not help the figures: XLA's cost analysis and the program text count a loop's body once,
+whatever its trip count (measured: a scanned 1-, 2- and 4-layer step report the same FLOPs). So each
+candidate is compiled with 1 and 2 layers, unrolled (the rematerialised blocks too:
+:class:`~sharding_lab.models.transformer.unrolled_scan`), and every figure — FLOPs, HBM traffic, HBM
+needed, each collective's bytes and count — is extended linearly: ``f(L) = f(1) + (L − 1)·(f(2) − f(1))``.
+:func:`check_extension` compiles one candidate at full depth and reports each figure's relative error.
+A model of at most 2 layers is compiled as it is (nothing extended).
+
+Results are cached per candidate (:func:`cost_candidate`), a ``threading.Event`` stops the search between
+candidates, and a callback reports progress. :func:`why` writes the verdict from the computed figures only.
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import functools
+import math
+import threading
+import time
+from typing import Callable
+
+from . import targets
+from .config import LabConfig, plan as make_plan
+from .errors import ConfigError
+from .mesh import MeshSpec
+
+REMATS = ("none", "full")
+SKIP_THREE_AXES = "three mesh axes: the presets have only two roles (data, model)"
+SKIP_TWO_AXES = "needs two mesh axes"
+SKIP_BATCH = "batch not divisible by the data ways"
+SKIP_HEADS = "more tensor-parallel ways than heads"
+SKIP_INDIVISIBLE = "a weight dimension the mesh cannot split (JAX would replicate it)"
+SKIP_MEMORY = "parameters + optimizer state + gradients per chip exceed HBM"
+SKIP_OTHER = "the plan refuses it"
+SKIP_NO_REMAT = "the model has no remat option"
+
+
+@dataclasses.dataclass(frozen=True)
+class Candidate:
+    """One layout to try: a mesh, a preset, a rematerialisation."""
+
+    mesh: tuple[int, ...]
+    axes: tuple[str, ...]
+    preset: str
+    remat: str
+
+    @property
+    def mesh_text(self) -> str:
+        return "x".join(map(str, self.mesh))
+
+    def config(self, base: LabConfig) -> LabConfig:
+        model = dataclasses.replace(base.model, remat=self.remat) if hasattr(base.model, "remat") else base.model
+        return dataclasses.replace(base, mesh=MeshSpec(self.mesh, self.axes), preset=self.preset, rules=None,
+                                   model=model)
+
+
+@dataclasses.dataclass
+class Result:
+    """A candidate and what became of it: skipped (``skipped`` says why) or costed."""
+
+    candidate: Candidate
+    skipped: str | None = None
+    detail: str = ""  # the plan's own sentence, for a skip
+    hbm_per_chip: float | None = None  # bytes: the compiler's (extended) figure; for a memory skip, the analytic one
+    fits: bool | None = None
+    refused: str | None = None
+    step_s: float | None = None
+    bound: str | None = None
+    mfu: float | None = None
+    terms: dict | None = None  # compute_s, memory_s, comm_s, latency_s
+    per_chip_tokens: int | None = None
+    data_ways: int = 1
+    compile_s: float = 0.0
+
+    def to_json(self) -> dict:
+        c = self.candidate
+        return {"mesh": c.mesh_text, "axes": list(c.axes), "preset": c.preset, "remat": c.remat,
+                "hbm_per_chip": self.hbm_per_chip, "fits": self.fits, "step_s": self.step_s, "bound": self.bound,
+                "mfu": self.mfu, "skipped": self.skipped, "why_skipped": self.detail or None,
+                "refused": self.refused, "terms": self.terms, "per_chip_tokens": self.per_chip_tokens,
+                "compile_s": round(self.compile_s, 2)}
+
+
+@dataclasses.dataclass
+class Search:
+    """The whole search: every candidate's result, the best that fits, the extension check and the why."""
+
+    base: LabConfig
+    dtype: str
+    batch_tokens: int
+    results: list[Result]
+    stopped: bool = False
+    elapsed_s: float = 0.0
+    extension: dict | None = None
+    compiled_layers: tuple[int, ...] = ()
+
+    @property
+    def costed(self) -> list[Result]:
+        return [r for r in self.results if r.skipped is None]
+
+    @property
+    def fitting(self) -> list[Result]:
+        return sorted((r for r in self.costed if r.fits), key=lambda r: r.step_s)
+
+    @property
+    def best(self) -> Result | None:
+        return self.fitting[0] if self.fitting else None
+
+    def skipped(self) -> dict[str, int]:
+        return dict(collections.Counter(r.skipped for r in self.results if r.skipped))
+
+    def to_json(self) -> dict:
+        best = self.best
+        return {"model": self.base.family.name, "size": self.base.family.size_name(self.base.model),
+                "target": self.base.target, "dtype": self.dtype, "optimizer": self.base.optimizer,
+                "batch_tokens": self.batch_tokens, "seq": self.base.model.seq, "batch": self.base.batch_size,
+                "layers": getattr(self.base.model, "layers", None),
+                "compiled_layers": list(self.compiled_layers),
+                "candidates": [r.to_json() for r in self.results if r.skipped is None],
+                "best": best.to_json() if best else None, "skipped": self.skipped(),
+                "skipped_candidates": [r.to_json() for r in self.results if r.skipped],
+                "why": why(self), "extension_check": self.extension, "stopped": self.stopped,
+                "elapsed_s": round(self.elapsed_s, 1),
+                "candidates_per_s": round(len(self.results) / self.elapsed_s, 3) if self.elapsed_s else None}
+
+
+# --- enumerate ----------------------------------------------------------------------------------
+
+def mesh_shapes(chips: int) -> list[tuple[tuple[int, ...], tuple[str, ...]]]:
+    """One axis (``data``: all chips) and every two-axis factorisation ``data × model`` with both > 1."""
+    shapes = [((chips,), ("data",))]
+    shapes += [((a, chips // a), ("data", "model")) for a in range(2, chips) if chips % a == 0]
+    return shapes
+
+
+def three_axis_count(chips: int) -> int:
+    """How many 3-axis factorisations (every size > 1) there are: skipped, no preset has a third role."""
+    return sum(1 for a in range(2, chips) for b in range(2, chips)
+               if chips % (a * b) == 0 and chips // (a * b) > 1)
+
+
+def base_config(model, target: str, batch_tokens: int, optimizer: str = "adamw", lr: float = 0.003) -> LabConfig:
+    """The search's starting configuration: ``batch_tokens`` ÷ the model's ``seq`` sequences a step."""
+    on = targets.parse(target)
+    if on.kind != "tpu":
+        raise ConfigError(f"plan searches TPU slices (v5e-N, v6e-N, v5p-N), whose compiler reports FLOPs and "
+                          f"refuses what does not fit; {on.name} is not one", "target")
+    targets.check(on)
+    seq = model.seq
+    if not isinstance(batch_tokens, int) or batch_tokens < seq or batch_tokens % seq:
+        raise ConfigError(f"--batch-tokens must be a multiple of the sequence length {seq}, got {batch_tokens}: "
+                          f"e.g. {seq * max(1, (batch_tokens or 0) // seq) or seq}", "batch")
+    return LabConfig(mesh=MeshSpec((on.devices,), ("data",)), preset=None, model=model, optimizer=optimizer,
+                     lr=lr, batch_size=batch_tokens // seq, steps=1, chunk=1, target=on.name)
+
+
+def candidates(base: LabConfig, presets: tuple[str, ...] | None = None,
+               remats: tuple[str, ...] | None = None) -> list[Candidate]:
+    """Meshes × presets × remat, in that order."""
+    chips = targets.parse(base.target).devices
+    presets = tuple(presets or base.family.presets)
+    has_remat = hasattr(base.model, "remat")
+    remats = tuple(remats or (REMATS if has_remat else ("none",)))
+    return [Candidate(shape, axes, preset, remat) for shape, axes in mesh_shapes(chips)
+            for preset in presets for remat in remats]
+
+
+def data_ways(config: LabConfig) -> int:
+    """How many ways the batch is split: the product of the mesh axes the batch's rule names."""
+    from .rules import axis_names
+
+    rules = config.resolved_rules()
+    sizes = config.mesh.axis_sizes
+    return math.prod(sizes[a] for a in axis_names(rules.target("batch")) if a in sizes) if rules.target("batch") else 1
+
+
+def model_ways(config: LabConfig) -> int:
+    from .rules import axis_names
+
+    rules = config.resolved_rules()
+    sizes = config.mesh.axis_sizes
+    return math.prod(sizes[a] for a in axis_names(rules.target("heads")) if a in sizes) if rules.target("heads") else 1
+
+
+def state_bytes_per_chip(plan) -> int:
+    """Parameters + optimizer state + gradients (one more copy of the parameters) on the fullest chip,
+    from the plan's layouts (f32: the state of mixed precision and f32)."""
+    layouts = plan.layouts()
+    params = sum(l.bytes_per_device for p, l in layouts.items() if p.startswith("params/"))
+    optimizer = sum(l.bytes_per_device for p, l in layouts.items() if p.startswith("opt/"))
+    return params + optimizer + params
+
+
+def screen(candidate: Candidate, base: LabConfig, dtype: str) -> Result:
+    """Plan the candidate; a Result with ``skipped`` set when it cannot work or cannot fit."""
+    from .chips import chip as get_chip
+
+    config = candidate.config(base)
+    result = Result(candidate)
+    try:
+        config.resolved_rules()
+        heads, ways = getattr(base.model, "heads", None), model_ways(config)
+        if heads is not None and ways > heads:  # before plan(): it would ask the compiler how JAX falls back
+            result.skipped, result.detail = SKIP_HEADS, f"{ways} tensor-parallel ways but {heads} heads"
+            return result
+        plan = make_plan(config)
+    except ConfigError as error:
+        text = str(error)
+        reason = (SKIP_TWO_AXES if "needs two different mesh axes" in text
+                  else SKIP_BATCH if error.field == "batch" else SKIP_OTHER)
+        result.skipped, result.detail = reason, text
+        return result
+    except Exception as error:  # the target's compiler refused plan()'s one-op probe of a fallback layout
+        if "RESOURCE_EXHAUSTED" not in str(error):
+            raise
+        result.skipped, result.detail = SKIP_INDIVISIBLE, str(error).splitlines()[0]
+        return result
+    result.data_ways = data_ways(config)
+    result.per_chip_tokens = base.batch_size * base.model.seq // result.data_ways
+    lost = [w for w in plan.warnings if "cannot be split" in w
+            and not w.startswith(tuple(f"params/{p}" for p in _replicable(plan)))]
+    if lost:
+        result.skipped, result.detail = SKIP_INDIVISIBLE, lost[0]
+        return result
+    need = state_bytes_per_chip(plan)
+    if dtype == "bf16":
+        need //= 2
+    hbm = get_chip(targets.parse(base.target).chip).hbm_bytes
+    if need > hbm:
+        result.skipped, result.hbm_per_chip, result.fits = SKIP_MEMORY, float(need), False
+        result.detail = f"{need / 1e9:.1f} GB of parameters, optimizer state and gradients per chip > {hbm / 1e9:.0f} GB"
+    return result
+
+
+def _replicable(plan) -> tuple[str, ...]:
+    """Parameter paths JAX may replicate on purpose: K and V when ``model`` exceeds the K/V heads."""
+    return tuple(p[len("params/"):] for p, a in plan.arrays.items()
+                 if p.startswith("params/") and "kv_heads" in a.logical_axes)
+
+
+# --- compile and cost ---------------------------------------------------------------------------
+
+@functools.lru_cache(maxsize=512)
+def compiled_figures(config: LabConfig, dtype: str):
+    """The target's compiled step for ``config`` with any scan of layers unrolled (cached): the
+    :class:`~sharding_lab.cost.compiled.Compiled` figures of a loop-free program."""
+    from .cost.compiled import canonical, compile_step
+    from .models.transformer import unrolled_scan
+
+    with unrolled_scan():
+        return compile_step.__wrapped__(canonical(config), dtype)
+
+
+def _at_layers(config: LabConfig, layers: int) -> LabConfig:
+    return dataclasses.replace(config, model=dataclasses.replace(config.model, layers=layers))
+
+
+def extend(one, two, layers: int):
+    """Figures of ``layers`` layers from compiles of 1 and 2: f(L) = f(1) + (L − 1)(f(2) − f(1)), per
+    figure and per collective (op, axes): bytes and count. Returns (flops, hbm_bytes, hbm_needed, keyed)."""
+    k = layers - 1
+
+    def line(a, b):
+        return a + k * (b - a)
+
+    keyed = {}
+    first, second = one.by_key(), two.by_key()
+    for key in set(first) | set(second):
+        a, b = first.get(key), second.get(key)
+        example = (b or a)["example"]
+        count = line(a["count"] if a else 0, b["count"] if b else 0)
+        size = line(a["bytes"] if a else 0, b["bytes"] if b else 0)
+        if count > 0 and size > 0:
+            keyed[key] = {"count": int(round(count)), "bytes": size, "example": example}
+    return (line(one.flops, two.flops), line(one.hbm_bytes, two.hbm_bytes),
+            line(one.hbm_needed, two.hbm_needed), keyed)
+
+
+def prediction(config: LabConfig, dtype: str):
+    """The roofline of ``config`` on its target: compiled as it is (≤ 2 layers) or extended from 1 and 2
+    layers. A :class:`~sharding_lab.cost.roofline.Prediction`; refused when the compiler refused either."""
+    from .chips import axis_links, chip as get_chip
+    from .cost.roofline import Prediction, _comm_rows
+
+    on = targets.parse(config.target)
+    chip = dataclasses.replace(get_chip(on.chip), torus=on.torus)
+    mesh, axes = tuple(config.mesh.shape), tuple(config.mesh.axes)
+    layers = getattr(config.model, "layers", None)
+    if layers is None or layers <= 2:
+        runs = [compiled_figures(config, dtype)]
+    else:
+        runs = [compiled_figures(_at_layers(config, 1), dtype), compiled_figures(_at_layers(config, 2), dtype)]
+    compile_s = sum(r.compile_s for r in runs)
+    refused = next((r.refused for r in runs if r.refused), None)
+    notes = [n for n in [chip.flops(dtype)[1]] if n]
+    if refused or len(runs) == 1:
+        c = runs[-1]
+        flops, traffic, needed, keyed = c.flops, c.hbm_bytes, c.hbm_needed, c.by_key()
+    else:
+        flops, traffic, needed, keyed = extend(*runs, layers)
+        notes.append(f"extended linearly from compiles of 1 and 2 layers to {layers}")
+    return Prediction(chip, dtype, mesh, axes, flops, traffic, needed, axis_links(chip, mesh, axes),
+                      _comm_rows(chip, mesh, axes, keyed), [mesh], False, notes, target=on.name,
+                      compile_s=compile_s, refused=refused)
+
+
+_results: dict[tuple, Result] = {}
+_results_lock = threading.Lock()
+
+
+def cost_candidate(candidate: Candidate, base: LabConfig, dtype: str) -> Result:
+    """Screen and cost one candidate; cached per (candidate, base configuration, dtype)."""
+    key = (candidate, base, dtype)
+    with _results_lock:
+        if key in _results:
+            return _results[key]
+    result = screen(candidate, base, dtype)
+    if result.skipped is None:
+        p = prediction(candidate.config(base), dtype)
+        result.compile_s = p.compile_s
+        result.refused = p.refused
+        result.fits = p.fits
+        if not p.refused:
+            result.hbm_per_chip = p.hbm_needed
+            result.step_s, result.bound, result.mfu = p.step_s, p.bound, p.mfu
+            result.terms = {"compute_s": p.compute_s, "memory_s": p.memory_s, "comm_s": p.comm_s,
+                            "latency_s": p.latency_s}
+    with _results_lock:
+        _results[key] = result
+    return result
+
+
+def search(base: LabConfig, dtype: str = "mixed", presets: tuple[str, ...] | None = None,
+           remats: tuple[str, ...] | None = None, progress: Callable[[int, int, Result], None] | None = None,
+           stop: threading.Event | None = None, check: bool = True, check_layers: int | None = None) -> Search:
+    """Every candidate of ``base`` on its target, screened, compiled and costed; the extension checked
+    against one compile of the best (``check``) at full depth, or at ``check_layers`` (> 2) layers when a
+    full-depth unrolled compile would take too long."""
+    from .cost.compiled import dtype_name
+
+    dtype = dtype_name(dtype)
+    started = time.perf_counter()
+    todo = candidates(base, presets, remats)
+    results = [Result(Candidate((0,), (), "-", "-"), skipped=SKIP_THREE_AXES)
+               for _ in range(three_axis_count(targets.parse(base.target).devices))]
+    if not hasattr(base.model, "remat") and remats and set(remats) - {"none"}:
+        results += [Result(Candidate((0,), (), "-", r), skipped=SKIP_NO_REMAT) for r in set(remats) - {"none"}]
+    stopped = False
+    for i, candidate in enumerate(todo):
+        if stop is not None and stop.is_set():
+            stopped = True
+            break
+        result = cost_candidate(candidate, base, dtype)
+        results.append(result)
+        if progress:
+            progress(i + 1, len(todo), result)
+    layers = getattr(base.model, "layers", None)
+    out = Search(base, dtype, base.batch_size * base.model.seq, results, stopped,
+                 compiled_layers=(layers,) if layers is None or layers <= 2 else (1, 2))
+    if check and out.best is not None and not stopped and layers and layers > 2:
+        out.extension = check_extension(out.best.candidate, base, dtype, check_layers)
+    out.elapsed_s = time.perf_counter() - started
+    return out
+
+
+def check_extension(candidate: Candidate, base: LabConfig, dtype: str, layers: int | None = None) -> dict:
+    """Compile ``candidate`` at full depth (or ``layers`` layers), unrolled, and compare each figure extended
+    from 1 and 2 layers with it."""
+    layers = min(layers or base.model.layers, base.model.layers)
+    if layers <= 2:
+        raise ConfigError(f"the extension is checked against a compile of more than 2 layers, not {layers}", "model")
+    full = compiled_figures(_at_layers(candidate.config(base), layers), dtype)
+    one, two = (compiled_figures(_at_layers(candidate.config(base), n), dtype) for n in (1, 2))
+    if full.refused or one.refused or two.refused:
+        return {"candidate": _label(candidate), "layers": layers, "refused": full.refused or one.refused or two.refused}
+    flops, traffic, needed, keyed = extend(one, two, layers)
+    measured = full.by_key()
+    wire = sum(v["bytes"] for v in keyed.values()), sum(v["bytes"] for v in measured.values())
+    counts = sum(v["count"] for v in keyed.values()), sum(v["count"] for v in measured.values())
+    errors = {"flops": _rel(flops, full.flops), "hbm_bytes": _rel(traffic, full.hbm_bytes),
+              "hbm_needed": _rel(needed, full.hbm_needed), "collective_bytes": _rel(*wire),
+              "collective_count": _rel(*counts)}
+    return {"candidate": _label(candidate), "layers": layers, "full_depth": layers == base.model.layers,
+            "compile_s": round(full.compile_s, 1),
+            "relative_error": errors, "max_relative_error": max(abs(e) for e in errors.values()),
+            "extended": {"flops": flops, "hbm_bytes": traffic, "hbm_needed": needed},
+            "compiled": {"flops": full.flops, "hbm_bytes": full.hbm_bytes, "hbm_needed": full.hbm_needed}}
+
+
+def _rel(extended: float, compiled: float) -> float:
+    return (extended - compiled) / compiled if compiled else (0.0 if extended == 0 else float("inf"))
+
+
+def _label(c: Candidate) -> str:
+    return f"{c.mesh_text} ({', '.join(c.axes)}) {c.preset}, remat {c.remat}"
+
+
+# --- why ----------------------------------------------------------------------------------------
+
+def _term_name(term: str) -> str:
+    return {"compute_s": "compute", "memory_s": "HBM traffic", "comm_s": "communication bandwidth",
+            "latency_s": "collective latency"}[term]
+
+
+def why(s: Search) -> str:
+    """A paragraph, from the computed figures only: which term bounds the best, how much slower the
+    runner-up is and which of its terms costs it, the per-chip batch against the critical batch."""
+    from .cost.roofline import format_seconds
+
+    best = s.best
+    costed = s.costed
+    if best is None:
+        refused = sum(1 for r in costed if not r.fits)
+        return (f"No candidate fits: {len(s.results) - len(costed)} were skipped before compiling and {refused} of "
+                f"{len(costed)} compiled do not fit in HBM. Try more chips, a leaner optimizer, remat full or a "
+                "smaller batch.")
+    t = best.terms
+    words = [f"The fastest layout that fits is {_label(best.candidate)}: a predicted step of "
+             f"{format_seconds(best.step_s)}, {best.bound}-bound (compute {format_seconds(t['compute_s'])}, "
+             f"HBM traffic {format_seconds(t['memory_s'])}, communication {format_seconds(t['comm_s'])} + "
+             f"latency {format_seconds(t['latency_s'])}), MFU {best.mfu:.0%}, "
+             f"{_gb(best.hbm_per_chip)} of HBM per chip."]
+    if len(s.fitting) > 1:
+        second = s.fitting[1]
+        worse = max(second.terms, key=lambda k: second.terms[k] - t[k])
+        words.append(f"The runner-up, {_label(second.candidate)}, is {second.step_s / best.step_s - 1:.1%} slower "
+                     f"({format_seconds(second.step_s)}, {second.bound}-bound); its {_term_name(worse)} costs it most: "
+                     f"{format_seconds(second.terms[worse])} against {format_seconds(t[worse])}.")
+    else:
+        words.append("No other candidate fits.")
+    words.append(_critical_sentence(s, best))
+    refused = [r for r in costed if not r.fits]
+    words.append(f"{len(s.results)} candidates: {len(s.results) - len(costed)} skipped before compiling, "
+                 f"{len(costed)} compiled, " + (f"{len(refused)} of them do not fit." if refused else "all of them fit."))
+    return " ".join(words)
+
+
+def _gb(value: float) -> str:
+    return f"{value / 1e9:.1f} GB" if value >= 1e8 else f"{value / 1e6:.2f} MB"
+
+
+def _critical_sentence(s: Search, best: Result) -> str:
+    from .cost.sweep import critical_batch
+
+    config = best.candidate.config(s.base)
+    if best.data_ways <= 1 or "data" not in config.mesh.axes:
+        return (f"Its batch is not split (all {best.per_chip_tokens:,} tokens on every chip), so there is no "
+                "data-parallel critical batch to hold it against.")
+    chip = targets.parse(s.base.target).chip
+    critical = critical_batch(chip, config, s.dtype, "data")
+    rows = critical["rows_per_device"]
+    if not rows:
+        return ""
+    side = "above" if best.per_chip_tokens >= rows else "below"
+    return (f"Each chip holds {best.per_chip_tokens:,} tokens of the batch ({best.data_ways} data ways), "
+            f"{side} the critical batch C/W = {rows:,.0f} tokens for the `data` axis ({critical['link']}): "
+            + ("by the scaling book's count, the data axis's gradient traffic can hide behind compute."
+               if side == "above" else
+               "by the scaling book's count, a step waits on the data axis's gradient traffic, not on compute."))
+
+
+def table(s: Search) -> str:
+    """The candidates as a readable table, fastest fitting first, then the others, then the skips."""
+    from .cost.roofline import format_seconds
+
+    rows = sorted(s.costed, key=lambda r: (not r.fits, r.step_s if r.step_s is not None else math.inf))
+    head = f"{'mesh':<8} {'axes':<12} {'preset':<11} {'remat':<6} {'HBM/chip':>10} {'fits':<5} {'step':>10} {'bound':<14} {'MFU':>6}"
+    lines = [head, "-" * len(head)]
+    best = s.best
+    for r in rows:
+        c = r.candidate
+        hbm = f"{r.hbm_per_chip / 1e9:.2f} GB" if r.hbm_per_chip is not None else "refused"
+        step = format_seconds(r.step_s) if r.step_s is not None else "-"
+        mark = "  ← best" if r is best else ""
+        if r.hbm_per_chip is not None and r.hbm_per_chip < 1e8:
+            hbm = f"{r.hbm_per_chip / 1e6:.2f} MB"
+        lines.append(f"{c.mesh_text:<8} {','.join(c.axes):<12} {c.preset:<11} {c.remat:<6} {hbm:>10} "
+                     f"{'yes' if r.fits else 'no':<5} {step:>10} {r.bound or '-':<14} "
+                     f"{(f'{r.mfu:.0%}' if r.mfu is not None else '-'):>6}{mark}")
+    for reason, count in s.skipped().items():
+        lines.append(f"skipped {count:>3}: {reason}")
+    return "\n".join(lines)

@@ -1,0 +1,51 @@
+"""The Plan page through AppTest: it runs a (small) search, shows the table and the why, and a candidate
+loads into the sidebar."""
+
+from pathlib import Path
+
+import pytest
+from streamlit.testing.v1 import AppTest
+
+from sharding_lab import targets
+
+ROOT = Path(__file__).resolve().parents[2]
+TPU = targets.availability(targets.parse("v5e-8"))
+pytestmark = pytest.mark.skipif(not TPU[0], reason=TPU[1])
+
+
+def test_the_plan_page_searches_shows_the_table_and_loads_a_candidate():
+    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=240)
+    at.query_params.update({"model": "transformer", "layers": "3", "embed_dim": "64", "heads": "4",
+                            "head_dim": "16", "mlp_dim": "128", "vocab": "64", "seq": "32"})
+    at.run()
+    at.switch_page("app_pages/plan.py")
+    at.run()
+    assert not at.exception
+    at.selectbox(key="plan_target").set_value("v5e-8")
+    at.number_input(key="plan_batch_tokens").set_value(128)
+    at.number_input(key="plan_seq").set_value(32)
+    at.multiselect(key="plan_presets").set_value(["dp", "tp"])
+    at.multiselect(key="plan_remats").set_value(["none"])
+    at.button(key="plan_run").click()
+    at.run()
+    assert not at.exception, at.exception
+    job = at.session_state["plan_job"]
+    job.wait(240)
+    assert job.error is None and job.result is not None
+    at.run()
+    at.run()
+    assert not at.exception, at.exception
+    assert at.dataframe, "the table is shown"
+    table = at.dataframe[0].value
+    assert set(table["preset"]) == {"dp", "tp"} and list(table[""]).count("best") == 1
+    text = " ".join(m.value for m in at.markdown)
+    assert "fastest layout that fits" in text
+    # load the tp candidate on 2x4 into the sidebar
+    at.selectbox(key="plan_pick").set_value("2x4 tp remat none")
+    at.button(key="plan_load").click()
+    at.run()
+    assert not at.exception, at.exception
+    state = at.session_state
+    assert (state["target"], state["preset"], state["size_0"], state["size_1"]) == ("v5e-8", "tp", 2, 4)
+    assert state["layers"] == 3 and state["batch"] == 4
+    assert any("Loaded 2x4 tp remat none" in s.value for s in at.success)

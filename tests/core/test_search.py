@@ -1,0 +1,146 @@
+"""The search (``python -m sharding_lab plan``): enumeration and skips against hand counts, the layer
+extension against a full-depth compile, the best against every fitting candidate, and ``cost`` re-run on
+the best. Small transformers on v5e-8, compiled by the TPU compiler; one search shared by the module."""
+
+import contextlib
+import dataclasses
+import io
+import json
+import threading
+
+import pytest
+
+from sharding_lab import cli, search, targets
+from sharding_lab.models import family
+
+TPU = targets.availability(targets.parse("v5e-8"))
+pytestmark = pytest.mark.skipif(not TPU[0], reason=TPU[1])
+
+SMALL = ["--model", "transformer", "--layers", "3", "--embed", "64", "--heads", "4", "--head-dim", "16",
+         "--mlp-dim", "128", "--vocab", "64", "--seq", "32", "--target", "v5e-8", "--batch-tokens", "128"]
+NARROW = ["--presets", "dp,fsdp,tp", "--remats", "none"]
+
+
+def run_cli(*args):
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        code = cli.main(list(args))
+    return code, out.getvalue(), err.getvalue()
+
+
+@pytest.fixture(scope="module")
+def planned():
+    code, out, _ = run_cli("plan", *SMALL, *NARROW, "--json")
+    assert code == 0
+    return json.loads(out)
+
+
+def small_base():
+    spec = family("transformer").Spec(layers=3, embed_dim=64, heads=4, head_dim=16, mlp_dim=128, vocab=64, seq=32)
+    return search.base_config(spec, "v5e-8", 128)
+
+
+def test_meshes_are_the_factorisations_of_the_chip_count():
+    assert search.mesh_shapes(8) == [((8,), ("data",)), ((2, 4), ("data", "model")), ((4, 2), ("data", "model"))]
+    assert [m for m, _ in search.mesh_shapes(256)] == [(256,), (2, 128), (4, 64), (8, 32), (16, 16), (32, 8),
+                                                      (64, 4), (128, 2)]
+    # three axes, every size > 1: 8 = 2·2·2; 16 = 2·2·4 in 3 orders
+    assert search.three_axis_count(8) == 1 and search.three_axis_count(16) == 3
+    base = small_base()
+    assert len(search.candidates(base)) == 3 * 6 * 2  # meshes × the transformer's presets × remat
+
+
+def test_skips_match_a_hand_count(planned):
+    # batch 128 tokens / seq 32 = 4 rows: an 8-way data axis cannot split them (dp, fsdp on the 1-axis mesh);
+    # tp on the 1-axis mesh is 8 ways for 4 heads; one 3-axis mesh (2x2x2) has no third role to play.
+    assert planned["skipped"] == {search.SKIP_THREE_AXES: 1, search.SKIP_BATCH: 2, search.SKIP_HEADS: 1}
+    assert sorted((c["mesh"], c["preset"]) for c in planned["candidates"]) == sorted(
+        (m, p) for m in ("2x4", "4x2") for p in ("dp", "fsdp", "tp"))
+    for row in planned["candidates"]:
+        assert set(row) >= {"mesh", "axes", "preset", "remat", "hbm_per_chip", "fits", "step_s", "bound", "mfu"}
+        assert row["axes"] == ["data", "model"] and row["remat"] == "none"
+
+
+def test_the_layer_extension_matches_a_full_compile(planned):
+    check = planned["extension_check"]
+    assert check["layers"] == 3 and check["full_depth"] and planned["compiled_layers"] == [1, 2]
+    assert check["max_relative_error"] < 0.01, check
+    # and independently: FLOPs of 1, 2 and 3 layers from the compiler, on a line
+    base = small_base()
+    config = search.Candidate((2, 4), ("data", "model"), "tp", "none").config(base)
+    f = [search.compiled_figures(dataclasses.replace(config, model=dataclasses.replace(config.model, layers=n)),
+                                 "mixed").flops for n in (1, 2, 3)]
+    assert abs((f[2] - f[1]) - (f[1] - f[0])) / (f[2] - f[1]) < 0.01
+
+
+def test_best_is_the_fastest_fitting_candidate(planned):
+    best = planned["best"]
+    fitting = [c for c in planned["candidates"] if c["fits"]]
+    assert best["fits"] and all(best["step_s"] <= c["step_s"] for c in fitting)
+    assert {k: best[k] for k in ("mesh", "preset", "remat")} in [
+        {k: c[k] for k in ("mesh", "preset", "remat")} for c in planned["candidates"]]
+    assert "fastest layout that fits" in planned["why"] and best["mesh"] in planned["why"]
+
+
+def test_cost_rerun_on_the_best_agrees(planned):
+    best = planned["best"]
+    code, out, _ = run_cli("cost", *best["cost_args"], "--json")
+    assert code == 0
+    cost = json.loads(out)
+    assert cost["fits"] == best["fits"]
+    assert abs(cost["step_s"] - best["step_s"]) / cost["step_s"] < 0.01
+
+
+def test_text_output_is_a_table():
+    code, out, err = run_cli("plan", *SMALL, *NARROW)
+    assert code == 0
+    assert "mesh" in out and "← best" in out and "layer extension checked" in out and "re-run the best" in out
+
+
+@pytest.mark.parametrize("args, words", [
+    (["--batch-tokens", "100"], "multiple of the sequence length"),
+    (["--target", "cpu"], "plan searches TPU slices"),
+    (["--presets", "nope"], "unknown preset"),
+    (["--remats", "half"], "unknown remat"),
+    (["--dtype", "f8"], "unknown dtype"),
+    (["--check-layers", "2"], "--check-layers must be more than 2"),
+])
+def test_bad_input_exits_2_with_one_line(args, words):
+    code, out, err = run_cli("plan", *SMALL, *args)
+    assert code == 2 and out == ""
+    assert err.count("\n") == 1 and err.startswith("error: ") and words in err
+
+
+def test_when_dp_cannot_fit_the_best_is_not_dp():
+    # 1.07e9 parameters (two 262,144 × 2,048 tables): replicated with AdamW, 16 bytes each (f32 weight, two
+    # moments, gradient) = 17.2 GB > the v5e's 16 GB. Split 8 ways (fsdp) it fits.
+    spec = family("transformer").Spec(layers=1, embed_dim=2048, heads=4, head_dim=16, mlp_dim=256, vocab=262144,
+                                      seq=32)
+    base = search.base_config(spec, "v5e-8", 32 * 8)
+    found = search.search(base, "mixed", ("dp", "fsdp"), ("none",))
+    params = family("transformer").parameter_count(spec)
+    dp = [r for r in found.results if r.candidate.preset == "dp"]
+    assert dp and all(r.skipped == search.SKIP_MEMORY for r in dp)
+    assert dp[0].hbm_per_chip == 16 * params + 2 * 4  # by hand; + AdamW's two int32 counters
+    assert found.best is not None and found.best.candidate.preset == "fsdp" and found.best.fits
+
+
+def test_stop_ends_the_search_between_candidates_and_progress_is_reported():
+    stop, seen = threading.Event(), []
+
+    def progress(done, total, result):
+        seen.append((done, total))
+        if done == 2:
+            stop.set()
+
+    found = search.search(small_base(), "mixed", ("dp", "fsdp", "tp"), ("none",), progress, stop)
+    assert found.stopped and seen == [(1, 9), (2, 9)]
+    assert len([r for r in found.results if r.candidate.preset != "-"]) == 2
+
+
+def test_the_benchmark_prints_candidates_per_second(capsys):
+    from tools import plan_bench
+
+    assert plan_bench.main([*SMALL, *NARROW]) == 0
+    out = capsys.readouterr().out
+    assert float(out.strip().splitlines()[-1].split("candidates_per_s=")[1]) > 0

@@ -1,0 +1,54 @@
+"""Benchmark: how many candidates per second the search (``python -m sharding_lab plan``) gets through.
+
+    python -m tools.plan_bench [plan options]      # default: llama3-8b on v5e-256, 1M tokens, seq 4096, adamw
+
+Runs the search once in this process (nothing cached yet) and prints, per candidate, whether it was skipped
+before compiling or compiled (and how long its compiles took), then ``candidates_per_s=<n>``: every
+candidate counted, skipped or compiled, over the whole wall time. A benchmark, not a test: the figure
+moves with the machine's load and cores.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+
+from sharding_lab import search
+from sharding_lab.options import add_config_options, config_from_args
+
+DEFAULT = ["--model", "transformer", "--size", "llama3-8b", "--seq", "4096", "--target", "v5e-256",
+           "--batch-tokens", "1048576", "--optimizer", "adamw"]
+
+
+def main(argv=None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv) or DEFAULT
+    parser = argparse.ArgumentParser(prog="python -m tools.plan_bench")
+    add_config_options(parser)
+    parser.add_argument("--batch-tokens", type=int, required=True)
+    parser.add_argument("--dtype", default="mixed")
+    parser.add_argument("--presets", default=None)
+    parser.add_argument("--remats", default=None)
+    args = parser.parse_args(argv)
+    config = config_from_args(args)
+    base = search.base_config(config.model, config.target, args.batch_tokens, config.optimizer, config.lr)
+    presets = tuple(args.presets.split(",")) if args.presets else None
+    remats = tuple(args.remats.split(",")) if args.remats else None
+    started = time.perf_counter()
+
+    def progress(done, total, result):
+        c = result.candidate
+        what = f"skipped: {result.skipped}" if result.skipped else f"compiled in {result.compile_s:.1f} s"
+        print(f"{time.perf_counter() - started:8.1f} s  [{done}/{total}] {c.mesh_text} {c.preset} remat {c.remat}: {what}",
+              flush=True)
+
+    found = search.search(base, args.dtype, presets, remats, progress, check=False)
+    elapsed = time.perf_counter() - started
+    print(f"candidates={len(found.results)} compiled={len(found.costed)} fitting={len(found.fitting)} "
+          f"elapsed_s={elapsed:.1f}")
+    print(f"candidates_per_s={len(found.results) / elapsed:.3f}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
