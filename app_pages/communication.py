@@ -9,6 +9,7 @@ import sharding_lab as sl
 from sharding_lab.app import animation, figures, ui
 from sharding_lab.app.cost_view import cost_panel
 from sharding_lab.app.target_view import compiler_panel
+from sharding_lab.cost.roofline import loop_note
 from sharding_lab.communication import analyze, explain_memory
 from sharding_lab.mesh import device_ids
 from sharding_lab.ring import RING_OPS, permute_chains
@@ -37,6 +38,8 @@ m2.metric("Bytes sent per device per step", f"{report.total_wire_bytes:,}",
                "(N: the op's result on one device, n: devices in its group).")
 m3.metric("Mesh", plan.config.mesh.label())
 compiler_panel(plan, report)
+for note in loop_note(plan.config):  # a loop over layers: its body's collectives appear once
+    st.info(note, icon=":material/repeat:")
 
 if not report.collectives:
     st.success("No collectives: every device computes its own step with what it already holds "

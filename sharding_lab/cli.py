@@ -228,6 +228,10 @@ def _print_comm(plan: Plan, dtype: str | None, as_json: bool) -> int:
           f"{report.total_wire_bytes:,} bytes sent per device (ring algorithms)")
     for warning in plan.warnings:
         print(f"warning: {warning}")
+    from .cost.roofline import loop_note
+
+    for note in loop_note(plan.config):
+        print(f"note: {note}")
     for c in report.collectives:
         print(f"  {c.count} × {c.op:<18} {c.dtype:<4} {str([list(s) for s in c.shape]):<28} "
               f"{c.wire_bytes:>10,} B sent  {c.where(axes).replace('`', ''):<18} {c.phase:<8} "

@@ -208,6 +208,7 @@ def predict(config: LabConfig, chip_id: str | None = "h100", dtype: str = "bf16"
     peak_note = chip.flops(dtype)[1]
     if peak_note:
         notes.append(peak_note)
+    notes += loop_note(config)
     if target is None or tuple(target) == tuple(config.mesh.shape):
         compiled = compile_step(canonical(config), dtype)
         mesh = tuple(config.mesh.shape)
@@ -240,6 +241,17 @@ def default_dtype(target: str) -> str:
     return "bf16" if target == "cpu" else "mixed"
 
 
+def loop_note(config: LabConfig) -> list[str]:
+    """A configuration whose layers run as a loop (the transformer's ``remat=full`` scans its blocks): XLA's
+    cost analysis and the HLO count a loop's body once, whatever its trip count — say so beside the figures."""
+    layers = getattr(config.model, "layers", 1)
+    if getattr(config.model, "remat", "none") != "full" or layers <= 1:
+        return []
+    return [f"remat=full runs the {layers} blocks as a loop (lax.scan): XLA counts a loop body once, so the FLOPs, "
+            f"HBM traffic and the collectives inside it are one block's, not {layers}; HBM needed is the real "
+            "program's. `plan` extends every figure from unrolled 1- and 2-layer compiles instead."]
+
+
 def target_chip(config: LabConfig, chip_id: str | None) -> str:
     """The chip a prediction uses: a TPU/GPU target's own; ``chip_id`` must then agree (or be None)."""
     on = targets.parse(config.target)
@@ -266,7 +278,7 @@ def _predict_on_target(config: LabConfig, on, chip_id: str | None, dtype: str, t
         chip = dataclasses.replace(chip, torus=on.torus)
     mesh, axes = tuple(config.mesh.shape), tuple(config.mesh.axes)
     compiled = compile_step(canonical(config), dtype)
-    notes = [n for n in [chip.flops(dtype)[1]] if n]
+    notes = [n for n in [chip.flops(dtype)[1]] if n] + loop_note(config)
     flops = compiled.flops
     if on.kind == "gpu" and compiled.refused is None:
         host = dataclasses.replace(canonical(config), target="cpu")

@@ -2,6 +2,7 @@
 computed independently — parameter counts, ring formulas written out by hand, and worked examples
 of the JAX scaling book ("How to Scale Your Model", jax-ml.github.io/scaling-book)."""
 
+import dataclasses
 import json
 import os
 import subprocess
@@ -166,3 +167,18 @@ def test_platform_choice_on_a_cpu_only_machine(monkeypatch):
     monkeypatch.setenv(devices.PLATFORM_ENV, "gpu")
     with pytest.raises(sl.ConfigError, match="sees no GPU"):
         devices.devices_for(1)
+
+
+def test_a_loop_over_layers_is_said_to_count_once():
+    """remat=full scans the blocks: the compiled FLOPs barely grow from 2 to 4 layers (XLA counts a loop body
+    once) — the prediction says so instead of passing one block's figures off as the step's."""
+    def predicted(layers, remat):
+        model = dataclasses.replace(sl.family("transformer").Spec(), layers=layers, remat=remat)
+        return cost.predict(sl.LabConfig(mesh=sl.MeshSpec((2, 4), ("data", "model")), preset="tp", model=model,
+                                         optimizer="adamw"), "h100", "f32")
+
+    looped, looped4 = predicted(2, "full"), predicted(4, "full")
+    plain, plain4 = predicted(2, "none"), predicted(4, "none")
+    assert plain4.flops > 1.5 * plain.flops and looped4.flops < 1.2 * looped.flops
+    assert any("counts a loop body once" in n for n in looped4.notes)
+    assert not any("loop body" in n for n in plain4.notes)
