@@ -202,8 +202,8 @@ def rematerialised_blocks(blocks, x):
 
 class unrolled_scan:  # noqa: N801  (a context manager, used like a function)
     """Inside ``with unrolled_scan():`` the rematerialised blocks' ``lax.scan`` is unrolled: the same
-    blocks, each still an ``nnx.remat``, but with no loop in the program. The search
-    (:mod:`sharding_lab.search`) compiles 1 and 2 layers this way, because XLA's cost analysis counts a
+    blocks, each still an ``nnx.remat``, but with no loop in the program. The layout search compiles
+    1 and 2 layers this way, because XLA's cost analysis counts a
     loop's body once, whatever its trip count: a scanned program's FLOPs do not grow with its layers."""
 
     _depth: list[bool] = []
@@ -380,7 +380,7 @@ class TransformerFamily(ModelFamily):
     presets = PRESETS
     default_preset = "tp"
     export_objects = (Transformer, make_dataset, cross_entropy_loss)
-    export_helpers = (kv_heads_of, rms_norm, kernel, rope, Block, rematerialised_blocks)
+    export_helpers = (kv_heads_of, rms_norm, kernel, rope, Block, unrolled_scan, rematerialised_blocks)
     probe_rows = 64
     # The seed's momentum SGD at lr 0.01 barely moves a transformer in a few hundred steps; Adam does.
     train_defaults = {"optimizer": "adamw", "lr": 0.003, "steps": 300}
