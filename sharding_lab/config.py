@@ -206,8 +206,9 @@ def plan(config: LabConfig) -> Plan:
     mesh = build_mesh(config.mesh, config.target)
     explicit = config.mesh.axis_type == "explicit"
     warnings, planned = [], {}
-    if target.compile_only and device_grid(config.mesh, config.target)[1]:
-        warnings.append(device_grid(config.mesh, config.target)[1])
+    split_note = device_grid(config.mesh, config.target)[1] if target.compile_only else None
+    if split_note:  # an axis splits a torus dimension
+        warnings.append(split_note)
     if stage_axis(rules) is None and (config.microbatches != 1 or config.schedule != "gpipe"):
         warnings.append(f"microbatches ({config.microbatches}) and schedule ({config.schedule}) apply to "
                         "pipeline parallelism only (rules with layers → a mesh axis, e.g. preset pp): "
