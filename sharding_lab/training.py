@@ -323,9 +323,10 @@ def output_shardings(plan: Plan, state) -> tuple:
 COMPUTE_DTYPES = {"bf16": jnp.bfloat16, "f32": jnp.float32, "mixed": jnp.float32}  # mixed: f32 state, bf16 math
 
 
-def lower_train_step(plan: Plan, dtype: str = "f32"):
-    """The trainer's one step lowered for ``plan``'s mesh and target (:mod:`sharding_lab.targets`) in a
-    compute dtype, on abstract inputs (nothing allocated): a ``jax.stages.Lowered``.
+def step_program(plan: Plan, dtype: str = "f32"):
+    """The trainer's one step for ``plan``'s mesh and target in a compute dtype: ``(jitted step, state,
+    x, y)`` with the arguments abstract (``jax.ShapeDtypeStruct``, nothing allocated) — what the cost is
+    read from (:func:`lower_train_step`) and what ``tools/h200_check.py`` runs on a real GPU.
 
     Every float leaf of the state and the batch is cast to ``dtype`` (ints — step counters, tokens —
     kept), so parameters, gradients, optimizer state and activations are all ``dtype`` ("pure" bf16);
@@ -343,7 +344,12 @@ def lower_train_step(plan: Plan, dtype: str = "f32"):
     x = jax.ShapeDtypeStruct(arrays["batch/x"].shape, kind(np.dtype(arrays["batch/x"].dtype)), sharding=sx)
     y = jax.ShapeDtypeStruct(arrays["batch/y"].shape, kind(np.dtype(arrays["batch/y"].dtype)), sharding=sy)
     step = make_train_step(plan, graphdef, jnp.bfloat16 if dtype == "mixed" else None)
-    fn = jax.jit(step, out_shardings=output_shardings(plan, state), donate_argnums=0)
+    return jax.jit(step, out_shardings=output_shardings(plan, state), donate_argnums=0), state, x, y
+
+
+def lower_train_step(plan: Plan, dtype: str = "f32"):
+    """:func:`step_program` lowered on its abstract inputs (a ``jax.stages.Lowered``)."""
+    fn, state, x, y = step_program(plan, dtype)
     with jax.set_mesh(plan.mesh):
         return fn.lower(state, x, y)
 

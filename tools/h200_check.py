@@ -1,39 +1,74 @@
-"""Measured beside predicted, on one H200 (or any GPU): run once, in one go, on a machine that has it.
+"""Measured beside predicted, on one H200 (or any NVIDIA GPU): run once, in one go, on a machine that has it.
 
-    pip install -r requirements-cuda.txt
-    SHARDING_LAB_PLATFORM=gpu python -m tools.h200_check            # prints a Markdown table
-    SHARDING_LAB_PLATFORM=cpu python -m tools.h200_check --quick     # a dry run of the script itself
+    SHARDING_LAB_PLATFORM=gpu python -m tools.h200_check --out h200.md    # on the GPU machine
+    SHARDING_LAB_PLATFORM=cpu python -m tools.h200_check --quick          # a dry run of the script itself
 
-For each configuration (1-device meshes: one GPU) it compiles the trainer's step in bf16 exactly as
-``sharding_lab.cost`` does (float state and batch cast to bf16), runs it on real arrays — blocking on
-every call — and reports the median step time next to the roofline prediction for ``--chip``
-(default h200). It also runs the trainer itself (f32, as the app trains) for its steps/s. Paste the
-table into README.md ("What it costs on real chips"), replacing the pending row.
+Three checks, each printed as a Markdown table (and written to ``--out``):
+
+1. **The step time.** For each configuration (one-device meshes: one GPU) the prediction the app shows on a
+   laptop — the step compiled by XLA:CPU, costed with the chip's roofline (:func:`sharding_lab.cost.predict`)
+   — beside the median time of the same step (:func:`sharding_lab.training.step_program`, the one the cost is
+   read from) compiled by XLA:GPU and run on real arrays, blocking on every call.
+2. **The GPU compiler without the GPU.** The app compiles for ``h100-N``/``h200-N`` on a CPU machine from a
+   device description it writes itself (:func:`sharding_lab.targets._gpu_target_config`). Here the same step
+   is compiled both ways — for that description (a 1-GPU topology) and for the real GPU — and their memory
+   figures and kernel counts are set side by side; the real device's own description is printed beside ours.
+3. **The trainer** (f32, as the app trains): its steps/s on the GPU.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
+import re
 import statistics
 import time
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 import sharding_lab as sl
-from sharding_lab import cost
-from sharding_lab.training import Lab, Trainer, abstract_state, batch_shardings, make_train_step, output_shardings
+from sharding_lab import cost, mesh as mesh_module, targets
+from sharding_lab.cost.roofline import format_seconds
+from sharding_lab.options import add_config_options, config_from_args
+from sharding_lab.training import Lab, Trainer, lower_train_step, step_program
 
-CONFIGS = [  # (din, width, dout, hidden layers, batch)
-    (1024, 1024, 1024, 2, 4096),
-    (4096, 4096, 4096, 2, 8192),
-    (8192, 8192, 8192, 1, 16384),
+MLP = ["--model", "mlp", "--preset", "dp", "--mesh", "1", "--axes", "data", "--optimizer", "seed-sgd"]
+GPT2 = ["--model", "transformer", "--size", "gpt2-small", "--preset", "dp", "--mesh", "1", "--axes", "data",
+        "--optimizer", "adamw"]
+STEP_CONFIGS = [  # (label, argv, dtype)
+    ("MLP 1024-1024-1024, 2 hidden, batch 4096", MLP + ["--din", "1024", "--width", "1024", "--dout", "1024",
+                                                      "--hidden-layers", "2", "--batch", "4096"], "bf16"),
+    ("MLP 4096-4096-4096, 2 hidden, batch 8192", MLP + ["--din", "4096", "--width", "4096", "--dout", "4096",
+                                                      "--hidden-layers", "2", "--batch", "8192"], "bf16"),
+    ("MLP 8192-8192-8192, 1 hidden, batch 16384", MLP + ["--din", "8192", "--width", "8192", "--dout", "8192",
+                                                       "--hidden-layers", "1", "--batch", "16384"], "bf16"),
+    ("GPT-2 small, 16×1024 tokens, AdamW", GPT2 + ["--batch", "16"], "bf16"),
+    ("GPT-2 small, 16×1024 tokens, AdamW", GPT2 + ["--batch", "16"], "mixed"),
+    ("GPT-2 small, 32×1024 tokens, AdamW, remat full", GPT2 + ["--batch", "32", "--remat", "full"], "mixed"),
 ]
-QUICK = [(64, 256, 64, 1, 256)]
+QUICK = [("MLP 64-256-64, 1 hidden, batch 256", MLP + ["--din", "64", "--width", "256", "--dout", "64",
+                                                      "--hidden-layers", "1", "--batch", "256"], "bf16"),
+         ("transformer default, AdamW", ["--model", "transformer", "--preset", "dp", "--mesh", "1", "--axes", "data",
+                                         "--optimizer", "adamw"], "mixed")]
+
+
+def config_of(argv: list[str]) -> sl.LabConfig:
+    parser = argparse.ArgumentParser()
+    add_config_options(parser)
+    return config_from_args(parser.parse_args(argv))
+
+
+def use_platform(name: str) -> None:
+    """Lay meshes on ``name``'s devices from now on (the mesh cache remembers the last platform's)."""
+    os.environ["SHARDING_LAB_PLATFORM"] = name
+    mesh_module.build_mesh.cache_clear()
+    mesh_module.device_grid.cache_clear()
 
 
 def materialize(abstract):
-    """Real arrays with the abstract ones' shapes, dtypes and shardings (small random floats)."""
+    """Real arrays with the abstract ones' shapes, dtypes and shardings (small random floats; ints 0)."""
     def make(leaf, key):
         if jnp.issubdtype(leaf.dtype, jnp.floating):
             value = jax.random.normal(key, leaf.shape, jnp.float32).astype(leaf.dtype) * 0.01
@@ -45,16 +80,10 @@ def materialize(abstract):
     return jax.tree.unflatten(tree, [make(leaf, k) for leaf, k in zip(leaves, keys)])
 
 
-def measure_bf16_step(config: sl.LabConfig, repeats: int) -> float:
+def measure_step(config: sl.LabConfig, dtype: str, repeats: int) -> float:
+    """Median seconds of the analysed step on this platform's device, blocking on every call."""
     plan = sl.plan(config)
-    graphdef, state = abstract_state(plan)
-    cast = lambda s: jax.ShapeDtypeStruct(s.shape, jnp.bfloat16 if jnp.issubdtype(s.dtype, jnp.floating)
-                                          else s.dtype, sharding=s.sharding)
-    state = jax.tree.map(cast, state)
-    sx, sy = batch_shardings(plan)
-    x = jax.ShapeDtypeStruct(plan.arrays["batch/x"].shape, jnp.bfloat16, sharding=sx)
-    y = jax.ShapeDtypeStruct(plan.arrays["batch/y"].shape, jnp.bfloat16, sharding=sy)
-    step = jax.jit(make_train_step(plan, graphdef), out_shardings=output_shardings(plan, state), donate_argnums=0)
+    step, state, x, y = step_program(plan, dtype)
     with jax.set_mesh(plan.mesh):
         live, xs, ys = materialize(state), materialize(x), materialize(y)
         live, loss = step(live, xs, ys)  # compile + warm up
@@ -63,31 +92,120 @@ def measure_bf16_step(config: sl.LabConfig, repeats: int) -> float:
         for _ in range(repeats):
             start = time.perf_counter()
             live, loss = step(live, xs, ys)
-            loss.block_until_ready()  # block on every call (see the notes on in-flight collectives)
+            loss.block_until_ready()
             times.append(time.perf_counter() - start)
     return statistics.median(times)
 
 
+def kernels(hlo: str) -> dict[str, int]:
+    """How many fusions and library calls (cuBLAS/cuDNN custom-calls) the compiled program launches."""
+    entry = hlo[hlo.find("ENTRY"):]
+    return {"fusions": len(re.findall(r"= \S+ fusion\(", entry)),
+            "custom-calls": len(re.findall(r"custom-call\(", entry))}
+
+
+def memory(compiled) -> dict[str, int]:
+    m = compiled.memory_analysis()
+    return {"argument": m.argument_size_in_bytes, "output": m.output_size_in_bytes,
+            "temp": m.temp_size_in_bytes, "alias": m.alias_size_in_bytes}
+
+
+def compiled_for_description(config: sl.LabConfig, dtype: str):
+    """The step compiled for the app's own description of ``--chip`` (a 1-GPU topology, no GPU used)."""
+    from jax.experimental import topologies
+
+    desc = topologies.get_topology_desc(platform="cuda", target_config=targets._gpu_target_config(CHIP),
+                                        topology="1x1x1")
+    plan = sl.plan(config)
+    plan.mesh = jax.sharding.Mesh(np.array(desc.devices).reshape(plan.mesh.devices.shape), plan.mesh.axis_names)
+    return lower_train_step(plan, dtype).compile()
+
+
+def table(title: str, header: list[str], rows: list[list[str]]) -> str:
+    lines = [f"**{title}**", "", "| " + " | ".join(header) + " |",
+             "| " + " | ".join("---" if i == 0 else "---:" for i in range(len(header))) + " |"]
+    return "\n".join(lines + ["| " + " | ".join(r) + " |" for r in rows]) + "\n"
+
+
+def gb(n: float) -> str:
+    return f"{n / 1e9:,.3f} GB"
+
+
+CHIP = "h200"
+
+
 def main() -> None:
+    global CHIP
     parser = argparse.ArgumentParser()
-    parser.add_argument("--chip", default="h200")
-    parser.add_argument("--repeats", type=int, default=50)
-    parser.add_argument("--quick", action="store_true", help="one tiny config, few repeats (a dry run)")
+    parser.add_argument("--chip", default="h200", help="the chip the prediction and the description are for")
+    parser.add_argument("--repeats", type=int, default=30)
+    parser.add_argument("--quick", action="store_true", help="tiny configs, few repeats (a dry run)")
+    parser.add_argument("--out", default=None, help="also write the tables to this file")
     args = parser.parse_args()
-    info = sl.device_info()
-    print(f"devices: {info.describe()}; jax {jax.__version__}")
-    print(f"| config (din-width-dout, layers, batch) | predicted {args.chip} bf16 step | bound | measured bf16 step "
-          "| measured ÷ predicted | trainer f32 steps/s |")
-    print("| --- | ---: | --- | ---: | ---: | ---: |")
-    for din, width, dout, layers, batch in (QUICK if args.quick else CONFIGS):
-        config = sl.LabConfig(mesh=sl.MeshSpec((1,), ("data",)), preset="dp",
-                              model=sl.ModelSpec(din, width, dout, layers), batch_size=batch,
-                              steps=200 if args.quick else 1000, chunk=100, optimizer="seed-sgd")
-        predicted = cost.predict(config, args.chip, "bf16")
-        measured = measure_bf16_step(config, 3 if args.quick else args.repeats)
+    CHIP = args.chip
+    configs = QUICK if args.quick else STEP_CONFIGS
+    repeats = 3 if args.quick else args.repeats
+    measure_on = os.environ.get("SHARDING_LAB_PLATFORM", "gpu")
+    out = [f"jax {jax.__version__}; devices: {jax.devices()}"]
+    device = jax.devices()[0]
+    out.append("device: " + ", ".join(f"{k}={getattr(device, k)}" for k in
+                                      ("device_kind", "core_count", "compute_capability") if hasattr(device, k)))
+    print("\n".join(out), flush=True)
+
+    # 1. predicted (XLA:CPU + roofline, as on a laptop) beside measured (XLA:GPU, real arrays)
+    use_platform("cpu")
+    predicted = {}
+    for label, argv, dtype in configs:
+        predicted[(label, dtype)] = cost.predict(config_of(argv), args.chip, dtype)
+    use_platform(measure_on)
+    rows = []
+    for label, argv, dtype in configs:
+        p = predicted[(label, dtype)]
+        try:
+            measured = measure_step(config_of(argv), dtype, repeats)
+            rows.append([label, dtype, format_seconds(p.step_s), p.bound, format_seconds(measured),
+                         f"{measured / p.step_s:.2f}", f"{p.flops / measured / p.peak:.0%}"])
+        except Exception as error:  # one failure must not lose the others' figures
+            rows.append([label, dtype, format_seconds(p.step_s), p.bound, f"failed: {type(error).__name__}: "
+                         f"{str(error)[:120]}", "", ""])
+        print(rows[-1], flush=True)
+    out.append(table(f"1. Step time: predicted ({args.chip} roofline of the XLA:CPU program) vs measured",
+                     ["config", "dtype", "predicted", "bound", "measured (median)", "measured ÷ predicted",
+                      "MFU measured"], rows))
+
+    # 2. the app's GPU description, compiled without the GPU, vs the real GPU's compile
+    rows = []
+    for label, argv, dtype in configs:
+        config = config_of(argv)
+        try:
+            real = lower_train_step(sl.plan(config), dtype).compile()
+            ours = compiled_for_description(config, dtype)
+            a, b = memory(ours), memory(real)
+            ka, kb = kernels(ours.as_text()), kernels(real.as_text())
+            rows.append([label, dtype, gb(a["temp"]), gb(b["temp"]), gb(a["argument"]), gb(b["argument"]),
+                         f"{ka['fusions']} / {ka['custom-calls']}", f"{kb['fusions']} / {kb['custom-calls']}"])
+        except Exception as error:
+            rows.append([label, dtype, f"failed: {type(error).__name__}: {str(error)[:160]}", "", "", "", "", ""])
+        print(rows[-1], flush=True)
+    out.append(table("2. Compiled for the app's description of the chip (no GPU) vs for the real GPU",
+                     ["config", "dtype", "temp (description)", "temp (real)", "arguments (description)",
+                      "arguments (real)", "fusions / library calls (description)",
+                      "fusions / library calls (real)"], rows))
+    out.append("The app's description of the chip:\n```\n" + targets._gpu_target_config(args.chip) + "```")
+
+    # 3. the trainer as the app runs it (f32, chunks of 100 steps)
+    rows = []
+    for label, argv, _ in configs[:3]:
+        config = config_of(argv + ["--steps", "300" if args.quick else "1000", "--chunk", "100"])
         result = Trainer(Lab(config)).run()
-        print(f"| {din}-{width}-{dout}, {layers}, {batch} | {predicted.step_s * 1e6:,.1f} µs | {predicted.bound} "
-              f"| {measured * 1e6:,.1f} µs | {measured / predicted.step_s:.2f} | {result.steps_per_s:,.0f} |")
+        rows.append([label, f"{result.steps_per_s:,.0f}", f"{result.final_loss:.4g}"])
+        print(rows[-1], flush=True)
+    out.append(table("3. The trainer (f32, chunks of 100 steps)", ["config", "steps/s", "final loss"], rows))
+    text = "\n".join(out)
+    print(text)
+    if args.out:
+        with open(args.out, "w") as f:
+            f.write(text)
 
 
 if __name__ == "__main__":
