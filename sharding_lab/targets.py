@@ -226,6 +226,21 @@ device_description_str: "{name}"
 """
 
 
+# Measured on one H200 with tools/h200_check.py (2026-12-04, JAX 0.11.2): the same steps compiled for
+# _gpu_target_config("h200") without the GPU and for the real GPU had identical argument sizes and
+# temporaries 1-12% below the real compile's; every matmul was a Triton GEMM fusion
+# (__triton_nested_gemm_fusion) in the first and a cuBLASLt call (__cublas$lt$matmul) in the second.
+GPU_KERNEL_NOTE = ("Compiled without the GPU, so XLA:GPU cannot autotune: it writes every matmul as a Triton GEMM "
+                   "fusion, where on a real H200 it calls cuBLASLt. The collectives and the memory figures are "
+                   "the compiler's (measured on one H200: arguments identical, temporaries 1–12% below the real "
+                   "compile's); the kernels are not the chip's. Source: tools/h200_check.py, README.")
+
+
+def kernel_note(name: str) -> str | None:
+    """What compiling for ``name`` without its chip changes in the program, where it is known (GPU targets)."""
+    return GPU_KERNEL_NOTE if parse(name).kind == "gpu" else None
+
+
 def _quiet_cache_misses() -> None:
     """JAX's persistent compilation cache (the app turns it on) stores a compile-only target's program
     like any other, then cannot load it back without the chips, and warns on every compile. The program

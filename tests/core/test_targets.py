@@ -273,3 +273,19 @@ def test_gpu_nodes_put_inner_axes_on_nvlink_and_outer_ones_on_the_network():
     mesh = sl.build_mesh(MeshSpec((2, 8), ("data", "model")), "h100-16")
     place = targets.axis_placement("h100-16", mesh)
     assert place["data"]["link"] == "network" and place["model"]["link"] == "NVLink"
+
+
+@needs_gpu
+def test_without_the_gpu_every_matmul_is_a_triton_gemm_fusion_as_the_kernel_note_says():
+    """The half of targets.GPU_KERNEL_NOTE checkable here: no GPU to autotune on, XLA:GPU writes the step's
+    matmuls as Triton GEMM fusions and calls no cuBLAS (the other half, cuBLASLt on a real H200, was measured
+    there by tools/h200_check.py)."""
+    from sharding_lab.training import compile_train_step
+
+    config = sl.LabConfig(mesh=MeshSpec((8,), ("data",)), preset="dp", target="h100-8",
+                          model=sl.ModelSpec(1024, 1024, 1024), batch_size=1024)  # tiny matmuls fuse into loops
+    hlo = compile_train_step(sl.plan(config), "bf16").as_text()
+    matmuls = len(re.findall(r"= \S+ dot\(", hlo))
+    assert matmuls == 5  # forward 2, backward 3 (no gradient of the input)
+    assert len(re.findall(r'"kind":"__triton_nested_gemm_fusion"', hlo)) == matmuls and "__cublas" not in hlo
+    assert "Triton GEMM" in targets.kernel_note("h100-8") and targets.kernel_note("v5e-8") is None
