@@ -153,6 +153,11 @@ def live_view() -> None:
             st.plotly_chart(figures.sequence_figure(*config.family.probe_set(config.model, config.seed), None),
                             key="fit")
         return
+    if edits := ui.edits_since(job.config, config):  # edited while (or after) this run trained
+        st.caption("This run trains what it started with — "
+                   + "; ".join(f"{name} {before}" for name, before, _ in edits)
+                   + ". Your edits (" + "; ".join(f"{name} {after}" for name, _, after in edits)
+                   + ") apply when you press **Train** again.")
     st.progress(min(1.0, snap.step / max(1, snap.total_steps)),
                 text=f"{snap.state} — step {snap.step:,} / {snap.total_steps:,}"
                      + (f" — {snap.message}" if snap.running and snap.message else ""))

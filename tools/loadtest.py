@@ -2,13 +2,17 @@
 """Load test: N students at once against ONE `streamlit run app.py` on 127.0.0.1.
 
 Each session is its own browser context (own cookies, own Streamlit session) in one headless
-Chromium. Session i picks its own configuration in the sidebar — a preset, a mesh shape and axis
-names ``d<i>``/``m<i>`` that no other session uses — opens the Train page, sets its own step count,
+Chromium. Session i picks its own configuration in the sidebar — a preset and a mesh shape no other
+session has (a class's default axis names ``data``/``model``; ``--own-axes``: names ``d<i>``/``m<i>``
+that no other session uses) — opens the Train page, sets its own step count,
 waits for every session to be ready (the teacher says "now press Train"), clicks **Train** and
 watches until "layout verified on N devices". More clicks than ``SHARDING_LAB_MAX_JOBS`` wait in
 the server's queue (the time there is recorded); a "The server is busy" answer (the queue is full)
 is retried after a short wait, a bounded number of times, and counts as success once a run is
-accepted.
+accepted. Half the sessions edit while their run trains, as students do (``--no-edits``: none):
+session i with i mod 4 = 1 changes the learning rate, i mod 4 = 3 the preset, once the first loss shows;
+the run must go on with what it started with, the page must say so, and the final check expects the
+edited settings in the sidebar and the run's own steps and devices in the progress and the verdict.
 
 Recorded per session: time from the first Train click to the first loss point ("Last loss" no
 longer "—"), the same from the accepted click, time to finish, busy retries, errors (an exception
@@ -76,6 +80,8 @@ class SessionPlan:
     shape: tuple[int, int]
     axes: tuple[str, str]
     steps: int
+    edit: str | None = None  # "lr" or "preset": changed while the run trains
+    edit_to: str = ""  # the new learning rate (as the box shows it) or preset name
 
     @property
     def label(self) -> str:  # as MeshSpec.label() prints it
@@ -86,10 +92,20 @@ class SessionPlan:
         return self.shape[0] * self.shape[1]
 
 
-def session_plans(sessions: int, steps: int) -> list[SessionPlan]:
-    """Session i: preset i mod 6, mesh i mod 8 (distinct pairs up to 24), own axis names and steps."""
-    return [SessionPlan(i, PRESETS[i % len(PRESETS)], MESHES[i % len(MESHES)], (f"d{i}", f"m{i}"),
-                        steps + 10 * i) for i in range(sessions)]
+EDIT_LR = "0.0200"  # the Learning rate box's format (%.4f); the default is 0.0100
+
+
+def session_plans(sessions: int, steps: int, own_axes: bool = False, edits: bool = True) -> list[SessionPlan]:
+    """Session i: preset i mod 6, mesh i mod 8 (distinct pairs up to 24), its own steps; axis names
+    ``data``/``model`` as a class leaves them (``own_axes``: ``d<i>``/``m<i>``); with ``edits``, i mod 4 = 1
+    changes the learning rate and i mod 4 = 3 the preset (to the next one) while its run trains."""
+    plans = []
+    for i in range(sessions):
+        preset = PRESETS[i % len(PRESETS)]
+        edit, edit_to = {1: ("lr", EDIT_LR), 3: ("preset", PRESETS[(i + 1) % len(PRESETS)])}.get(i % 4, (None, ""))
+        plans.append(SessionPlan(i, preset, MESHES[i % len(MESHES)], (f"d{i}", f"m{i}") if own_axes else
+                                 ("data", "model"), steps + 10 * i, *((edit, edit_to) if edits else (None, ""))))
+    return plans
 
 
 @dataclasses.dataclass
@@ -104,6 +120,8 @@ class SessionResult:
     setup_s: float | None = None
     reapplied: int = 0  # sidebar edits typed again because the server never showed them
     lost_edits: list[str] = dataclasses.field(default_factory=list)
+    edited_s: float | None = None  # when the mid-run edit was made (from the first Train click)
+    edit_noted: bool = False  # the page said the run keeps what it started with
     errors: list[str] = dataclasses.field(default_factory=list)
     crosstalk: list[str] = dataclasses.field(default_factory=list)
 
@@ -230,9 +248,22 @@ async def choose_preset(page, title: str, attempts: int = 5) -> None:
         raise RuntimeError(f"could not choose preset {title!r}")
 
 
-def own_caption(plan: SessionPlan):
-    prefix = f"{plan.label} · preset {plan.preset} · "
+def own_caption(plan: SessionPlan, preset: str | None = None):
+    prefix = f"{plan.label} · preset {preset or plan.preset} · "
     return lambda state: any(c.startswith(prefix) for c in state["captions"])
+
+
+def final_preset(plan: SessionPlan) -> str:
+    """The preset the sidebar shows at the end: the edited one for a session that changed it."""
+    return plan.edit_to if plan.edit == "preset" else plan.preset
+
+
+async def edit_while_training(page, plan: SessionPlan, titles: dict[str, str]) -> None:
+    """The student's edit during the run: a full rerun of the page while the run trains."""
+    if plan.edit == "lr":
+        await set_input(page, "Learning rate", plan.edit_to)
+    elif plan.edit == "preset":
+        await choose_preset(page, titles[plan.edit_to])
 
 
 async def configure(page, url: str, plan: SessionPlan, title: str, result: "SessionResult",
@@ -272,8 +303,10 @@ async def configure(page, url: str, plan: SessionPlan, title: str, result: "Sess
     await set_input(page, "Steps", str(plan.steps))
 
 
-async def train(page, plan: SessionPlan, result: SessionResult, timeout: float, max_retries: int) -> None:
-    """Click Train (again while the server is busy); watch until the run's verdict."""
+async def train(page, plan: SessionPlan, result: SessionResult, timeout: float, max_retries: int,
+                titles: dict[str, str] | None = None) -> None:
+    """Click Train (again while the server is busy); watch until the run's verdict — making the
+    session's edit, if it has one, once the first loss shows."""
     train_button = page.get_by_role("button", name="Train", exact=True)
     deadline = time.monotonic() + timeout
     first_click = clicked = time.monotonic()
@@ -300,6 +333,12 @@ async def train(page, plan: SessionPlan, result: SessionResult, timeout: float, 
             if result.first_loss_s is None and state["metrics"].get("Last loss", NO_LOSS) != NO_LOSS:
                 result.first_loss_s = now - first_click
                 result.first_loss_accepted_s = now - accepted_at
+            if plan.edit and result.first_loss_s is not None and result.edited_s is None:
+                result.edited_s = now - first_click
+                await edit_while_training(page, plan, titles or {})
+                continue
+            result.edit_noted = result.edit_noted or any(c.startswith("This run trains what it started with")
+                                                         for c in state["captions"])
             verdict = [a["text"] for a in state["alerts"] if "layout verified on" in a["text"]]
             if verdict and state["script"] == "notRunning":
                 result.finish_s = now - first_click
@@ -322,8 +361,16 @@ async def train(page, plan: SessionPlan, result: SessionResult, timeout: float, 
 async def check_final(page, plan: SessionPlan, title: str, result: SessionResult) -> None:
     """Cross-talk: everything on this page must be this session's own configuration and run."""
     state = await read_state(page)
-    if not own_caption(plan)(state):
+    if not own_caption(plan, final_preset(plan))(state):
         result.crosstalk.append(f"caption {state['captions'][:2]}")
+    if plan.edit and result.edited_s is None:
+        result.errors.append(f"the {plan.edit} edit was never made (no loss showed before the verdict)")
+    elif plan.edit:
+        kept = {"lr": "learning rate 0.01", "preset": f"rules preset {plan.preset}"}[plan.edit]
+        note = [c for c in state["captions"] if c.startswith("This run trains what it started with")]
+        if not note or kept not in note[0]:
+            result.crosstalk.append(f"after the {plan.edit} edit the page does not say the run kept {kept!r}: "
+                                    f"{note[:1]}")
     want = f"finished — step {plan.steps:,} / {plan.steps:,}"
     if state["progress"] != [want]:
         result.crosstalk.append(f"progress {state['progress']} (want {want!r})")
@@ -332,13 +379,16 @@ async def check_final(page, plan: SessionPlan, title: str, result: SessionResult
         result.crosstalk.append(f"verdict {[a['text'][:80] for a in state['alerts']]} (want {verified!r})")
     widgets = {"Size 1": str(plan.shape[0]), "Size 2": str(plan.shape[1]), "Name 1": plan.axes[0],
                "Name 2": plan.axes[1], "Steps": str(plan.steps)}
+    if plan.edit == "lr":
+        widgets["Learning rate"] = plan.edit_to
     for label, value in widgets.items():
         seen = await page.get_by_label(label, exact=True).input_value()
         if seen != value:
             result.crosstalk.append(f"{label}={seen!r} (want {value!r})")
     seen = await page.get_by_role("combobox", name="Preset").input_value()
-    if seen != title:
-        result.crosstalk.append(f"Preset={seen!r} (want {title!r})")
+    want_title = preset_titles()[plan.edit_to] if plan.edit == "preset" else title
+    if seen != want_title:
+        result.crosstalk.append(f"Preset={seen!r} (want {want_title!r})")
     result.errors += page_errors(state)
 
 
@@ -400,7 +450,7 @@ async def run_session(browser, url: str, plan: SessionPlan, title: str, ready: S
             ready.arrive()
             await asyncio.wait_for(ready.wait(), timeout=max(1.0, deadline - time.monotonic()))
         result.status = "training"
-        await train(page, plan, result, max(5.0, deadline - time.monotonic()), max_retries)
+        await train(page, plan, result, max(5.0, deadline - time.monotonic()), max_retries, preset_titles())
         if result.status == "finished":
             await check_final(page, plan, title, result)
         if result.status != "finished":
@@ -530,7 +580,8 @@ class Server:
 
 async def run_load(url: str, sessions: int, steps: int, timeout: float, max_retries: int = 200,
                    together: bool = True, arrive_over: float | None = None, total_timeout: float | None = None,
-                   results: list[SessionResult] | None = None) -> list[SessionResult]:
+                   results: list[SessionResult] | None = None, own_axes: bool = False,
+                   edits: bool = True) -> list[SessionResult]:
     """All sessions in one Chromium, arriving at random times over ``arrive_over`` seconds (default
     0.5 s per session) and — when ``together`` — pressing Train at the same moment once all are set
     up; returns one result per session, in order. Each session is bounded by ``timeout`` (+ a grace)
@@ -539,7 +590,7 @@ async def run_load(url: str, sessions: int, steps: int, timeout: float, max_retr
     from playwright.async_api import async_playwright
 
     titles = preset_titles()
-    plans = session_plans(sessions, steps)
+    plans = session_plans(sessions, steps, own_axes, edits)
     results = results if results is not None else []
     results[:] = [SessionResult(plan) for plan in plans]
     ready = StartLine(sessions) if together else None
@@ -602,6 +653,8 @@ def summarize(results: list[SessionResult], peak_rss: int | None, wall: float,
         "queued": sum(r.queued_s is not None for r in results),
         "max_queued_s": max((r.queued_s for r in results if r.queued_s is not None), default=None),
         "reapplied": sum(r.reapplied for r in results),
+        "edits": sum(r.edited_s is not None for r in results),
+        "edits_noted": sum(r.edit_noted for r in results),
         "server_exceptions": server_exceptions(server_log) if server_log is not None else None,
         "wall_s": wall,
     }
@@ -629,6 +682,7 @@ def report(results: list[SessionResult], summary: dict) -> str:
         f"max_finish={fmt(s['max_finish_s'])}s peak_rss={s['peak_rss_mb']}MB errors={s['errors']} "
         f"crosstalk={s['crosstalk']} busy_retries={s['busy_retries']} queued={s['queued']} "
         f"(max {fmt(s['max_queued_s'])}s) retyped={s['reapplied']} "
+        f"edits_during_run={s['edits']} (noted on the page: {s['edits_noted']}) "
         f"server_exceptions={len(s['server_exceptions']) if s['server_exceptions'] is not None else '-'} "
         f"wall={s['wall_s']:.1f}s")
     lines += [f"  server: {e}" for e in (s["server_exceptions"] or [])]
@@ -660,6 +714,10 @@ def main(argv: list[str] | None = None) -> int:
                         help="students arrive at random over this many seconds (default: 0.5 s per session)")
     parser.add_argument("--staggered", action="store_true",
                         help="click Train as soon as each session is set up (default: all at once)")
+    parser.add_argument("--own-axes", action="store_true",
+                        help="each session names its axes d<i>/m<i> (no two programs alike: nothing a warm-up "
+                             "compiled can serve them)")
+    parser.add_argument("--no-edits", action="store_true", help="no session edits while its run trains")
     parser.add_argument("--url", help="use this running server (its RSS is not measured) instead of starting one")
     parser.add_argument("--json", type=Path, help="also write the results here")
     args = parser.parse_args(argv)
@@ -676,12 +734,13 @@ def main(argv: list[str] | None = None) -> int:
     watchdog.start()
     if args.url:
         asyncio.run(run_load(args.url, args.sessions, args.steps, args.timeout, args.max_retries,
-                             not args.staggered, args.arrive_over, total, results))
+                             not args.staggered, args.arrive_over, total, results, args.own_axes, not args.no_edits))
         peak = None
     else:
         with Server(args.max_jobs) as server, RssSampler(server.proc.pid) as rss:
             asyncio.run(run_load(server.url, args.sessions, args.steps, args.timeout,
-                                 args.max_retries, not args.staggered, args.arrive_over, total, results))
+                                 args.max_retries, not args.staggered, args.arrive_over, total, results,
+                                 args.own_axes, not args.no_edits))
             peak = rss.peak
             log = server.output()
     watchdog.cancel()

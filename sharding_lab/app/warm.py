@@ -76,8 +76,11 @@ def class_meshes(devices: int) -> list[tuple[int, ...]]:
 def class_configs(devices: int | None = None) -> list:
     """What a class clicks, in the order it clicks it: for each built-in model family, its defaults (sizes,
     optimizer, learning rate, steps) under every preset on every mesh shape of the default device count
-    — the configurations the sidebar offers before anyone types a size. Ones that cannot run are left
-    out (a preset a mesh cannot bind, a batch an axis cannot split)."""
+    — the configurations the sidebar offers before anyone types a size — then the default model on the
+    two-axis meshes over fewer devices (4: 1×4, 2×2, 4×1; 2: 1×2, 2×1). Ones that cannot run are left
+    out (a preset a mesh cannot bind, a batch an axis cannot split). Axis names are the sidebar's
+    defaults: a program is compiled for its mesh's axis names (they are in the program JAX hands XLA),
+    so a class that renames its axes compiles afresh."""
     from ..config import LabConfig, plan
     from ..devices import requested_host_devices
     from ..errors import ConfigError
@@ -86,11 +89,14 @@ def class_configs(devices: int | None = None) -> list:
     from ..options import TRAIN_DEFAULTS
 
     devices = devices or requested_host_devices()
+    # then the default model on two-axis meshes over fewer devices (a student who makes the mesh 2×2)
+    smaller = [(a, d // a) for d in range(devices - 1, 1, -1) if devices % d == 0 for a in range(1, d + 1)
+               if d % a == 0]
     out = []
-    for name in ("mlp", "transformer"):
+    for name, shapes in (("mlp", class_meshes(devices)), ("transformer", class_meshes(devices)), ("mlp", smaller)):
         family = FAMILIES[name]
         train = {**TRAIN_DEFAULTS, **family.train_defaults}
-        for shape in class_meshes(devices):
+        for shape in shapes:
             for preset in family.presets:
                 config = LabConfig(mesh=MeshSpec(shape, default_axes(len(shape))), preset=preset, model=family.Spec(),
                                    optimizer=train["optimizer"], lr=train["lr"], steps=train["steps"])

@@ -374,3 +374,15 @@ def test_lesson_names_and_links_the_blog():
     text = " ".join(c.value for c in at.caption) + " ".join(m.value for m in at.markdown)
     assert "[*Distributed Training with JAX and Flax NNX: A Practical Guide to Sharding*](https://" in text
     assert "10_fsdp_and_optimizer.py`](https://github.com/google/flax/blob/" in text
+
+
+def test_an_edit_while_a_run_trains_is_named_against_what_the_run_keeps():
+    import dataclasses
+
+    import sharding_lab as sl
+    from sharding_lab.app.ui import edits_since
+
+    run = sl.LabConfig()
+    now = dataclasses.replace(run, preset="fsdp", lr=0.02)
+    assert edits_since(run, now) == [("rules", "preset seed", "preset fsdp"), ("learning rate", "0.01", "0.02")]
+    assert edits_since(run, dataclasses.replace(run)) == []

@@ -295,7 +295,15 @@ def test_the_class_warm_up_covers_every_preset_and_mesh_shape_the_sidebar_offers
                     expected += 1
                 except sl.ConfigError:
                     pass
+    for shape in [(1, 4), (2, 2), (4, 1), (1, 2), (2, 1)]:  # the default model on fewer devices, after
+        for preset in sl.family("mlp").presets:
+            try:
+                sl.plan(sl.LabConfig(mesh=sl.MeshSpec(shape, default_axes(2)), preset=preset))
+                expected += 1
+            except sl.ConfigError:
+                pass
     assert len(configs) == expected and configs[0].mesh.shape == (2, 4) and configs[0].preset == "seed"
+    assert {c.mesh.size for c in configs[-30:]} == {4, 2} and all(c.family.name == "mlp" for c in configs[-30:])
     transformer = [c for c in configs if c.family.name == "transformer"]
     assert transformer and all(c.optimizer == "adamw" and c.steps == 300 for c in transformer)
 

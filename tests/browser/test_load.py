@@ -42,14 +42,19 @@ def test_sessions_at_once_train_their_own_config_without_errors(capsys):
     assert summary["queued"] > 0 and summary["busy_retries"] == 0, table
     assert all(r.first_loss_s is not None and r.first_loss_s <= r.finish_s for r in results), table
     assert summary["server_exceptions"] == [], log[-3000:]
+    assert summary["edits"] == 2 and summary["edits_noted"] == 2, table  # sessions 1 and 3 edited, the page said so
     assert wall < BUDGET_S, table
 
 
 def test_session_plans_are_all_different():
     plans = loadtest.session_plans(24, 300)
-    assert len({(p.preset, p.shape) for p in plans}) == 24
-    assert len({p.label for p in plans}) == 24 and len({p.steps for p in plans}) == 24
+    assert len({(p.preset, p.shape) for p in plans}) == 24 and len({p.steps for p in plans}) == 24
+    assert {p.axes for p in plans} == {("data", "model")}  # as a class leaves them: a warm cache serves them
     assert all(p.devices <= 8 for p in plans)
+    assert len({p.label for p in loadtest.session_plans(24, 300, own_axes=True)}) == 24
+    edits = [(p.edit, p.edit_to != p.preset) for p in plans if p.edit]
+    assert edits.count(("lr", True)) == 6 and edits.count(("preset", True)) == 6  # half edit mid-run
+    assert not any(p.edit for p in loadtest.session_plans(24, 300, edits=False))
 
 
 def test_page_errors_spots_failures_but_not_busy():
