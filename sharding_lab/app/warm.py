@@ -155,7 +155,7 @@ def _students_busy() -> bool:
     return running + waiting > 0
 
 
-def _warm(configs, wait_for_students: bool = True) -> None:
+def _warm(configs, wait_for_students: bool = True, report=None) -> None:
     try:
         os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 19)  # this thread only (Linux)
     except (AttributeError, OSError):
@@ -177,6 +177,8 @@ def _warm(configs, wait_for_students: bool = True) -> None:
         except Exception:  # noqa: BLE001 - warming is a bonus; a student's own run reports its errors
             _set_progress(skipped=progress().get("skipped", 0) + 1)
         _set_progress(done=i + 1, seconds=time.perf_counter() - started)
+        if report is not None:
+            report(progress())
     _set_progress(running=False, current="", seconds=time.perf_counter() - started)
 
 
@@ -204,7 +206,11 @@ def main() -> int:
         return 2
     configs = _default_configs()
     print(f"compiling {len(configs)} configurations into {path}", flush=True)
-    _warm(configs, wait_for_students=False)
+    def report(done: dict) -> None:  # a line every 20 layouts: a Docker build's log shows it moving
+        if done["done"] % 20 == 0 or done["done"] == done["total"]:
+            print(f"  {done['done']}/{done['total']} in {done['seconds']:.0f} s", flush=True)
+
+    _warm(configs, wait_for_students=False, report=report)
     done = progress()
     print(f"done: {done['done'] - done['skipped']} compiled, {done['skipped']} skipped, {done['seconds']:.0f} s",
           flush=True)
