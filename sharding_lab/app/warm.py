@@ -198,17 +198,40 @@ def _set_progress(**values) -> None:
         _state.setdefault("progress", {}).update(values)
 
 
-def main() -> int:
-    """``python -m sharding_lab.app.warm``: compile what a class clicks into SHARDING_LAB_CACHE_DIR now."""
+def main(argv: list[str] | None = None) -> int:
+    """``python -m sharding_lab.app.warm [--jobs N]``: compile what a class clicks into SHARDING_LAB_CACHE_DIR
+    now, in N processes (default: one per core; each takes every N-th layout, all write to the one cache)."""
+    import argparse
+    import subprocess
+
+    parser = argparse.ArgumentParser(prog="python -m sharding_lab.app.warm", description=main.__doc__)
+    parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="processes compiling at once")
+    parser.add_argument("--part", default=None, help=argparse.SUPPRESS)  # "i/N": this process's share
+    args = parser.parse_args(argv)
     path = enable_compilation_cache()
     if path is None:
         print("SHARDING_LAB_CACHE_DIR is off: there is no cache to fill", file=sys.stderr)
         return 2
+    if args.jobs < 1:
+        parser.error("--jobs must be at least 1")
     configs = _default_configs()
+    if args.part is None and args.jobs > 1:
+        started = time.perf_counter()
+        print(f"compiling {len(configs)} configurations into {path} in {args.jobs} processes", flush=True)
+        workers = [subprocess.Popen([sys.executable, "-m", "sharding_lab.app.warm", "--part", f"{i}/{args.jobs}"])
+                   for i in range(args.jobs)]
+        failed = sum(w.wait() != 0 for w in workers)
+        print(f"done: {len(configs)} configurations in {time.perf_counter() - started:.0f} s"
+              + (f"; {failed} process(es) failed" if failed else ""), flush=True)
+        return 1 if failed else 0
+    if args.part is not None:
+        index, count = map(int, args.part.split("/"))
+        configs = configs[index::count]
     print(f"compiling {len(configs)} configurations into {path}", flush=True)
+
     def report(done: dict) -> None:  # a line every 20 layouts: a Docker build's log shows it moving
         if done["done"] % 20 == 0 or done["done"] == done["total"]:
-            print(f"  {done['done']}/{done['total']} in {done['seconds']:.0f} s", flush=True)
+            print(f"  {args.part or ''} {done['done']}/{done['total']} in {done['seconds']:.0f} s", flush=True)
 
     _warm(configs, wait_for_students=False, report=report)
     done = progress()

@@ -327,3 +327,18 @@ def test_the_warm_up_waits_for_students_and_stops_when_told():
         assert warm.progress()["stopped"] and warm.progress()["done"] == 0
     finally:
         warm._stop.clear()
+
+
+def test_the_warm_command_splits_the_layouts_over_processes_into_one_cache(tmp_path):
+    """``python -m sharding_lab.app.warm --jobs 2`` (the Docker build's step): each process takes every
+    second layout; here only the default one (SHARDING_LAB_WARM=default), so one process has none."""
+    import os
+    import subprocess
+    import sys
+
+    env = dict(os.environ, SHARDING_LAB_CACHE_DIR=str(tmp_path), SHARDING_LAB_WARM="default")
+    done = subprocess.run([sys.executable, "-m", "sharding_lab.app.warm", "--jobs", "2"], env=env,
+                          capture_output=True, text=True, timeout=240)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "in 2 processes" in done.stdout and "compiling 1 configurations" in done.stdout
+    assert "compiling 0 configurations" in done.stdout and any(tmp_path.iterdir())
