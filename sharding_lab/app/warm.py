@@ -156,10 +156,13 @@ def _students_busy() -> bool:
 
 
 def _warm(configs, wait_for_students: bool = True, report=None) -> None:
-    try:
-        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 19)  # this thread only (Linux)
-    except (AttributeError, OSError):
-        pass
+    """Compile ``configs`` in turn. Beside students (``wait_for_students``) at the lowest CPU priority and
+    paused while they train; on its own (the command, a Docker build) at normal priority."""
+    if wait_for_students:
+        try:
+            os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 19)  # this thread only (Linux)
+        except (AttributeError, OSError):
+            pass
     started = time.perf_counter()
     _set_progress(done=0, total=len(configs) if configs else 1, skipped=0, current="the default layout",
                   running=True, stopped=False, seconds=0.0)
