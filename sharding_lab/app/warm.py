@@ -76,8 +76,8 @@ def class_meshes(devices: int) -> list[tuple[int, ...]]:
 def class_configs(devices: int | None = None) -> list:
     """What a class clicks, in the order it clicks it: for each built-in model family, its defaults (sizes,
     optimizer, learning rate, steps) under every preset on every mesh shape of the default device count
-    — the configurations the sidebar offers before anyone types a size — then the default model on the
-    two-axis meshes over fewer devices (4: 1×4, 2×2, 4×1; 2: 1×2, 2×1). Ones that cannot run are left
+    — the configurations the sidebar offers before anyone types a size — with the default model also on
+    the two-axis meshes over fewer devices (4: 1×4, 2×2, 4×1; 2: 1×2, 2×1), the transformer's last. Ones that cannot run are left
     out (a preset a mesh cannot bind, a batch an axis cannot split). Axis names are the sidebar's
     defaults: a program is compiled for its mesh's axis names (they are in the program JAX hands XLA),
     so a class that renames its axes compiles afresh."""
@@ -89,11 +89,13 @@ def class_configs(devices: int | None = None) -> list:
     from ..options import TRAIN_DEFAULTS
 
     devices = devices or requested_host_devices()
-    # then the default model on two-axis meshes over fewer devices (a student who makes the mesh 2×2)
+    # the default model also on two-axis meshes over fewer devices (a student who makes the mesh 2×2)
     smaller = [(a, d // a) for d in range(devices - 1, 1, -1) if devices % d == 0 for a in range(1, d + 1)
                if d % a == 0]
     out = []
-    for name, shapes in (("mlp", class_meshes(devices)), ("transformer", class_meshes(devices)), ("mlp", smaller)):
+    # the transformer last: each of its layouts costs ~10× an MLP's to compile (its training chunk and its
+    # probe: 20-40 s of CPU each on this project's 2-core machine)
+    for name, shapes in (("mlp", class_meshes(devices)), ("mlp", smaller), ("transformer", class_meshes(devices))):
         family = FAMILIES[name]
         train = {**TRAIN_DEFAULTS, **family.train_defaults}
         for shape in shapes:
