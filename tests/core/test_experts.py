@@ -121,3 +121,11 @@ def test_a_dense_model_keeps_its_parameters_and_its_loss():
     moe = {a.rule_name for a in family.parameters(SPEC).values()}
     assert {"router", "expert_in", "expert_out"} <= moe and not moe & {"mlp_in", "mlp_out"}
 
+
+def test_the_token_exchange_challenge_wants_tokens_to_travel():
+    from sharding_lab import challenges
+
+    solved, why = challenges.check("token-exchange", sl.plan(config(preset="ep_dp")))
+    assert not solved and "no token travels to its expert and back" in why
+    solved, why = challenges.check("token-exchange", sl.plan(config()))
+    assert solved and why.startswith("Each device holds 2 of the 8 experts; the forward pass runs 2 × all-to-all over `expert`")
