@@ -73,6 +73,20 @@ def _activation(shape: tuple[int, ...], plan: Plan) -> str | None:
     return None
 
 
+def _expert_slots(shape: tuple[int, ...], plan: Plan) -> str | None:
+    """A block of a mixture of experts' (expert, sequence, slot, ·) tensor — dispatched tokens or
+    expert outputs — read by its slot dimension, the capacity (else its experts pass for rows)."""
+    model = plan.config.model
+    experts = getattr(model, "experts", 0)
+    if not experts or len(shape) != 4 or experts % shape[0]:
+        return None
+    from .models.transformer import expert_capacity
+
+    if shape[2] != expert_capacity(model, model.seq):
+        return None
+    return f"activations: expert slots ({shape[0]} experts × {shape[1]} sequences × {shape[2]} slots × {shape[3]})"
+
+
 def _dims(shape) -> str:
     return "×".join(map(str, shape))
 
@@ -167,8 +181,9 @@ def name_elements(op: str, phase: str, shapes: tuple, count: int, plan: Plan,
     if exchanged is not None:  # one all-to-all's pieces (one per device of its group) carry one tensor
         return exchanged * len(shapes)
     experts = getattr(plan.config.model, "experts", 0)
-    if experts and op == "all-reduce" and phase == "forward" and shapes == ((experts,),):
-        return ("the router's statistics per expert, summed over the batch (for the load-balancing loss)",)
+    if experts and op == "all-reduce" and phase == "forward" and shapes and all(s == (experts,) for s in shapes):
+        # the share of choices and the mean probability of each expert, over the whole batch
+        return ("router statistics per expert, summed over the batch (the load-balancing loss)",) * len(shapes)
     params = _param_candidates(plan)
     full = {name: f for name, f, _ in params}
     splits = _splits(plan.config.mesh.axis_sizes)
@@ -194,7 +209,7 @@ def name_elements(op: str, phase: str, shapes: tuple, count: int, plan: Plan,
                          f"optimizer update of {who}" if phase == "optimizer" else
                          f"{who}: weights{', for the backward pass' if phase == 'backward' else ''}")
             continue
-        activation = _activation(shape, plan)
+        activation = _expert_slots(shape, plan) or _activation(shape, plan)
         if activation is not None:
             names.append(("gradient of " if phase == "backward" and reduces else "") + activation)
             continue
