@@ -94,9 +94,7 @@ def per_device(counts_of_rows, rows: dict[int, tuple[int, int]]) -> np.ndarray:
 def routing_picture(plan, model, x: np.ndarray) -> RoutingPicture:
     """What ``model``'s routers chose for the batch ``x`` (:meth:`Transformer.routing`), counted per
     device that holds the rows (the plan's layout of ``batch/x``) and per expert."""
-    graphdef, state = nnx.split(model)
-    with jax.set_mesh(plan.mesh):
-        routings = jax.device_get(_routing(graphdef, state, x))
+    routings = router_choices(plan, model, x)
     layouts = plan.layouts()
     rows = {d: ranges[0] for d, ranges in layouts["batch/x"].devices.items()}
     experts = routings[0].logits.shape[-1]
@@ -117,6 +115,13 @@ def routing_picture(plan, model, x: np.ndarray) -> RoutingPicture:
     return RoutingPicture(tuple(sorted(rows)), np.stack(choices), np.stack(kept), routed, dropped,
                           float(np.mean([float(r.aux_loss) for r in routings])), int(routings[0].capacity),
                           int(np.asarray(routings[0].chosen).shape[-1]), expert_devices)
+
+
+def router_choices(plan, model, x: np.ndarray) -> list:
+    """Each block's :class:`~sharding_lab.models.transformer.Routing` for the batch ``x``, on the host."""
+    graphdef, state = nnx.split(model)
+    with jax.set_mesh(plan.mesh):
+        return jax.device_get(_routing(graphdef, state, x))
 
 
 @functools.partial(jax.jit, static_argnums=0)

@@ -13,7 +13,7 @@ import pytest
 
 import sharding_lab as sl
 from sharding_lab.communication import analyze
-from sharding_lab.experts import fixed_batch, lab_routing
+from sharding_lab.experts import fixed_batch, lab_routing, router_choices
 from sharding_lab.mesh import MeshSpec
 from sharding_lab.models.transformer import TransformerSpec, expert_capacity
 from sharding_lab.training import Lab, Trainer
@@ -75,7 +75,7 @@ def test_the_routing_picture_counts_the_routers_own_top_k(lab):
     picture = lab_routing(lab)
     model, _ = nnx.merge(lab.graphdef, lab.state)
     x = fixed_batch(lab.config)
-    logits = np.asarray(model.routing(x)[0].logits)  # (batch, seq, experts)
+    logits = np.asarray(router_choices(lab.plan, model, x)[0].logits)  # (batch, seq, experts)
     top = np.argsort(-logits, axis=-1, kind="stable")[..., :SPEC.top_k]
     rows = {d: r[0] for d, r in lab.plan.layouts()["batch/x"].devices.items()}
     capacity = expert_capacity(SPEC, SPEC.seq)
