@@ -86,35 +86,35 @@ def fixed_batch(config) -> np.ndarray:
     return x[:config.batch_size]
 
 
-def per_device(counts_of_rows, rows: dict[int, tuple[int, int]]) -> np.ndarray:
-    """``counts_of_rows(start, stop)`` (an array per expert) for each device's rows, stacked."""
-    return np.stack([counts_of_rows(*rows[d]) for d in sorted(rows)])
+def choices_per_device(chosen: np.ndarray, mask: np.ndarray, rows: dict[int, tuple[int, int]],
+                       experts: int) -> np.ndarray:
+    """(devices, experts): how many of the choices ``chosen`` (batch, seq, top_k) selected by ``mask``
+    fall on each expert, counted over the batch rows [start, stop) of each device (in device order)."""
+    return np.stack([np.bincount(chosen[start:stop][mask[start:stop]], minlength=experts)
+                     for start, stop in (rows[d] for d in sorted(rows))])
+
+
+def expert_holders(layouts: dict, experts: int) -> dict[int, tuple[int, ...]]:
+    """Expert → the devices holding its weights (the first block's ``expert_in``, split along experts)."""
+    held = layouts[next(p for p in layouts if p.startswith("params/") and p.endswith("expert_in"))]
+    return {e: tuple(sorted(d for d, ranges in held.devices.items() if ranges[0][0] <= e < ranges[0][1]))
+            for e in range(experts)}
 
 
 def routing_picture(plan, model, x: np.ndarray) -> RoutingPicture:
     """What ``model``'s routers chose for the batch ``x`` (:meth:`Transformer.routing`), counted per
     device that holds the rows (the plan's layout of ``batch/x``) and per expert."""
-    routings = router_choices(plan, model, x)
+    routings = [jax.tree.map(np.asarray, r) for r in router_choices(plan, model, x)]
     layouts = plan.layouts()
     rows = {d: ranges[0] for d, ranges in layouts["batch/x"].devices.items()}
     experts = routings[0].logits.shape[-1]
-
-    def counts(chosen, mask):
-        return lambda start, stop: np.bincount(chosen[start:stop][mask[start:stop]], minlength=experts)
-
-    choices, kept = [], []
-    for r in routings:
-        chosen, kept_mask = np.asarray(r.chosen), np.asarray(r.kept)
-        choices.append(per_device(counts(chosen, np.ones_like(kept_mask)), rows))
-        kept.append(per_device(counts(chosen, kept_mask), rows))
-    routed = sum(int(np.asarray(r.chosen).size) for r in routings)
-    dropped = sum(int((~np.asarray(r.kept)).sum()) for r in routings)
-    holders = layouts[next(p for p in layouts if p.startswith("params/") and p.endswith("expert_in"))]
-    expert_devices = {e: tuple(sorted(d for d, ranges in holders.devices.items() if ranges[0][0] <= e < ranges[0][1]))
-                      for e in range(experts)}
-    return RoutingPicture(tuple(sorted(rows)), np.stack(choices), np.stack(kept), routed, dropped,
-                          float(np.mean([float(r.aux_loss) for r in routings])), int(routings[0].capacity),
-                          int(np.asarray(routings[0].chosen).shape[-1]), expert_devices)
+    choices = np.stack([choices_per_device(r.chosen, np.ones_like(r.kept), rows, experts) for r in routings])
+    kept = np.stack([choices_per_device(r.chosen, r.kept, rows, experts) for r in routings])
+    return RoutingPicture(
+        devices=tuple(sorted(rows)), choices=choices, kept=kept, routed=sum(r.chosen.size for r in routings),
+        dropped=sum(int((~r.kept).sum()) for r in routings),
+        aux_loss=float(np.mean([r.aux_loss for r in routings])), capacity=int(routings[0].capacity),
+        top_k=int(routings[0].chosen.shape[-1]), expert_devices=expert_holders(layouts, experts))
 
 
 def router_choices(plan, model, x: np.ndarray) -> list:
