@@ -10,7 +10,7 @@ import sharding_lab as sl
 from sharding_lab.communication import analyze
 from sharding_lab.layout import format_bytes
 from sharding_lab.app import ui
-from sharding_lab.app import figures, pipeline_view
+from sharding_lab.app import experts_view, figures, pipeline_view
 from sharding_lab.distributed import process_choices, process_table
 from sharding_lab.app.jobs import DistributedJob, TrainingJob
 from sharding_lab.app.scheduler import Busy, poll_interval
@@ -71,6 +71,7 @@ if processes > 1:
                "collectives now cross process boundaries: expect fewer steps/s than in one process.")
 
 pipeline_view.show(plan)
+experts_view.show(plan, slot.job)
 
 
 def memory_refusal(plan: sl.Plan) -> sl.ConfigError | None:

@@ -26,6 +26,7 @@ from .errors import ConfigError
 from .layout import ArrayLayout, format_spec as _format_spec, memory_per_device
 from .models import FAMILIES
 from .moves import category
+from .experts import experts_of
 from .pipeline import SCHEDULES, schedule_of
 from .rules import axis_names, preset_roles
 
@@ -444,6 +445,39 @@ if "transformer" in FAMILIES:
          "4 stages (a 4×2 mesh with axes stage, data, and layers a multiple of 4), 16 microbatches, 1F1B."),
         "schedule", ("--model", "transformer", "--mesh", "4x2", "--axes", "stage,data", "--preset", "pp",
                      "--layers", "4", "--microbatches", "16", "--schedule", "1f1b"), _small_bubble))
+
+def _token_exchange(plan: Plan) -> tuple[bool, str]:
+    """The compiled step's forward pass sends tokens to their experts and the outputs back by
+    all-to-all over a mesh axis of at least 4 devices, each device holding at most 2 experts. Read
+    from the compiled step's collectives and what each carries (the Communication page's)."""
+    experts = experts_of(plan.config)
+    if not experts:
+        return False, ("The model has no experts: choose the transformer and set Experts above 0 (each block's MLP "
+                       "becomes a mixture of experts).")
+    held = plan.layouts()[next(p for p in plan.arrays if p.startswith("params/") and p.endswith("expert_in"))]
+    per_device = experts * held.bytes_per_device // held.total_bytes
+    forward = [c for c in _analyze(plan).collectives if c.op == "all-to-all" and c.phase == "forward"]
+    moved = {kind for c in forward for m in c.moves for kind in ("dispatch", "combine") if f"({kind})" in m}
+    wide = [c for c in forward if c.group_size >= 4]
+    said = (f"Each device holds {per_device} of the {experts} experts; the forward pass runs "
+            + (_describe(forward) if forward else "no all-to-all"))
+    misses = ([] if per_device <= 2 else ["a device holds more than 2 experts"]) + \
+        ([] if moved == {"dispatch", "combine"} else ["no token travels to its expert and back"]) + \
+        ([] if wide else ["no all-to-all spans 4 devices"])
+    return not misses, said + (f" — but {' and '.join(misses)}." if misses else ".")
+
+
+if "transformer" in FAMILIES:
+    _LIST.append(Challenge(
+        "token-exchange", "Send the tokens to their experts",
+        "Give the transformer a mixture of experts with at most 2 experts per device, and shard it so that the "
+        "compiled forward pass sends tokens to their experts and back by all-to-all over 4 or more devices.", 3,
+        ("Set Experts above 0 (the transformer's sizes), then look at the Communication page's all-to-alls.",
+         "The experts must be split over a mesh axis (the logical axis expert). But if every device along that "
+         "axis already holds the same tokens, none needs to travel: the batch must be split over that axis too.",
+         "8 experts and the ep preset on a 2×4 mesh with axes data, expert."),
+        "compiled", ("--model", "transformer", "--mesh", "2x4", "--axes", "data,expert", "--preset", "ep",
+                     "--experts", "8"), _token_exchange))
 
 CHALLENGES: dict[str, Challenge] = {c.id: c for c in _LIST}
 

@@ -14,6 +14,7 @@ from .config import Plan, plan as make_plan
 from .errors import ConfigError
 from .layout import ArrayLayout, format_spec
 from .mesh import device_ids
+from .experts import experts_json, experts_of, lab_routing, summary as routing_summary
 from .pipeline import schedule_of
 from .options import add_config_options, config_from_args, config_to_args  # noqa: F401 (re-exported)
 
@@ -278,8 +279,10 @@ def _train(plan: Plan, as_json: bool) -> int:
     lab = Lab(plan)
     trainer = Trainer(lab)
     report = _report(as_json)
+    routed_before = lab_routing(lab) if experts_of(plan.config) else None
 
     result = trainer.run(report)
+    routed_after = lab_routing(lab) if routed_before is not None else None
     layouts = lab.actual_layouts()
     problems = lab.verify_layout()
     if as_json:
@@ -288,7 +291,8 @@ def _train(plan: Plan, as_json: bool) -> int:
         out.update({"final_loss": final if math.isfinite(final) else None,
                     "initial_loss": _initial_loss(result.losses), "steps": result.steps,
                     "steps_per_s": result.steps_per_s, "stop_reason": result.stop_reason,
-                    "layout_matches_plan": not problems})
+                    "layout_matches_plan": not problems,
+                    **(experts_json(routed_before, routed_after) if routed_before is not None else {})})
         print(json.dumps(out))
     else:
         for warning in plan.warnings:
@@ -298,6 +302,9 @@ def _train(plan: Plan, as_json: bool) -> int:
               f"{plan.config.mesh.size} devices" if not problems else "\n".join(problems))
         print(f"{result.stop_reason}: {result.steps} steps, {result.steps_per_s:.0f} steps/s")
         _print_bubble(plan)
+        if routed_before is not None:
+            print(f"experts before training: {routing_summary(routed_before)}")
+            print(f"experts after training: {routing_summary(routed_after)}")
         print(f"final_loss={result.final_loss:.6f}")
     return 1 if result.diverged else 0
 

@@ -22,7 +22,10 @@ import numpy as np
 from .config import Plan
 from .layout import memory_per_device
 from .moves import name_elements
+from .models.transformer import COMBINE_SCOPE, DISPATCH_SCOPE, EXPERTS_SCOPE
 from .pipeline import BACKWARD_SCOPE, FORWARD_SCOPE, GRADIENT_SCOPE
+
+EXPERT_SCOPES = (DISPATCH_SCOPE, EXPERTS_SCOPE, COMBINE_SCOPE)
 
 COLLECTIVES = ("all-reduce", "all-gather", "reduce-scatter", "collective-permute", "all-to-all")
 DTYPE_BYTES = {"pred": 1, "s8": 1, "u8": 1, "f16": 2, "bf16": 2, "s16": 2, "u16": 2, "f32": 4,
@@ -48,6 +51,9 @@ class Collective:
     group_size: int = 1  # devices in each group (every device of the mesh when no groups are named)
     op_names: tuple[str, ...] = dataclasses.field(default=(), compare=False)  # JAX's op_name metadata
     moves: tuple[str, ...] = dataclasses.field(default=(), compare=False)  # what each result element carries
+    # The mixture-of-experts part it was compiled from (dispatch, experts, combine; "" elsewhere): a dispatch and
+    # a combine can move equal pieces over the same devices, and must still be told apart.
+    scope: str = ""
 
     @property
     def wire_bytes(self) -> int:
@@ -146,6 +152,11 @@ def _phase(op_name: str | None) -> str:
     return "optimizer"
 
 
+def _expert_scope(op_name: str | None) -> str:
+    """The mixture-of-experts named scope an op was traced in ("" for none)."""
+    return next((scope for scope in EXPERT_SCOPES if op_name and scope in op_name), "")
+
+
 def _op_name(line: str, names: dict[str, str]) -> str | None:
     """JAX's op_name of an HLO op; for an async collective the GPU compiler scheduled without one (its
     metadata carries only a scheduling name), the op_name of the first operand that has one (what it
@@ -209,7 +220,7 @@ def parse_collectives(hlo_text: str, mesh_shape: tuple[int, ...], axis_names: tu
             bytes=sum(math.prod(s) * DTYPE_BYTES.get(d, 4) for d, s in arrays),
             axes=group_axes(groups, mesh_shape, axis_names) if groups else tuple(
                 a for a, n in zip(axis_names, mesh_shape) if n > 1),
-            phase=_phase(op_name), groups=tuple(tuple(g) for g in groups),
+            phase=_phase(op_name), groups=tuple(tuple(g) for g in groups), scope=_expert_scope(op_name),
             group_size=len(groups[0]) if groups and match.group("op") != "collective-permute"
             else math.prod(mesh_shape))
         found[collective] = found.get(collective, 0) + 1

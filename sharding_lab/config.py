@@ -29,6 +29,7 @@ from . import targets
 from .mesh import MeshSpec, build_mesh, device_grid
 from .models.mlp import ModelSpec
 from .optimizer import OPTIMIZER_BUFFERS, OPTIMIZER_SCALARS, OPTIMIZERS
+from .experts import validate as validate_experts
 from .pipeline import family_for, stage_axis, validate as validate_pipeline
 from .rules import Rules, axis_names, bind_preset, split_ways
 
@@ -200,6 +201,7 @@ def plan(config: LabConfig) -> Plan:
         raise ConfigError(config.family.explicit_refusal, "mesh")
     rules = config.resolved_rules()
     validate_pipeline(config, rules)
+    validate_experts(config, rules)
     arrays = _array_paths(config)
     rules.validate(config.mesh, {name: logical for path, (_, logical, name, _) in arrays.items()
                                  if not path.startswith("opt/")}, tuple(config.family.logical_axes))

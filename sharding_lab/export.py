@@ -176,9 +176,9 @@ _NOT_RECORDING = '''def recording_activations():
 '''
 
 
-def _model_section(model_class, helpers=()) -> str:
-    code = _source(models.param, ops.explicit_axes, ops.spec_of, ops.mesh_axes_of, ops.matmul, ops.like_columns,
-                   *helpers, model_class)
+def _model_section(model_class, helpers=(), preamble: str = "") -> str:
+    code = preamble + _source(models.param, ops.explicit_axes, ops.spec_of, ops.mesh_axes_of, ops.matmul,
+                              ops.like_columns, *helpers, model_class)
     stub = _NOT_RECORDING if "recording_activations()" in code else ""
     return ("\n# 3. The model, copied from Sharding Lab's model family: every parameter is born sharded\n"
             "#    (out_sharding=, the blog's sharding=); under Explicit axes the matmuls say their layouts.\n"
@@ -206,7 +206,7 @@ def export_script(config: LabConfig) -> str:
         rules="{" + ", ".join(f"{a!r}: {rules.target(a)!r}" for a in family.logical_axes) + "}",
         overrides="{" + ", ".join(f"{n!r}: {tuple(d)!r}" for n, d in rules.overrides) + "}",
         activations="{" + ", ".join(f"{n!r}: P{tuple(s)!r}" for n, s in plan.activation_specs().items()) + "}")]
-    parts.append(_model_section(model_class, family.export_helpers))
+    parts.append(_model_section(model_class, family.export_helpers, family.export_preamble))
     parts.append(f"spec = types.SimpleNamespace({sizes})\n\n")
     if config.optimizer in optax_tx:
         parts.append("# 4. The optimizer: " + _fill(_OPTAX, TX_NAME=f"optax {config.optimizer}",

@@ -18,7 +18,10 @@ layouts), and the kind of op. The rules, each from how the step is built:
 - in a pipelined step (:mod:`sharding_lab.pipeline`), a collective-permute the step sent under its
   forward scope carries a microbatch's activations to the next stage, one under its backward scope
   their gradient to the previous stage (checked before the shapes: a microbatch's activations can
-  have a parameter block's shape).
+  have a parameter block's shape);
+- in a mixture of experts, an all-to-all under the dispatch's named scope carries tokens to their
+  experts (forward) or their gradient back (backward), one under the combine's the outputs back to
+  their tokens — XLA:CPU cuts an all-to-all into one piece per device of its group (a tuple).
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ from __future__ import annotations
 import re
 
 from .config import Plan
+from .models.transformer import COMBINE_SCOPE, DISPATCH_SCOPE, EXPERTS_SCOPE
 from .pipeline import BACKWARD_SCOPE, FORWARD_SCOPE
 
 
@@ -67,6 +71,20 @@ def _activation(shape: tuple[int, ...], plan: Plan) -> str | None:
         rest = " × ".join(map(str, shape[1:]))
         return f"activations ({shape[0]} rows{' × ' + rest if rest else ''})"
     return None
+
+
+def _expert_slots(shape: tuple[int, ...], plan: Plan) -> str | None:
+    """A block of a mixture of experts' (expert, sequence, slot, ·) tensor — dispatched tokens or
+    expert outputs — read by its slot dimension, the capacity (else its experts pass for rows)."""
+    model = plan.config.model
+    experts = getattr(model, "experts", 0)
+    if not experts or len(shape) != 4 or experts % shape[0]:
+        return None
+    from .models.transformer import expert_capacity
+
+    if shape[2] != expert_capacity(model, model.seq):
+        return None
+    return f"activations: expert slots ({shape[0]} experts × {shape[1]} sequences × {shape[2]} slots × {shape[3]})"
 
 
 def _dims(shape) -> str:
@@ -126,6 +144,32 @@ def _stage_send(op: str, shapes: tuple, op_names: tuple[str, ...]) -> tuple[str,
     return None
 
 
+def _expert_exchange(op: str, phase: str, shapes: tuple, op_names: tuple[str, ...]) -> tuple[str, ...] | None:
+    """What a mixture of experts' all-to-all carries (None: not one), from the named scope XLA's
+    metadata gives it (:func:`sharding_lab.models.transformer.moe_mlp`). Forward, the dispatch sends
+    tokens to their experts' devices and the combine brings the outputs back. Backward, the same
+    two moves run reversed: measured on XLA:CPU, the all-to-all under the dispatch's scope carries
+    the tokens' gradient back to their devices, and the one under the experts' (or the combine's)
+    scope the outputs' gradient to the experts (tests/core/test_experts.py pairs them by shape)."""
+    if op != "all-to-all" or not op_names:
+        return None
+    scopes = [next((s for s in (DISPATCH_SCOPE, EXPERTS_SCOPE, COMBINE_SCOPE) if s in name), None) for name in op_names]
+    if None in scopes or len(set(scopes)) > 1:
+        return None
+    scope = scopes[0]
+    size = (f"{len(shapes)} pieces of {_dims(shapes[0])}" if len(set(shapes)) == 1 and len(shapes) > 1
+            else " + ".join(map(_dims, shapes)))
+    if phase == "forward":
+        what = ("tokens to their experts' devices (dispatch)" if scope == DISPATCH_SCOPE else
+                "expert outputs back to their tokens' devices (combine)" if scope == COMBINE_SCOPE else None)
+    else:
+        what = ("gradient of the dispatched tokens back to their devices (the dispatch, reversed)"
+                if scope == DISPATCH_SCOPE else "gradient of the expert outputs to their experts (the combine, reversed)")
+    if what is None:
+        return None
+    return (f"activations: {what}, {size} in all",)
+
+
 def name_elements(op: str, phase: str, shapes: tuple, count: int, plan: Plan,
                   op_names: tuple[str, ...] = ()) -> tuple[str, ...]:
     """One name per element of a collective's result (``count`` identical ops share them);
@@ -133,6 +177,13 @@ def name_elements(op: str, phase: str, shapes: tuple, count: int, plan: Plan,
     sent = _stage_send(op, shapes, op_names)
     if sent is not None:
         return sent
+    exchanged = _expert_exchange(op, phase, shapes, op_names)
+    if exchanged is not None:  # one all-to-all's pieces (one per device of its group) carry one tensor
+        return exchanged * len(shapes)
+    experts = getattr(plan.config.model, "experts", 0)
+    if experts and op == "all-reduce" and phase == "forward" and shapes and all(s == (experts,) for s in shapes):
+        # the share of choices and the mean probability of each expert, over the whole batch
+        return ("router statistics per expert, summed over the batch (the load-balancing loss)",) * len(shapes)
     params = _param_candidates(plan)
     full = {name: f for name, f, _ in params}
     splits = _splits(plan.config.mesh.axis_sizes)
@@ -158,7 +209,7 @@ def name_elements(op: str, phase: str, shapes: tuple, count: int, plan: Plan,
                          f"optimizer update of {who}" if phase == "optimizer" else
                          f"{who}: weights{', for the backward pass' if phase == 'backward' else ''}")
             continue
-        activation = _activation(shape, plan)
+        activation = _expert_slots(shape, plan) or _activation(shape, plan)
         if activation is not None:
             names.append(("gradient of " if phase == "backward" and reduces else "") + activation)
             continue

@@ -172,19 +172,24 @@ class Rules:
                     f"map one of its dimensions to another axis or to replicated", "rules")
 
 
+ROLES = ("data", "model", "stage", "expert")
+
+
 def preset_roles(mesh: MeshSpec) -> dict[str, str]:
-    """Which mesh axis plays ``data``, which ``model`` and which ``stage`` (pipeline stages: the
-    axis named ``stage``, else one that plays neither data nor model, else the one playing ``model``)."""
+    """Which mesh axis plays ``data``, which ``model``, which ``stage`` (pipeline stages: the
+    axis named ``stage``, else one that plays neither data nor model, else the one playing ``model``)
+    and which ``expert`` (a mixture's experts: the axis named ``expert``, else the one playing ``model``)."""
     axes = mesh.axes
-    data = "data" if "data" in axes else next((a for a in axes if a not in ("model", "stage")), axes[0])
+    data = "data" if "data" in axes else next((a for a in axes if a not in ("model", "stage", "expert")), axes[0])
     model = "model" if "model" in axes else next((a for a in reversed(axes) if a != data), axes[-1])
     stage = "stage" if "stage" in axes else next((a for a in axes if a not in (data, model)), model)
-    return {"data": data, "model": model, "stage": stage}
+    expert = "expert" if "expert" in axes else model
+    return {"data": data, "model": model, "stage": stage, "expert": expert}
 
 
 def _roles_used(target) -> set[str]:
     return set().union(*map(_roles_used, target)) if isinstance(target, tuple) else \
-        {target} if target in ("data", "model", "stage") else set()
+        {target} if target in ROLES else set()
 
 
 def bind_preset(name: str, mesh: MeshSpec, model: str = "mlp") -> Rules:
@@ -203,8 +208,8 @@ def bind_preset(name: str, mesh: MeshSpec, model: str = "mlp") -> Rules:
             f"{', '.join(repr(a) for a in mesh.axes)}: add a {'second' if len(mesh.axes) == 1 else 'third'} "
             "mesh axis", "rules")
 
-    def bind(target):
-        return tuple(bind(t) for t in target) if isinstance(target, tuple) else roles.get(target, target)
+    def bind(target):  # two roles one axis plays split a dimension once (ep on a one-axis mesh)
+        return tuple(dict.fromkeys(bind(t) for t in target)) if isinstance(target, tuple) else roles.get(target, target)
 
     return Rules({axis: bind(t) for axis, t in preset.logical.items()},
                  overrides=tuple((array, tuple(bind(t) for t in dims)) for array, dims in preset.overrides))

@@ -58,6 +58,7 @@ class Snapshot:
     kinds: dict[int, str] | None = None        # device → device kind ("cpu", "NVIDIA H100 ...")
     layouts: dict | None = None                # path → ArrayLayout gathered from every process
     startup_s: float | None = None
+    routing: object | None = None              # the trained router's choices (sharding_lab.experts), at the end
 
     @property
     def running(self) -> bool:
@@ -167,6 +168,7 @@ class TrainingJob:
             release_slot()
 
     def _train(self) -> None:
+        from ..experts import experts_of, lab_routing
         from ..training import Lab, Trainer
 
         started = time.monotonic()
@@ -185,7 +187,8 @@ class TrainingJob:
                     last_prediction = time.monotonic()
                 self._publish(**changes)
                 self._watchdog(started)
-            self._finish(trainer.result(progress), layout_problems=lab.verify_layout())
+            routing = lab_routing(lab) if experts_of(self.config) else None
+            self._finish(trainer.result(progress), layout_problems=lab.verify_layout(), routing=routing)
         except ConfigError as error:
             self._publish(state="failed", message=str(error))
         except Exception as error:  # a JAX failure must end the job visibly, not kill the server

@@ -51,7 +51,7 @@ class Expect:
     ops: tuple[str, ...]
     carries: str
     phase: str
-    role: str  # "data", "model" or "stage"
+    role: str  # "data", "model", "stage" or "expert"
 
 
 # What each strategy communicates on paper (the scaling book's training chapter — data parallelism,
@@ -75,6 +75,14 @@ SEQUENCE_TEXTBOOK = (Expect(("all-gather",), "activations", "forward", "model"),
 PIPELINE_TEXTBOOK = (Expect(("collective-permute",), "activations", "forward", "stage"),
                      Expect(("collective-permute",), "activations", "backward", "stage"),
                      Expect(("all-reduce",), "gradients", "backward", "data"))
+
+
+# Expert parallelism (GShard, Lepikhin et al. 2020; Switch Transformer, Fedus et al. 2021): each token
+# goes to its experts' devices and comes back — an all-to-all of activations over the expert axis before
+# the experts and one after, in both passes; the replicated weights' gradients all-reduced as DP's.
+EXPERT_TEXTBOOK = (Expect(("all-to-all",), "activations", "forward", "expert"),
+                   Expect(("all-to-all",), "activations", "backward", "expert"),
+                   Expect(("all-reduce",), "gradients", "backward", "data"))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -201,6 +209,7 @@ class ModelFamily:
     default_preset: ClassVar[str]
     export_objects: ClassVar[tuple] = ()
     export_helpers: ClassVar[tuple] = ()  # more functions/classes the exported model needs (before it)
+    export_preamble: ClassVar[str] = ""  # imports and constants those need, as source (before them)
     probe_rows: ClassVar[int | None] = None  # the probe runs on the first rows of the dataset (None: all)
     explicit_refusal: ClassVar[str | None] = None  # why this family cannot run under Explicit axes
     train_defaults: ClassVar[dict] = {}  # optimizer / lr / steps that suit it (else the seed's)
@@ -308,7 +317,7 @@ def family_of(spec) -> ModelFamily:
 from . import mlp  # noqa: E402,F401  (registers the families)
 from . import transformer  # noqa: E402,F401
 
-__all__ = ["ArraySpec", "ChoiceField", "NamedSize", "recording_activations", "DP_TEXTBOOK", "Expect", "FSDP_TEXTBOOK",
+__all__ = ["ArraySpec", "ChoiceField", "NamedSize", "recording_activations", "DP_TEXTBOOK", "EXPERT_TEXTBOOK", "Expect", "FSDP_TEXTBOOK",
            "MEGATRON_TEXTBOOK", "PIPELINE_TEXTBOOK", "REPLICATED_TEXTBOOK",
            "SEQUENCE_TEXTBOOK", "FAMILIES", "ModelFamily", "Preset", "SizeField", "activation_rules", "constrain", "family",
            "family_of", "param", "register"]

@@ -33,6 +33,7 @@ position ``h+j-1`` means looking back at position ``h-1-j``: attention, by posit
 from __future__ import annotations
 
 import dataclasses
+import math
 from typing import ClassVar
 
 import jax
@@ -44,15 +45,21 @@ from ..errors import ConfigError
 from . import (DP_TEXTBOOK, FSDP_TEXTBOOK, MEGATRON_TEXTBOOK, REPLICATED_TEXTBOOK, SEQUENCE_TEXTBOOK, ArraySpec,
                ChoiceField, ModelFamily, NamedSize, Preset, SizeField, constrain, param, recording_activations,
                register)
-from . import PIPELINE_TEXTBOOK  # noqa: E402  (the pp preset)
+from . import EXPERT_TEXTBOOK, PIPELINE_TEXTBOOK  # noqa: E402  (the pp and ep presets)
 
 # Limits that allow a real model to be *planned* (Llama 3 70B: 80 layers, embed 8192, mlp 28672,
 # vocab 128256, seq 8192); training such a size is refused by the memory check, not by these.
 LIMITS = {"layers": (1, 128), "embed_dim": (1, 16384), "heads": (1, 128), "kv_heads": (0, 128),
-          "head_dim": (1, 1024), "mlp_dim": (1, 65536), "vocab": (2, 262144), "seq": (4, 32768)}
+          "head_dim": (1, 1024), "mlp_dim": (1, 65536), "vocab": (2, 262144), "seq": (4, 32768),
+          "experts": (0, 256), "top_k": (1, 256)}
 # Options that are words, not numbers; the first of each is today's model (and the default).
 CHOICES = {"mlp_type": ("gelu", "swiglu"), "embeddings": ("untied", "tied"), "positions": ("learned", "rope"),
-           "remat": ("none", "full")}
+           "remat": ("none", "full"),
+           # A mixture of experts' capacity factor, as a choice among the values papers use (Switch
+           # Transformer: 1.0 and 1.25; GShard: 2.0), so that every form and link handles it as a word.
+           "capacity_factor": ("1.25", "1.0", "1.5", "2.0")}
+# The load-balancing loss's weight in the training loss (Switch Transformer's α = 10⁻²).
+AUX_LOSS_COEFFICIENT = 0.01
 
 
 @dataclasses.dataclass(frozen=True)
@@ -65,6 +72,9 @@ class TransformerSpec:
     ``embeddings``: ``tied`` reuses the token embedding as the unembedding (GPT-2), ``untied`` has
     its own (Llama 3). ``positions``: a ``learned`` table (GPT-2) or ``rope``, rotary, no parameters
     (Llama). ``remat``: ``full`` recomputes each block in the backward pass, keeping only its input.
+    ``experts``: 0 is the dense MLP; more makes each block's MLP a mixture of that many experts, of
+    which each token uses ``top_k``, each expert taking at most ``capacity_factor`` × its fair share
+    of a sequence's tokens (:func:`moe_mlp`).
     """
 
     family: ClassVar[str] = "transformer"
@@ -80,6 +90,9 @@ class TransformerSpec:
     embeddings: str = "untied"
     positions: str = "learned"
     remat: str = "none"
+    experts: int = 0
+    top_k: int = 2
+    capacity_factor: str = "1.25"
 
     def validate(self) -> None:
         for name, (low, high) in LIMITS.items():
@@ -100,6 +113,10 @@ class TransformerSpec:
             raise ConfigError(f"transformer heads ({self.heads}) must be a multiple of kv_heads ({self.kv_heads}): "
                               f"each K/V head serves the same number of query heads — try kv_heads "
                               f"{' or '.join(map(str, sorted(near)))}, or 0 for one per query head", "model")
+        if self.experts and self.top_k > self.experts:
+            raise ConfigError(f"top_k ({self.top_k}) cannot exceed experts ({self.experts}): each token picks top_k "
+                              f"different experts — try top_k {min(2, self.experts)} or experts {self.top_k} or more",
+                              "model")
         if self.positions == "rope" and self.head_dim % 2:
             raise ConfigError(f"rotary positions turn pairs of features, so head_dim must be even, got "
                               f"{self.head_dim}: try {self.head_dim + 1}", "model")
@@ -146,12 +163,31 @@ class Block(nnx.Module):
         self.o = param(kernel(rngs.params(), (h, d, e), h * d), shard, "o", "heads", "head_dim", "embed")
         self.mlp_norm = param(jnp.ones((e,)), shard, "norm", "embed")
         self.gated = spec.mlp_type == "swiglu"
+        self.experts, self.top_k = spec.experts, spec.top_k
+        self.capacity_factor = float(spec.capacity_factor)
+        if self.experts:  # a mixture of experts: a router, and each MLP weight stacked along `expert`
+            n = spec.experts
+            # The router's output dimension is not `expert`: it is small, and every device routes its own
+            # tokens to every expert, so it stays whole wherever the experts go.
+            self.router = param(kernel(rngs.params(), (e, n), e), shard, "router", "embed", None)
+            if self.gated:
+                self.expert_gate = param(kernel(rngs.params(), (n, e, m), e), shard, "expert_gate", "expert",
+                                         "embed", "mlp")
+            self.expert_in = param(kernel(rngs.params(), (n, e, m), e), shard, "expert_in", "expert", "embed", "mlp")
+            self.expert_out = param(kernel(rngs.params(), (n, m, e), m), shard, "expert_out", "expert", "mlp",
+                                    "embed")
+            return
         if self.gated:  # SwiGLU (Shazeer 2020): silu(x·gate) * (x·up), then down; Llama's MLP
             self.mlp_gate = param(kernel(rngs.params(), (e, m), e), shard, "mlp_gate", "embed", "mlp")
         self.mlp_in = param(kernel(rngs.params(), (e, m), e), shard, "mlp_in", "embed", "mlp")
         self.mlp_out = param(kernel(rngs.params(), (m, e), m), shard, "mlp_out", "mlp", "embed")
 
     def __call__(self, x):
+        return self.forward(x)[0]
+
+    def forward(self, x, routing: bool = False):
+        """The block's output and its mixture-of-experts statistics (:func:`moe_mlp`; zeros for a
+        dense MLP) — with ``routing``, also the router's choices (:class:`Routing`)."""
         seq = x.shape[1]
         # The sublayer's input: under sequence parallelism the norm ran on this device's positions,
         # and here the whole sequence is gathered (Megatron-SP's all-gather) before the q/k/v matmuls.
@@ -173,17 +209,129 @@ class Block(nnx.Module):
         attended = constrain(attended, "attn_out")
         x = constrain(x + jnp.einsum("bshd,hde->bse", attended, self.o[...]), "resid")
         h = constrain(rms_norm(x, self.mlp_norm[...]), "normed")
+        if self.experts:
+            out, stats, routed = moe_mlp(self, h)
+            return (constrain(x + out, "resid"), stats) + ((routed,) if routing else ())
         up = jnp.einsum("bse,em->bsm", h, self.mlp_in[...])
         if self.gated:
             hidden = jax.nn.silu(jnp.einsum("bse,em->bsm", h, self.mlp_gate[...])) * up
         else:
             hidden = jax.nn.gelu(up)
         hidden = constrain(hidden, "mlp_hidden")
-        return constrain(x + jnp.einsum("bsm,me->bse", hidden, self.mlp_out[...]), "resid")
+        return (constrain(x + jnp.einsum("bsm,me->bse", hidden, self.mlp_out[...]), "resid"), NO_STATS) + \
+            ((None,) if routing else ())
+
+
+# -- mixture of experts ------------------------------------------------------------------------------
+# Each batch row (a sequence) is one *group* of tokens routed together (GShard's groups): each expert
+# takes at most `capacity` of a group's tokens, and the dispatched tensor is (expert, group, slot, embed).
+# Three layouts of it, each a constrained activation (the rules place them): `routed`, the tokens put
+# in their experts' slots where they are (groups split as the batch is: over data and, under ep, over
+# expert too); `dispatched`, the same tensor with its expert dimension split over the `expert` mesh axis
+# and its groups only over what the batch uses besides (`groups`) — going from the one to the other,
+# each device keeps its own experts' slots of every group and sends the rest: an all-to-all; and
+# `returned`, the experts' outputs moved back to their tokens' devices the same way before the combine.
+# The routing is pure elementwise work and reductions along each group, so no device needs another's.
+
+NO_STATS = (0.0, 0.0)  # a dense block's (load-balancing loss, dropped token choices)
+
+
+@dataclasses.dataclass(frozen=True)
+class Routing:
+    """What one block's router chose for a batch: ``logits`` (batch, seq, experts), ``chosen``
+    (batch, seq, top_k) the experts of each token in order of preference, ``kept`` (batch, seq,
+    top_k) whether that choice found room within the expert's capacity (else it was dropped), and
+    the block's load-balancing loss."""
+
+    logits: jax.Array
+    chosen: jax.Array
+    kept: jax.Array
+    aux_loss: jax.Array  # this block's load-balancing loss
+    capacity: int  # slots per expert per sequence
+
+
+jax.tree_util.register_dataclass(Routing, data_fields=["logits", "chosen", "kept", "aux_loss"],
+                                 meta_fields=["capacity"])
+
+
+def expert_capacity(spec_or_block, tokens: int) -> int:
+    """How many of a group's ``tokens`` one expert takes: ceil(capacity_factor × tokens × top_k /
+    experts) (Switch Transformer, GShard), at most ``tokens`` (a token picks an expert once)."""
+    e, k, f = spec_or_block.experts, spec_or_block.top_k, float(spec_or_block.capacity_factor)
+    return max(1, min(tokens, math.ceil(f * tokens * k / e)))
+
+
+def top_k_experts(probs, k: int):
+    """The ``k`` largest router probabilities of each token and their experts, best first, by
+    ``k`` rounds of argmax (ties go to the lower expert, as a stable sort's would). Not
+    ``lax.top_k``: measured on XLA:CPU, its partitioner gathers the whole batch onto every device
+    first, where an argmax keeps each device on its own tokens."""
+    picked, chosen = [], []
+    for _ in range(k):
+        best = jnp.argmax(probs, axis=-1)
+        picked.append(jnp.take_along_axis(probs, best[..., None], axis=-1)[..., 0])
+        chosen.append(best)
+        probs = jnp.where(jax.nn.one_hot(best, probs.shape[-1]) > 0, -jnp.inf, probs)
+    return jnp.stack(picked, axis=-1), jnp.stack(chosen, axis=-1)
+
+
+def route(block, h):
+    """The router's decision for tokens ``h`` (batch, seq, embed): the dispatch and combine
+    tensors (batch, seq, experts, capacity) — one-hot slots, the combine's weighted by the token's
+    renormalised router probability —, the load-balancing loss and the count of dropped choices,
+    and the :class:`Routing`. A token's first choices are served before anyone's second (Switch's
+    priority), each group's tokens in order; a choice past the expert's capacity is dropped."""
+    logits = constrain(jnp.einsum("bse,ex->bsx", h, block.router[...]), "router_logits")
+    probs = jax.nn.softmax(logits, axis=-1)
+    weights, chosen = top_k_experts(probs, block.top_k)
+    weights = weights / jnp.sum(weights, axis=-1, keepdims=True)
+    b, s, k, e = *chosen.shape, block.experts
+    capacity = expert_capacity(block, s)
+    mask = jax.nn.one_hot(chosen, e)  # (b, s, k, e)
+    by_priority = mask.transpose(0, 2, 1, 3).reshape(b, k * s, e)  # every first choice, then every second …
+    slot = (jnp.cumsum(by_priority, axis=1) * by_priority - 1).reshape(b, k, s, e).transpose(0, 2, 1, 3)
+    kept_choice = (slot < capacity) & (mask > 0)  # (b, s, k, e)
+    slots = jax.nn.one_hot(jnp.where(kept_choice, slot, -1).astype(jnp.int32), capacity)  # (b, s, k, e, c)
+    dispatch = jnp.sum(slots, axis=2)
+    combine = jnp.sum(slots * weights[..., None, None], axis=2)
+    # Switch Transformer's load-balancing loss: experts × Σ_e (share of choices routed to e) × (mean
+    # router probability of e); 1 when both are uniform, larger when the router favours a few experts.
+    share = jnp.mean(jnp.sum(mask, axis=2), axis=(0, 1)) / k
+    aux = e * jnp.sum(share * jnp.mean(probs, axis=(0, 1)))
+    dropped = jnp.sum(mask) - jnp.sum(kept_choice)
+    return dispatch, combine, (aux, dropped), Routing(logits, chosen, jnp.any(kept_choice, axis=-1), aux, capacity)
+
+
+def moe_mlp(block, h):
+    """The mixture-of-experts MLP on ``h`` (batch, seq, embed): route, dispatch each token to its
+    experts' slots (einsum with the one-hot dispatch tensor, GShard's way), run every expert on its
+    slots (the dense MLP, one weight per expert), and combine each token's expert outputs weighted
+    by its router probabilities. Returns (output, (aux loss, dropped choices), Routing)."""
+    dispatch, combine, stats, routing = route(block, h)
+    with jax.named_scope(DISPATCH_SCOPE):
+        routed = constrain(jnp.einsum("bsxc,bse->xbce", dispatch, h), "routed")
+        dispatched = constrain(routed, "dispatched")
+    with jax.named_scope(EXPERTS_SCOPE):
+        up = jnp.einsum("xbce,xem->xbcm", dispatched, block.expert_in[...])
+        if block.gated:
+            hidden = jax.nn.silu(jnp.einsum("xbce,xem->xbcm", dispatched, block.expert_gate[...])) * up
+        else:
+            hidden = jax.nn.gelu(up)
+        hidden = constrain(hidden, "expert_hidden")
+        out = constrain(jnp.einsum("xbcm,xme->xbce", hidden, block.expert_out[...]), "expert_outputs")
+    with jax.named_scope(COMBINE_SCOPE):
+        returned = constrain(out, "returned")
+        return jnp.einsum("bsxc,xbce->bse", combine, returned), stats, routing
+
+
+# Named scopes of the three parts (jax.named_scope): they reach the compiled program's op metadata,
+# which is how the Communication page tells a dispatch's all-to-all from a combine's.
+DISPATCH_SCOPE, EXPERTS_SCOPE, COMBINE_SCOPE = "moe_dispatch", "moe_experts", "moe_combine"
 
 
 def rematerialised_blocks(blocks, x):
-    """The blocks applied in turn, each rematerialised: the backward pass keeps only each block's
+    """The blocks applied in turn, each rematerialised, and their mixture-of-experts statistics
+    summed (:meth:`Block.forward`): the backward pass keeps only each block's
     input and recomputes the rest. The blocks' weights are stacked and run as a ``lax.scan`` of
     one ``nnx.remat``-ed block: around unrolled blocks, XLA:CPU drops the optimization barriers
     remat places and its CSE folds the recomputation back into the forward pass (measured: the
@@ -195,9 +343,10 @@ def rematerialised_blocks(blocks, x):
 
     @nnx.remat
     def step(x, leaves):
-        return nnx.merge(graphdef, jax.tree.unflatten(treedef, leaves))(x), None
+        return nnx.merge(graphdef, jax.tree.unflatten(treedef, leaves)).forward(x)
 
-    return jax.lax.scan(step, x, stacked, unroll=unrolled_scan.active())[0]
+    x, stats = jax.lax.scan(step, x, stacked, unroll=unrolled_scan.active())
+    return x, jax.tree.map(jnp.sum, stats)
 
 
 class unrolled_scan:  # noqa: N801  (a context manager, used like a function)
@@ -241,24 +390,43 @@ class Transformer(nnx.Module):
         # keeping its activations. Never while activations are being recorded: a value made inside
         # a checkpoint cannot leave it (the forward pass and its layouts are the same either way).
         self.remat = spec.remat == "full"
+        self.experts = spec.experts
 
     def __call__(self, tokens):
+        return self.forward(tokens)[0]
+
+    def forward(self, tokens):
+        """The logits, and the blocks' mixture-of-experts statistics: (load-balancing loss summed
+        over the blocks, token choices dropped for want of capacity) — zeros for dense MLPs."""
         # The lookup as a one-hot matmul: with the table split on vocab (Megatron's vocab-parallel
         # embedding) each device sums the rows it holds and one all-reduce adds the pieces.
         one_hot = jax.nn.one_hot(tokens, self.embedding[...].shape[0])
         x = jnp.einsum("bsv,ve->bse", one_hot, self.embedding[...])
         x = constrain(x + self.pos[...] if self.learned_positions else x, "resid")
         if self.remat and not recording_activations():
-            x = rematerialised_blocks(self.blocks, x)
+            x, stats = rematerialised_blocks(self.blocks, x)
         else:
+            stats = NO_STATS
             for block in self.blocks:
-                x = block(x)
+                x, block_stats = block.forward(x)
+                stats = jax.tree.map(jnp.add, stats, block_stats) if self.experts else stats
         h = constrain(rms_norm(x, self.final_norm[...]), "normed")
         if self.tied:
             logits = jnp.einsum("bse,ve->bsv", h, self.embedding[...])
         else:
             logits = jnp.einsum("bse,ev->bsv", h, self.unembed[...])
-        return constrain(logits, "logits")
+        return constrain(logits, "logits"), stats
+
+    def routing(self, tokens) -> list[Routing]:
+        """What each block's router chose for ``tokens`` (one :class:`Routing` per block; the
+        mixture of experts only): the forward pass, block by block, keeping the choices."""
+        x = jnp.einsum("bsv,ve->bse", jax.nn.one_hot(tokens, self.embedding[...].shape[0]), self.embedding[...])
+        x = x + self.pos[...] if self.learned_positions else x
+        found = []
+        for block in self.blocks:
+            x, _, routed = block.forward(x, routing=True)
+            found.append(routed)
+        return found
 
     # Pipeline parallelism (the lab's pipeline package) runs __call__ in three parts on different stages:
     # embed on the first, the blocks stage by stage, head on the last. These two repeat __call__'s
@@ -287,10 +455,12 @@ def make_dataset(spec, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
 
 
 def cross_entropy_loss(model, x, y):
-    """Mean cross-entropy over the positions with a target (y ≥ 0); one_hot(-1) is all zeros."""
-    logits = model(x)
+    """Mean cross-entropy over the positions with a target (y ≥ 0); one_hot(-1) is all zeros. With a
+    mixture of experts, plus the load-balancing loss (mean over the blocks) × AUX_LOSS_COEFFICIENT."""
+    logits, (aux, _) = model.forward(x)
     picked = jnp.sum(jax.nn.log_softmax(logits) * jax.nn.one_hot(y, logits.shape[-1]), axis=-1)
-    return -jnp.sum(picked) / jnp.maximum(jnp.sum(y >= 0), 1)
+    loss = -jnp.sum(picked) / jnp.maximum(jnp.sum(y >= 0), 1)
+    return loss + AUX_LOSS_COEFFICIENT * aux / len(model.blocks) if model.experts else loss
 
 
 def target_count(y):
@@ -313,15 +483,24 @@ def partial_loss(logits, y, count):
 _FSDP = (("embedding", (None, "data")), ("pos", (None, "data")), ("norm", ("data",)),
          ("q", ("data", None, None)), ("k", ("data", None, None)), ("v", ("data", None, None)),
          ("o", (None, None, "data")), ("mlp_gate", ("data", None)), ("mlp_in", ("data", None)),
-         ("mlp_out", (None, "data")), ("unembed", ("data", None)))
+         ("mlp_out", (None, "data")), ("unembed", ("data", None)),
+         ("router", ("data", None)), ("expert_gate", (None, "data", None)), ("expert_in", (None, "data", None)),
+         ("expert_out", (None, None, "data")))
 # FSDP + Megatron: the tensor-parallel dimension on `model`, the other big one on `data`.
 _FSDP_TP = (("embedding", ("model", "data")), ("pos", (None, "data")), ("norm", ("data",)),
             ("q", ("data", "model", None)), ("k", ("data", "model", None)), ("v", ("data", "model", None)),
             ("o", ("model", None, "data")), ("mlp_gate", ("data", "model")), ("mlp_in", ("data", "model")),
-            ("mlp_out", ("model", "data")), ("unembed", ("data", "model")))
+            ("mlp_out", ("model", "data")), ("unembed", ("data", "model")),
+            ("router", ("data", None)), ("expert_gate", (None, "data", "model")), ("expert_in", (None, "data", "model")),
+            ("expert_out", (None, "model", "data")))
 # K/V heads go where the query heads go: each device then holds the K/V heads its query heads read.
 # When model does not divide kv_heads (llama3-8b's 8 on 16 ways) the plan warns and JAX replicates them.
 _MEGATRON = {"heads": "model", "kv_heads": "model", "mlp": "model", "vocab": "model"}
+# Expert parallelism (GShard; MaxText's activation_batch includes its expert axis): the experts split on
+# expert, and the batch on data *and* expert — outside the experts the expert axis is one more data axis,
+# so each device routes its own tokens and the dispatch sends them to their experts' devices
+# (all-to-all). Once dispatched, the groups of tokens stay split over data only (`groups`).
+_EXPERTS = {"expert": "expert", "batch": ("data", "expert"), "groups": "data"}
 
 PRESETS: dict[str, Preset] = {p.name: p for p in [
     Preset("replicated", "Replicated",
@@ -329,11 +508,13 @@ PRESETS: dict[str, Preset] = {p.name: p for p in [
            textbook=REPLICATED_TEXTBOOK),
     Preset("dp", "Data parallel",
            "The batch's rows are split on data; every device keeps all the weights, and the "
-           "gradients are summed across data after the backward pass.", {"batch": "data"}, textbook=DP_TEXTBOOK),
+           "gradients are summed across data after the backward pass.", {"batch": "data", "groups": "data"},
+           textbook=DP_TEXTBOOK),
     Preset("fsdp", "FSDP (fully sharded)",
            "The batch and every weight are split on data (weights by per-parameter overrides), so "
            "each device stores 1/data of the weights and optimizer state; the compiler must bring "
-           "the pieces together for each matmul.", {"batch": "data"}, _FSDP, textbook=FSDP_TEXTBOOK),
+           "the pieces together for each matmul.", {"batch": "data", "groups": "data"}, _FSDP,
+           textbook=FSDP_TEXTBOOK),
     Preset("tp", "Tensor parallel (Megatron)",
            "Heads, MLP units and vocab split on model: q/k/v and mlp_in by their output (heads, mlp), "
            "o and mlp_out by their input — so each sublayer needs one all-reduce of activations.",
@@ -345,7 +526,7 @@ PRESETS: dict[str, Preset] = {p.name: p for p in [
     Preset("fsdp_tp", "FSDP + tensor parallel (2-D)",
            "Megatron on model, the batch on data, and every weight's other big dimension split on "
            "data too: each device stores 1/(data×model) of the weights.",
-           {**_MEGATRON, "batch": "data"}, _FSDP_TP, needs_two_axes=True,
+           {**_MEGATRON, "batch": "data", "groups": "data"}, _FSDP_TP, needs_two_axes=True,
            textbook=FSDP_TEXTBOOK + MEGATRON_TEXTBOOK),
     Preset("pp", "Pipeline parallel (+ data)",
            "The blocks split into stages on stage, the batch into microbatches that flow through them "
@@ -356,6 +537,21 @@ PRESETS: dict[str, Preset] = {p.name: p for p in [
            "split, one all-reduce of activations per sublayer (needs three axes).",
            {"layers": "stage", "batch": "data", **_MEGATRON}, needs_two_axes=True,
            textbook=PIPELINE_TEXTBOOK + MEGATRON_TEXTBOOK),
+    Preset("ep", "Expert parallel (+ data)",
+           "Each block's experts split on expert (needs Experts > 0), the batch on data and expert: each "
+           "device routes its own tokens, sends each to its expert's device and gets the outputs back — an "
+           "all-to-all there and one back. The router and every other weight replicated.", dict(_EXPERTS),
+           needs_two_axes=True, textbook=EXPERT_TEXTBOOK),
+    Preset("ep_dp", "Experts split, batch on data only",
+           "The experts split on expert as in ep, but the batch only on data, as dp splits it: every device "
+           "along expert holds the same tokens and runs its own experts on them, so no token travels — the "
+           "experts' outputs are summed across expert instead (and attention runs expert times over).",
+           {"expert": "expert", "batch": "data", "groups": "data"}, needs_two_axes=True,
+           textbook=DP_TEXTBOOK),
+    Preset("ep_tp", "Expert + tensor parallel (3-D)",
+           "As ep on data and expert, and Megatron on model: heads, vocab and each expert's hidden units "
+           "split (needs three axes).", {**_MEGATRON, **_EXPERTS}, needs_two_axes=True,
+           textbook=EXPERT_TEXTBOOK + MEGATRON_TEXTBOOK),
 ]}
 
 
@@ -376,11 +572,20 @@ class TransformerFamily(ModelFamily):
         "mlp": "MLP hidden units (mlp_gate and mlp_in output, mlp_out input)",
         "vocab": "token ids (embedding rows, unembedding columns, logits)",
         "layers": "the blocks: mapped to a mesh axis, their weights are stacked and split into pipeline stages",
+        "expert": "a mixture of experts' experts (each expert's weights, the tokens dispatched to them)",
+        "groups": "the batch's sequences once dispatched to the experts (the batch's split, without the expert axis)",
     }
     presets = PRESETS
     default_preset = "tp"
     export_objects = (Transformer, make_dataset, cross_entropy_loss)
-    export_helpers = (kv_heads_of, rms_norm, kernel, rope, Block, unrolled_scan, rematerialised_blocks)
+    export_helpers = (kv_heads_of, rms_norm, kernel, rope, Block, Routing, expert_capacity, top_k_experts, route,
+                      moe_mlp, unrolled_scan, rematerialised_blocks)
+    # The module's constants the copied source reads, written out with their values.
+    export_preamble = ("import dataclasses\nimport math\n\n"
+                       f"NO_STATS = {NO_STATS!r}  # a dense block's (load-balancing loss, dropped token choices)\n"
+                       f"AUX_LOSS_COEFFICIENT = {AUX_LOSS_COEFFICIENT!r}  # the load-balancing loss's weight\n"
+                       f"DISPATCH_SCOPE, EXPERTS_SCOPE, COMBINE_SCOPE = "
+                       f"{(DISPATCH_SCOPE, EXPERTS_SCOPE, COMBINE_SCOPE)!r}\n\n\n")
     probe_rows = 64
     # The seed's momentum SGD at lr 0.01 barely moves a transformer in a few hundred steps; Adam does.
     train_defaults = {"optimizer": "adamw", "lr": 0.003, "steps": 300}
@@ -403,6 +608,12 @@ class TransformerFamily(ModelFamily):
                                  "learned: a (seq, embed) table (GPT-2); rope: rotary, no parameters (Llama)"),
         "remat": ChoiceField("Remat", CHOICES["remat"], "--remat",
                              "full: keep only each block's input, recompute the rest in the backward pass"),
+        "experts": SizeField("Experts", *LIMITS["experts"], "--experts",
+                             "0: a dense MLP; more: each block's MLP is a mixture of this many experts (presets ep…)"),
+        "top_k": SizeField("Top-k", *LIMITS["top_k"], "--top-k", "experts each token is sent to (at most Experts)"),
+        "capacity_factor": ChoiceField("Capacity factor", CHOICES["capacity_factor"], "--capacity-factor",
+                                       "each expert takes at most this × its fair share of a sequence's tokens "
+                                       "(tokens × top-k / experts); choices past it are dropped"),
     }
     # Public model cards' shapes. Norms are RMSNorm and nothing has a bias, as in Llama; GPT-2's
     # LayerNorm and biases (about 0.1 M parameters) are left out, so its count is 0.1% under the card's.
@@ -445,8 +656,23 @@ class TransformerFamily(ModelFamily):
                                          "attn_scores"),
                 "attn_out": ArraySpec((b, s, spec.heads, spec.head_dim),
                                       ("batch", "inner_seq", "heads", "head_dim"), "attn_out"),
-                "mlp_hidden": ArraySpec((b, s, spec.mlp_dim), ("batch", "inner_seq", "mlp"), "mlp_hidden"),
-                "logits": ArraySpec((b, s, spec.vocab), ("batch", "inner_seq", "vocab"), "logits")}
+                **({} if spec.experts else {
+                    "mlp_hidden": ArraySpec((b, s, spec.mlp_dim), ("batch", "inner_seq", "mlp"), "mlp_hidden")}),
+                "logits": ArraySpec((b, s, spec.vocab), ("batch", "inner_seq", "vocab"), "logits"),
+                **(self.expert_activations(spec, batch_size) if spec.experts else {})}
+
+    def expert_activations(self, spec, batch_size: int) -> dict[str, ArraySpec]:
+        """The mixture of experts' constrained arrays (:func:`moe_mlp`): the router's logits, and the
+        (expert, group, slot, ·) tensors before, inside and after the experts; the MLP's hidden
+        units are the experts' (``mlp_hidden`` is the dense MLP's)."""
+        b, s, e, n = batch_size, spec.seq, spec.embed_dim, spec.experts
+        c = expert_capacity(spec, s)
+        return {"router_logits": ArraySpec((b, s, n), ("batch", "inner_seq", None), "router_logits"),
+                "routed": ArraySpec((n, b, c, e), (None, "batch", None, "embed"), "routed"),
+                "dispatched": ArraySpec((n, b, c, e), ("expert", "groups", None, "embed"), "dispatched"),
+                "expert_hidden": ArraySpec((n, b, c, spec.mlp_dim), ("expert", "groups", None, "mlp"), "expert_hidden"),
+                "expert_outputs": ArraySpec((n, b, c, e), ("expert", "groups", None, "embed"), "expert_outputs"),
+                "returned": ArraySpec((n, b, c, e), (None, "batch", None, "embed"), "returned")}
 
     def activation_bytes(self, spec, batch_size: int) -> int:
         """Float32 bytes the backward pass keeps, per step, summed over the batch: per block the
@@ -458,8 +684,14 @@ class TransformerFamily(ModelFamily):
         b, s, e, h, d, m, v = (batch_size, spec.seq, spec.embed_dim, spec.heads, spec.head_dim, spec.mlp_dim,
                                spec.vocab)
         mlp = 3 if spec.mlp_type == "swiglu" else 2
+        if spec.experts:  # router logits and probabilities, the dispatch and combine tensors, each expert's
+            # slots before, inside (pre- and post-activation) and after it, and the returned outputs
+            n, c = spec.experts, expert_capacity(spec, s)
+            mlp_bytes = 2 * b * s * n + 2 * b * s * n * c + 3 * n * b * c * e + mlp * n * b * c * m
+        else:
+            mlp_bytes = mlp * b * s * m
         per_block = (4 * b * s * e + 2 * b * s * (h + kv_heads_of(spec)) * d + 2 * b * h * s * s
-                     + mlp * b * s * m)
+                     + mlp_bytes)
         blocks = spec.layers * b * s * e + per_block if spec.remat == "full" else spec.layers * per_block
         return 4 * (blocks + b * s * v + 2 * b * s * e + 2 * b * s * v)
 

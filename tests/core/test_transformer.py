@@ -21,8 +21,10 @@ from sharding_lab.models.transformer import TransformerSpec
 
 TINY = TransformerSpec(layers=1, embed_dim=32, heads=4, head_dim=8, mlp_dim=64, vocab=16, seq=16)
 BIG = TransformerSpec(layers=4, embed_dim=4096, heads=32, head_dim=128, mlp_dim=16384, vocab=32000, seq=2048)
-# The pipeline presets (pp, pp_tp) need a layer count their stages divide: tests/core/test_pipeline.py.
-PRESETS = [name for name, p in sl.family("transformer").presets.items() if "layers" not in p.logical]
+# The pipeline presets (pp, pp_tp) need a layer count their stages divide: tests/core/test_pipeline.py;
+# the expert presets (ep, ep_dp, ep_tp) a mixture of experts: tests/core/test_experts.py.
+PRESETS = [name for name, p in sl.family("transformer").presets.items()
+           if "layers" not in p.logical and "expert" not in p.logical]
 # 2×4 runs in the quick suite; 1×8 and 2×2×2 (~45 s each on two cores: 6 compiles) are marked slow.
 MESHES = [(2, 4), pytest.param((1, 8), marks=pytest.mark.slow), pytest.param((2, 2, 2), marks=pytest.mark.slow)]
 STEPS = 40

@@ -1,0 +1,29 @@
+"""Mixture of experts through the real Streamlit script (AppTest): the ep preset's clear error for a dense
+model, then the Train page's routing picture and the compiled step's all-to-alls."""
+
+import json
+from pathlib import Path
+
+import numpy as np
+from streamlit.testing.v1 import AppTest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_train_page_shows_where_the_tokens_went():
+    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=180)
+    at.switch_page("app_pages/train.py").run()
+    at.selectbox(key="model").select("transformer").run()
+    at.selectbox(key="preset").select("ep").run()  # 2×4 (data, model): the experts on `model`
+    assert not at.exception
+    assert any("dense (experts 0): set Experts" in e.value.replace("\\", "") for e in at.error), [e.value for e in at.error]
+    for key, value in (("layers", 1), ("seq", 16), ("experts", 4)):
+        at.number_input(key=key).set_value(value).run()
+    assert not at.exception and not at.error
+    chart = next(c for c in at.get("plotly_chart") if c.proto.id.endswith("-experts_routing"))
+    counts = np.array(json.loads(chart.proto.spec)["data"][0]["z"])
+    assert counts.shape == (8, 4) and counts.sum() == 32 * 16 * 2  # every device's 4 rows × 16 tokens × top-2
+    assert at.metric[0].label == "Token choices dropped" and at.metric[1].label == "Load-balancing loss"
+    moved = at.dataframe[-1].value
+    assert set(moved["pass"]) == {"forward", "backward"} and set(moved["over"]) == {"over model"}
+    assert any("(dispatch)" in c for c in moved["carries"]) and any("(combine)" in c for c in moved["carries"])
