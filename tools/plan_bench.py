@@ -29,6 +29,7 @@ def main(argv=None) -> int:
     parser.add_argument("--dtype", default="mixed")
     parser.add_argument("--presets", default=None)
     parser.add_argument("--remats", default=None)
+    parser.add_argument("--workers", type=int, default=None, help="processes compiling at once (default: the cores)")
     args = parser.parse_args(argv)
     config = config_from_args(args)
     base = search.base_config(config.model, config.target, args.batch_tokens, config.optimizer, config.lr)
@@ -38,11 +39,14 @@ def main(argv=None) -> int:
 
     def progress(done, total, result):
         c = result.candidate
-        what = f"skipped: {result.skipped}" if result.skipped else f"compiled in {result.compile_s:.1f} s"
+        depth = "+".join(map(str, result.compiled_layers))
+        what = (f"skipped: {result.skipped}" if result.skipped else
+                f"compiled in {result.compile_s:.1f} s ({depth} layers; "
+                + ("refused" if result.refused else "fits" if result.fits else "does not fit") + ")")
         print(f"{time.perf_counter() - started:8.1f} s  [{done}/{total}] {c.mesh_text} {c.preset} remat {c.remat}: {what}",
               flush=True)
 
-    found = search.search(base, args.dtype, presets, remats, progress, check=False)
+    found = search.search(base, args.dtype, presets, remats, progress, check=False, workers=args.workers)
     elapsed = time.perf_counter() - started
     print(f"candidates={len(found.results)} compiled={len(found.costed)} fitting={len(found.fitting)} "
           f"elapsed_s={elapsed:.1f}")
