@@ -171,7 +171,7 @@ def test_platform_choice_on_a_cpu_only_machine(monkeypatch):
 
 def test_a_loop_over_layers_is_counted_as_many_times_as_it_runs():
     """remat=full scans the blocks and XLA counts a loop body once (the looped program's own FLOPs barely grow
-    from 2 to 4 layers: tests/core/test_search.py); compile_step compiles the loop unrolled by 2 as well and
+    from 2 to 4 layers: README); compile_step compiles the loop unrolled by 2 as well and
     counts the body per layer: each block added costs what an unrolled block costs plus the recomputed
     forward (between 1.2 and 1.5 times)."""
     def predicted(layers, remat):
