@@ -100,6 +100,9 @@ def main(argv=None) -> int:
     plan_parser.add_argument("--check-layers", type=int, default=None,
                              help="check the extension against a compile of this many layers (> 2) instead of "
                                   "the full depth (an unrolled 32-layer compile takes many minutes)")
+    plan_parser.add_argument("--workers", type=int, default=None,
+                             help="compile this many candidates at once, each in its own process (default: one per "
+                                  "CPU core, at most 4; 1: all in this process)")
     plan_parser.add_argument("--json", action="store_true", help="print one JSON object")
     from . import challenges
 
@@ -162,8 +165,10 @@ def _print_plan(args) -> int:
     if args.check_layers is not None and args.check_layers <= 2:
         raise ConfigError(f"--check-layers must be more than 2 (the extension starts from 1 and 2), "
                           f"not {args.check_layers}", "model")
+    if args.workers is not None and args.workers < 1:
+        raise ConfigError(f"--workers must be at least 1, not {args.workers}", "workers")
     found = search.search(base, dtype, presets, remats, progress, check=not args.no_check,
-                          check_layers=args.check_layers)
+                          check_layers=args.check_layers, workers=args.workers)
     out = found.to_json()
     for row, result in zip(out["candidates"], found.costed):
         row["cost_args"] = config_to_args(result.candidate.config(base)) + ["--dtype", dtype]
@@ -181,7 +186,8 @@ def _print_plan(args) -> int:
     if check and "relative_error" in check:
         errors = ", ".join(f"{k} {v:+.2%}" for k, v in check["relative_error"].items())
         depth = "a full" if check["full_depth"] else "a (not full-depth)"
-        print(f"layer extension checked against {depth} {check['layers']}-layer compile of {check['candidate']}: {errors}")
+        print(f"layer extension checked against {depth} {check['layers']}-layer compile of {check['candidate']}: {errors}"
+              + ("; the best's figures are that compile's, as `cost` gives them" if check["full_depth"] else ""))
     elif check:
         print(f"layer extension not checked: the full-depth compile was refused ({check['refused']})")
     if found.best is not None:

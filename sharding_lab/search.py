@@ -13,9 +13,14 @@ cost?" — answered by enumerating and letting the compiler decide:
    tensor-parallel ways than heads, a weight dimension the mesh cannot split (JAX would silently
    replicate it: not the layout the preset names; K/V heads are the exception, replicated on purpose as
    Megatron does when ``model`` exceeds ``kv_heads``) — and what memory already rules out: parameters +
-   optimizer state + gradients per chip, from the plan's own layouts, more than the chip's HBM.
+   optimizer state + gradients per chip, from the plan's own layouts, more than the chip's HBM; with
+   remat full, those + every block's input (the residual stream a scan keeps for its backward pass,
+   :func:`kept_inputs_per_chip`). Each layout is tried with remat full first: when even that does not
+   fit, the layout without remat (which keeps those inputs and more) is skipped, not compiled.
 3. **Compile and cost** each remaining candidate for the target (:mod:`sharding_lab.cost`): the
-   roofline of the TPU compiler's program, ``fits`` the compiler's memory answer.
+   roofline of the TPU compiler's program, ``fits`` the compiler's memory answer. ``workers`` processes
+   compile at once (the CLI: one per core); the 2-layer compile is skipped when the 1-layer one is
+   refused.
 
 **Few layers, extended.** Compiling a real depth unrolled takes minutes, and a ``lax.scan`` over the
 layers does not help the figures: XLA's cost analysis and the program text count a loop's body once,
@@ -23,8 +28,11 @@ whatever its trip count (measured: a scanned 1-, 2- and 4-layer step report the 
 candidate is compiled with 1 and 2 layers, unrolled (the rematerialised blocks too:
 :class:`~sharding_lab.models.transformer.unrolled_scan`), and every figure — FLOPs, HBM traffic, HBM
 needed, each collective's bytes and count — is extended linearly: ``f(L) = f(1) + (L − 1)·(f(2) − f(1))``.
-:func:`check_extension` compiles one candidate at full depth and reports each figure's relative error.
-A model of at most 2 layers is compiled as it is (nothing extended).
+:func:`check_extension` compiles the best at full depth as ``cost`` does (a remat-full loop compiled as it
+runs and unrolled by 2: :func:`sharding_lab.cost.compiled.compile_step`) and reports each figure's
+relative error; the best then carries the full-depth figures — ``cost``'s own — and, should it no longer
+fit or lead, the next is checked (:func:`_adopt_full_depth`). A model of at most 2 layers is compiled as
+it is (nothing extended).
 
 Results are cached per candidate (:func:`cost_candidate`), a ``threading.Event`` stops the search between
 candidates, and a callback reports progress. :func:`why` writes the verdict from the computed figures only.
@@ -52,8 +60,11 @@ SKIP_BATCH = "batch not divisible by the data ways"
 SKIP_HEADS = "more tensor-parallel ways than heads"
 SKIP_INDIVISIBLE = "a weight dimension the mesh cannot split (JAX would replicate it)"
 SKIP_MEMORY = "parameters + optimizer state + gradients per chip exceed HBM"
+SKIP_MEMORY_INPUTS = "with remat full, parameters + optimizer state + gradients + every block's input per chip exceed HBM"
 SKIP_OTHER = "the plan refuses it"
 SKIP_NO_REMAT = "the model has no remat option"
+SKIP_REMAT_FULL_REFUSED = ("remat full of the same layout does not fit (compiled, or by the block inputs it keeps), "
+                           "and without remat a step keeps more")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -92,6 +103,12 @@ class Result:
     per_chip_tokens: int | None = None
     data_ways: int = 1
     compile_s: float = 0.0
+    compiled_layers: tuple[int, ...] = ()  # the depths compiled: (L,) as it is, (1, 2) extended to L
+    extension: dict | None = None  # the check of its extension, once made (check_extension)
+
+    @property
+    def extended(self) -> bool:
+        return len(self.compiled_layers) > 1
 
     def to_json(self) -> dict:
         c = self.candidate
@@ -99,7 +116,7 @@ class Result:
                 "hbm_per_chip": self.hbm_per_chip, "fits": self.fits, "step_s": self.step_s, "bound": self.bound,
                 "mfu": self.mfu, "skipped": self.skipped, "why_skipped": self.detail or None,
                 "refused": self.refused, "terms": self.terms, "per_chip_tokens": self.per_chip_tokens,
-                "compile_s": round(self.compile_s, 2)}
+                "compile_s": round(self.compile_s, 2), "compiled_layers": list(self.compiled_layers) or None}
 
 
 @dataclasses.dataclass
@@ -250,7 +267,29 @@ def screen(candidate: Candidate, base: LabConfig, dtype: str) -> Result:
     if need > hbm:
         result.skipped, result.hbm_per_chip, result.fits = SKIP_MEMORY, float(need), False
         result.detail = f"{need / 1e9:.1f} GB of parameters, optimizer state and gradients per chip > {hbm / 1e9:.0f} GB"
+        return result
+    kept = kept_inputs_per_chip(plan, dtype)
+    if kept and need + kept > hbm:
+        result.skipped, result.hbm_per_chip, result.fits = SKIP_MEMORY_INPUTS, float(need + kept), False
+        result.detail = (f"{need / 1e9:.1f} GB of parameters, optimizer state and gradients + {kept / 1e9:.1f} GB of "
+                         f"block inputs ({config.model.layers} × the residual stream's {_gb(kept / config.model.layers)}) "
+                         f"per chip > {hbm / 1e9:.0f} GB")
     return result
+
+
+def kept_inputs_per_chip(plan, dtype: str) -> int:
+    """Bytes a step with remat full keeps whatever the compiler does: each block's input, the residual stream
+    (``act/resid``, in the compute dtype), for the backward pass — the carries a scan saves for its
+    transpose (XLA does not recompute across a loop). 0 when the model has no loop over layers."""
+    from .cost.compiled import DTYPES, loop_layers
+
+    import numpy as np
+
+    layers = loop_layers(plan.config)
+    resid = plan.layouts().get("act/resid")
+    if not layers or resid is None:
+        return 0
+    return layers * resid.bytes_per_device * np.dtype(DTYPES[dtype]).itemsize // 4
 
 
 def _replicable(plan) -> tuple[str, ...]:
@@ -265,11 +304,11 @@ def _replicable(plan) -> tuple[str, ...]:
 def compiled_figures(config: LabConfig, dtype: str):
     """The target's compiled step for ``config`` with any scan of layers unrolled (cached): the
     :class:`~sharding_lab.cost.compiled.Compiled` figures of a loop-free program."""
-    from .cost.compiled import canonical, compile_step
+    from .cost.compiled import _compile_once, canonical
     from .models.transformer import unrolled_scan
 
     with unrolled_scan():
-        return compile_step.__wrapped__(canonical(config), dtype)
+        return _compile_once(canonical(config), dtype)
 
 
 def _at_layers(config: LabConfig, layers: int) -> LabConfig:
@@ -298,31 +337,56 @@ def extend(one, two, layers: int):
 
 
 def prediction(config: LabConfig, dtype: str):
-    """The roofline of ``config`` on its target: compiled as it is (≤ 2 layers) or extended from 1 and 2
-    layers. A :class:`~sharding_lab.cost.roofline.Prediction`; refused when the compiler refused either."""
+    """The roofline of ``config`` on its target and the depths compiled for it: compiled as it is, as
+    ``cost`` does (≤ 2 layers: :func:`full_depth`) or extended from 1 and 2 layers, unrolled (the rematerialised blocks too:
+    :class:`~sharding_lab.models.transformer.unrolled_scan`), the 2-layer compile skipped when the compiler
+    refuses the 1-layer one (more layers need more memory). A :class:`~sharding_lab.cost.roofline.Prediction`
+    (refused when the compiler refused either) and the depths: ``(L,)`` compiled whole, ``(1, 2)`` extended."""
+    layers = getattr(config.model, "layers", None)
+    if layers is None or layers <= 2:
+        runs = [full_depth(config, dtype)]
+    else:
+        runs = [compiled_figures(_at_layers(config, 1), dtype)]
+        if not runs[0].refused:
+            runs.append(compiled_figures(_at_layers(config, 2), dtype))
+    depths = (1, 2)[:len(runs)] if layers and layers > 2 else ((layers,) if layers else ())
+    return _prediction_of(config, dtype, runs), depths
+
+
+def _prediction_of(config: LabConfig, dtype: str, runs):
+    """The Prediction of one compile (``runs`` of one) or of 1 and 2 layers extended to the model's depth."""
     from .chips import axis_links, chip as get_chip
     from .cost.roofline import Prediction, _comm_rows
 
     on = targets.parse(config.target)
     chip = dataclasses.replace(get_chip(on.chip), torus=on.torus)
     mesh, axes = tuple(config.mesh.shape), tuple(config.mesh.axes)
-    layers = getattr(config.model, "layers", None)
-    if layers is None or layers <= 2:
-        runs = [compiled_figures(config, dtype)]
-    else:
-        runs = [compiled_figures(_at_layers(config, 1), dtype), compiled_figures(_at_layers(config, 2), dtype)]
+    notes = [n for n in [chip.flops(dtype)[1]] if n]
     compile_s = sum(r.compile_s for r in runs)
     refused = next((r.refused for r in runs if r.refused), None)
-    notes = [n for n in [chip.flops(dtype)[1]] if n]
     if refused or len(runs) == 1:
         c = runs[-1]
         flops, traffic, needed, keyed = c.flops, c.hbm_bytes, c.hbm_needed, c.by_key()
+        notes += [c.loop_note] if c.loop_note else []
     else:
+        layers = config.model.layers
         flops, traffic, needed, keyed = extend(*runs, layers)
         notes.append(f"extended linearly from compiles of 1 and 2 layers to {layers}")
     return Prediction(chip, dtype, mesh, axes, flops, traffic, needed, axis_links(chip, mesh, axes),
                       _comm_rows(chip, mesh, axes, keyed), [mesh], False, notes, target=on.name,
                       compile_s=compile_s, refused=refused)
+
+
+def _fill(result: Result, p) -> None:
+    result.compile_s = p.compile_s
+    result.refused = p.refused
+    result.fits = p.fits
+    result.hbm_per_chip = result.step_s = result.bound = result.mfu = result.terms = None
+    if not p.refused:
+        result.hbm_per_chip = p.hbm_needed
+        result.step_s, result.bound, result.mfu = p.step_s, p.bound, p.mfu
+        result.terms = {"compute_s": p.compute_s, "memory_s": p.memory_s, "comm_s": p.comm_s,
+                        "latency_s": p.latency_s}
 
 
 _results: dict[tuple, Result] = {}
@@ -337,15 +401,8 @@ def cost_candidate(candidate: Candidate, base: LabConfig, dtype: str) -> Result:
             return _results[key]
     result = screen(candidate, base, dtype)
     if result.skipped is None:
-        p = prediction(candidate.config(base), dtype)
-        result.compile_s = p.compile_s
-        result.refused = p.refused
-        result.fits = p.fits
-        if not p.refused:
-            result.hbm_per_chip = p.hbm_needed
-            result.step_s, result.bound, result.mfu = p.step_s, p.bound, p.mfu
-            result.terms = {"compute_s": p.compute_s, "memory_s": p.memory_s, "comm_s": p.comm_s,
-                            "latency_s": p.latency_s}
+        p, result.compiled_layers = prediction(candidate.config(base), dtype)
+        _fill(result, p)
     with _results_lock:
         _results[key] = result
     return result
@@ -353,10 +410,12 @@ def cost_candidate(candidate: Candidate, base: LabConfig, dtype: str) -> Result:
 
 def search(base: LabConfig, dtype: str = "mixed", presets: tuple[str, ...] | None = None,
            remats: tuple[str, ...] | None = None, progress: Callable[[int, int, Result], None] | None = None,
-           stop: threading.Event | None = None, check: bool = True, check_layers: int | None = None) -> Search:
+           stop: threading.Event | None = None, check: bool = True, check_layers: int | None = None,
+           workers: int | None = 1) -> Search:
     """Every candidate of ``base`` on its target, screened, compiled and costed; the extension checked
     against one compile of the best (``check``) at full depth, or at ``check_layers`` (> 2) layers when a
-    full-depth unrolled compile would take too long."""
+    full-depth unrolled compile would take too long. ``workers`` > 1 compiles that many candidates at
+    once, each in its own process (None: one per CPU core, at most 4)."""
     from .cost.compiled import dtype_name
 
     dtype = dtype_name(dtype)
@@ -367,33 +426,139 @@ def search(base: LabConfig, dtype: str = "mixed", presets: tuple[str, ...] | Non
     if not hasattr(base.model, "remat") and remats and set(remats) - {"none"}:
         results += [Result(Candidate((0,), (), "-", r), skipped=SKIP_NO_REMAT) for r in set(remats) - {"none"}]
     stopped = False
-    for i, candidate in enumerate(todo):
-        if stop is not None and stop.is_set():
-            stopped = True
-            break
-        result = cost_candidate(candidate, base, dtype)
-        results.append(result)
-        if progress:
-            progress(i + 1, len(todo), result)
-    layers = getattr(base.model, "layers", None)
+    # Each layout with remat full first: when even that does not fit, the same layout without remat (which
+    # keeps every block's activations, not only its input) is skipped instead of compiled.
+    first: dict[tuple, int] = {}
+    for i, c in enumerate(todo):
+        first.setdefault((c.mesh, c.axes, c.preset), i)
+    order = sorted(range(len(todo)), key=lambda i: (first[todo[i].mesh, todo[i].axes, todo[i].preset],
+                                                     todo[i].remat != "full"))
+    queue = [todo[i] for i in order]
+    workers = _workers(base, workers)
+    step = _run_serial if workers <= 1 else functools.partial(_run_pool, workers=workers)
+    stopped = step(queue, base, dtype, stop, results, progress)
     out = Search(base, dtype, base.batch_size * base.model.seq, results, stopped,
-                 compiled_layers=(layers,) if layers is None or layers <= 2 else (1, 2))
-    if check and out.best is not None and not stopped and layers and layers > 2:
-        out.extension = check_extension(out.best.candidate, base, dtype, check_layers)
+                 compiled_layers=tuple(sorted({n for r in results for n in r.compiled_layers if n})))
+    if check and not stopped:
+        _adopt_full_depth(out, check_layers)
     out.elapsed_s = time.perf_counter() - started
     return out
 
 
+def _workers(base: LabConfig, workers: int | None) -> int:
+    """How many processes compile at once: ``workers`` (None: the CPU cores, at most 4); 1 for a family
+    from the user's own module, which a fresh process would not have registered."""
+    import os
+
+    if not type(base.family).__module__.startswith("sharding_lab."):
+        return 1
+    return max(1, min(4, os.cpu_count() or 1) if workers is None else int(workers))
+
+
+def _pruned(candidate: Candidate, base: LabConfig, dtype: str, done: dict) -> Result | None:
+    """A remat-none candidate whose remat-full twin does not fit — compiled and refused or over HBM, or ruled
+    out by the block inputs it must keep — is skipped, said why: without remat a step keeps every block's
+    input too, and the rest of its activations."""
+    twin = done.get(dataclasses.replace(candidate, remat="full"))
+    if candidate.remat != "none" or twin is None or twin.fits or (
+            twin.skipped is not None and twin.skipped != SKIP_MEMORY_INPUTS):
+        return None
+    result = screen(candidate, base, dtype)
+    if result.skipped is None:
+        result.skipped = SKIP_REMAT_FULL_REFUSED
+        result.detail = f"{_label(twin.candidate)}: " + (twin.refused or twin.detail or
+                                                         f"{_gb(twin.hbm_per_chip)} per chip")
+    return result
+
+
+def _run_serial(queue, base, dtype, stop, results, progress) -> bool:
+    done: dict[Candidate, Result] = {}
+    for n, candidate in enumerate(queue):
+        if stop is not None and stop.is_set():
+            return True
+        result = _pruned(candidate, base, dtype, done) or cost_candidate(candidate, base, dtype)
+        done[candidate] = result
+        results.append(result)
+        if progress:
+            progress(n + 1, len(queue), result)
+    return False
+
+
+def _run_pool(queue, base, dtype, stop, results, progress, workers: int) -> bool:
+    """The queue compiled by ``workers`` processes: each screened here first (cheap; a skip never leaves this
+    process), a remat-none candidate sent only once its remat-full twin is done (it may be pruned). libtpu
+    in several processes at once: :func:`sharding_lab.targets.quiet_libtpu` allows it."""
+    import concurrent.futures as cf
+    import multiprocessing
+
+    targets.quiet_libtpu()
+    done: dict[Candidate, Result] = {}
+    waiting = list(queue)
+    running: dict = {}
+    count = 0
+
+    def record(candidate, result):
+        nonlocal count
+        done[candidate] = result
+        results.append(result)
+        count += 1
+        if progress:
+            progress(count, len(queue), result)
+
+    pool = cf.ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn"))
+    try:
+        while waiting or running:
+            if stop is not None and stop.is_set():
+                for process in list(getattr(pool, "_processes", {}).values()):  # compiles cannot be interrupted
+                    process.kill()
+                return True
+            for candidate in list(waiting):
+                if len(running) >= workers:
+                    break
+                twin = dataclasses.replace(candidate, remat="full")
+                if candidate.remat == "none" and twin in queue and twin not in done:
+                    continue  # its twin first
+                waiting.remove(candidate)
+                key = (candidate, base, dtype)
+                with _results_lock:
+                    cached = _results.get(key)
+                result = cached or _pruned(candidate, base, dtype, done) or screen(candidate, base, dtype)
+                if cached or result.skipped is not None:
+                    record(candidate, result)
+                    continue
+                running[pool.submit(cost_candidate, candidate, base, dtype)] = candidate
+            if running:
+                finished, _ = cf.wait(running, timeout=0.5, return_when=cf.FIRST_COMPLETED)
+                for future in finished:
+                    candidate = running.pop(future)
+                    result = future.result()
+                    with _results_lock:
+                        _results[(candidate, base, dtype)] = result
+                    record(candidate, result)
+        return False
+    finally:
+        pool.shutdown(wait=False, cancel_futures=True)
+
+
+def full_depth(config: LabConfig, dtype: str):
+    """The step of ``config`` compiled whole, as ``cost`` compiles it (:func:`~sharding_lab.cost.compiled.
+    compile_step`: a loop over layers compiled as it runs and unrolled by 2, its body counted per layer)."""
+    from .cost.compiled import canonical, compile_step
+
+    return compile_step(canonical(config), dtype)
+
+
 def check_extension(candidate: Candidate, base: LabConfig, dtype: str, layers: int | None = None) -> dict:
-    """Compile ``candidate`` at full depth (or ``layers`` layers), unrolled, and compare each figure extended
-    from 1 and 2 layers with it."""
+    """Compile ``candidate`` at full depth (or ``layers`` layers) as ``cost`` does (:func:`full_depth`), and
+    compare each figure extended from 1 and 2 layers with it."""
     layers = min(layers or base.model.layers, base.model.layers)
     if layers <= 2:
         raise ConfigError(f"the extension is checked against a compile of more than 2 layers, not {layers}", "model")
-    full = compiled_figures(_at_layers(candidate.config(base), layers), dtype)
+    full = full_depth(_at_layers(candidate.config(base), layers), dtype)
     one, two = (compiled_figures(_at_layers(candidate.config(base), n), dtype) for n in (1, 2))
     if full.refused or one.refused or two.refused:
-        return {"candidate": _label(candidate), "layers": layers, "refused": full.refused or one.refused or two.refused}
+        return {"candidate": _label(candidate), "layers": layers, "full_depth": layers == base.model.layers,
+                "compile_s": round(full.compile_s, 1), "refused": full.refused or one.refused or two.refused}
     flops, traffic, needed, keyed = extend(one, two, layers)
     measured = full.by_key()
     wire = sum(v["bytes"] for v in keyed.values()), sum(v["bytes"] for v in measured.values())
@@ -402,10 +567,35 @@ def check_extension(candidate: Candidate, base: LabConfig, dtype: str, layers: i
               "hbm_needed": _rel(needed, full.hbm_needed), "collective_bytes": _rel(*wire),
               "collective_count": _rel(*counts)}
     return {"candidate": _label(candidate), "layers": layers, "full_depth": layers == base.model.layers,
-            "compile_s": round(full.compile_s, 1),
+            "compile_s": round(full.compile_s, 1), "loop": full.loop_note,
             "relative_error": errors, "max_relative_error": max(abs(e) for e in errors.values()),
             "extended": {"flops": flops, "hbm_bytes": traffic, "hbm_needed": needed},
             "compiled": {"flops": full.flops, "hbm_bytes": full.hbm_bytes, "hbm_needed": full.hbm_needed}}
+
+
+def _adopt_full_depth(out: Search, check_layers: int | None, tries: int = 3) -> None:
+    """Check the extension on the best, and when the check compiled it whole (full depth) take that compile's
+    figures for it — the very figures ``cost`` gives. Should the best then not fit, or be slower than another
+    fitting candidate, the new best is checked too (at most ``tries`` candidates)."""
+    checked: set = set()
+    while out.best is not None and out.best.candidate not in checked and len(checked) < tries:
+        best = out.best
+        checked.add(best.candidate)
+        if best.extension is not None and best.extension["layers"] == min(check_layers or 10**9, out.base.model.layers):
+            out.extension = best.extension  # checked (and adopted) by an earlier search
+            continue
+        if not best.extended:
+            return
+        out.extension = best.extension = check_extension(best.candidate, out.base, out.dtype, check_layers)
+        if not out.extension.get("full_depth"):
+            return
+        p = _prediction_of(best.candidate.config(out.base), out.dtype,
+                           [full_depth(best.candidate.config(out.base), out.dtype)])
+        _fill(best, p)
+        best.compiled_layers = (out.base.model.layers,)
+        best.compile_s += p.compile_s
+    if checked and out.best is not None and out.best.candidate not in checked and out.best.extended:
+        out.extension = {**(out.extension or {}), "unchecked_best": _label(out.best.candidate)}
 
 
 def _rel(extended: float, compiled: float) -> float:

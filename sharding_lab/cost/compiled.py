@@ -57,6 +57,7 @@ class Compiled:
     target: str = "cpu"
     optimal_seconds: float | None = None  # the TPU compiler's own estimate of the step (cost_analysis)
     memory: dict | None = None  # memory_analysis(): argument, output, temp, alias, generated code
+    loop_note: str | None = None  # how a loop over layers was counted (compile_step), when there is one
 
     def by_key(self) -> dict[tuple[str, tuple[str, ...]], dict]:
         """(op, axes) → total result bytes per step, op count, a representative collective."""
@@ -110,11 +111,72 @@ def matmul_traffic(hlo_text: str, itemsize: int) -> float:
     return float(total * itemsize)
 
 
+def loop_layers(config: LabConfig) -> int:
+    """The trip count of the loop over layers in ``config``'s step, 0 when it has none: the transformer
+    with ``remat=full`` runs its blocks as a ``lax.scan`` (:func:`~sharding_lab.models.transformer.
+    rematerialised_blocks`); a pipelined step places its blocks otherwise."""
+    layers = getattr(config.model, "layers", 0)
+    if getattr(config.model, "remat", "none") != "full" or not isinstance(layers, int) or layers < 2:
+        return 0
+    return 0 if config.stage_axis is not None else layers
+
+
 @functools.lru_cache(maxsize=128)
 def compile_step(config: LabConfig, dtype: str = "bf16") -> Compiled:
     """Compile the trainer's step for ``config`` on its target in ``dtype`` (abstract inputs: nothing
     allocated; :func:`sharding_lab.training.compile_train_step`). A step the target's compiler refuses for
-    memory comes back with ``refused`` set to the compiler's sentence instead of raising."""
+    memory comes back with ``refused`` set to the compiler's sentence instead of raising.
+
+    **A loop over layers counted as many times as it runs.** XLA's cost analysis and the program text
+    count a ``while`` loop's body once, whatever its trip count (a scanned 1-, 2- and 4-layer step report
+    the same FLOPs). A step whose blocks run as a loop (:func:`loop_layers`: the transformer with
+    ``remat=full``) is therefore compiled twice: as it runs (a loop of one block: its memory is the
+    program's, remat's saving included) and with the loop unrolled by 2 (a body of two blocks). Their
+    difference is one block's FLOPs, HBM traffic and collectives, and each figure is
+    ``f = f₁ + (L − 1)·(f₂ − f₁)/(1 + L mod 2)`` (an odd L leaves one more block outside the 2-block loop).
+    HBM needed stays the real program's."""
+    from ..models.transformer import unrolled_scan
+
+    layers = loop_layers(config)
+    one = _compile_once(config, dtype)
+    if not layers or one.refused:
+        return one
+    with unrolled_scan(2):
+        two = _compile_once(config, dtype)
+    if two.refused:  # the two-block loop body does not fit: the figures stay one block's, said so
+        return dataclasses.replace(one, compile_s=one.compile_s + two.compile_s,
+                                   loop_note=f"the blocks run as a loop of {layers}; its body could not be costed "
+                                             "(the compiler refused the 2-block loop), so FLOPs, HBM traffic and "
+                                             "collectives count one block")
+    return extend_loop(one, two, layers)
+
+
+def extend_loop(one: Compiled, two: Compiled, layers: int) -> Compiled:
+    """The figures of a step whose loop of ``layers`` blocks XLA counted once, from its compiles with the
+    loop unrolled by 1 (``one``) and by 2 (``two``): one block = (two − one)/(1 + layers mod 2)."""
+    k = (layers - 1) / (1 + layers % 2)
+
+    def line(a, b):
+        return a + k * (b - a)
+
+    counts: dict[Collective, list[int]] = {}
+    for i, run in enumerate((one, two)):
+        for c in run.collectives:
+            counts.setdefault(dataclasses.replace(c, count=1), [0, 0])[i] += c.count
+    collectives = tuple(dataclasses.replace(c, count=n) for c, (a, b) in counts.items()
+                        if (n := int(round(line(a, b)))) > 0)
+    return dataclasses.replace(
+        one, flops=line(one.flops, two.flops), hbm_bytes=line(one.hbm_bytes, two.hbm_bytes),
+        collectives=collectives, cpu_bytes_accessed=line(one.cpu_bytes_accessed, two.cpu_bytes_accessed),
+        compile_s=one.compile_s + two.compile_s, optimal_seconds=None if one.optimal_seconds is None or two.optimal_seconds is None
+        else line(one.optimal_seconds, two.optimal_seconds),
+        loop_note=f"the blocks run as a loop of {layers}: XLA counts a loop body once, so the program was also "
+                  f"compiled with the loop unrolled by 2 and every figure but HBM needed counts the body {layers} "
+                  "times (f₁ + (L − 1)·(f₂ − f₁)); HBM needed is the looped program's own")
+
+
+def _compile_once(config: LabConfig, dtype: str) -> Compiled:
+    """One compile of the step, its figures as the compiler reports them."""
     from ..training import CompileRefused, compile_lowered, lower_train_step
 
     dtype = dtype_name(dtype)

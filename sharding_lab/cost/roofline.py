@@ -208,9 +208,9 @@ def predict(config: LabConfig, chip_id: str | None = "h100", dtype: str = "bf16"
     peak_note = chip.flops(dtype)[1]
     if peak_note:
         notes.append(peak_note)
-    notes += loop_note(config)
     if target is None or tuple(target) == tuple(config.mesh.shape):
         compiled = compile_step(canonical(config), dtype)
+        notes += [compiled.loop_note] if compiled.loop_note else []
         mesh = tuple(config.mesh.shape)
         links = axis_links(chip, mesh, axes)
         return Prediction(chip, dtype, mesh, axes, compiled.flops, compiled.hbm_bytes, compiled.hbm_needed,
@@ -218,6 +218,7 @@ def predict(config: LabConfig, chip_id: str | None = "h100", dtype: str = "bf16"
                           cpu_bytes_accessed=compiled.cpu_bytes_accessed)
     target = check_target(config, target)
     fitted, probes, fit_notes, largest = extrapolate(config, dtype, target, max_devices)
+    notes += [largest.loop_note] if largest is not None and largest.loop_note else []
     links = axis_links(chip, target, axes)
     keyed = {key: {"bytes": value["bytes"], "count": value["count"], "example": value["example"]}
              for key, value in fitted["collectives"].items()}
@@ -242,14 +243,18 @@ def default_dtype(target: str) -> str:
 
 
 def loop_note(config: LabConfig) -> list[str]:
-    """A configuration whose layers run as a loop (the transformer's ``remat=full`` scans its blocks): XLA's
-    cost analysis and the HLO count a loop's body once, whatever its trip count — say so beside the figures."""
-    layers = getattr(config.model, "layers", 1)
-    if getattr(config.model, "remat", "none") != "full" or layers <= 1:
+    """For a view that reads the program text (Communication): a configuration whose layers run as a loop
+    (the transformer's ``remat=full`` scans its blocks) shows the loop's body once. The figures of ``cost``
+    and ``plan`` count it as many times as it runs (:func:`sharding_lab.cost.compiled.compile_step`)."""
+    from .compiled import loop_layers
+
+    layers = loop_layers(config)
+    if not layers:
         return []
-    return [f"remat=full runs the {layers} blocks as a loop (lax.scan): XLA counts a loop body once, so the FLOPs, "
-            f"HBM traffic and the collectives inside it are one block's, not {layers}; HBM needed is the real "
-            "program's. `plan` extends every figure from unrolled 1- and 2-layer compiles instead."]
+    return [f"remat=full runs the {layers} blocks as a loop (lax.scan): the program text shows the loop's body "
+            f"once, so each collective inside it runs {layers} times per step, not once. HBM needed is the real "
+            "program's (remat's saving included); `cost` and `plan` count the body "
+            f"{layers} times (compiled twice: the loop as it runs and unrolled by 2)."]
 
 
 def target_chip(config: LabConfig, chip_id: str | None) -> str:
@@ -278,7 +283,7 @@ def _predict_on_target(config: LabConfig, on, chip_id: str | None, dtype: str, t
         chip = dataclasses.replace(chip, torus=on.torus)
     mesh, axes = tuple(config.mesh.shape), tuple(config.mesh.axes)
     compiled = compile_step(canonical(config), dtype)
-    notes = [n for n in [chip.flops(dtype)[1]] if n] + loop_note(config)
+    notes = [n for n in [chip.flops(dtype)[1], compiled.loop_note] if n]
     flops = compiled.flops
     if on.kind == "gpu" and compiled.refused is None:
         host = dataclasses.replace(canonical(config), target="cpu")

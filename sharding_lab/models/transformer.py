@@ -345,24 +345,33 @@ def rematerialised_blocks(blocks, x):
     def step(x, leaves):
         return nnx.merge(graphdef, jax.tree.unflatten(treedef, leaves)).forward(x)
 
-    x, stats = jax.lax.scan(step, x, stacked, unroll=unrolled_scan.active())
+    x, stats = jax.lax.scan(step, x, stacked, unroll=unrolled_scan.factor())
     return x, jax.tree.map(jnp.sum, stats)
 
 
 class unrolled_scan:  # noqa: N801  (a context manager, used like a function)
     """Inside ``with unrolled_scan():`` the rematerialised blocks' ``lax.scan`` is unrolled: the same
-    blocks, each still an ``nnx.remat``, but with no loop in the program. The layout search compiles
-    1 and 2 layers this way, because XLA's cost analysis counts a
-    loop's body once, whatever its trip count: a scanned program's FLOPs do not grow with its layers."""
+    blocks, each still an ``nnx.remat``, but with no loop in the program. ``unrolled_scan(2)`` unrolls it
+    by 2 instead (a loop whose body runs two blocks). XLA's cost analysis counts a loop's body once,
+    whatever its trip count, so the cost of a scanned step is read from two compiles, by 1 and by 2
+    (:func:`sharding_lab.cost.compiled.compile_step`): their difference is one block's."""
 
-    _depth: list[bool] = []
+    _depth: list = []
+
+    def __init__(self, factor: int | bool = True):
+        self._factor = factor
 
     @classmethod
     def active(cls) -> bool:
         return bool(cls._depth)
 
+    @classmethod
+    def factor(cls) -> int | bool:
+        """``lax.scan``'s ``unroll``: 1 (a loop of one block) outside any ``unrolled_scan``."""
+        return cls._depth[-1] if cls._depth else 1
+
     def __enter__(self):
-        unrolled_scan._depth.append(True)
+        unrolled_scan._depth.append(self._factor)
 
     def __exit__(self, *exc):
         unrolled_scan._depth.pop()

@@ -18,7 +18,7 @@ pytestmark = pytest.mark.skipif(not TPU[0], reason=TPU[1])
 
 SMALL = ["--model", "transformer", "--layers", "3", "--embed", "64", "--heads", "4", "--head-dim", "16",
          "--mlp-dim", "128", "--vocab", "64", "--seq", "32", "--target", "v5e-8", "--batch-tokens", "128"]
-NARROW = ["--presets", "dp,fsdp,tp", "--remats", "none"]
+NARROW = ["--presets", "dp,fsdp,tp", "--remats", "none", "--workers", "1"]
 
 
 def run_cli(*args):
@@ -137,6 +137,39 @@ def test_stop_ends_the_search_between_candidates_and_progress_is_reported():
     found = search.search(small_base(), "mixed", ("dp", "fsdp", "tp"), ("none",), progress, stop)
     assert found.stopped and seen == [(1, 9), (2, 9)]
     assert len([r for r in found.results if r.candidate.preset != "-"]) == 2
+
+
+def test_a_scanned_remat_full_step_is_costed_per_layer():
+    """remat=full runs the blocks as a loop, whose body XLA counts once. cost (compile_step) reads the body from
+    a second compile unrolled by 2: its FLOPs and collectives match the same step compiled unrolled (4 layers,
+    v5e-8) within 1%, and they are the unrematerialised step's plus the recomputed forward (about 4/3 on the
+    blocks). HBM needed stays the looped program's own."""
+    from sharding_lab.cost.compiled import _compile_once, canonical, compile_step
+    from sharding_lab.models.transformer import unrolled_scan
+
+    spec = family("transformer").Spec(layers=4, embed_dim=64, heads=4, head_dim=16, mlp_dim=128, vocab=64, seq=32)
+    base = search.base_config(spec, "v5e-8", 32 * 8)
+    full, none = (canonical(search.Candidate((2, 4), ("data", "model"), "tp", r).config(base)) for r in ("full", "none"))
+    looped = compile_step(full, "mixed")
+    with unrolled_scan():
+        unrolled = _compile_once(full, "mixed")
+    plain = _compile_once(none, "mixed")
+    assert abs(looped.flops / unrolled.flops - 1) < 0.01, (looped.flops, unrolled.flops)
+    wire = [(sum(c.bytes * c.count for c in x.collectives), sum(c.count for c in x.collectives)) for x in (looped, unrolled)]
+    assert wire[0] == wire[1]  # tp: the same all-reduces, 4 blocks' worth
+    assert 1.15 < looped.flops / plain.flops < 1.34  # the blocks' forward again (measured 1.24); not the head's
+    assert "loop of 4" in looped.loop_note
+
+
+def test_the_search_compiles_in_worker_processes_with_the_same_figures(planned, monkeypatch):
+    """--workers 2: the candidates compiled in two processes come back with the figures of one process."""
+    monkeypatch.setattr(search, "_results", {})  # nothing cached here: every candidate goes to a worker
+    code, out, _ = run_cli("plan", *SMALL, "--presets", "tp", "--remats", "none", "--workers", "2", "--json", "--no-check")
+    assert code == 0
+    pooled = {(c["mesh"], c["preset"]): c for c in json.loads(out)["candidates"]}
+    assert set(pooled) == {(c["mesh"], c["preset"]) for c in planned["candidates"] if c["preset"] == "tp"}
+    for c in (c for c in planned["candidates"] if c["preset"] == "tp"):
+        assert pooled[c["mesh"], c["preset"]]["step_s"] == c["step_s"] and pooled[c["mesh"], c["preset"]]["fits"] == c["fits"]
 
 
 def test_the_benchmark_prints_candidates_per_second(capsys):
