@@ -469,7 +469,9 @@ def app_sources() -> list[Path]:
 # The launcher starts the worker processes; plugins.py imports a model family's module — named on the
 # command line, in the server owner's SHARDING_LAB_FAMILIES or by an installed package's entry point, never by
 # a link or by anything typed in the app (tests/core/test_own_family.py checks that a link imports nothing).
-ALLOWED_CALLS = {"launcher.py: subprocess.Popen(", "plugins.py: importlib.import_module("}
+# warm.py's Popen runs this package's own warm-up command with a fixed argv (--part i/N), started only from the
+# command line (the Docker build), never from the app.
+ALLOWED_CALLS = {"launcher.py: subprocess.Popen(", "plugins.py: importlib.import_module(", "warm.py: subprocess.Popen("}
 
 
 def test_no_eval_exec_or_shell_in_the_app():
