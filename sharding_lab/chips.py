@@ -30,6 +30,11 @@ import dataclasses
 from .errors import ConfigError
 
 GB = 1e9
+GIB = 2**30
+# What a TPU program may use of its chip's HBM, as the TPU compiler states it when it refuses a step that does
+# not fit ("exceeds available HBM (15.75G)", in GiB); on a real v5e, memory_stats()["bytes_limit"] gave the same
+# 16,909,336,064 bytes and steps the compiler accepted up to 16.67 GB ran (tools/tpu_check.py, README).
+USABLE_SOURCE = ("the TPU compiler's 'available HBM' (libtpu 0.0.42.1, compiling for the slice without it)")
 
 BOOK_TPUS = "JAX scaling book, 'How to Think About TPUs', TPU Specs tables (jax-ml.github.io/scaling-book/tpus)"
 BOOK_GPUS = "JAX scaling book, 'How to Think About GPUs', spec and node tables (jax-ml.github.io/scaling-book/gpus)"
@@ -54,6 +59,19 @@ class Chip:
     nvlink_bytes_per_s: float | None = None
     node_size: int | None = None
     network_bytes_per_s: float | None = None
+    # What a program may use of the HBM (TPUs: the runtime keeps the rest); None: all of ``hbm_bytes``
+    hbm_usable_bytes: float | None = None
+
+    @property
+    def capacity(self) -> float:
+        """The bytes a step must fit in: what the chip lets a program use where it is known, else its HBM."""
+        return self.hbm_usable_bytes or self.hbm_bytes
+
+    def capacity_text(self) -> str:
+        """'16.9 GB usable of 16 GB HBM' (TPUs), '80 GB' (all of it)."""
+        if self.hbm_usable_bytes:
+            return f"{self.capacity / 1e9:,.1f} GB usable of {self.hbm_bytes / 1e9:,.0f} GB HBM"
+        return f"{self.hbm_bytes / 1e9:,.0f} GB"
 
     def flops(self, dtype: str) -> tuple[float, str]:
         """(peak FLOP/s for ``dtype``, a note when it is not the dtype's own published figure). Mixed
@@ -75,7 +93,8 @@ class Chip:
     def to_json(self) -> dict:
         out = {"id": self.id, "name": self.name, "kind": self.kind,
                "peak_flops": self.peak_flops.get("bf16"), "peak_flops_by_dtype": dict(self.peak_flops),
-               "hbm_bytes_per_s": self.hbm_bytes_per_s, "hbm_bytes": self.hbm_bytes}
+               "hbm_bytes_per_s": self.hbm_bytes_per_s, "hbm_bytes": self.hbm_bytes,
+               "hbm_usable_bytes": self.hbm_usable_bytes, "capacity": self.capacity}
         if self.kind == "tpu":
             out.update({"ici_link_bytes_per_s": self.ici_link_bytes_per_s, "torus": list(self.torus),
                         "links_per_chip": self.links_per_chip, "dcn_bytes_per_s": self.dcn_bytes_per_s})
@@ -92,12 +111,13 @@ CHIPS: dict[str, Chip] = {c.id: c for c in [
         peak_flops={"bf16": 1.97e14, "f32": None},  # Google Cloud "TPU v5e": 197 TFLOPs bf16; book 1.97e14
         hbm_bytes_per_s=8.1e11,  # book 8.1e11 (Google Cloud lists 819 GB/s)
         hbm_bytes=16 * GB,  # Google Cloud "TPU v5e": 16 GB HBM2; book 16GB
+        hbm_usable_bytes=16_909_336_064,  # 15.75 GiB: a real v5e's bytes_limit = the TPU compiler's "available HBM"
         ici_link_bytes_per_s=4.5e10,  # book: ICI BW/link one-way 4.5e10, bidi 9e10
         torus=(16, 16),  # book: pod 16x16 (2D torus, Google Cloud "TPU v5e")
         links_per_chip=4,  # Google Cloud "TPU v5e": ICI ports per chip 4
         wrap_rule="full",  # book: wraparound only along a full 16-chip axis
         dcn_bytes_per_s=3.125e9,  # book: DCN 3.125e9 bytes/s per TPU for v5e
-        sources={"peak_flops": f"{BOOK_TPUS}; cloud.google.com/tpu/docs/v5e (197 TFLOPs bf16)",
+        sources={"hbm_usable": USABLE_SOURCE + "; a real v5e's memory_stats bytes_limit 16,909,336,064 (tools/tpu_check.py, 2026-12-04)", "peak_flops": f"{BOOK_TPUS}; cloud.google.com/tpu/docs/v5e (197 TFLOPs bf16)",
                  "hbm": f"{BOOK_TPUS}; cloud.google.com/tpu/docs/v5e (16 GB, 819 GBps)",
                  "ici": f"{BOOK_TPUS} (ICI 4.5e10 one-way / 9e10 bidi per link); 4 ICI ports per chip, 2D torus "
                         "(cloud.google.com/tpu/docs/v5e)",
@@ -107,12 +127,13 @@ CHIPS: dict[str, Chip] = {c.id: c for c in [
         peak_flops={"bf16": 4.59e14, "f32": None},  # book 4.59e14; Google Cloud "TPU v5p": 459 TFLOPs
         hbm_bytes_per_s=2.8e12,  # book 2.8e12 (Google Cloud lists 2765 GBps)
         hbm_bytes=96 * GB,  # book 96GB (Google Cloud lists 95 GB)
+        hbm_usable_bytes=95.74 * GIB,  # the TPU compiler's "available HBM (95.74G)" (libtpu 0.0.42.1)
         ici_link_bytes_per_s=9e10,  # book: one-way 9e10, bidi 1.8e11
         torus=(16, 20, 28),  # book: pod 16x20x28, 3D torus
         links_per_chip=6,  # book: "nearest 4 or 6 neighbors" — 6 in a 3D torus
         wrap_rule="x4",  # book: on v*p an axis that is a multiple of 4 wraps (full cubes)
         dcn_bytes_per_s=6.25e9,  # book: DCN 6.25e9 bytes/s per TPU
-        sources={"peak_flops": f"{BOOK_TPUS}; cloud.google.com/tpu/docs/v5p (459 TFLOPs bf16)",
+        sources={"hbm_usable": USABLE_SOURCE + "", "peak_flops": f"{BOOK_TPUS}; cloud.google.com/tpu/docs/v5p (459 TFLOPs bf16)",
                  "hbm": f"{BOOK_TPUS} (96GB, 2.8e12); cloud.google.com/tpu/docs/v5p (95 GB, 2765 GBps)",
                  "ici": BOOK_TPUS + " (ICI 9e10 one-way / 1.8e11 bidi per link; 3D torus, 6 links)",
                  "dcn": BOOK_TPUS + " (DCN 6.25e9 bytes/s per TPU)"}),
@@ -121,12 +142,13 @@ CHIPS: dict[str, Chip] = {c.id: c for c in [
         peak_flops={"bf16": 9.2e14, "f32": None},  # book 9.20e14
         hbm_bytes_per_s=1.6e12,  # book 1.6e12
         hbm_bytes=32 * GB,  # book 32GB
+        hbm_usable_bytes=31.25 * GIB,  # the TPU compiler's "available HBM (31.25G)" (libtpu 0.0.42.1)
         ici_link_bytes_per_s=9e10,  # book: one-way 9e10, bidi 1.8e11
         torus=(16, 16),  # book: pod 16x16
         links_per_chip=4,
         wrap_rule="full",
         dcn_bytes_per_s=12.5e9,  # book: 12.5e9 bytes/s per TPU v6e
-        sources={"peak_flops": BOOK_TPUS + " (9.20e14 bf16)", "hbm": BOOK_TPUS + " (32GB, 1.6e12)",
+        sources={"hbm_usable": USABLE_SOURCE + "", "peak_flops": BOOK_TPUS + " (9.20e14 bf16)", "hbm": BOOK_TPUS + " (32GB, 1.6e12)",
                  "ici": BOOK_TPUS + " (ICI 9e10 one-way / 1.8e11 bidi per link; 16x16 2D torus)",
                  "dcn": BOOK_TPUS + " (DCN 12.5e9 bytes/s per TPU v6e)"}),
     Chip(

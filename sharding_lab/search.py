@@ -263,17 +263,17 @@ def screen(candidate: Candidate, base: LabConfig, dtype: str) -> Result:
     need = state_bytes_per_chip(plan)
     if dtype == "bf16":
         need //= 2
-    hbm = get_chip(targets.parse(base.target).chip).hbm_bytes
+    hbm = get_chip(targets.parse(base.target).chip).capacity
     if need > hbm:
         result.skipped, result.hbm_per_chip, result.fits = SKIP_MEMORY, float(need), False
-        result.detail = f"{need / 1e9:.1f} GB of parameters, optimizer state and gradients per chip > {hbm / 1e9:.0f} GB"
+        result.detail = f"{need / 1e9:.1f} GB of parameters, optimizer state and gradients per chip > {hbm / 1e9:.1f} GB usable"
         return result
     kept = kept_inputs_per_chip(plan, dtype)
     if kept and need + kept > hbm:
         result.skipped, result.hbm_per_chip, result.fits = SKIP_MEMORY_INPUTS, float(need + kept), False
         result.detail = (f"{need / 1e9:.1f} GB of parameters, optimizer state and gradients + {kept / 1e9:.1f} GB of "
                          f"block inputs ({config.model.layers} × the residual stream's {_gb(kept / config.model.layers)}) "
-                         f"per chip > {hbm / 1e9:.0f} GB")
+                         f"per chip > {hbm / 1e9:.1f} GB usable")
     return result
 
 

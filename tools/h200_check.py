@@ -21,18 +21,15 @@ from __future__ import annotations
 import argparse
 import os
 import re
-import statistics
-import time
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 
 import sharding_lab as sl
-from sharding_lab import cost, mesh as mesh_module, targets
+from sharding_lab import cost, targets
 from sharding_lab.cost.roofline import format_seconds
-from sharding_lab.options import add_config_options, config_from_args
-from sharding_lab.training import Lab, Trainer, lower_train_step, step_program
+from sharding_lab.training import Lab, Trainer, lower_train_step
+from tools.measure import config_of, gb, measure_step, memory, table, use_platform
 
 MLP = ["--model", "mlp", "--preset", "dp", "--mesh", "1", "--axes", "data", "--optimizer", "seed-sgd"]
 GPT2 = ["--model", "transformer", "--size", "gpt2-small", "--preset", "dp", "--mesh", "1", "--axes", "data",
@@ -54,60 +51,11 @@ QUICK = [("MLP 64-256-64, 1 hidden, batch 256", MLP + ["--din", "64", "--width",
                                          "--optimizer", "adamw"], "mixed")]
 
 
-def config_of(argv: list[str]) -> sl.LabConfig:
-    parser = argparse.ArgumentParser()
-    add_config_options(parser)
-    return config_from_args(parser.parse_args(argv))
-
-
-def use_platform(name: str) -> None:
-    """Lay meshes on ``name``'s devices from now on (the mesh cache remembers the last platform's)."""
-    os.environ["SHARDING_LAB_PLATFORM"] = name
-    mesh_module.build_mesh.cache_clear()
-    mesh_module.device_grid.cache_clear()
-
-
-def materialize(abstract):
-    """Real arrays with the abstract ones' shapes, dtypes and shardings (small random floats; ints 0)."""
-    def make(leaf, key):
-        if jnp.issubdtype(leaf.dtype, jnp.floating):
-            value = jax.random.normal(key, leaf.shape, jnp.float32).astype(leaf.dtype) * 0.01
-        else:
-            value = jnp.zeros(leaf.shape, leaf.dtype)
-        return jax.device_put(value, leaf.sharding)
-    leaves, tree = jax.tree.flatten(abstract)
-    keys = jax.random.split(jax.random.key(0), len(leaves))
-    return jax.tree.unflatten(tree, [make(leaf, k) for leaf, k in zip(leaves, keys)])
-
-
-def measure_step(config: sl.LabConfig, dtype: str, repeats: int) -> float:
-    """Median seconds of the analysed step on this platform's device, blocking on every call."""
-    plan = sl.plan(config)
-    step, state, x, y = step_program(plan, dtype)
-    with jax.set_mesh(plan.mesh):
-        live, xs, ys = materialize(state), materialize(x), materialize(y)
-        live, loss = step(live, xs, ys)  # compile + warm up
-        loss.block_until_ready()
-        times = []
-        for _ in range(repeats):
-            start = time.perf_counter()
-            live, loss = step(live, xs, ys)
-            loss.block_until_ready()
-            times.append(time.perf_counter() - start)
-    return statistics.median(times)
-
-
 def kernels(hlo: str) -> dict[str, int]:
     """How many fusions and library calls (cuBLAS/cuDNN custom-calls) the compiled program launches."""
     entry = hlo[hlo.find("ENTRY"):]
     return {"fusions": len(re.findall(r"= \S+ fusion\(", entry)),
             "custom-calls": len(re.findall(r"custom-call\(", entry))}
-
-
-def memory(compiled) -> dict[str, int]:
-    m = compiled.memory_analysis()
-    return {"argument": m.argument_size_in_bytes, "output": m.output_size_in_bytes,
-            "temp": m.temp_size_in_bytes, "alias": m.alias_size_in_bytes}
 
 
 def compiled_for_description(config: sl.LabConfig, dtype: str):
@@ -119,16 +67,6 @@ def compiled_for_description(config: sl.LabConfig, dtype: str):
     plan = sl.plan(config)
     plan.mesh = jax.sharding.Mesh(np.array(desc.devices).reshape(plan.mesh.devices.shape), plan.mesh.axis_names)
     return lower_train_step(plan, dtype).compile()
-
-
-def table(title: str, header: list[str], rows: list[list[str]]) -> str:
-    lines = [f"**{title}**", "", "| " + " | ".join(header) + " |",
-             "| " + " | ".join("---" if i == 0 else "---:" for i in range(len(header))) + " |"]
-    return "\n".join(lines + ["| " + " | ".join(r) + " |" for r in rows]) + "\n"
-
-
-def gb(n: float) -> str:
-    return f"{n / 1e9:,.3f} GB"
 
 
 CHIP = "h200"

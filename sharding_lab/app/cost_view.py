@@ -178,7 +178,7 @@ def cost_panel(plan: Plan, key: str = "cost") -> None:
     m[3].metric("MFU", f"{p['mfu']:.1%}", help="compiled FLOPs ÷ (step × peak)")
     m[4].metric("HBM per chip", format_bytes(p["hbm_needed"]),
                 delta="fits" if p["fits"] else "does not fit", delta_color="normal" if p["fits"] else "inverse",
-                help=f"of {p['hbm_capacity'] / 1e9:,.0f} GB")
+                help=f"of {p['hbm_capacity'] / 1e9:,.1f} GB a program may use on the chip")
     st.plotly_chart(breakdown_figure(_FromJson(p)), key=f"{key}_bars")
     mesh = "x".join(map(str, p["mesh"]["shape"]))
     st.caption(("**Extrapolated** to " + mesh + " from compiles on "

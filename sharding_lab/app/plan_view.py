@@ -92,7 +92,7 @@ def pareto_figure(found: search.Search) -> go.Figure:
     from sharding_lab import targets
 
     points = plotted(found)
-    hbm = get_chip(targets.parse(found.base.target).chip).hbm_bytes / 1e9
+    hbm = get_chip(targets.parse(found.base.target).chip).capacity / 1e9
     best = found.best
     fig = go.Figure()
     fig.add_trace(go.Scatter(
@@ -105,7 +105,7 @@ def pareto_figure(found: search.Search) -> go.Figure:
     steps = [r.step_s * 1e3 for r in points] or [0.0]
     # The chip's HBM as a line trace (a shape's annotation on a log axis would be placed at 10^y)
     fig.add_trace(go.Scatter(x=[min(steps), max(steps)], y=[hbm, hbm], mode="lines+text",
-                             line={"dash": "dash", "color": "#555"}, text=[f"HBM per chip: {hbm:.0f} GB", ""],
+                             line={"dash": "dash", "color": "#555"}, text=[f"usable HBM per chip: {hbm:.1f} GB", ""],
                              textposition="top right", hoverinfo="skip", name="HBM"))
     fig.update_layout(xaxis_title="predicted step (ms)", yaxis_title="HBM per chip (GB, log)", height=420,
                       yaxis_type="log",

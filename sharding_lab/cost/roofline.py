@@ -105,7 +105,7 @@ class Prediction:
     @property
     def fits(self) -> bool:
         """The compiler's answer on a TPU/GPU target (it refuses what does not fit); else HBM needed ≤ capacity."""
-        return self.refused is None and self.hbm_needed <= self.chip.hbm_bytes
+        return self.refused is None and self.hbm_needed <= self.chip.capacity
 
     @property
     def compiler_ratio(self) -> float | None:
@@ -134,7 +134,7 @@ class Prediction:
                 "latency_s": self.latency_s,
                 "step_s": self.step_s, "step_s_no_overlap": self.step_s_no_overlap,
                 "bound": self.bound, "mfu": self.mfu,
-                "hbm_needed": self.hbm_needed, "hbm_capacity": self.chip.hbm_bytes, "fits": self.fits,
+                "hbm_needed": self.hbm_needed, "hbm_capacity": self.chip.capacity, "fits": self.fits,
                 "per_axis": self.per_axis(),
                 "axis_links": {a: link.to_json() for a, link in self.links.items()},
                 "collectives": [{k: (list(v) if isinstance(v, tuple) else v) for k, v in row.items()}
@@ -353,7 +353,7 @@ def describe(p: Prediction) -> str:
               "× their link's α, chips.LATENCY)",
               f"  step (full overlap, the prediction) {format_seconds(p.step_s)}  — {p.bound}-bound, MFU {p.mfu:.1%}",
               f"  step (no overlap: compute/memory + communication) {format_seconds(p.step_s_no_overlap)}",
-              f"  HBM needed {p.hbm_needed / 1e9:,.3f} GB of {p.chip.hbm_bytes / 1e9:,.0f} GB: "
+              f"  HBM needed {p.hbm_needed / 1e9:,.3f} GB of {p.chip.capacity_text()}: "
               + ("fits" if p.fits else "does NOT fit")]
     if p.compiler_ratio is not None:
         lines.append(f"  the TPU compiler's own estimate (cost_analysis optimal_seconds) {format_seconds(p.optimal_seconds)}: "

@@ -353,8 +353,8 @@ class unrolled_scan:  # noqa: N801  (a context manager, used like a function)
     """Inside ``with unrolled_scan():`` the rematerialised blocks' ``lax.scan`` is unrolled: the same
     blocks, each still an ``nnx.remat``, but with no loop in the program. ``unrolled_scan(2)`` unrolls it
     by 2 instead (a loop whose body runs two blocks). XLA's cost analysis counts a loop's body once,
-    whatever its trip count, so the cost of a scanned step is read from two compiles, by 1 and by 2
-    (:func:`sharding_lab.cost.compiled.compile_step`): their difference is one block's."""
+    whatever its trip count, so the lab's cost of a scanned step is read from two compiles, by 1 and by 2
+    (``compile_step`` in the cost package): their difference is one block's."""
 
     _depth: list = []
 

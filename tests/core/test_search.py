@@ -64,7 +64,9 @@ def test_skips_match_a_hand_count(planned):
 
 def test_the_layer_extension_matches_a_full_compile(planned):
     check = planned["extension_check"]
-    assert check["layers"] == 3 and check["full_depth"] and planned["compiled_layers"] == [1, 2]
+    # compiled at 1 and 2 layers and extended; 3 too where a search before this one (the candidate cache is
+    # shared) already compiled its best whole
+    assert check["layers"] == 3 and check["full_depth"] and planned["compiled_layers"] in ([1, 2], [1, 2, 3])
     assert check["max_relative_error"] < 0.01, check
     # and independently: FLOPs of 1, 2 and 3 layers from the compiler, on a line
     base = small_base()
