@@ -25,7 +25,7 @@ BIG = TransformerSpec(layers=4, embed_dim=4096, heads=32, head_dim=128, mlp_dim=
 # the expert presets (ep, ep_dp, ep_tp) a mixture of experts: tests/core/test_experts.py.
 PRESETS = [name for name, p in sl.family("transformer").presets.items()
            if "layers" not in p.logical and "expert" not in p.logical]
-# 2×4 runs in the quick suite; 1×8 and 2×2×2 (~45 s each on two cores: 6 compiles) are marked slow.
+# 2×4 trains in the quick suite; 1×8 and 2×2×2 check the layouts only, and are marked slow.
 MESHES = [(2, 4), pytest.param((1, 8), marks=pytest.mark.slow), pytest.param((2, 2, 2), marks=pytest.mark.slow)]
 STEPS = 40
 
@@ -39,9 +39,12 @@ def tiny(mesh=(2, 4), preset="tp", **changes) -> sl.LabConfig:
 def test_every_preset_trains_and_lands_where_planned(mesh):
     for preset in PRESETS:  # one test per mesh: the presets share its warm-up
         config = tiny(mesh, preset)
-        lab, result = sl.train(config)
-        initial, final = float(np.mean(result.losses[:10])), float(np.mean(result.losses[-10:]))
-        assert final < 0.7 * initial, (preset, initial, final)
+        if mesh == (2, 4):  # trained on one mesh; on the others the layouts are checked (saves a compile each)
+            lab, result = sl.train(config)
+            initial, final = float(np.mean(result.losses[:10])), float(np.mean(result.losses[-10:]))
+            assert final < 0.7 * initial, (preset, initial, final)
+        else:
+            lab = sl.Lab(config)
         actual = lab.actual_layouts()
         planned = lab.plan.layouts()
         assert set(actual) == set(planned)  # params/, opt/, batch/ and act/ — nothing unchecked
