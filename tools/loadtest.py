@@ -253,9 +253,9 @@ def own_caption(plan: SessionPlan, preset: str | None = None):
     return lambda state: any(c.startswith(prefix) for c in state["captions"])
 
 
-def final_preset(plan: SessionPlan) -> str:
+def final_preset(plan: SessionPlan, edited: bool = True) -> str:
     """The preset the sidebar shows at the end: the edited one for a session that changed it."""
-    return plan.edit_to if plan.edit == "preset" else plan.preset
+    return plan.edit_to if plan.edit == "preset" and edited else plan.preset
 
 
 async def edit_while_training(page, plan: SessionPlan, titles: dict[str, str]) -> None:
@@ -361,9 +361,10 @@ async def train(page, plan: SessionPlan, result: SessionResult, timeout: float, 
 async def check_final(page, plan: SessionPlan, title: str, result: SessionResult) -> None:
     """Cross-talk: everything on this page must be this session's own configuration and run."""
     state = await read_state(page)
-    if not own_caption(plan, final_preset(plan))(state):
+    edited = bool(plan.edit) and result.edited_s is not None  # a run can finish before its first loss shows
+    if not own_caption(plan, final_preset(plan, edited))(state):
         result.crosstalk.append(f"caption {state['captions'][:2]}")
-    if plan.edit and result.edited_s is None:
+    if plan.edit and not edited:
         result.errors.append(f"the {plan.edit} edit was never made (no loss showed before the verdict)")
     elif plan.edit:
         kept = {"lr": "learning rate 0.01", "preset": f"rules preset {plan.preset}"}[plan.edit]
@@ -379,14 +380,14 @@ async def check_final(page, plan: SessionPlan, title: str, result: SessionResult
         result.crosstalk.append(f"verdict {[a['text'][:80] for a in state['alerts']]} (want {verified!r})")
     widgets = {"Size 1": str(plan.shape[0]), "Size 2": str(plan.shape[1]), "Name 1": plan.axes[0],
                "Name 2": plan.axes[1], "Steps": str(plan.steps)}
-    if plan.edit == "lr":
+    if plan.edit == "lr" and edited:
         widgets["Learning rate"] = plan.edit_to
     for label, value in widgets.items():
         seen = await page.get_by_label(label, exact=True).input_value()
         if seen != value:
             result.crosstalk.append(f"{label}={seen!r} (want {value!r})")
     seen = await page.get_by_role("combobox", name="Preset").input_value()
-    want_title = preset_titles()[plan.edit_to] if plan.edit == "preset" else title
+    want_title = preset_titles()[plan.edit_to] if plan.edit == "preset" and edited else title
     if seen != want_title:
         result.crosstalk.append(f"Preset={seen!r} (want {want_title!r})")
     result.errors += page_errors(state)
