@@ -9,8 +9,9 @@ each a Markdown table (also written to ``--out`` as they finish, so a run cut sh
 
 1. **The compiler without the chip vs on it.** The same step compiled for the app's ``v5e-1`` description and
    for the real chip: the compiler's memory figures, its FLOPs and bytes, and the HLO programs compared.
-2. **Fits.** Steps near the chip's memory, ordered by size: the app's verdict (``cost --target v5e-1``: the
-   compiler's HBM need against 16 GB, or its refusal) beside what the real chip did when the step ran.
+2. **Fits.** Steps near the chip's memory: the app's verdict (``cost --target v5e-1``: the compiler's HBM need
+   against the chip's usable HBM, or its refusal) beside what the real chip did when the step ran. (This check
+   found the app judging against the published 16 GB, not the 15.75 GiB the compiler and the chip allow.)
 3. **The step time.** Two predictions the app makes — the XLA:CPU program priced with the v5e roofline (a
    laptop without libtpu) and the ``v5e-1`` target's own program (``cost --target v5e-1``) — beside the
    median time of :func:`sharding_lab.training.step_program` on the chip, on real arrays.
@@ -161,7 +162,7 @@ def measured_beside_predicted(report: Report, configs, repeats: int, laptop: set
                                                  for k in ("temp", "argument", "output")]
                                + [f"{b.flops:.4g} / {flops:.4g}", f"{b.hbm_bytes:.4g} / {accessed:.4g}", hlo])
             peak = peak_bytes()
-            verdict = "refused by the compiler" if b.refused else ("fits" if b.fits else "over 16 GB")
+            verdict = "refused by the compiler" if b.refused else ("fits" if b.fits else "over the usable HBM")
             ran = f"ran, {format_seconds(seconds)}/step" if seconds else f"did not run: {failed}"
             fit_rows.append([label, dtype, gb(b.hbm_needed) if not b.refused else "", verdict, ran,
                              gb(peak) if peak is not None else "n/a"])
