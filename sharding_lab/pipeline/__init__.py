@@ -17,6 +17,8 @@ This file says whether a configuration is pipelined and checks the numbers a pip
 
 from __future__ import annotations
 
+import dataclasses
+
 from ..errors import ConfigError, nearest_divisible
 from ..models import family_of
 from ..rules import Rules, axis_names, split_ways
@@ -72,9 +74,12 @@ def validate(config, rules: Rules) -> None:
     stages = config.mesh.axis_sizes.get(axis, 1)
     if layers % stages:
         fits = " or ".join(map(str, nearest_divisible(layers, stages)))
+        up = nearest_divisible(layers, stages)[-1]  # the fix offered: the next depth the stages share
         raise ConfigError(f"{stages} pipeline stages (mesh axis {axis!r}) cannot share {layers} layers equally: "
                           f"make the layers a multiple of {stages} (Layers, --layers: e.g. {fits}) or the "
-                          f"{axis!r} axis smaller", "pipeline")
+                          f"{axis!r} axis smaller", "pipeline",
+                          fix=dataclasses.replace(config, model=dataclasses.replace(config.model, layers=up)),
+                          fix_label=f"Make it {up} layers ({up // stages} per stage)")
     batch = config.batch_size
     if batch % m:
         fits = " or ".join(map(str, nearest_divisible(batch, m)))

@@ -25,7 +25,8 @@ def test_train_page_draws_the_schedule_the_step_runs():
     assert not at.exception
     assert any("4 pipeline stages (mesh axis 'model') cannot share 2 layers" in e.value.replace("\\", "")
                for e in at.error)  # shown escaped: the message is plain text
-    at.number_input(key="layers").set_value(4).run()
+    at.button(key="apply_fix").click().run()  # the fix offered: 4 layers, one per stage
+    assert at.session_state["layers"] == 4 and at.session_state["preset"] == "pp"
     at.number_input(key="microbatches").set_value(8).run()
     assert not at.exception and not at.error
     for schedule in ("gpipe", "1f1b"):
