@@ -25,8 +25,9 @@ BIG = TransformerSpec(layers=4, embed_dim=4096, heads=32, head_dim=128, mlp_dim=
 # the expert presets (ep, ep_dp, ep_tp) a mixture of experts: tests/core/test_experts.py.
 PRESETS = [name for name, p in sl.family("transformer").presets.items()
            if "layers" not in p.logical and "expert" not in p.logical]
-# 2×4 trains in the quick suite; 1×8 and 2×2×2 check the layouts only, and are marked slow.
-MESHES = [(2, 4), pytest.param((1, 8), marks=pytest.mark.slow), pytest.param((2, 2, 2), marks=pytest.mark.slow)]
+# 2×4 trains; 2×2×2 checks the layouts only (marked slow). 1×8's activations are checked below
+# (test_activation_layouts_are_read_from_the_program) and its size-1 axis by the MLP's presets.
+MESHES = [(2, 4), pytest.param((2, 2, 2), marks=pytest.mark.slow)]
 STEPS = 40
 
 
@@ -35,7 +36,7 @@ def tiny(mesh=(2, 4), preset="tp", **changes) -> sl.LabConfig:
                         batch_size=16, steps=STEPS, chunk=STEPS, **changes)
 
 
-@pytest.mark.parametrize("mesh", MESHES, ids=["2x4", "1x8", "2x2x2"])
+@pytest.mark.parametrize("mesh", MESHES, ids=["2x4", "2x2x2"])
 def test_every_preset_trains_and_lands_where_planned(mesh):
     for preset in PRESETS:  # one test per mesh: the presets share its warm-up
         config = tiny(mesh, preset)
