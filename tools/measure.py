@@ -43,21 +43,27 @@ def materialize(abstract):
     return jax.tree.unflatten(tree, [make(leaf, k) for leaf, k in zip(leaves, keys)])
 
 
+def median_call_s(step, state, x, y, repeats: int) -> float:
+    """Median seconds of ``step(state, x, y)`` on real arrays made like the abstract ones, blocking on every
+    call; the first call (compile, warm-up) is not counted. The state is donated and threaded through."""
+    live, xs, ys = materialize(state), materialize(x), materialize(y)
+    live, loss = step(live, xs, ys)
+    loss.block_until_ready()
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        live, loss = step(live, xs, ys)
+        loss.block_until_ready()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
 def measure_step(config: sl.LabConfig, dtype: str, repeats: int) -> float:
     """Median seconds of the analysed step on this platform's device, blocking on every call."""
     plan = sl.plan(config)
     step, state, x, y = step_program(plan, dtype)
     with jax.set_mesh(plan.mesh):
-        live, xs, ys = materialize(state), materialize(x), materialize(y)
-        live, loss = step(live, xs, ys)  # compile + warm up
-        loss.block_until_ready()
-        times = []
-        for _ in range(repeats):
-            start = time.perf_counter()
-            live, loss = step(live, xs, ys)
-            loss.block_until_ready()
-            times.append(time.perf_counter() - start)
-    return statistics.median(times)
+        return median_call_s(step, state, x, y, repeats)
 
 
 def table(title: str, header: list[str], rows: list[list[str]]) -> str:

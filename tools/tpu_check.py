@@ -25,7 +25,6 @@ import collections
 import dataclasses
 import importlib.metadata
 import re
-import statistics
 import time
 
 import jax
@@ -34,7 +33,7 @@ import sharding_lab as sl
 from sharding_lab import chips, cost
 from sharding_lab.cost.roofline import format_seconds
 from sharding_lab.training import Lab, Trainer, lower_train_step, step_program
-from tools.measure import config_of, gb, materialize, memory, table, use_platform
+from tools.measure import config_of, gb, median_call_s, memory, table, use_platform
 
 TARGET = "v5e-1"
 REAL = "gpu"  # SHARDING_LAB_PLATFORM for meshes on the chip (any accelerator); cpu in a dry run
@@ -114,14 +113,7 @@ def real_step(config: sl.LabConfig, dtype: str, repeats: int):
         try:
             compiled = None
             compiled = fn.lower(state, x, y).compile()
-            live, xs, ys = materialize(state), materialize(x), materialize(y)
-            times = []
-            for _ in range(repeats + 1):  # the first call warms up
-                start = time.perf_counter()
-                live, loss = compiled(live, xs, ys)
-                loss.block_until_ready()
-                times.append(time.perf_counter() - start)
-            return compiled, statistics.median(times[1:]), None
+            return compiled, median_call_s(compiled, state, x, y, repeats), None
         except Exception as error:  # one failure must not lose the others' figures
             text = str(error).strip().splitlines()[0][:160] if str(error).strip() else type(error).__name__
             return compiled, None, f"{type(error).__name__}: {text}"
