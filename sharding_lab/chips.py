@@ -133,7 +133,7 @@ CHIPS: dict[str, Chip] = {c.id: c for c in [
         links_per_chip=6,  # book: "nearest 4 or 6 neighbors" — 6 in a 3D torus
         wrap_rule="x4",  # book: on v*p an axis that is a multiple of 4 wraps (full cubes)
         dcn_bytes_per_s=6.25e9,  # book: DCN 6.25e9 bytes/s per TPU
-        sources={"hbm_usable": USABLE_SOURCE + "", "peak_flops": f"{BOOK_TPUS}; cloud.google.com/tpu/docs/v5p (459 TFLOPs bf16)",
+        sources={"hbm_usable": USABLE_SOURCE, "peak_flops": f"{BOOK_TPUS}; cloud.google.com/tpu/docs/v5p (459 TFLOPs bf16)",
                  "hbm": f"{BOOK_TPUS} (96GB, 2.8e12); cloud.google.com/tpu/docs/v5p (95 GB, 2765 GBps)",
                  "ici": BOOK_TPUS + " (ICI 9e10 one-way / 1.8e11 bidi per link; 3D torus, 6 links)",
                  "dcn": BOOK_TPUS + " (DCN 6.25e9 bytes/s per TPU)"}),
@@ -148,7 +148,7 @@ CHIPS: dict[str, Chip] = {c.id: c for c in [
         links_per_chip=4,
         wrap_rule="full",
         dcn_bytes_per_s=12.5e9,  # book: 12.5e9 bytes/s per TPU v6e
-        sources={"hbm_usable": USABLE_SOURCE + "", "peak_flops": BOOK_TPUS + " (9.20e14 bf16)", "hbm": BOOK_TPUS + " (32GB, 1.6e12)",
+        sources={"hbm_usable": USABLE_SOURCE, "peak_flops": BOOK_TPUS + " (9.20e14 bf16)", "hbm": BOOK_TPUS + " (32GB, 1.6e12)",
                  "ici": BOOK_TPUS + " (ICI 9e10 one-way / 1.8e11 bidi per link; 16x16 2D torus)",
                  "dcn": BOOK_TPUS + " (DCN 12.5e9 bytes/s per TPU v6e)"}),
     Chip(

@@ -267,7 +267,8 @@ def _explicit_refusal(config, rules, mesh, what, path, name, logical, shape, req
     return ConfigError(f"{what}. With Explicit axes JAX refuses to make such an array ({refusal}); Auto axes "
                        f"would silently replicate that dimension instead. Replicate it (a per-parameter override), "
                        f"or give it a size that is a multiple of {ways} (e.g. {sizes})", "rules",
-                       fix=fix, fix_label=f"Replicate {label}" if fix is not None else "")
+                       fix=fix, fix_label=f"Replicate {label}" if fix is not None else "",
+                       fix_help="Sets a per-parameter override in the rules table (the preset becomes Custom).")
 
 
 def memory_limit_bytes() -> int:

@@ -9,14 +9,16 @@ class ConfigError(ValueError):
     setting (``"mesh"``, ``"rules"``, ``"batch"``, ``"model"``, ``"optimizer"``, ``"steps"``).
     When one change is known to make the configuration work, ``fix`` is that configuration (a
     ``LabConfig``) and ``fix_label`` says the change in a few words, so the app can offer it as a
-    button.
+    button; ``fix_help`` is that button's tooltip (what the click changes in the sidebar).
     """
 
-    def __init__(self, message: str, field: str = "config", fix=None, fix_label: str = ""):
+    def __init__(self, message: str, field: str = "config", fix=None, fix_label: str = "",
+                 fix_help: str = "Changes that one setting in the sidebar; everything else stays."):
         super().__init__(message)
         self.field = field
         self.fix = fix
         self.fix_label = fix_label
+        self.fix_help = fix_help
 
 
 def nearest_divisible(value: int, divisor: int) -> list[int]:

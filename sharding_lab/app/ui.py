@@ -357,11 +357,8 @@ def offer_fix(error: sl.ConfigError, where=st) -> None:
     if st.session_state.pop("fix_failed", None):
         where.caption("That fix cannot be shown in the sidebar's widgets: change the setting by hand.")
     if getattr(error, "fix", None) is not None:
-        override = error.fix_label.startswith("Replicate")
         where.button(error.fix_label, key="apply_fix", on_click=_apply_fix, args=(error.fix,), type="primary",
-                     icon=":material/build:",
-                     help="Sets a per-parameter override in the rules table (the preset becomes Custom)." if override
-                     else "Changes that one setting in the sidebar; everything else stays.")
+                     icon=":material/build:", help=error.fix_help)
 
 
 def show_comparison(agrees: list[str], differences: list[str], lead: str) -> None:

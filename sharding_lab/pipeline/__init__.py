@@ -73,8 +73,8 @@ def validate(config, rules: Rules) -> None:
                           "choose the transformer for pipeline parallelism", "rules")
     stages = config.mesh.axis_sizes.get(axis, 1)
     if layers % stages:
-        fits = " or ".join(map(str, nearest_divisible(layers, stages)))
-        up = nearest_divisible(layers, stages)[-1]  # the fix offered: the next depth the stages share
+        depths = nearest_divisible(layers, stages)
+        fits, up = " or ".join(map(str, depths)), depths[-1]  # the fix offered: the next depth the stages share
         raise ConfigError(f"{stages} pipeline stages (mesh axis {axis!r}) cannot share {layers} layers equally: "
                           f"make the layers a multiple of {stages} (Layers, --layers: e.g. {fits}) or the "
                           f"{axis!r} axis smaller", "pipeline",
