@@ -14,8 +14,10 @@ state = st.session_state
 st.title("Plan a real run")
 st.caption("Every mesh (one axis, or data × model), every preset and remat none/full, compiled by the "
            "target's own compiler and costed (roofline); what cannot work or cannot fit is skipped and "
-           "counted. Real depths are compiled with 1 and 2 layers and extended linearly (checked against "
-           "one full-depth compile). Click a point of the picture to load that layout into the sidebar.")
+           "counted. With remat full the blocks run as a loop, compiled at full depth in the time of one block; "
+           "without remat a real depth is probed to the compiler's memory check, then compiled with 1 and 2 "
+           "layers and extended linearly (the best checked against a full-depth compile). Click a point of "
+           "the picture to load that layout into the sidebar.")
 
 
 def _load(found, result) -> None:
@@ -129,6 +131,9 @@ check = found.extension
 if check and "relative_error" in check:
     st.caption(f"Layer extension checked against a{' full' if check['full_depth'] else ''} {check['layers']}-layer compile of {check['candidate']}: "
                + ", ".join(f"{k} {v:+.2%}" for k, v in check["relative_error"].items()))
+elif found.best is not None and not found.best.extended:
+    st.caption(f"The best was compiled at full depth ({search.depth_text(found.best, found)}), as `cost` compiles "
+               "it: nothing extended.")
 if plan_view.plotted(found):
     st.plotly_chart(plan_view.pareto_figure(found), key="plan_pareto", on_select=_on_click,
                     selection_mode="points", width="stretch")

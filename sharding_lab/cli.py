@@ -190,6 +190,9 @@ def _print_plan(args) -> int:
               + ("; the best's figures are that compile's, as `cost` gives them" if check["full_depth"] else ""))
     elif check:
         print(f"layer extension not checked: the full-depth compile was refused ({check['refused']})")
+    elif found.best is not None and not found.best.extended:
+        print(f"the best was compiled at full depth ({search.depth_text(found.best, found)}), as `cost` compiles it: "
+              "nothing extended")
     if found.best is not None:
         print("re-run the best: python -m sharding_lab cost " + " ".join(out["best"]["cost_args"]))
     return 0

@@ -19,20 +19,21 @@ cost?" — answered by enumerating and letting the compiler decide:
    fit, the layout without remat (which keeps those inputs and more) is skipped, not compiled.
 3. **Compile and cost** each remaining candidate for the target (:mod:`sharding_lab.cost`): the
    roofline of the TPU compiler's program, ``fits`` the compiler's memory answer. ``workers`` processes
-   compile at once (the CLI: one per core); the 2-layer compile is skipped when the 1-layer one is
-   refused.
+   compile at once (the CLI: one per core), each compile watched to the compiler's memory check
+   (:mod:`sharding_lab.search_workers`): one whose buffer assignment is already over HBM is given up
+   before code generation (40–100 s per block of a real model), reported as not fitting with that figure.
 
-**Few layers, extended.** Compiling a real depth unrolled takes minutes, and a ``lax.scan`` over the
-layers does not help the figures: XLA's cost analysis and the program text count a loop's body once,
-whatever its trip count (measured: a scanned 1-, 2- and 4-layer step report the same FLOPs). So each
-candidate is compiled with 1 and 2 layers, unrolled (the rematerialised blocks too:
-:class:`~sharding_lab.models.transformer.unrolled_scan`), and every figure — FLOPs, HBM traffic, HBM
-needed, each collective's bytes and count — is extended linearly: ``f(L) = f(1) + (L − 1)·(f(2) − f(1))``.
-:func:`check_extension` compiles the best at full depth as ``cost`` does (a remat-full loop compiled as it
-runs and unrolled by 2: :func:`sharding_lab.cost.compiled.compile_step`) and reports each figure's
-relative error; the best then carries the full-depth figures — ``cost``'s own — and, should it no longer
-fit or lead, the next is checked (:func:`_adopt_full_depth`). A model of at most 2 layers is compiled as
-it is (nothing extended).
+**Depth.** A step with remat full runs its blocks as a ``lax.scan``: its compile takes the same time at
+any depth (the loop's body is one block), so it is compiled at full depth exactly as ``cost`` compiles it
+(the loop as it runs, and unrolled by 2 to count the body: :func:`sharding_lab.cost.compiled.compile_step`;
+the two compiles in parallel). A step without remat is unrolled, and compiling a real depth unrolled takes
+minutes: it is probed at full depth only to the compiler's memory check (a refusal or a total over HBM is
+exact and ends it), and, should it fit, compiled with 1 and 2 layers and every figure — FLOPs, HBM traffic,
+HBM needed, each collective's bytes and count — extended linearly: ``f(L) = f(1) + (L − 1)·(f(2) − f(1))``
+(in one process, ``workers=1``, it is not probed). :func:`check_extension` compiles an extended best at full
+depth as ``cost`` does and reports each figure's relative error; the best then carries the full-depth
+figures — ``cost``'s own — and, should it no longer fit or lead, the next is checked
+(:func:`_adopt_full_depth`). A model of at most 2 layers is compiled as it is (nothing extended).
 
 Results are cached per candidate (:func:`cost_candidate`), a ``threading.Event`` stops the search between
 candidates, and a callback reports progress. :func:`why` writes the verdict from the computed figures only.
@@ -342,14 +343,17 @@ def prediction(config: LabConfig, dtype: str):
     :class:`~sharding_lab.models.transformer.unrolled_scan`), the 2-layer compile skipped when the compiler
     refuses the 1-layer one (more layers need more memory). A :class:`~sharding_lab.cost.roofline.Prediction`
     (refused when the compiler refused either) and the depths: ``(L,)`` compiled whole, ``(1, 2)`` extended."""
+    from .cost.compiled import loop_layers
+
     layers = getattr(config.model, "layers", None)
-    if layers is None or layers <= 2:
+    if layers is None or layers <= 2 or loop_layers(config):
+        # A scanned step (remat full) compiles in the same time at any depth: its loop body is one block.
         runs = [full_depth(config, dtype)]
     else:
         runs = [compiled_figures(_at_layers(config, 1), dtype)]
         if not runs[0].refused:
             runs.append(compiled_figures(_at_layers(config, 2), dtype))
-    depths = (1, 2)[:len(runs)] if layers and layers > 2 else ((layers,) if layers else ())
+    depths = (1, 2)[:len(runs)] if layers and layers > 2 and not loop_layers(config) else ((layers,) if layers else ())
     return _prediction_of(config, dtype, runs), depths
 
 
@@ -484,17 +488,54 @@ def _run_serial(queue, base, dtype, stop, results, progress) -> bool:
     return False
 
 
+def compile_job(kind: str, config: LabConfig, dtype: str):
+    """One of a candidate's compiles, as a worker runs it (:mod:`sharding_lab.search_workers`): ``whole`` as
+    ``cost`` compiles it; ``looped`` / ``looped2`` a remat-full step's loop as it runs / unrolled by 2 (the
+    two halves of :func:`~sharding_lab.cost.compiled.compile_step`); ``probe`` full depth, unrolled (watched
+    only to its memory check); ``layers1`` / ``layers2`` 1 and 2 layers, unrolled, to extend."""
+    from .cost.compiled import _compile_once, canonical
+    from .models.transformer import unrolled_scan
+
+    if kind == "whole":
+        return full_depth(config, dtype)
+    if kind in ("probe", "layers1", "layers2"):
+        return compiled_figures(config if kind == "probe" else _at_layers(config, int(kind[-1])), dtype)
+    with unrolled_scan(2 if kind == "looped2" else 1):
+        return _compile_once(canonical(config), dtype)
+
+
+def _first_jobs(config: LabConfig) -> tuple[str, ...]:
+    """The compiles a candidate starts with: its loop as it runs (remat full), a probe of its full depth
+    (more than 2 layers, unrolled), or the step as ``cost`` compiles it."""
+    from .cost.compiled import loop_layers
+
+    layers = getattr(config.model, "layers", None)
+    return ("looped",) if loop_layers(config) else ("probe",) if layers is not None and layers > 2 else ("whole",)
+
+
 def _run_pool(queue, base, dtype, stop, results, progress, workers: int) -> bool:
-    """The queue compiled by ``workers`` processes: each screened here first (cheap; a skip never leaves this
-    process), a remat-none candidate sent only once its remat-full twin is done (it may be pruned). libtpu
-    in several processes at once: :func:`sharding_lab.targets.quiet_libtpu` allows it."""
-    import concurrent.futures as cf
-    import multiprocessing
+    """The queue compiled by ``workers`` processes (:mod:`sharding_lab.search_workers`), each candidate
+    screened here first (a skip never leaves this process). Each compile is watched to the compiler's memory
+    check: a remat-full step's 2-block compile starts beside its looped one once that one has passed it; a
+    full-depth probe of a step without remat that passes it is abandoned (its worker replaced) for 1 and 2
+    layers, extended — a refusal is the compiler's own answer at full depth. A remat-none candidate starts
+    once its remat-full twin's fit is known (it may be pruned). libtpu in several processes at once:
+    :func:`sharding_lab.targets.quiet_libtpu` allows it."""
+    from . import search_workers as sw
+    from .chips import chip as get_chip
+    from .cost.compiled import loop_figures
 
     targets.quiet_libtpu()
+    capacity = get_chip(targets.parse(base.target).chip).capacity
+    context = sw.context()
+    pool = [sw.Worker(context) for _ in range(workers)]
     done: dict[Candidate, Result] = {}
+    passed_check: dict[Candidate, bool] = {}  # a remat-full twin that passed the compiler's memory check
+    pending: dict[Candidate, Result] = {}
+    parts: dict[Candidate, dict] = {}
+    checked: set = set()
+    jobs: collections.deque = collections.deque()
     waiting = list(queue)
-    running: dict = {}
     count = 0
 
     def record(candidate, result):
@@ -505,39 +546,94 @@ def _run_pool(queue, base, dtype, stop, results, progress, workers: int) -> bool
         if progress:
             progress(count, len(queue), result)
 
-    pool = cf.ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn"))
+    def enqueue(candidate, kind, urgent=False):
+        job = sw.Job((candidate, kind), compile_job, (kind, candidate.config(base), dtype))
+        jobs.appendleft(job) if urgent else jobs.append(job)
+
+    def finish(candidate, runs, depths):
+        result = pending.pop(candidate)
+        parts.pop(candidate, None)
+        _fill(result, _prediction_of(candidate.config(base), dtype, runs))
+        result.compiled_layers = depths
+        result.compile_s = sum(r.compile_s for r in runs)
+        with _results_lock:
+            _results[(candidate, base, dtype)] = result
+        record(candidate, result)
+
+    def on_result(candidate, kind, compiled):
+        if candidate not in pending:
+            return  # its answer came from another compile (a refused 1-layer compile ends it)
+        got = parts.setdefault(candidate, {})
+        got[kind] = compiled
+        layers = getattr(base.model, "layers", None)
+        if kind == "whole" or (kind == "probe" and (compiled.refused or compiled.hbm_needed > capacity)):
+            finish(candidate, [compiled], (layers,) if layers else ())
+        elif kind == "probe":  # compiled whole before its memory check was seen (a small model): it fits, so
+            enqueue(candidate, "layers1", urgent=True)  # extended as when the check is seen (and as in one process)
+            enqueue(candidate, "layers2", urgent=True)
+        elif kind == "looped":
+            passed_check[candidate] = not compiled.refused
+            if compiled.refused:
+                finish(candidate, [compiled], (layers,))
+            elif "looped2" in got:
+                finish(candidate, [loop_figures(compiled, got["looped2"], layers)], (layers,))
+            elif (candidate, "looped") not in checked:
+                enqueue(candidate, "looped2", urgent=True)
+        elif kind == "looped2" and "looped" in got:
+            finish(candidate, [loop_figures(got["looped"], compiled, layers)], (layers,))
+        elif kind == "layers1" and compiled.refused:
+            finish(candidate, [compiled], (1,))
+        elif kind in ("layers1", "layers2") and {"layers1", "layers2"} <= set(got):
+            finish(candidate, [got["layers1"], got["layers2"]], (1, 2))
+
+    def on_memory_check(index, candidate, kind):
+        checked.add((candidate, kind))
+        if kind == "probe":  # it fits at full depth: abandon the unrolled program before code generation,
+            pool[index].kill()  # and compile 1 and 2 layers to extend
+            pool[index] = sw.Worker(context)
+            enqueue(candidate, "layers1", urgent=True)
+            enqueue(candidate, "layers2", urgent=True)
+        else:  # the loop as it runs fits: its 2-block twin starts now, beside it
+            passed_check[candidate] = True
+            enqueue(candidate, "looped2", urgent=True)
+
     try:
-        while waiting or running:
+        while waiting or pending:
             if stop is not None and stop.is_set():
-                for process in list(getattr(pool, "_processes", {}).values()):  # compiles cannot be interrupted
-                    process.kill()
                 return True
             for candidate in list(waiting):
-                if len(running) >= workers:
-                    break
                 twin = dataclasses.replace(candidate, remat="full")
-                if candidate.remat == "none" and twin in queue and twin not in done:
-                    continue  # its twin first
+                if candidate.remat == "none" and twin in queue and twin not in done and twin not in passed_check:
+                    continue  # its twin's fit first
                 waiting.remove(candidate)
-                key = (candidate, base, dtype)
                 with _results_lock:
-                    cached = _results.get(key)
+                    cached = _results.get((candidate, base, dtype))
                 result = cached or _pruned(candidate, base, dtype, done) or screen(candidate, base, dtype)
                 if cached or result.skipped is not None:
                     record(candidate, result)
                     continue
-                running[pool.submit(cost_candidate, candidate, base, dtype)] = candidate
-            if running:
-                finished, _ = cf.wait(running, timeout=0.5, return_when=cf.FIRST_COMPLETED)
-                for future in finished:
-                    candidate = running.pop(future)
-                    result = future.result()
-                    with _results_lock:
-                        _results[(candidate, base, dtype)] = result
-                    record(candidate, result)
+                pending[candidate] = result
+                for kind in _first_jobs(candidate.config(base)):
+                    enqueue(candidate, kind)
+            for worker in pool:
+                while worker.job is None and jobs:
+                    job = jobs.popleft()
+                    if job.key[0] in pending:
+                        worker.send(job)
+            for index, worker in enumerate(pool):
+                if worker.job is None:
+                    continue
+                candidate, kind = worker.job.key
+                compiled = worker.result()
+                if compiled is not None:
+                    on_result(candidate, kind, compiled)
+                elif kind in ("looped", "probe") and (candidate, kind) not in checked and worker.memory_checked():
+                    on_memory_check(index, candidate, kind)
+            time.sleep(0.1)
         return False
     finally:
-        pool.shutdown(wait=False, cancel_futures=True)
+        for worker in pool:
+            worker.kill() if worker.job is not None else worker.stop()
 
 
 def full_depth(config: LabConfig, dtype: str):
@@ -670,12 +766,21 @@ def _critical_sentence(s: Search, best: Result) -> str:
                "by the scaling book's count, a step waits on the data axis's gradient traffic, not on compute."))
 
 
+def depth_text(result: Result, s: Search) -> str:
+    """How a row's figures were compiled: the whole depth, or 1 and 2 layers extended to it."""
+    layers = getattr(s.base.model, "layers", None)
+    if result.extended:
+        return f"1+2 layers → {layers}"
+    return f"{layers} layers" if layers else "whole"
+
+
 def table(s: Search) -> str:
     """The candidates as a readable table, fastest fitting first, then the others, then the skips."""
     from .cost.roofline import format_seconds
 
     rows = sorted(s.costed, key=lambda r: (not r.fits, r.step_s if r.step_s is not None else math.inf))
-    head = f"{'mesh':<8} {'axes':<12} {'preset':<11} {'remat':<6} {'HBM/chip':>10} {'fits':<5} {'step':>10} {'bound':<14} {'MFU':>6}"
+    head = (f"{'mesh':<8} {'axes':<12} {'preset':<11} {'remat':<6} {'HBM/chip':>10} {'fits':<5} {'step':>10} "
+            f"{'bound':<14} {'MFU':>6}  {'compiled':<16}")
     lines = [head, "-" * len(head)]
     best = s.best
     for r in rows:
@@ -687,7 +792,7 @@ def table(s: Search) -> str:
             hbm = f"{r.hbm_per_chip / 1e6:.2f} MB"
         lines.append(f"{c.mesh_text:<8} {','.join(c.axes):<12} {c.preset:<11} {c.remat:<6} {hbm:>10} "
                      f"{'yes' if r.fits else 'no':<5} {step:>10} {r.bound or '-':<14} "
-                     f"{(f'{r.mfu:.0%}' if r.mfu is not None else '-'):>6}{mark}")
+                     f"{(f'{r.mfu:.0%}' if r.mfu is not None else '-'):>6}  {depth_text(r, s):<16}{mark}")
     for reason, count in s.skipped().items():
         lines.append(f"skipped {count:>3}: {reason}")
     return "\n".join(lines)

@@ -18,6 +18,7 @@ the process when many collective programs are in flight at once.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import math
@@ -354,11 +355,26 @@ def lower_train_step(plan: Plan, dtype: str = "f32"):
         return fn.lower(state, x, y)
 
 
+_compiler_options: list[dict] = []
+
+
+@contextlib.contextmanager
+def compiler_options(**options):
+    """Extra options for every :func:`compile_lowered` inside the block — XLA debug options such as
+    ``xla_dump_to``: the search's workers have the compiler write its buffer assignment to a folder they
+    watch, to give up on a step that cannot fit before the TPU compiler's code generation (minutes)."""
+    _compiler_options.append(options)
+    try:
+        yield
+    finally:
+        _compiler_options.pop()
+
+
 def compile_lowered(lowered, target: str):
     """``lowered.compile()``; a step too big for the target's memory raises :class:`CompileRefused`
     carrying the compiler's own sentence (the TPU compiler checks HBM; nothing is allocated)."""
     try:
-        return lowered.compile()
+        return lowered.compile(compiler_options=_compiler_options[-1]) if _compiler_options else lowered.compile()
     except Exception as error:  # the accelerator compilers refuse what does not fit: JaxRuntimeError
         if "RESOURCE_EXHAUSTED" not in str(error):
             raise

@@ -7,11 +7,12 @@ before compiling or compiled (and how long its compiles took), then ``candidates
 candidate counted, skipped or compiled, over the whole wall time. A benchmark, not a test: the figure
 moves with the machine's load and cores. ``--workers N`` (default: one per core) compiles N at once.
 
-Measured on the 2-core machine shared with other work (2026-12-04, the default command): before (every
-candidate compiled at 1 and 2 layers, one process) 1884 s, 0.062 candidates/s; after (remat full's kept
-block inputs and the remat-full twin rule skipping before compiling, no 2-layer compile after a refused
-1-layer one, 2 workers) 398.5 s, 0.374 candidates/s — 149 candidates, 8 compiled. Almost all of it is the
-TPU compiler's code generation for the six candidates that pass its memory check (100–155 s each).
+Measured (the default command): before any speed-up (every candidate at 1 and 2 layers, one process) 1884 s,
+0.062 candidates/s; with the screens, the twin rule and 2 workers 398.5 s (2026-12-04, shared machine); with
+remat full compiled at full depth and every compile watched to the compiler's memory check
+(``sharding_lab.search_workers``) the ``plan --json`` run took 414.5 s, 0.475 candidates/s, on the idle
+machine (2026-12-05; the same run before it: 842 s). What is left is code generation of the programs that
+pass the compiler's memory check (see the README's "How long it takes").
 """
 
 from __future__ import annotations

@@ -72,7 +72,8 @@ def rows(found: search.Search) -> list[dict]:
              "preset": r.candidate.preset, "remat": r.candidate.remat,
              "HBM per chip": _bytes(r.hbm_per_chip),
              "fits": bool(r.fits), "step": format_seconds(r.step_s) if r.step_s is not None else "refused",
-             "bound": r.bound or "-", "MFU": f"{r.mfu:.0%}" if r.mfu is not None else "-"} for r in ordered]
+             "bound": r.bound or "-", "MFU": f"{r.mfu:.0%}" if r.mfu is not None else "-",
+             "compiled": search.depth_text(r, found)} for r in ordered]
 
 
 def _bytes(value: float | None) -> str:

@@ -143,6 +143,13 @@ def compile_step(config: LabConfig, dtype: str = "bf16") -> Compiled:
         return one
     with unrolled_scan(2):
         two = _compile_once(config, dtype)
+    return loop_figures(one, two, layers)
+
+
+def loop_figures(one: Compiled, two: Compiled, layers: int) -> Compiled:
+    """:func:`compile_step`'s answer from its two compiles: the loop as it runs (``one``) and unrolled by 2
+    (``two``) — one block counted ``layers`` times (:func:`extend_loop`), or, when the compiler refused the
+    2-block body, ``one``'s figures with a note saying so."""
     if two.refused:  # the two-block loop body does not fit: the figures stay one block's, said so
         return dataclasses.replace(one, compile_s=one.compile_s + two.compile_s,
                                    loop_note=f"the blocks run as a loop of {layers}; its body could not be costed "

@@ -1,6 +1,8 @@
 """The exported script runs on its own (plain JAX/Flax, no sharding_lab import), prints the same
 per-device layout as the plan, and trains to the same loss band as the app's trainer."""
 
+import concurrent.futures
+import os
 import re
 import subprocess
 import sys
@@ -17,12 +19,44 @@ CASES = [((2, 4), preset) for preset in sl.PRESETS] + [((1, 8), preset) for pres
 LINE = re.compile(r"^layout (\S+) device (\d+): (.*)$")
 
 
-def run_script(tmp_path, config) -> tuple[dict, float]:
-    script = tmp_path / "exported.py"
+def _moe_config():
+    """An ep configuration: SwiGLU experts, the blocks rematerialised (their statistics come out of the scan)."""
+    from sharding_lab.models.transformer import TransformerSpec
+
+    spec = TransformerSpec(layers=1, embed_dim=32, heads=2, head_dim=16, mlp_dim=64, seq=16, experts=8,
+                           mlp_type="swiglu", remat="full")
+    return sl.LabConfig(mesh=MeshSpec((2, 4), ("data", "expert")), preset="ep", model=spec, optimizer="adamw",
+                        lr=0.003, batch_size=16, steps=20)
+
+
+CONFIGS = {
+    **{f"{'x'.join(map(str, m))}-{p}": sl.LabConfig(mesh=MeshSpec(m), preset=p) for m, p in CASES},
+    "explicit-adamw-hidden": sl.LabConfig(mesh=MeshSpec((2, 4), axis_type="explicit"), preset="fsdp",
+                                          optimizer="adamw", model=sl.ModelSpec(hidden_layers=1), steps=1500),
+    "moe": _moe_config(),
+}
+
+
+def run_script(folder, config) -> subprocess.CompletedProcess:
+    folder.mkdir(exist_ok=True)
+    script = folder / "exported.py"
     script.write_text(export_script(config))
     assert "sharding_lab" not in script.read_text().split('"""', 2)[2]  # standalone
-    done = subprocess.run([sys.executable, str(script)], cwd=tmp_path, capture_output=True, text=True,
+    return subprocess.run([sys.executable, str(script)], cwd=folder, capture_output=True, text=True,
                           timeout=240, env={"PATH": "/usr/bin:/bin"})
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    """Every exported script of :data:`CONFIGS` run as its own process, as many at once as there are cores
+    (each is one Python process compiling one program: the suite's wall time, not a check, is shared)."""
+    root = tmp_path_factory.mktemp("exported")
+    with concurrent.futures.ThreadPoolExecutor(max(1, min(4, os.cpu_count() or 1))) as pool:
+        futures = {name: pool.submit(run_script, root / name, config) for name, config in CONFIGS.items()}
+        return {name: future.result() for name, future in futures.items()}
+
+
+def parsed(done: subprocess.CompletedProcess) -> tuple[dict, float]:
     assert done.returncode == 0, done.stderr[-2000:]
     layout: dict[str, dict[int, tuple]] = {}
     for line in done.stdout.splitlines():
@@ -40,17 +74,17 @@ def planned(config) -> dict:
 
 
 @pytest.mark.parametrize("mesh,preset", CASES, ids=[f"{'x'.join(map(str, m))}-{p}" for m, p in CASES])
-def test_exported_script_reproduces_layout_and_loss(tmp_path, mesh, preset):
-    config = sl.LabConfig(mesh=MeshSpec(mesh), preset=preset)
-    layout, final_loss = run_script(tmp_path, config)
+def test_exported_script_reproduces_layout_and_loss(runs, mesh, preset):
+    name = f"{'x'.join(map(str, mesh))}-{preset}"
+    config = CONFIGS[name]
+    layout, final_loss = parsed(runs[name])
     assert layout == planned(config)
     assert final_loss < 0.05  # the app's trainer reaches ~0.036 on this config
 
 
-def test_explicit_axes_with_adamw_and_a_hidden_layer(tmp_path):
-    config = sl.LabConfig(mesh=MeshSpec((2, 4), axis_type="explicit"), preset="fsdp", optimizer="adamw",
-                          model=sl.ModelSpec(hidden_layers=1), steps=1500)
-    layout, final_loss = run_script(tmp_path, config)
+def test_explicit_axes_with_adamw_and_a_hidden_layer(runs):
+    config = CONFIGS["explicit-adamw-hidden"]
+    layout, final_loss = parsed(runs["explicit-adamw-hidden"])
     assert layout == planned(config)
     assert set(layout) >= {"params/wh1", "opt/mu/wh1", "opt/nu/w2", "opt/count", "opt/step"}
     assert final_loss < 0.05
@@ -71,17 +105,11 @@ def test_export_cli_writes_the_script(capsys):
     assert "OVERRIDES = {'w2': ('model', None)}" in script
 
 
-def test_exported_mixture_of_experts_runs_standalone(tmp_path):
+def test_exported_mixture_of_experts_runs_standalone(runs):
     """An ep configuration: the script carries the router, the dispatch and combine, and the loss's
-    load-balancing term, and lays the experts out over `expert` as the plan does (SwiGLU experts, and
-    the blocks rematerialised: their statistics come out of the scan)."""
-    from sharding_lab.models.transformer import TransformerSpec
-
-    spec = TransformerSpec(layers=1, embed_dim=32, heads=2, head_dim=16, mlp_dim=64, seq=16, experts=8,
-                           mlp_type="swiglu", remat="full")
-    config = sl.LabConfig(mesh=MeshSpec((2, 4), ("data", "expert")), preset="ep", model=spec, optimizer="adamw",
-                          lr=0.003, batch_size=16, steps=20)
-    layout, final_loss = run_script(tmp_path, config)
+    load-balancing term, and lays the experts out over `expert` as the plan does."""
+    config = CONFIGS["moe"]
+    layout, final_loss = parsed(runs["moe"])
     assert layout == {p: d for p, d in planned(config).items() if not p.startswith("act/")}
     assert {"params/blocks/0/expert_gate", "params/blocks/0/expert_out"} <= set(layout)
     assert 0 < final_loss < 4  # a finite loss: cross-entropy over 32 tokens starts near ln 32 ≈ 3.5

@@ -166,12 +166,34 @@ def test_a_scanned_remat_full_step_is_costed_per_layer():
 def test_the_search_compiles_in_worker_processes_with_the_same_figures(planned, monkeypatch):
     """--workers 2: the candidates compiled in two processes come back with the figures of one process."""
     monkeypatch.setattr(search, "_results", {})  # nothing cached here: every candidate goes to a worker
-    code, out, _ = run_cli("plan", *SMALL, "--presets", "tp", "--remats", "none", "--workers", "2", "--json", "--no-check")
+    code, out, _ = run_cli("plan", *SMALL, "--presets", "tp", "--remats", "full,none", "--workers", "2", "--json",
+                           "--no-check")
     assert code == 0
-    pooled = {(c["mesh"], c["preset"]): c for c in json.loads(out)["candidates"]}
+    rows = json.loads(out)["candidates"]
+    pooled = {(c["mesh"], c["preset"]): c for c in rows if c["remat"] == "none"}
     assert set(pooled) == {(c["mesh"], c["preset"]) for c in planned["candidates"] if c["preset"] == "tp"}
     for c in (c for c in planned["candidates"] if c["preset"] == "tp"):
         assert pooled[c["mesh"], c["preset"]]["step_s"] == c["step_s"] and pooled[c["mesh"], c["preset"]]["fits"] == c["fits"]
+    # remat full: compiled at full depth, its two compiles in two workers — cost's own figures
+    base = small_base()
+    for row in (r for r in rows if r["remat"] == "full"):
+        config = search.Candidate(tuple(map(int, row["mesh"].split("x"))), tuple(row["axes"]), "tp", "full").config(base)
+        alone = search._prediction_of(config, "mixed", [search.full_depth(config, "mixed")])
+        assert row["compiled_layers"] == [3] and row["step_s"] == alone.step_s and row["hbm_per_chip"] == alone.hbm_needed
+
+
+def test_in_workers_a_step_without_remat_is_probed_at_full_depth():
+    """Workers probe a remat-none candidate at full depth, unrolled, only to the compiler's memory check: one
+    the compiler refuses there is reported with the compiler's own sentence for all its layers (here 3:
+    32 sequences of 2,048 tokens per chip, logits over 65,536 tokens), not extended from 1 and 2."""
+    spec = family("transformer").Spec(layers=3, embed_dim=64, heads=4, head_dim=16, mlp_dim=128, vocab=65536,
+                                      seq=2048)
+    base = search.base_config(spec, "v5e-8", 2048 * 8 * 32)
+    found = search.search(base, "mixed", ("dp",), ("none",), check=False, workers=2)
+    rows = [r for r in found.results if r.candidate.mesh == (8,)]
+    assert len(rows) == 1 and rows[0].skipped is None, rows
+    assert rows[0].fits is False and rows[0].compiled_layers == (3,)
+    assert rows[0].refused.startswith("RESOURCE_EXHAUSTED") and "exceeds available HBM" in rows[0].refused
 
 
 def test_the_benchmark_prints_candidates_per_second(capsys):
