@@ -47,7 +47,9 @@ class PlanJob:
 
         try:
             self.total = len(search.candidates(self.base, self.presets, self.remats))
-            self.result = search.search(self.base, self.dtype, self.presets, self.remats, progress, self.stop)
+            # workers: one process per core compiles, and Stop ends a compile at once (it kills them)
+            self.result = search.search(self.base, self.dtype, self.presets, self.remats, progress, self.stop,
+                                        workers=None)
         except sl.ConfigError as error:
             self.error = str(error)
         except Exception as error:  # shown as one line on the page, never a traceback

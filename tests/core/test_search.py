@@ -174,9 +174,10 @@ def test_the_search_compiles_in_worker_processes_with_the_same_figures(planned, 
     assert set(pooled) == {(c["mesh"], c["preset"]) for c in planned["candidates"] if c["preset"] == "tp"}
     for c in (c for c in planned["candidates"] if c["preset"] == "tp"):
         assert pooled[c["mesh"], c["preset"]]["step_s"] == c["step_s"] and pooled[c["mesh"], c["preset"]]["fits"] == c["fits"]
-    # remat full: compiled at full depth, its two compiles in two workers — cost's own figures
+    # remat full: compiled at full depth, its two compiles in two workers — cost's own figures (one mesh
+    # compiled again here: each costs two compiles)
     base = small_base()
-    for row in (r for r in rows if r["remat"] == "full"):
+    for row in (r for r in rows if r["remat"] == "full" and r["mesh"] == "2x4"):
         config = search.Candidate(tuple(map(int, row["mesh"].split("x"))), tuple(row["axes"]), "tp", "full").config(base)
         alone = search._prediction_of(config, "mixed", [search.full_depth(config, "mixed")])
         assert row["compiled_layers"] == [3] and row["step_s"] == alone.step_s and row["hbm_per_chip"] == alone.hbm_needed

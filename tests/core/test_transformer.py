@@ -40,6 +40,8 @@ def tiny(mesh=(2, 4), preset="tp", **changes) -> sl.LabConfig:
 def test_every_preset_trains_and_lands_where_planned(mesh):
     for preset in PRESETS:  # one test per mesh: the presets share its warm-up
         config = tiny(mesh, preset)
+        if mesh != (2, 4) and preset not in ("sp", "fsdp_tp", "tp"):
+            continue  # on 2×2×2 only the presets that split over `model`; the others are checked on 2×4
         if mesh == (2, 4):  # trained on one mesh; on the others the layouts are checked (saves a compile each)
             lab, result = sl.train(config)
             initial, final = float(np.mean(result.losses[:10])), float(np.mean(result.losses[-10:]))
