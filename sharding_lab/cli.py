@@ -102,7 +102,8 @@ def main(argv=None) -> int:
                                   "the full depth (an unrolled 32-layer compile takes many minutes)")
     plan_parser.add_argument("--workers", type=int, default=None,
                              help="compile this many candidates at once, each in its own process (default: one per "
-                                  "CPU core, at most 4; 1: all in this process)")
+                                  "CPU core, at most 4 — one for a model under 10M parameters, whose compiles take "
+                                  "less than starting a process; 1: all in this process)")
     plan_parser.add_argument("--json", action="store_true", help="print one JSON object")
     from . import challenges
 

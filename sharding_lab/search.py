@@ -449,12 +449,18 @@ def search(base: LabConfig, dtype: str = "mixed", presets: tuple[str, ...] | Non
     return out
 
 
+SMALL_MODEL = 10_000_000  # parameters: below it a compile takes about a second, less than starting a worker
+
+
 def _workers(base: LabConfig, workers: int | None) -> int:
-    """How many processes compile at once: ``workers`` (None: the CPU cores, at most 4); 1 for a family
-    from the user's own module, which a fresh process would not have registered."""
+    """How many processes compile at once: ``workers``, or for None the CPU cores (at most 4) — but one for
+    a model under :data:`SMALL_MODEL` parameters (a worker process takes ~4 s to start: more than such a
+    compile) and for a family from the user's own module, which a fresh process would not have registered."""
     import os
 
     if not type(base.family).__module__.startswith("sharding_lab."):
+        return 1
+    if workers is None and base.family.parameter_count(base.model) < SMALL_MODEL:
         return 1
     return max(1, min(4, os.cpu_count() or 1) if workers is None else int(workers))
 

@@ -80,7 +80,13 @@ class Worker:
         """The finished job's result, or None while it compiles."""
         if self.job is None or not self.conn.poll():
             return None
-        _, result = self.conn.recv()
+        try:
+            _, result = self.conn.recv()
+        except (EOFError, ConnectionError):  # the process is gone: killed from outside, or by the kernel for memory
+            self.process.join(timeout=5)
+            self._clear()
+            raise RuntimeError(f"a compile worker died (exit code {self.process.exitcode}), perhaps out of memory: "
+                               "try fewer workers (--workers 1)") from None
         self._clear()
         if isinstance(result, Exception):
             raise result

@@ -197,6 +197,21 @@ def test_in_workers_a_step_without_remat_is_probed_at_full_depth():
     assert rows[0].refused.startswith("RESOURCE_EXHAUSTED") and "exceeds available HBM" in rows[0].refused
 
 
+def test_a_compile_worker_that_dies_is_one_sentence_not_a_hang():
+    import time
+
+    from sharding_lab import search_workers
+
+    worker = search_workers.Worker(search_workers.context())
+    config = search.Candidate((2, 4), ("data", "model"), "tp", "none").config(small_base())
+    worker.send(search_workers.Job(("killed", "whole"), search.compile_job, ("whole", config, "mixed")))
+    worker.process.kill()  # as the kernel's out-of-memory killer would
+    deadline = time.monotonic() + 60
+    with pytest.raises(RuntimeError, match="compile worker died .* try fewer workers"):
+        while worker.result() is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+
+
 def test_the_benchmark_prints_candidates_per_second(capsys):
     from tools import plan_bench
 
