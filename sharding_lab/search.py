@@ -736,7 +736,9 @@ def why(s: Search) -> str:
     if len(s.fitting) > 1:
         second = s.fitting[1]
         worse = max(second.terms, key=lambda k: second.terms[k] - t[k])
-        words.append(f"The runner-up, {_label(second.candidate)}, is {second.step_s / best.step_s - 1:.1%} slower "
+        ratio = second.step_s / best.step_s
+        slower = f"{ratio:.1f}× as slow" if ratio >= 2 else f"{ratio - 1:.1%} slower"
+        words.append(f"The runner-up, {_label(second.candidate)}, is {slower} "
                      f"({format_seconds(second.step_s)}, {second.bound}-bound); its {_term_name(worse)} costs it most: "
                      f"{format_seconds(second.terms[worse])} against {format_seconds(t[worse])}.")
     else:

@@ -10,9 +10,9 @@ The search can then start the next compile at once, or abandon this one — kill
 new one — when only the memory check was wanted (a 32-layer program unrolled, whose code generation
 would take half an hour).
 
-The buffer assignment's own totals are not used: measured against ``memory_analysis()`` of the finished
-program they are neither a bound below (a tiny step: 4.4 MB before code generation, 0.7 MB after — buffers
-moved to VMEM) nor above (llama3-8b 128x2 fsdp_tp, remat full: 13.4 GB before, 18.7 GB after).
+The buffer assignment's own totals are not used as the fit: they are the compiler's view before code
+generation (llama3-8b 128x2 fsdp_tp, remat full: 13.4 GB, where the finished program peaks at 12.6 GB) —
+:func:`sharding_lab.cost.compiled.hbm_needed` reads the finished program's peak.
 
 This module is the mechanism (a worker and its watched folder); which compiles a candidate needs is the
 search's (:func:`sharding_lab.search._run_pool`).

@@ -245,7 +245,7 @@ TPU_NOTE = ("Compiled without the chips, by the TPU compiler itself. Checked on 
             "a whole slice are the compiler's, not measured). Source: tools/tpu_check.py, README.")
 
 
-def kernel_note(name: str) -> str | None:
+def without_chip_note(name: str) -> str | None:
     """What compiling for ``name`` without its chip changes in the program, and how far it was checked on a
     real chip (TPU and GPU targets)."""
     kind = parse(name).kind

@@ -202,6 +202,8 @@ def main() -> None:
     parser.add_argument("--budget-s", type=float, default=400, help="skip what is left after this many seconds")
     parser.add_argument("--fit-batches", default=None,
                         help="only the fits check, GPT-2 small at these batch sizes (e.g. 15,16,17): where the chip says no")
+    parser.add_argument("--fit-remat", default="none", choices=("none", "full"),
+                        help="with --fit-batches: the blocks rematerialised (a scan) or not")
     parser.add_argument("--out", default=None, help="also write the tables to this file")
     args = parser.parse_args()
     report = Report(args.out, time.perf_counter(), args.budget_s)
@@ -217,8 +219,9 @@ def main() -> None:
     global REAL
     REAL = "gpu" if device.platform != "cpu" else "cpu"
     if args.fit_batches:  # only the fits check, at the sizes asked for
-        runs = [(f"GPT-2 small, {b}×1024 tokens, AdamW", GPT2 + ["--batch", b], "mixed")
-                for b in args.fit_batches.split(",")]
+        remat = [] if args.fit_remat == "none" else ["--remat", args.fit_remat]
+        runs = [(f"GPT-2 small, {b}×1024 tokens, AdamW{', remat ' + args.fit_remat if remat else ''}",
+                 GPT2 + ["--batch", b] + remat, "mixed") for b in args.fit_batches.split(",")]
         measured_beside_predicted(report, runs, 3, set())
         return
     # the most telling first, in case the budget runs out; the laptop's XLA:CPU compile only where cheap
