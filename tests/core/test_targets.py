@@ -312,7 +312,7 @@ def test_on_a_tpu_target_hbm_needed_is_the_compilers_peak_not_the_sum_that_count
     from sharding_lab.cost.compiled import _compile_once, canonical, hbm_needed
     from sharding_lab.training import compile_train_step
 
-    spec = sl.family("transformer").Spec(layers=4, embed_dim=64, heads=4, head_dim=16, mlp_dim=128, vocab=64,
+    spec = sl.family("transformer").Spec(layers=2, embed_dim=64, heads=4, head_dim=16, mlp_dim=128, vocab=64,
                                          seq=32, remat="full")
     config = canonical(sl.LabConfig(mesh=sl.MeshSpec((2, 4), ("data", "model")), preset="fsdp", model=spec,
                                     optimizer="adamw", batch_size=64, target="v5e-8"))
@@ -321,4 +321,4 @@ def test_on_a_tpu_target_hbm_needed_is_the_compilers_peak_not_the_sum_that_count
              - memory.alias_size_in_bytes)
     assert memory.peak_memory_in_bytes > 0 and memory.peak_memory_in_bytes != total
     assert hbm_needed(memory, "v5e-8") == memory.peak_memory_in_bytes and hbm_needed(memory, "cpu") == total
-    assert _compile_once(config, "mixed").hbm_needed == memory.peak_memory_in_bytes
+    assert _compile_once(config, "mixed").hbm_needed == memory.peak_memory_in_bytes  # what cost and plan use
