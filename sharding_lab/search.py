@@ -20,8 +20,8 @@ cost?" — answered by enumerating and letting the compiler decide:
 3. **Compile and cost** each remaining candidate for the target (:mod:`sharding_lab.cost`): the
    roofline of the TPU compiler's program, ``fits`` the compiler's memory answer. ``workers`` processes
    compile at once (the CLI: one per core), each compile watched to the compiler's memory check
-   (:mod:`sharding_lab.search_workers`): one whose buffer assignment is already over HBM is given up
-   before code generation (40–100 s per block of a real model), reported as not fitting with that figure.
+   (:mod:`sharding_lab.search_workers`), so that the next compile can start, or a probe be abandoned,
+   before code generation (40–100 s per block of a real model).
 
 **Depth.** A step with remat full runs its blocks as a ``lax.scan``: its compile takes the same time at
 any depth (the loop's body is one block), so it is compiled at full depth exactly as ``cost`` compiles it
@@ -345,15 +345,15 @@ def prediction(config: LabConfig, dtype: str):
     (refused when the compiler refused either) and the depths: ``(L,)`` compiled whole, ``(1, 2)`` extended."""
     from .cost.compiled import loop_layers
 
-    layers = getattr(config.model, "layers", None)
-    if layers is None or layers <= 2 or loop_layers(config):
+    layers, looped = getattr(config.model, "layers", None), loop_layers(config)
+    if layers is None or layers <= 2 or looped:
         # A scanned step (remat full) compiles in the same time at any depth: its loop body is one block.
         runs = [full_depth(config, dtype)]
     else:
         runs = [compiled_figures(_at_layers(config, 1), dtype)]
         if not runs[0].refused:
             runs.append(compiled_figures(_at_layers(config, 2), dtype))
-    depths = (1, 2)[:len(runs)] if layers and layers > 2 and not loop_layers(config) else ((layers,) if layers else ())
+    depths = (1, 2)[:len(runs)] if layers and layers > 2 and not looped else ((layers,) if layers else ())
     return _prediction_of(config, dtype, runs), depths
 
 
@@ -561,7 +561,6 @@ def _run_pool(queue, base, dtype, stop, results, progress, workers: int) -> bool
         parts.pop(candidate, None)
         _fill(result, _prediction_of(candidate.config(base), dtype, runs))
         result.compiled_layers = depths
-        result.compile_s = sum(r.compile_s for r in runs)
         with _results_lock:
             _results[(candidate, base, dtype)] = result
         record(candidate, result)

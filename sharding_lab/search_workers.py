@@ -26,7 +26,6 @@ import multiprocessing
 import os
 import shutil
 import tempfile
-import time
 from typing import Callable
 
 
@@ -62,17 +61,15 @@ class Worker:
     """One process that compiles jobs one at a time; killed and replaced to abandon a compile."""
 
     def __init__(self, context):
-        self.context = context
         self.conn, child = context.Pipe()
         self.process = context.Process(target=_serve, args=(child,), daemon=True)
         self.process.start()
         child.close()
         self.job: Job | None = None
         self.folder: str | None = None
-        self.started = 0.0
 
     def send(self, job: Job) -> None:
-        self.job, self.started = job, time.perf_counter()
+        self.job = job
         self.folder = tempfile.mkdtemp(prefix="sharding-lab-compile-")
         self.conn.send((job.key, job.function, job.args, self.folder))
 

@@ -362,7 +362,7 @@ _compiler_options: list[dict] = []
 def compiler_options(**options):
     """Extra options for every :func:`compile_lowered` inside the block — XLA debug options such as
     ``xla_dump_to``: the search's workers have the compiler write its buffer assignment to a folder they
-    watch, to give up on a step that cannot fit before the TPU compiler's code generation (minutes)."""
+    watch, to know when it has passed its memory check, before the TPU compiler's code generation (minutes)."""
     _compiler_options.append(options)
     try:
         yield

@@ -236,7 +236,7 @@ def hbm_needed(memory, target: str) -> float:
     total = (memory.argument_size_in_bytes + memory.output_size_in_bytes + memory.temp_size_in_bytes
              - memory.alias_size_in_bytes)
     peak = getattr(memory, "peak_memory_in_bytes", 0) or 0
-    return float(peak) if peak > 0 and target != "cpu" and parse_target(target).kind == "tpu" else float(total)
+    return float(peak) if peak > 0 and parse_target(target).kind == "tpu" else float(total)
 
 
 def _lowered_flops(lowered) -> float:
