@@ -1,7 +1,6 @@
 """Lesson: the seed's walk-through as a guided path, each step with a live view and its code."""
 
 import dataclasses
-import inspect
 
 import pandas as pd
 import streamlit as st
@@ -13,6 +12,7 @@ from sharding_lab.communication import CommReport, analyze
 from sharding_lab import third_way
 from sharding_lab.explicit import lesson as explicit_lesson
 from sharding_lab.export import script_sections
+from sharding_lab.source import source_of
 from sharding_lab.layout import describe, format_spec
 from sharding_lab.mesh import device_ids, mesh_coords
 from sharding_lab.textbook import compare as textbook_compare
@@ -120,7 +120,7 @@ def third_way_chapter(config: sl.LabConfig) -> None:
         return
     for col, (way, program) in zip(st.columns(3), compiled.items()):
         col.markdown(f"**{way}**")
-        col.code(inspect.getsource(third_way.WAYS[way]), language="python")
+        col.code(source_of(third_way.WAYS[way]), language="python")
         col.dataframe(pd.DataFrame([{"op": c.op, "shape": " ".join(str(list(s)) for s in c.shape),
                                      "over": c.where(config.mesh.axes).replace("`", ""), "count": c.count}
                                     for c in program.collectives]), hide_index=True)

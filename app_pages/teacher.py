@@ -42,6 +42,8 @@ def overview() -> None:
                     text=f"{state}: {warming['done']} of {warming['total']} layouts a class clicks compiled "
                          f"ahead of time ({warming['skipped']} could not run) in {warming['seconds']:.0f} s"
                          + (f" — now {warming['current']}" if warming.get("current") else ""))
+        if warming.get("note"):
+            st.caption(warming["note"].capitalize() + ": this server warmed the default layout only.")
         st.caption("Compiled at the lowest priority, and paused whenever a student's run trains or waits. "
                    "SHARDING_LAB_WARM=default keeps only the default layout; the cache lives in "
                    "SHARDING_LAB_CACHE_DIR.")

@@ -3,7 +3,7 @@
 The script reads top to bottom like Flax's ``10_fsdp_and_optimizer.py`` — devices, mesh, rules,
 model, optimizer, create under ``jit``, data, the training loop — on today's names, and imports
 nothing from Sharding Lab. It is not a second copy kept by hand: the model, its data and its loss
-are the model family's own source (``ModelFamily.export_objects``, read with :mod:`inspect`), and
+are the model family's own source (``ModelFamily.export_objects``, read with :func:`sharding_lab.source.source_of`), and
 the step is the trainer's (:func:`sharding_lab.training.make_train_step`): loss, gradients,
 update, outputs pinned to the layout they were born with. Run, it prints every array's
 per-device slices as ``layout <path> device <id>: <start>:<stop> ...`` lines and, last,
@@ -12,7 +12,6 @@ per-device slices as ``layout <path> device <id>: <start>:<stop> ...`` lines and
 
 from __future__ import annotations
 
-import inspect
 import re
 import textwrap
 
@@ -21,6 +20,7 @@ from .errors import ConfigError
 from .config import LabConfig, plan as make_plan
 from .models import ops
 from .optimizer import SGD, SGDState
+from .source import source_of
 
 _HEADER = '''"""Sharding Lab export — {title} on a {label} mesh.
 
@@ -31,7 +31,8 @@ from __future__ import annotations
 
 import os
 
-os.environ["XLA_FLAGS"] = "--xla_force_host_platform_device_count={devices}"
+# {devices} simulated CPU devices; XLA flags of your own are kept
+os.environ["XLA_FLAGS"] = os.environ.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count={devices}"
 
 import jax
 
@@ -163,7 +164,7 @@ def _fill(template: str, **values) -> str:
 
 def _source(*objects) -> str:
     """The source of functions and classes, as written in Sharding Lab."""
-    return "\n\n\n".join(textwrap.dedent(inspect.getsource(obj)).strip() for obj in objects) + "\n"
+    return "\n\n\n".join(textwrap.dedent(source_of(obj)).strip() for obj in objects) + "\n"
 
 
 # Sharding Lab records a forward pass's activations to check their layout, and a model then skips

@@ -8,6 +8,7 @@ thread makes no ``st.*`` call: the page polls its snapshot) and draws what it re
 from __future__ import annotations
 
 import dataclasses
+import math
 import threading
 
 import plotly.graph_objects as go
@@ -110,8 +111,12 @@ def pareto_figure(found: search.Search) -> go.Figure:
     fig.add_trace(go.Scatter(x=[min(steps), max(steps)], y=[hbm, hbm], mode="lines+text",
                              line={"dash": "dash", "color": "#555"}, text=[f"usable HBM per chip: {hbm:.1f} GB", ""],
                              textposition="top right", hoverinfo="skip", name="HBM"))
+    heights = [r.hbm_per_chip / 1e9 for r in points if r.hbm_per_chip and r.hbm_per_chip > 0] + [hbm]
+    decades = math.log10(max(heights) / min(heights))
+    # over more than two decades Plotly's log axis labels 2 and 5 of every decade too, and they crowd
+    # ("2, 10, 5, 2, 1, 5"): then only the powers of ten are labelled
     fig.update_layout(xaxis_title="predicted step (ms)", yaxis_title="HBM per chip (GB, log)", height=420,
-                      yaxis_type="log",
+                      yaxis={"type": "log", **({"dtick": 1} if decades > 2 else {})},
                       margin={"l": 10, "r": 10, "t": 30, "b": 10}, showlegend=False, clickmode="event+select")
     return fig
 

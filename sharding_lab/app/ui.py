@@ -7,7 +7,6 @@
 
 from __future__ import annotations
 
-import inspect
 import re
 from urllib.parse import urlencode
 
@@ -20,6 +19,7 @@ from sharding_lab.app.settings import CUSTOM, FROM_RULES
 from sharding_lab.export import export_script, script_name
 from sharding_lab.models import ChoiceField, plugins
 from sharding_lab.pipeline import SCHEDULES
+from sharding_lab.source import source_of
 
 
 def init_state() -> None:
@@ -403,4 +403,4 @@ def show_code(*objects) -> None:
     """The backend code behind what is on screen: the app teaches with its own source."""
     with st.expander("The code behind this", expanded=False):
         for obj in objects:
-            st.code(inspect.getsource(obj), language="python")
+            st.code(source_of(obj), language="python")

@@ -338,9 +338,53 @@ def test_the_warm_command_splits_the_layouts_over_processes_into_one_cache(tmp_p
     import subprocess
     import sys
 
+    from sharding_lab.app import warm
+
     env = dict(os.environ, SHARDING_LAB_CACHE_DIR=str(tmp_path), SHARDING_LAB_WARM="default")
     done = subprocess.run([sys.executable, "-m", "sharding_lab.app.warm", "--jobs", "2"], env=env,
                           capture_output=True, text=True, timeout=240)
     assert done.returncode == 0, done.stderr[-2000:]
     assert "in 2 processes" in done.stdout and "compiling 1 configurations" in done.stdout
     assert "compiling 0 configurations" in done.stdout and any(tmp_path.iterdir())
+    assert not (tmp_path / warm.MARKER).exists()  # the default layout only: not every layout a class clicks
+
+
+def test_after_the_warm_command_the_server_warms_the_default_layout_only(tmp_path, monkeypatch):
+    """The warm command marks the cache it filled (this code, this JAX, these devices); a server on that cache
+    does not go through the class's layouts again — unless the code changed since (its programs differ)."""
+    import json
+
+    from sharding_lab.app import warm
+
+    monkeypatch.setenv("SHARDING_LAB_CACHE_DIR", str(tmp_path))
+    monkeypatch.setenv("SHARDING_LAB_WARM", "on")
+    every = warm._default_configs(for_server=True)
+    assert every[0] == sl.LabConfig() and len(every) > 100  # the default, then the class's layouts
+    warm._write_marker(tmp_path)
+    assert warm.already_warmed()
+    assert warm._default_configs(for_server=True) == [sl.LabConfig()]
+    assert "already compiled" in warm.progress()["note"]
+    assert len(warm._default_configs()) == len(every)  # the command itself always compiles them all
+    marker = json.loads((tmp_path / warm.MARKER).read_text())
+    (tmp_path / warm.MARKER).write_text(json.dumps({**marker, "code": "older code"}))
+    assert not warm.already_warmed() and len(warm._default_configs(for_server=True)) == len(every)
+
+
+def test_the_warm_command_lets_go_of_the_programs_jax_keeps_in_memory():
+    """Every ``release_every`` layouts the warm command drops JAX's in-memory programs (it fills the disk
+    cache; holding them grew a process ~15 MB per layout); the layouts after a release, and a run of one
+    warmed before it, still compile and train."""
+    import jax
+
+    from sharding_lab.app import warm
+
+    before = jax.jit(lambda x: x * 3)
+    before(1.0)
+    configs = [sl.LabConfig(mesh=sl.MeshSpec((2, 4), ("rel_a", "rel_b")), preset=p, steps=100)
+               for p in ("dp", "tp", "fsdp")]
+    warm._warm(configs[:1], wait_for_students=False, release_every=2)
+    assert before._cache_size() == 1  # not yet: one layout of two
+    warm._warm(configs, wait_for_students=False, release_every=2)
+    assert before._cache_size() == 0
+    assert warm.progress()["done"] == 3 and warm.progress()["skipped"] == 0  # the third, after the release
+    assert len(sl.Trainer(sl.Lab(configs[0])).run().losses) == 100

@@ -49,3 +49,22 @@ def test_the_plan_page_searches_shows_the_table_and_loads_a_candidate():
     assert (state["target"], state["preset"], state["size_0"], state["size_1"]) == ("v5e-8", "tp", 2, 4)
     assert state["layers"] == 3 and state["batch"] == 4
     assert any("Loaded 2x4 tp remat none" in s.value for s in at.success)
+
+
+def test_the_pareto_axis_labels_only_powers_of_ten_over_many_decades():
+    """Over more than two decades Plotly's log axis labels 2 and 5 of each decade too, and they crowd;
+    within two, its own ticks stay."""
+    from sharding_lab import search
+    from sharding_lab.app.plan_view import pareto_figure
+    from sharding_lab.models.transformer import TransformerSpec
+
+    base = search.base_config(TransformerSpec(seq=32), "v5e-8", 128)
+
+    def found(*gigabytes):
+        results = [search.Result(search.Candidate((8,), ("data",), preset, "none"), hbm_per_chip=gb * 1e9,
+                                 fits=gb < 16, step_s=0.01 * (i + 1))
+                   for i, (preset, gb) in enumerate(zip(("dp", "fsdp", "tp"), gigabytes))]
+        return search.Search(base, "mixed", 128, results)
+
+    assert pareto_figure(found(0.002, 1.0, 40.0)).layout.yaxis.dtick == 1  # 2 MB .. 40 GB: four decades
+    assert pareto_figure(found(2.0, 9.0, 14.0)).layout.yaxis.dtick is None  # within two: Plotly's own ticks

@@ -104,17 +104,18 @@ def test_host_loaded_batches_train_exactly_like_device_sampled_ones():
 # --- real processes ------------------------------------------------------------------------
 
 def test_two_processes_train_the_seed_like_one_and_gather_the_same_layout(capsys):
-    proc = subprocess.run([sys.executable, "-m", "sharding_lab", "train", *SEED_ARGS, "--steps", "3000",
+    # 1000 steps (loss ~0.058; 3000 reach ~0.036): the check is that two processes compute what one does
+    proc = subprocess.run([sys.executable, "-m", "sharding_lab", "train", *SEED_ARGS, "--steps", "1000",
                            "--processes", "2", "--json"], cwd=ROOT, text=True, capture_output=True,
                           timeout=150, env={**os.environ, "SHARDING_LAB_DEVICES": "8"})
     assert proc.returncode == 0, proc.stderr[-3000:]
     two = json.loads(proc.stdout)
-    assert cli.main(["layout", *SEED_ARGS, "--json"]) == 0
+    assert cli.main(["layout", *SEED_ARGS, "--steps", "1000", "--json"]) == 0
     one_plan = json.loads(capsys.readouterr().out)
-    one = sl.Trainer(sl.Lab(sl.LabConfig(steps=3000))).run()
+    one = sl.Trainer(sl.Lab(sl.LabConfig(steps=1000))).run()
 
-    assert two["steps"] == 3000 and two["stop_reason"] == "finished" and two["steps_per_s"] > 0
-    assert two["final_loss"] < 0.05 and one.final_loss < 0.05
+    assert two["steps"] == 1000 and two["stop_reason"] == "finished" and two["steps_per_s"] > 0
+    assert two["final_loss"] < 0.1 and one.final_loss < 0.1  # from ~7 at the start
     assert abs(two["final_loss"] - one.final_loss) < 1e-4  # the very same batches and math
     assert two["layout"] == one_plan["layout"]  # gathered per-device layout == one-process layout
     assert two["layout_matches_plan"] is True

@@ -43,7 +43,7 @@ def run_script(folder, config) -> subprocess.CompletedProcess:
     script.write_text(export_script(config))
     assert "sharding_lab" not in script.read_text().split('"""', 2)[2]  # standalone
     return subprocess.run([sys.executable, str(script)], cwd=folder, capture_output=True, text=True,
-                          timeout=240, env={"PATH": "/usr/bin:/bin"})
+                          timeout=240, env={"PATH": "/usr/bin:/bin", "JAX_PLATFORMS": "cpu", "XLA_FLAGS": os.environ["XLA_FLAGS"]})
 
 
 @pytest.fixture(scope="module")
@@ -113,3 +113,17 @@ def test_exported_mixture_of_experts_runs_standalone(runs):
     assert layout == {p: d for p, d in planned(config).items() if not p.startswith("act/")}
     assert {"params/blocks/0/expert_gate", "params/blocks/0/expert_out"} <= set(layout)
     assert 0 < final_loss < 4  # a finite loss: cross-entropy over 32 tokens starts near ln 32 ≈ 3.5
+
+
+def test_scripts_are_written_from_many_threads_at_once():
+    """The app serves each session in its own thread: students exporting at the same moment must each get
+    their script. (CPython 3.11's ast.parse, under inspect.getsource, fails when threads parse at once —
+    "AST constructor recursion depth mismatch"; sharding_lab.source serialises it.)"""
+    from sharding_lab import source
+
+    configs = [config for name, config in CONFIGS.items() if name.startswith("2x4")] + [CONFIGS["moe"]]
+    for _ in range(4):
+        source._cached.cache_clear()  # every round parses afresh, as a new server does
+        with concurrent.futures.ThreadPoolExecutor(8) as pool:
+            scripts = list(pool.map(export_script, configs * 2))
+        assert scripts == [export_script(config) for config in configs * 2]

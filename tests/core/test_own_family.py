@@ -41,7 +41,7 @@ def test_family_flag_adds_the_model_and_it_trains_and_exports(tmp_path):
     # The family's own names: its dataset is sine_points, not make_dataset (the export used to assume it).
     assert "X, Y = sine_points(spec, 0)" in exported.stdout and "make_dataset" not in exported.stdout
     done = subprocess.run([sys.executable, str(script)], cwd=tmp_path, capture_output=True, text=True, timeout=240,
-                          env={"PATH": "/usr/bin:/bin", "JAX_PLATFORMS": "cpu"})
+                          env={"PATH": "/usr/bin:/bin", "JAX_PLATFORMS": "cpu", "XLA_FLAGS": os.environ["XLA_FLAGS"]})
     assert done.returncode == 0, done.stderr[-2000:]
     last = done.stdout.strip().splitlines()[-1]
     assert last.startswith("final_loss=") and float(last.split("=")[1]) < 0.5 * out["initial_loss"]

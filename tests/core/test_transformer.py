@@ -5,6 +5,7 @@ the collectives XLA compiles for tp and sp, the exported script, a big block pla
 import dataclasses
 import json
 import re
+import os
 import subprocess
 import sys
 import time
@@ -137,7 +138,7 @@ def test_exported_transformer_script_runs_standalone(tmp_path):
     script.write_text(export_script(dataclasses.replace(config, steps=30)))
     assert "sharding_lab" not in script.read_text().split('"""', 2)[2]
     done = subprocess.run([sys.executable, str(script)], cwd=tmp_path, capture_output=True, text=True,
-                          timeout=240, env={"PATH": "/usr/bin:/bin"})
+                          timeout=240, env={"PATH": "/usr/bin:/bin", "JAX_PLATFORMS": "cpu", "XLA_FLAGS": os.environ["XLA_FLAGS"]})
     assert done.returncode == 0, done.stderr[-2000:]
     layout: dict = {}
     for line in done.stdout.splitlines():

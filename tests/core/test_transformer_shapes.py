@@ -224,7 +224,7 @@ def test_exported_script_of_the_new_options_runs_standalone(tmp_path):
     script.write_text(export_script(config))
     assert "sharding_lab" not in script.read_text().split('"""', 2)[2]
     done = subprocess.run([sys.executable, str(script)], cwd=tmp_path, capture_output=True, text=True, timeout=240,
-                          env={"PATH": "/usr/bin:/bin", "JAX_PLATFORMS": "cpu"})
+                          env={"PATH": "/usr/bin:/bin", "JAX_PLATFORMS": "cpu", "XLA_FLAGS": os.environ["XLA_FLAGS"]})
     assert done.returncode == 0, done.stderr[-2000:]
     last = done.stdout.strip().splitlines()[-1]
     assert last.startswith("final_loss=") and float(last.split("=")[1]) < np.log(16)
