@@ -373,14 +373,14 @@ def _token_exchange(plan: Plan) -> tuple[bool, str]:
 # --- the catalogue -----------------------------------------------------------------------------
 
 _LIST = [
-        Challenge(
+    Challenge(
         "eighth", "An eighth each", "Make every device hold exactly 1/8 of w1.", 1,
         ("Look at w1 on the Layout page: into how many pieces is it cut now, and along which mesh axis?",
          "On a 2×4 mesh one axis splits 2 or 4 ways; to cut w1 into 8 pieces its hidden units must be "
          "split over both axes at once.",
          "The preset FSDP + tensor parallel maps `mlp` to model+data: 4 × 2 = 8 pieces."),
         "plan", ("--mesh", "2x4", "--preset", "fsdp_tp"), _eighth),
-        Challenge(
+    Challenge(
         "quiet-forward", "A quiet forward pass",
         "Split the batch so that the compiled forward pass runs no collective at all.", 1,
         ("The Communication page lists each collective with its phase: which ones are 'forward' now?",
@@ -388,7 +388,7 @@ _LIST = [
          "it multiplies with: keep every weight whole on every device.",
          "Data parallel: the batch split on `data`, every parameter replicated."),
         "compiled", ("--mesh", "2x4", "--preset", "dp"), _quiet_forward),
-        Challenge(
+    Challenge(
         "no-fallback", "No silent fallback",
         "Keep the seed's rules, but make w2 split over the `model` axis without JAX silently falling back.", 2,
         ("The Layout page warns that JAX silently lays w2 out differently from what the rules ask: read why.",
@@ -396,7 +396,7 @@ _LIST = [
          "units, would divide.",
          "A per-parameter override for w2: rows on `model`, columns replicated (w2=model:none)."),
         "plan", ("--mesh", "2x4", "--preset", "seed", "--override", "w2=model:none"), _no_fallback),
-        Challenge(
+    Challenge(
         "explicit", "Explicit about it",
         "With Explicit axes, plan a layout in which both w1 and w2 are split over the `model` axis.", 2,
         ("Switch the axis type to Explicit with the seed's rules: JAX now refuses what it silently changed "
@@ -405,7 +405,7 @@ _LIST = [
          "its 32 rows can.",
          "Tensor parallel splits w1 by columns and w2 by rows on `model`; set Explicit axes with it."),
         "plan", ("--mesh", "2x4", "--axis-type", "explicit", "--preset", "tp"), _explicit),
-        Challenge(
+    Challenge(
         "halve-dp", "Half the memory, no more traffic",
         "Halve the per-device memory of data parallelism while sending no more bytes per step than it does.", 2,
         ("Compare presets on the Compare page: bytes per device held, and bytes sent per step.",
@@ -413,7 +413,7 @@ _LIST = [
          "find a layout whose collectives are smaller than DP's gradient all-reduce.",
          "Tensor parallel on 2×4: the weights split 4 ways, and one small all-reduce of activations."),
         "compiled", ("--mesh", "2x4", "--preset", "tp"), _halve_dp),
-        Challenge(
+    Challenge(
         "no-activation-allreduce", "Weights travel, activations stay",
         "Split both the batch and w1 across devices without any all-reduce of activations.", 2,
         ("Which collectives carry activations now? The Communication page says what each one carries.",
@@ -422,7 +422,7 @@ _LIST = [
          "Put the batch and the weights on the same axis of a 1-D mesh of 8: FSDP gathers the weights "
          "instead."),
         "compiled", ("--mesh", "8", "--preset", "fsdp"), _no_activation_allreduce),
-        Challenge(
+    Challenge(
         "gather-activations", "XLA knows better",
         "Find an FSDP layout whose compiled step all-gathers activations where FSDP's textbook gathers weights.", 3,
         ("FSDP on the Communication page: 'textbook vs compiled' says what XLA did instead of the textbook.",
@@ -430,7 +430,7 @@ _LIST = [
          "FSDP on a 1-D mesh of 8 with input, width and output all 1024, batch 32."),
         "compiled", ("--mesh", "8", "--preset", "fsdp", "--din", "1024", "--width", "1024", "--dout", "1024",
                      "--batch", "32"), _gather_activations),
-        Challenge(
+    Challenge(
         "compute-bound", "Compute-bound",
         "Make a layout on 8 or more devices that the cost model predicts to be compute-bound on an H100 (with a "
         "TPU or GPU target: on its own chips).", 3,

@@ -25,9 +25,5 @@ def _cached(obj) -> str:
 
 
 def source_of(obj) -> str:
-    """``inspect.getsource(obj)``, one parse at a time across threads, cached per object."""
-    try:
-        return _cached(obj)
-    except TypeError:  # an object that cannot be a cache key: parse it, still under the lock
-        with _parsing:
-            return inspect.getsource(obj)
+    """``inspect.getsource(obj)`` of a function or class, one parse at a time across threads, cached per object."""
+    return _cached(obj)

@@ -52,8 +52,8 @@ def compiler_panel(plan: Plan, report: CommReport) -> None:
         st.info(f"Compiled by **{target.compiler}** for **{target.label()}** in **{report.dtype}** — abstract "
                 "inputs, nothing allocated, no chip needed. Every collective, byte and sentence on this page is "
                 f"that compiler's.", icon=":material/memory:")
-        if targets.without_chip_note(target.name):
-            st.caption(targets.without_chip_note(target.name))
+        if note := targets.without_chip_note(target.name):
+            st.caption(note)
         diff = compare_compilers(plan, report.dtype)
         st.markdown(f"**{target.short} vs the simulated host (XLA:CPU)**, same layout, {report.dtype}")
         if diff.cpu is None:
