@@ -402,7 +402,9 @@ class StartLine:
 
     def arrive(self) -> None:
         self.left -= 1
-        if self.left <= 0:
+        if self.left <= 0 and not self.all_here.is_set():
+            print(f"every session is set up: all press Train now ({time.strftime('%H:%M:%S')})",
+                  file=sys.stderr, flush=True)
             self.all_here.set()
 
     async def wait(self) -> None:

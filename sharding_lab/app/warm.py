@@ -57,6 +57,10 @@ def enable_compilation_cache() -> Path | None:
             # ~0.7 s on an idle core and several seconds when a class compiles at once.
             jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
             jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
+            # JAX hands XLA a GPU autotuning directory inside the cache directory and hashes that option into
+            # every program's key (jax 0.10.2, CPU included): a cache copied or moved to another path missed
+            # every program (measured: a class's 20 runs all compiled again). No autotuning here to keep.
+            jax.config.update("jax_persistent_cache_enable_xla_caches", "none")
         _state["cache"] = path
         return path
 
@@ -167,7 +171,9 @@ MARKER = "sharding-lab-warmed.json"  # written into the cache by the warm comman
 def fingerprint() -> dict:
     """What the cached programs depend on besides the layouts: JAX's version, this package's source (a change
     to a model or to the trainer changes the programs: a cache filled by older code was measured to miss 131
-    programs of a 20-session class) and the device count."""
+    programs of a 20-session class), the device count and the XLA flags: JAX's cache key hashes every flag in
+    ``XLA_FLAGS`` (sorted), so a cache filled under other flags misses every program (measured: a layout's 8
+    programs all compiled again when ``--xla_backend_optimization_level=0`` was added)."""
     import hashlib
 
     import jax
@@ -178,7 +184,7 @@ def fingerprint() -> dict:
     for path in sorted(Path(__file__).resolve().parents[1].rglob("*.py")):
         digest.update(path.read_bytes())
     return {"jax": jax.__version__, "code": digest.hexdigest()[:16], "devices": requested_host_devices(),
-            "layouts": len(class_configs())}
+            "xla_flags": sorted(os.environ.get("XLA_FLAGS", "").split()), "layouts": len(class_configs())}
 
 
 def already_warmed() -> bool:

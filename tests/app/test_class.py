@@ -235,20 +235,25 @@ sl.Trainer(lab).run()
 """
 
 
-def test_a_second_server_start_loads_its_programs_from_the_disk_cache(tmp_path):
-    """The first process writes its compiled programs; a second one, a fresh JAX, finds every one
-    of them there: it adds no entry of its own."""
+def test_a_second_server_start_loads_its_programs_from_the_disk_cache_even_moved(tmp_path):
+    """The first process writes its compiled programs; a second one, a fresh JAX on a copy of that cache at
+    another path (a teacher's volume, a backup), finds every one of them there: it adds no entry of its own.
+    Fails without ``jax_persistent_cache_enable_xla_caches="none"``: JAX then hashes a directory inside the
+    cache's own path into every program's key."""
+    import shutil
     import subprocess
     import sys
 
-    env = dict(os.environ, SHARDING_LAB_CACHE_DIR=str(tmp_path / "jax"), SHARDING_LAB_DEVICES="8")
     runs = []
-    for _ in range(2):
+    for where in ("jax", "moved"):
+        if where == "moved":
+            shutil.copytree(tmp_path / "jax", tmp_path / "moved")
+        env = dict(os.environ, SHARDING_LAB_CACHE_DIR=str(tmp_path / where), SHARDING_LAB_DEVICES="8")
         out = subprocess.run([sys.executable, "-c", CACHE_PROBE], cwd=ROOT, env=env, capture_output=True,
                              text=True, timeout=120)
         assert out.returncode == 0, out.stderr[-2000:]
-        runs.append(sorted(p.name for p in (tmp_path / "jax").iterdir()))
-    assert str(tmp_path / "jax") in out.stdout
+        assert str(tmp_path / where) in out.stdout
+        runs.append(sorted(p.name for p in (tmp_path / where).iterdir()))
     assert len(runs[0]) >= 3  # the model's creation and the training chunk at least
     assert runs[1] == runs[0]
 
@@ -350,9 +355,11 @@ def test_the_warm_command_splits_the_layouts_over_processes_into_one_cache(tmp_p
 
 
 def test_after_the_warm_command_the_server_warms_the_default_layout_only(tmp_path, monkeypatch):
-    """The warm command marks the cache it filled (this code, this JAX, these devices); a server on that cache
-    does not go through the class's layouts again — unless the code changed since (its programs differ)."""
+    """The warm command marks the cache it filled (this code, this JAX, these devices, these XLA flags); a
+    server on that cache does not go through the class's layouts again — unless the code or the flags changed
+    since (its programs differ, or their cache keys do)."""
     import json
+    import os
 
     from sharding_lab.app import warm
 
@@ -368,6 +375,11 @@ def test_after_the_warm_command_the_server_warms_the_default_layout_only(tmp_pat
     marker = json.loads((tmp_path / warm.MARKER).read_text())
     (tmp_path / warm.MARKER).write_text(json.dumps({**marker, "code": "older code"}))
     assert not warm.already_warmed() and len(warm._default_configs(for_server=True)) == len(every)
+    # other XLA flags: JAX's cache key includes them, so the marked programs would all miss
+    (tmp_path / warm.MARKER).write_text(json.dumps(marker))
+    assert warm.already_warmed()
+    monkeypatch.setenv("XLA_FLAGS", os.environ.get("XLA_FLAGS", "") + " --xla_cpu_enable_fast_math=false")
+    assert not warm.already_warmed()
 
 
 def test_the_warm_command_lets_go_of_the_programs_jax_keeps_in_memory():
