@@ -151,9 +151,9 @@ def _default_configs(for_server: bool = False) -> list:
     """The default configuration, then (``SHARDING_LAB_WARM=on``) every layout a class clicks — except, for
     the server's background warm-up, when the warm command already compiled them into this cache with this
     code (:func:`already_warmed`): going through 224 layouts again in the server process, beside a class,
-    loads each program into memory and takes the cores the students need (measured, 20-session load test on a
-    cache the command had filled: first-loss median 51.4 s and the server at 10.8 GB with the class warm-up;
-    20.7 s and 1.0 GB with the default layout only)."""
+    loads each program into memory and takes the cores the students need (measured, 20-session load test: the
+    server at 10.8 GB with the class warm-up, 1.0 GB with the default layout only). A server whose own warm-up
+    went through every layout marks the cache too, so its next start warms the default only."""
     from ..config import LabConfig
 
     configs = [LabConfig()]
@@ -226,7 +226,10 @@ def _warm(configs, wait_for_students: bool = True, report=None, release_every: i
     started = time.perf_counter()
     _set_progress(done=0, total=len(configs) if configs else 1, skipped=0, current="the default layout",
                   running=True, stopped=False, seconds=0.0, note="")
+    # the server's own warm-up of every class layout marks the cache when it is done, as the command does
+    mark = not configs and wait_for_students
     configs = configs or _default_configs(for_server=wait_for_students)
+    mark = mark and len(configs) > 1
     _set_progress(total=len(configs))
     for i, config in enumerate(configs):
         while wait_for_students and _students_busy() and not _stop.is_set():
@@ -244,6 +247,11 @@ def _warm(configs, wait_for_students: bool = True, report=None, release_every: i
             report(progress())
         if release_every and (i + 1) % release_every == 0:
             _release()
+    finished = not progress().get("stopped") and progress().get("skipped", 0) == 0
+    if mark and finished and cache_dir() is not None:
+        _write_marker(cache_dir())
+        _set_progress(note="every layout a class clicks is compiled into this cache: a restart warms the "
+                           "default layout only")
     _set_progress(running=False, current="", seconds=time.perf_counter() - started)
 
 

@@ -382,6 +382,28 @@ def test_after_the_warm_command_the_server_warms_the_default_layout_only(tmp_pat
     assert not warm.already_warmed()
 
 
+def test_a_server_whose_own_warm_up_went_through_every_layout_marks_the_cache(tmp_path, monkeypatch):
+    """Without the warm command, the server's background warm-up compiles every class layout; once it has, it
+    marks the cache as the command does, so a restart warms the default layout only. A stopped warm-up does
+    not (here the class is two small layouts)."""
+    from sharding_lab.app import warm
+
+    layouts = [sl.LabConfig(mesh=sl.MeshSpec((2, 4), ("data", "model")), preset=p) for p in ("dp", "fsdp")]
+    monkeypatch.setattr(warm, "class_configs", lambda devices=None: layouts)
+    monkeypatch.setenv("SHARDING_LAB_CACHE_DIR", str(tmp_path))
+    monkeypatch.setenv("SHARDING_LAB_WARM", "on")
+    warm.stop_warming()
+    try:
+        warm._warm_thread(None).join(60)
+        assert warm.progress()["stopped"] and not (tmp_path / warm.MARKER).exists()
+    finally:
+        warm._stop.clear()
+    warm._warm_thread(None).join(120)
+    assert warm.progress()["done"] == 3 and not warm.progress()["skipped"]  # the default, then the class's two
+    assert warm.already_warmed() and "restart warms the default layout only" in warm.progress()["note"]
+    assert warm._default_configs(for_server=True) == [sl.LabConfig()]
+
+
 def test_the_warm_command_lets_go_of_the_programs_jax_keeps_in_memory():
     """Every ``release_every`` layouts the warm command drops JAX's in-memory programs (it fills the disk
     cache; holding them grew a process ~15 MB per layout); the layouts after a release, and a run of one
