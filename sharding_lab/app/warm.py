@@ -247,8 +247,9 @@ def _warm(configs, wait_for_students: bool = True, report=None, release_every: i
             report(progress())
         if release_every and (i + 1) % release_every == 0:
             _release()
-    finished = not progress().get("stopped") and progress().get("skipped", 0) == 0
-    if mark and finished and cache_dir() is not None:
+    # a layout that fails to compile is skipped here as in the command (one transformer layout stops XLA's
+    # SPMD partitioner): the cache holds everything that can be compiled, so it is marked all the same
+    if mark and not progress().get("stopped") and cache_dir() is not None:
         _write_marker(cache_dir())
         _set_progress(note="every layout a class clicks is compiled into this cache: a restart warms the "
                            "default layout only")
