@@ -359,7 +359,6 @@ def test_after_the_warm_command_the_server_warms_the_default_layout_only(tmp_pat
     server on that cache does not go through the class's layouts again — unless the code or the flags changed
     since (its programs differ, or their cache keys do)."""
     import json
-    import os
 
     from sharding_lab.app import warm
 
