@@ -95,6 +95,13 @@ def make_pipelined_step(plan, graphdef):
     batch_axes = plan.spec("batch/x")[0] if len(plan.spec("batch/x")) else None
     data_axes = tuple(a for a in axis_names(batch_axes) if a != axis)
     manual = (axis, *data_axes)  # the axes shard_map hands to us; the others stay with the compiler
+    # When every axis shard_map hands us has size 1 (pp_tp on a 1×1×8 mesh: one stage, one data shard),
+    # XLA's SPMD partitioner does not see a manual region and stops at the first sum across it (RET_CHECK
+    # "Cross-partition allreduce must be in (partial) manual partitioning mode", jax 0.10.2 — found by the
+    # class warm-up). A sum over one device is the value itself: skip those sums, and JAX's check that
+    # asks for them (`check_vma`).
+    alone = all(mesh.shape[a] == 1 for a in manual)
+    psum = (lambda value, axes: value) if alone else jax.lax.psum
 
     def run(blocks, rest, xm, ym, count, model_def):
         """The body under shard_map: this stage's blocks, every other weight, all microbatches."""
@@ -168,8 +175,8 @@ def make_pipelined_step(plan, graphdef):
         with jax.named_scope(GRADIENT_SCOPE):
             # Each data shard's gradients summed once per step (data parallelism's all-reduce); the
             # other weights' gradients also over the stages (only the first and last have any).
-            d_blocks = jax.lax.psum(d_blocks, data_axes) if data_axes else d_blocks
-            return d_blocks, jax.lax.psum(d_rest, manual), jax.lax.psum(loss, manual)
+            d_blocks = psum(d_blocks, data_axes) if data_axes else d_blocks
+            return d_blocks, psum(d_rest, manual), psum(loss, manual)
 
     def train_step(state, x, y):
         model, optimizer = nnx.merge(graphdef, state)
@@ -181,7 +188,7 @@ def make_pipelined_step(plan, graphdef):
         count = family.target_count(y)
         piped = jax.shard_map(lambda b, r, xm, ym, c: run(b, r, xm, ym, c, model_def), mesh=mesh,
                               in_specs=(P(axis), P(), rows, rows, P()), out_specs=(P(axis), P(), P()),
-                              axis_names=set(manual))
+                              axis_names=set(manual), check_vma=not alone)
         d_blocks, d_rest, loss = piped(blocks, rest, xm, ym, count)
         optimizer.update(model, _join(d_blocks, d_rest))
         return nnx.state((model, optimizer)), loss

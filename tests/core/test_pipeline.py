@@ -124,6 +124,17 @@ def test_pipelined_step_trains_like_the_unpipelined_one():
     assert q.shard_shape[2] == 1  # pp_tp: and one of its 2 heads
 
 
+def test_a_pipeline_of_one_stage_and_one_data_shard_compiles_and_trains_like_the_unpipelined_one():
+    """pp_tp on a 1×1×N mesh (a class layout): every axis shard_map runs by hand has size 1, and XLA's
+    SPMD partitioner stopped on the step's sums with a RET_CHECK ("Cross-partition allreduce must be in
+    (partial) manual partitioning mode") — the sums over one device are now left out."""
+    _, dp = sl.train(config("dp", m=1))
+    lab, result = sl.train(config("pp_tp", m=2, mesh=((1, 1, 2), ("stage", "data", "model"))))
+    np.testing.assert_allclose(result.losses, dp.losses, rtol=2e-5)
+    assert lab.verify_layout() == []
+    assert lab.plan.layouts()["params/blocks/q"].shard_shape[2] == 1  # Megatron still splits the 2 heads
+
+
 def test_compiled_step_sends_what_the_schedule_sends():
     """Its collective-permutes run over `stage`, one per tick in which some stage sends (forward:
     activations to the next stage; backward: their gradients to the previous one), and the data
