@@ -1,6 +1,7 @@
 """Train: run the sharded model in the background and watch the loss and the fit live."""
 
 import dataclasses
+import time
 
 import pandas as pd
 import streamlit as st
@@ -129,6 +130,14 @@ def start_run() -> bool:
 # to stop it once the run is over (one that gets lost leaves the fragment's own final view, and the
 # next poll asks again).
 polling = slot.job is not None and slot.job.snapshot().running
+# A poll can still come after the full run that stopped polling: the browser's timer ticks until that run's
+# messages reach it, seconds later in a slow tab. Such a tick asks for no second full run (each costs a tab
+# ~0.2 s of CPU; a tab throttled 20× ran 3-4 full runs per Train click instead of 2, and the 20-session load
+# test 38 after the runs' ends instead of 29) — unless it comes long after, when that run's messages were
+# likely lost (the race above) and the page would otherwise poll forever.
+STALE_TICK_S = 15.0
+if slot.job is not None and not polling:
+    st.session_state.train_timer_off = (slot.job.created, time.monotonic())
 
 
 @st.fragment(run_every=poll_interval() if polling else None)
@@ -197,8 +206,15 @@ def live_view() -> None:
             ui.show_error("; ".join(snap.layout_problems), lead="Layout differs from the plan:")
         if snap.owners:
             process_view(job.config, snap)
-    if not snap.running and (polling or timer_run and not clicked):
+    if not snap.running and (polling or timer_run and not clicked and not stale_tick(job)):
         st.rerun()  # the run is over: a full run registers this fragment without a poll timer
+
+
+def stale_tick(job) -> bool:
+    """Whether a full run already stopped this page's polling for ``job``, recently enough that the poll now
+    running is the old timer's last tick rather than a sign that run's messages were lost."""
+    off = st.session_state.get("train_timer_off")
+    return off is not None and off[0] == job.created and time.monotonic() - off[1] < STALE_TICK_S
 
 
 def charts(job, snap, log_scale: bool):
