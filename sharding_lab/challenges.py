@@ -339,7 +339,7 @@ def _small_bubble(plan: Plan) -> tuple[bool, str]:
     if table is None:
         return False, ("The blocks are not split into pipeline stages: choose the transformer and the pipeline "
                        "preset (or map the logical axis layers to a mesh axis).")
-    said = (f"{SCHEDULES[table.name].split(' (')[0]}, {table.stages} stages × {table.microbatches} microbatches: "
+    said = (f"{SCHEDULES[table.name].split(' (')[0]}, {table.size_text}: "
             f"{table.bubble_fraction:.1%} of the stage-ticks idle, and one stage holds up to "
             f"{max(table.peak_held())} microbatches at once")
     if table.stages < 4:

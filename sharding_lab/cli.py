@@ -322,7 +322,7 @@ def _train(plan: Plan, as_json: bool) -> int:
 def _print_bubble(plan: Plan) -> None:
     table = schedule_of(plan.config)
     if table is not None:
-        print(f"pipeline: {table.name}, {table.stages} stages × {table.microbatches} microbatches in "
+        print(f"pipeline: {table.name}, {table.size_text} in "
               f"{table.ticks} ticks; bubble {table.bubble_fraction:.4f} of stage-ticks idle (textbook "
               f"(p−1)/(m+p−1) = {table.textbook_bubble:.4f}); microbatches held per stage at most "
               f"{', '.join(map(str, table.peak_held()))}")

@@ -33,9 +33,8 @@ def timeline_figure(table: Schedule) -> go.Figure:
     fig = go.Figure(go.Heatmap(z=z, text=text, customdata=hover, texttemplate="%{text}", zmin=0, zmax=2,
                                colorscale=[list(c) for c in COLOURS], showscale=False, xgap=2, ygap=2,
                                hovertemplate="%{customdata}<extra></extra>"))
-    fig.update_layout(height=60 + 36 * table.stages, margin=dict(l=10, r=10, t=30, b=10),
-                      title=dict(text=f"{SCHEDULES[table.name].split(' (')[0]}: {table.stages} stages × "
-                                      f"{table.microbatches} microbatches, {table.ticks} ticks", font=dict(size=14)),
+    fig.update_layout(height=80 + 36 * table.stages, margin=dict(l=10, r=10, t=30, b=30),  # room for the ticks
+                      title=dict(text=f"{SCHEDULES[table.name].split(' (')[0]}: {table.size_text}, {table.ticks} ticks", font=dict(size=14)),
                       xaxis=dict(title="tick", dtick=1 if table.ticks <= 40 else None),
                       yaxis=dict(title="stage", autorange="reversed", tickvals=list(range(table.stages)),
                                  ticktext=[f"stage {s}" for s in range(table.stages)]))
@@ -57,6 +56,11 @@ def show(plan: sl.Plan) -> None:
     st.subheader("Pipeline schedule")
     st.plotly_chart(timeline_figure(table), key="pipeline_timeline")
     p, m = table.stages, table.microbatches
+    if p == 1:
+        st.info(f"**One stage:** the mesh axis `{config.stage_axis}` that the blocks are split over has size 1, so every "
+                "device holds every block, no stage sends to another (the step compiles no `ppermute`), and the "
+                f"schedule only runs the batch as {m} microbatches one after the other — gradient accumulation. "
+                f"Make `{config.stage_axis}` larger to pipeline.", icon=":material/info:")
     left, right = st.columns(2)
     left.metric("Bubble (idle stage-ticks)", f"{table.bubble_fraction:.1%}",
                 help="Counted in the table above: grey cells over all cells.")

@@ -65,6 +65,12 @@ class Schedule:
         return len(self.grid)
 
     @property
+    def size_text(self) -> str:
+        """"4 stages × 8 microbatches" — "1 stage", "1 microbatch" when there is one."""
+        return (f"{self.stages} stage{'s' if self.stages != 1 else ''} × "
+                f"{self.microbatches} microbatch{'es' if self.microbatches != 1 else ''}")
+
+    @property
     def bubble_fraction(self) -> float:
         """Idle stage-ticks over all stage-ticks, counted in the table."""
         idle = sum(cell is None for row in self.grid for cell in row)

@@ -40,6 +40,17 @@ def test_train_page_draws_the_schedule_the_step_runs():
     assert list(held["held, gpipe"]) == [8, 8, 8, 8] and list(held["held, 1f1b"]) == table.peak_held()
 
 
+def test_a_pipeline_of_one_stage_says_it_sends_nothing():
+    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=180)
+    at.query_params.update(model="transformer", mesh="1x1x8", preset="pp_tp")
+    at.switch_page("app_pages/train.py").run()
+    assert not at.exception and not at.error
+    assert json.loads(next(c for c in at.get("plotly_chart") if c.proto.id.endswith("-pipeline_timeline"))
+                      .proto.spec)["layout"]["title"]["text"].startswith("GPipe: 1 stage × 4 microbatches")
+    assert any(i.value.startswith("**One stage:** the mesh axis `y`") and "no stage sends to another" in i.value
+               for i in at.info)
+
+
 def test_share_link_carries_microbatches_and_schedule_only_for_a_pipeline():
     state = {**settings.defaults(), "model": "transformer", "preset": "pp", "layers": 4, "microbatches": 8,
              "schedule": "1f1b"}

@@ -133,6 +133,9 @@ def test_a_pipeline_of_one_stage_and_one_data_shard_compiles_and_trains_like_the
     np.testing.assert_allclose(result.losses, dp.losses, rtol=2e-5)
     assert lab.verify_layout() == []
     assert lab.plan.layouts()["params/blocks/q"].shard_shape[2] == 1  # Megatron still splits the 2 heads
+    # what the page says of one stage: nothing sent between stages, the microbatches one after the other
+    assert schedule_of(lab.plan.config).size_text == "1 stage × 2 microbatches"
+    assert not [c for c in analyze(lab.plan).collectives if c.op == "collective-permute"]
 
 
 def test_compiled_step_sends_what_the_schedule_sends():
