@@ -34,7 +34,8 @@ def timeline_figure(table: Schedule) -> go.Figure:
                                colorscale=[list(c) for c in COLOURS], showscale=False, xgap=2, ygap=2,
                                hovertemplate="%{customdata}<extra></extra>"))
     fig.update_layout(height=80 + 36 * table.stages, margin=dict(l=10, r=10, t=30, b=30),  # room for the ticks
-                      title=dict(text=f"{SCHEDULES[table.name].split(' (')[0]}: {table.size_text}, {table.ticks} ticks", font=dict(size=14)),
+                      title=dict(text=f"{SCHEDULES[table.name].split(' (')[0]}: {table.size_text}, {table.ticks} ticks",
+                                 font=dict(size=14)),
                       xaxis=dict(title="tick", dtick=1 if table.ticks <= 40 else None),
                       yaxis=dict(title="stage", autorange="reversed", tickvals=list(range(table.stages)),
                                  ticktext=[f"stage {s}" for s in range(table.stages)]))
