@@ -107,10 +107,16 @@ def test_stacked_model_is_the_same_model():
 
 # --- the pipelined step, trained --------------------------------------------------------------
 
-def test_pipelined_step_trains_like_the_unpipelined_one():
+@pytest.fixture(scope="module")
+def unpipelined():
+    """The unpipelined step (dp) trained once: (its Lab, its TrainResult), what the pipelines must match."""
+    return sl.train(config("dp", m=1))
+
+
+def test_pipelined_step_trains_like_the_unpipelined_one(unpipelined):
     """GPipe and 1F1B — and 1F1B with Megatron inside each stage — give the unpipelined step's losses
     and weights (the same sums, in another order), and every stage holds only its own blocks."""
-    dp_lab, dp = sl.train(config("dp", m=1))
+    dp_lab, dp = unpipelined
     three_d = dict(preset="pp_tp", schedule="1f1b", mesh=((2, 2, 2), ("stage", "data", "model")))  # + Megatron within a stage
     for changes in (dict(schedule="gpipe"), dict(schedule="1f1b"), three_d):
         lab, result = sl.train(config(**changes))
@@ -124,11 +130,11 @@ def test_pipelined_step_trains_like_the_unpipelined_one():
     assert q.shard_shape[2] == 1  # pp_tp: and one of its 2 heads
 
 
-def test_a_pipeline_of_one_stage_and_one_data_shard_compiles_and_trains_like_the_unpipelined_one():
+def test_a_pipeline_of_one_stage_and_one_data_shard_compiles_and_trains_like_the_unpipelined_one(unpipelined):
     """pp_tp on a 1×1×N mesh (a class layout): every axis shard_map runs by hand has size 1, and XLA's
     SPMD partitioner stopped on the step's sums with a RET_CHECK ("Cross-partition allreduce must be in
     (partial) manual partitioning mode") — the sums over one device are now left out."""
-    _, dp = sl.train(config("dp", m=1))
+    _, dp = unpipelined
     lab, result = sl.train(config("pp_tp", m=2, mesh=((1, 1, 2), ("stage", "data", "model"))))
     np.testing.assert_allclose(result.losses, dp.losses, rtol=2e-5)
     assert lab.verify_layout() == []
