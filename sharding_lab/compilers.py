@@ -18,7 +18,7 @@ from . import targets
 from .communication import CommReport, analyze, default_dtype
 from .config import Plan, plan as make_plan
 from .devices import available_count
-from .moves import category
+from .moves import PATH, category, group_paths
 
 
 @dataclasses.dataclass
@@ -63,7 +63,7 @@ def _what_moves(report: CommReport) -> dict[tuple[str, str], tuple[Counter, set]
         for kind in kinds:  # the loss is summed in whichever pass the compiler chose: compare it whole
             ops, arrays = out.setdefault((kind, "any" if kind == "loss" else c.phase), (Counter(), set()))
             ops[(c.op, c.axes)] += c.count
-            arrays |= {a for m in c.moves if category(m) == kind for a in re.findall(r"params/[\w/]+", m)}
+            arrays |= {a for m in c.moves if category(m) == kind for a in PATH.findall(m)}
     return out
 
 
@@ -85,7 +85,7 @@ def differences(cpu: CommReport, compiled: CommReport, target: str) -> list[str]
         if lops == rops:
             continue
         kind, phase = key
-        arrays = ", ".join(sorted(larrays | rarrays)) or "parameters"
+        arrays = group_paths(larrays | rarrays) or "parameters"
         when = "" if phase in ("unknown", "any") else f" in the {phase} pass"
         sentences.append(f"{KINDS[kind].format(arrays=arrays)}{when}: {who} on {target} {_ops(rops)}; "
                          f"XLA:CPU {_ops(lops)}.")

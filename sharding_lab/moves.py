@@ -107,6 +107,48 @@ def _paths(names: list[str]) -> str:
     return ", ".join(parts)
 
 
+# A parameter path as this module writes it: ``params/w1``, ``params/blocks/{0,1}/q`` (layers folded).
+PATH = re.compile(r"params/(?:[\w/]|\{[\d,]+\})+")
+
+
+def group_paths(names) -> str:
+    """Parameter paths as one short list: numbered copies folded (``params/blocks/{0,1}/…``) and the
+    parameters of one folder named once when there are more than three — ``params/blocks/{0,1}/{k, o, q, v},
+    params/embedding, params/pos`` rather than ten paths (a sentence about a transformer's gradients otherwise lists every layer's).
+    ``names`` may hold folded paths already (as :data:`PATH` finds them in a moves text)."""
+    leaves: dict[str, set[str]] = {}
+    for name in names:
+        braces = re.search(r"\{([\d,]+)\}", name)
+        for path in ([name[:braces.start()] + n + name[braces.end():] for n in braces.group(1).split(",")]
+                     if braces else [name]):
+            folder, _, leaf = path.rstrip("/").rpartition("/")
+            leaves.setdefault(folder, set()).add(leaf)
+    folded: dict[tuple[str, frozenset], list[str]] = {}  # (folder with {} for its number, leaves) → numbers
+    for folder, names_in in leaves.items():
+        numbers = re.findall(r"/(\d+)(?=/|$)", folder)
+        key = re.sub(r"/\d+(?=/|$)", "/{}", folder, count=1) if len(numbers) == 1 else folder
+        folded.setdefault((key, frozenset(names_in)), []).append(numbers[0] if len(numbers) == 1 else "")
+    parts = []
+    for (key, names_in), numbers in folded.items():
+        numbers = sorted(numbers, key=lambda n: int(n) if n else -1)
+        inner = sorted(names_in)
+        folder = key if "{}" not in key else key.replace("{}", _numbers(numbers))
+        # a folder's names grouped once there are more than three (params/w1, params/w2 read better whole)
+        text = f"{folder}/{{{', '.join(inner)}}}" if len(inner) > 3 else ", ".join(f"{folder}/{n}" for n in inner)
+        parts.append(((key, int(numbers[0]) if numbers[0] else -1, inner), text))
+    return ", ".join(text for _, text in sorted(parts))
+
+
+def _numbers(numbers: list[str]) -> str:
+    """``0`` / ``{0,1}`` / ``{0…11}`` (a run of more than three)."""
+    if len(numbers) == 1:
+        return numbers[0]
+    values = [int(n) for n in numbers]
+    if len(values) > 3 and values == list(range(values[0], values[-1] + 1)):
+        return f"{{{values[0]}…{values[-1]}}}"
+    return "{" + ",".join(numbers) + "}"
+
+
 def _owner(owners: list[str], full: dict[str, tuple], shape: tuple, nth: int, in_tuple: int,
            count: int) -> str:
     """Which parameter(s) the ``nth`` element of this shape carries, with each one's own full shape.

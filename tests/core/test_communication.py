@@ -354,3 +354,16 @@ def test_a_permute_s_pairs_fall_into_cycles_not_swaps():
     assert chain.members == (1, 2, 3) and not chain.closed
     with pytest.raises(ValueError):
         permute_chains([(0, 1), (0, 2)])
+
+
+def test_parameter_lists_fold_layers_and_group_a_folder_s_names():
+    from sharding_lab.moves import group_paths
+
+    layers = [f"params/blocks/{i}/{leaf}" for i in range(12) for leaf in ("q", "k", "v", "o")]
+    assert group_paths(layers + ["params/embedding", "params/pos"]) == (
+        "params/embedding, params/pos, params/blocks/{0…11}/{k, o, q, v}")
+    # a folded path as moves writes it, expanded and merged with the same names given one by one
+    assert group_paths(["params/blocks/{0,1}/q", "params/blocks/1/k", "params/blocks/0/k"]) == (
+        "params/blocks/{0,1}/k, params/blocks/{0,1}/q")
+    assert group_paths(["params/blocks/2/q", "params/blocks/10/q", "params/w1"]) == (
+        "params/w1, params/blocks/{2,10}/q")

@@ -168,6 +168,54 @@ def test_moves_names_each_gradient_once_though_the_tpu_drops_size_1_dimensions()
     assert named == ["gradient of params/b1", "gradient of params/w1", "gradient of params/w2", "loss"]
 
 
+def _expanded(text: str) -> set[str]:
+    """Every parameter path a sentence names, its folded forms (``{0,1}``, ``{0…3}``, ``{k, q}``) expanded."""
+    paths = set()
+    for found in re.findall(r"params/(?:[^\s,;:(){}]|\{[^{}]*\})+", text):
+        pending = [found]
+        while pending:
+            path = pending.pop()
+            group = re.search(r"\{([^{}]+)\}", path)
+            if not group:
+                paths.add(path)
+                continue
+            inner = group.group(1)
+            if "…" in inner:
+                first, last = inner.split("…")
+                options = [str(n) for n in range(int(first), int(last) + 1)]
+            else:
+                options = [part.strip() for part in inner.split(",")]
+            pending += [path[:group.start()] + option + path[group.end():] for option in options]
+    return paths
+
+
+@needs_tpu
+def test_a_transformer_s_compiler_sentences_name_real_parameters_grouped():
+    """Every parameter a CPU-vs-TPU sentence names is one of the plan's (it once said "params/blocks/",
+    cut at a folded "{0,1}"), the names each sentence gives are the ones its programs' collectives move
+    (read from ``moves`` by a plain regex), and 2 layers × 8 parameters are grouped, not listed one by one."""
+    config = sl.LabConfig(mesh=MESH_2X4, preset="fsdp_tp", model=sl.family("transformer").Spec(), target="v5e-8",
+                          optimizer="adamw")
+    plan = sl.plan(config)
+    real = {path for path in plan.layouts() if path.startswith("params/")}
+    diff = compare_compilers(plan)
+    gradients = [s for s in diff.sentences if s.startswith("The gradients of ")]
+    assert gradients and diff.sentences
+    for sentence in diff.sentences:
+        named = _expanded(sentence.split(":")[0])
+        assert named <= real, (sentence, named - real)
+        assert "params/blocks/ " not in sentence and "params/blocks/," not in sentence, sentence
+    moved = set()
+    for report in (diff.cpu, diff.compiled):
+        for c in report.collectives:
+            for text in c.moves:
+                if text.startswith("gradient of ") and c.phase == "backward":
+                    moved |= _expanded(text)
+    (sentence,) = gradients
+    assert _expanded(sentence.split(" in the backward pass")[0]) == moved & real
+    assert "params/blocks/{0,1}/{" in sentence and len(sentence) < 400, sentence
+
+
 @needs_tpu
 def test_the_dtype_changes_the_tpu_program():
     plan = sl.plan(sl.LabConfig(target="v5e-8"))
