@@ -50,7 +50,7 @@ else:
     rows = [{"#": i, "op": c.op, "shape": " ".join(str(list(s)) for s in c.shape), "count": c.count,
              "sent / step": c.wire_bytes * c.count, "sent / op": c.wire_bytes, "result bytes / op": c.bytes,
              "over": c.where(axes).replace("`", "").removeprefix("over "), "group": c.group_size,
-             "phase": PHASES.get(c.phase, c.phase), "carries": "; ".join(c.moves)}
+             "phase": PHASES.get(c.phase, c.phase), "carries": sl.moves.phrase(c.moves)}
             for i, c in enumerate(report.collectives)]
     small = st.column_config.NumberColumn(width="small", format="localized")
     st.dataframe(pd.DataFrame(rows), hide_index=True, column_config={

@@ -14,6 +14,7 @@ from .config import Plan, plan as make_plan
 from .errors import ConfigError
 from .layout import ArrayLayout, format_spec
 from .mesh import device_ids
+from .moves import phrase
 from .experts import experts_json, experts_of, lab_routing, summary as routing_summary
 from .pipeline import schedule_of
 from .options import add_config_options, config_from_args, config_to_args  # noqa: F401 (re-exported)
@@ -246,7 +247,7 @@ def _print_comm(plan: Plan, dtype: str | None, as_json: bool) -> int:
     for c in report.collectives:
         print(f"  {c.count} × {c.op:<18} {c.dtype:<4} {str([list(s) for s in c.shape]):<28} "
               f"{c.wire_bytes:>10,} B sent  {c.where(axes).replace('`', ''):<18} {c.phase:<8} "
-              + "; ".join(c.moves))
+              + phrase(c.moves))
     for title, lines in (("textbook", comparison.textbook), ("as the textbook", comparison.agrees),
                          ("where the compiler departed", comparison.differences)):
         if lines:

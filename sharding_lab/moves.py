@@ -259,6 +259,44 @@ def name_elements(op: str, phase: str, shapes: tuple, count: int, plan: Plan,
     return tuple(names)
 
 
+# What one element of a collective carries, as name_elements writes it: (pattern, the phrase for several)
+_KINDS = ((re.compile(r"^gradient of (.+)$"), "gradients of {}"),
+          (re.compile(r"^updated (.+), or its optimizer state, back to its pinned layout$"),
+           "updated {} (or their optimizer state), back to their pinned layout"),
+          (re.compile(r"^(.+): weights$"), "{}: weights"),
+          (re.compile(r"^(.+): weights, for the backward pass$"), "{}: weights, for the backward pass"))
+
+
+def phrase(moves) -> str:
+    """What a collective carries (its ``moves``), as one phrase: each thing once, and the things of one kind
+    said together with their layers folded — "gradients of params/blocks/{0,1}/q, params/w1 · loss" rather
+    than one "gradient of …" per element (a tuple all-reduce of a transformer's updates read as a paragraph).
+    Kinds are parted by " · ", the names of one kind by ", " (by "; " when a name holds a comma itself)."""
+    groups: dict[str, list[tuple[str, str]]] = {}  # the phrase for several → (name, what it names)
+    for name in dict.fromkeys(moves):
+        kind = next(((template, match.group(1)) for pattern, template in _KINDS if (match := pattern.match(name))),
+                    ("", name))
+        groups.setdefault(kind[0], []).append((name, kind[1]))
+    parts = []
+    for template, names in groups.items():
+        if not template or len(names) == 1:
+            parts += [name for name, _ in names]
+        else:
+            whats = _fold_layers([what for _, what in names])
+            parts.append(template.format(("; " if any(", " in w for w in whats) else ", ").join(whats)))
+    return " · ".join(parts)
+
+
+def _fold_layers(names: list[str]) -> list[str]:
+    """Names that differ only in one layer number said once: ``params/blocks/{0,1}/q (…)``."""
+    folded: dict[str, list[str]] = {}
+    for name in names:
+        numbers = re.findall(r"/(\d+)/", name)
+        key = re.sub(r"/\d+/", "/{}/", name, count=1) if len(numbers) == 1 else name
+        folded.setdefault(key, []).append(numbers[0] if len(numbers) == 1 else "")
+    return [key if "{}" not in key else key.replace("{}", _numbers(numbers)) for key, numbers in folded.items()]
+
+
 def category(name: str) -> str:
     """weights, gradients, activations, loss or unknown — what the textbook comparison counts."""
     if name == "loss":

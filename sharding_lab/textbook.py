@@ -20,7 +20,7 @@ from .communication import Collective, CommReport, analyze
 from .config import LabConfig, Plan, plan as make_plan
 from .errors import ConfigError
 from .models import Expect
-from .moves import category
+from .moves import category, phrase
 from .rules import preset_roles
 
 MAX_SEARCH_BATCH = 4096
@@ -152,7 +152,7 @@ def compare(plan: Plan, report: CommReport | None = None, crossover: int | None 
             extra.setdefault(c.phase, []).append(c)
     for phase, found in extra.items():
         what = "; ".join(f"{c.count} × {c.op} over {' × '.join(f'`{a}`' for a in c.axes)} — "
-                         + ", ".join(sorted(set(c.moves))) for c in found)
+                         + phrase(c.moves) for c in found)
         if phase == "unknown":
             differences.append(f"Not in the textbook, after the update: {what}. {_who(plan)} computed these in another "
                                "layout than the one the step's outputs are pinned to, and moves them back.")

@@ -16,6 +16,7 @@ import streamlit as st
 import sharding_lab as sl
 from sharding_lab.communication import analyze
 from sharding_lab.experts import RoutingPicture, experts_of, lab_routing
+from sharding_lab.moves import phrase
 
 
 @functools.lru_cache(maxsize=8)
@@ -46,7 +47,7 @@ def routing_figure(picture: RoutingPicture, layer: int) -> go.Figure:
 
 def all_to_all_table(plan: sl.Plan) -> pd.DataFrame:
     """The compiled step's all-to-alls: what each carries, over which axes, and its bytes."""
-    rows = [{"pass": c.phase, "count": c.count, "carries": "; ".join(dict.fromkeys(c.moves)),
+    rows = [{"pass": c.phase, "count": c.count, "carries": phrase(c.moves),
              "over": c.where(plan.config.mesh.axes).replace("`", ""), "result bytes": c.bytes,
              "sent per device (B)": c.wire_bytes}
             for c in analyze(plan).collectives if c.op == "all-to-all"]

@@ -367,3 +367,32 @@ def test_parameter_lists_fold_layers_and_group_a_folder_s_names():
         "params/blocks/{0,1}/k, params/blocks/{0,1}/q")
     assert group_paths(["params/blocks/2/q", "params/blocks/10/q", "params/w1"]) == (
         "params/w1, params/blocks/{2,10}/q")
+
+
+def test_what_a_collective_carries_is_said_once_per_kind_and_names_every_parameter():
+    """A tuple all-reduce of a transformer's updated weights once read "updated params/blocks/0/mlp_in …, or its
+    optimizer state, back to its pinned layout, updated params/blocks/0/mlp_out …, or its optimizer state, …"
+    for every element. The phrase says each kind once — and still names every parameter the elements name."""
+    import re
+
+    from sharding_lab.models.transformer import TransformerSpec
+    from sharding_lab.moves import phrase
+
+    def paths(text):
+        found = set()
+        for path in re.findall(r"params/(?:[\w/]|\{[0-9,]+\})+", text):
+            numbers = re.search(r"\{([0-9,]+)\}", path)
+            found |= {path[:numbers.start()] + n + path[numbers.end():] for n in numbers.group(1).split(",")} \
+                if numbers else {path}
+        return found
+
+    plan = sl.plan(sl.LabConfig(model=TransformerSpec(), mesh=sl.MeshSpec((2, 4), ("data", "model")),
+                                preset="fsdp_tp", optimizer="adamw", lr=0.003))
+    several = 0
+    for c in analyze(plan).collectives:
+        said = phrase(c.moves)
+        assert paths(said) == set().union(*map(paths, c.moves)), (c.moves, said)
+        assert said.count("optimizer state") <= 1 and said.count("gradient") <= 1, said
+        several += sum(1 for m in set(c.moves) if m.startswith(("updated", "gradient of"))) > 1
+    assert several  # the layout has collectives that carry several parameters of one kind
+    assert phrase(["gradient of params/b1", "gradient of params/w1", "loss"]) == "gradients of params/b1, params/w1 · loss"
