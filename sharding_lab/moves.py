@@ -91,6 +91,12 @@ def _dims(shape) -> str:
     return "×".join(map(str, shape))
 
 
+def _a(shape) -> str:
+    """"a 16×32" / "an 8×64" (said "an eight", "an eleven", "an eighteen")."""
+    dims = _dims(shape)
+    return ("an " if re.match(r"8|1[18](?!\d)", dims) else "a ") + dims
+
+
 def _paths(names: list[str]) -> str:
     """Names, with the numbered copies of one parameter folded: ``params/blocks/0/q`` and
     ``params/blocks/1/q`` → ``params/blocks/{0,1}/q`` (a transformer's layers would otherwise make
@@ -168,9 +174,9 @@ def _owner(owners: list[str], full: dict[str, tuple], shape: tuple, nth: int, in
     groups = sorted(by_shape.items(), key=lambda item: item[0] != shape)
     listed = "; ".join(_paths(names) + f" ({_dims(whole)}{': whole' if whole == shape else ''})"
                        for whole, names in groups)
-    block = "one of " if all(whole == shape for whole in by_shape) else f"a {_dims(shape)} block of one of "
+    block = "one of " if all(whole == shape for whole in by_shape) else f"{_a(shape)} block of one of "
     if count == len(owners) and in_tuple == 1:  # one identical op per parameter
-        return f"{listed}, one per op" if block == "one of " else f"{listed}, a {_dims(shape)} block each, one per op"
+        return f"{listed}, one per op" if block == "one of " else f"{listed}, {_a(shape)} block each, one per op"
     return block + listed
 
 

@@ -396,3 +396,12 @@ def test_what_a_collective_carries_is_said_once_per_kind_and_names_every_paramet
         several += sum(1 for m in set(c.moves) if m.startswith(("updated", "gradient of"))) > 1
     assert several  # the layout has collectives that carry several parameters of one kind
     assert phrase(["gradient of params/b1", "gradient of params/w1", "loss"]) == "gradients of params/b1, params/w1 · loss"
+
+
+def test_a_block_of_eight_rows_is_an_8_block():
+    from sharding_lab.models.transformer import TransformerSpec
+
+    plan = sl.plan(sl.LabConfig(model=TransformerSpec(), mesh=sl.MeshSpec((2, 4), ("data", "model")),
+                                preset="fsdp_tp", optimizer="adamw", lr=0.003))
+    said = " ".join(m for c in analyze(plan).collectives for m in c.moves)
+    assert "an 8×64 block" in said and "a 8×" not in said and "a 16×32 block" in said
