@@ -32,16 +32,28 @@ if family.name == "mlp":  # the seed's 1→32→1 is too small to tell strategie
 else:
     model = plan.config.model
     c2.caption("The model's sizes are the sidebar's.")
-steps = c3.number_input("Short run (steps, 0 = skip)", 0, 500, 0, step=50, key="compare_steps",
-                        help="Trains each strategy for this many steps to measure steps/s and loss.")
+on_host = plan.config.target == "cpu"  # a TPU slice or GPU node is compiled for, never trained on
+steps = c3.number_input("Short run (steps, 0 = skip)", 0, 500, 0, step=50, key="compare_steps", disabled=not on_host,
+                        help="Trains each strategy for this many steps to measure steps/s and loss."
+                        if on_host else f"Training needs the chips: {plan.config.target} is compiled for, not run. "
+                                        "Choose the target cpu in the sidebar to train each strategy.")
+steps = steps if on_host else 0
 go = c3.button("Compare", type="primary", key="compare_go")
+
+target = sl.targets.parse(plan.config.target)
+if target.compile_only:
+    st.info(f"Every strategy is compiled by **{target.compiler}** for **{target.label()}** (abstract inputs, nothing "
+            "allocated): its collectives, bytes and sentences are that compiler's. Short runs need the chips.",
+            icon=":material/memory:")
 
 if len(chosen) < 2:
     st.info("Pick at least two strategies.")
     st.stop()
 
+# The sidebar's target: every strategy is compiled by the compiler of the chip the learner picked.
 base = sl.LabConfig(mesh=plan.config.mesh, model=model, optimizer=plan.config.optimizer,
-                    lr=plan.config.lr, decay=plan.config.decay, batch_size=plan.config.batch_size)
+                    lr=plan.config.lr, decay=plan.config.decay, batch_size=plan.config.batch_size,
+                    target=plan.config.target)
 strategies = {name: (plan.rules if name == CURRENT else name) for name in chosen}
 # Rows already computed are kept, per strategy: adding a strategy or pressing Compare again
 # computes only what is missing (a short run of 300 steps takes seconds per strategy).

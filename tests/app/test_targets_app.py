@@ -60,3 +60,35 @@ def test_the_app_says_when_the_mesh_does_not_fill_the_slice():
     at.run()
     assert not at.exception
     assert any("has 16 chips: make the mesh" in e.value for e in at.error), [e.value for e in at.error]
+
+
+@needs_tpu
+def test_compare_compiles_every_strategy_for_the_sidebar_s_target():
+    """Compare once compiled for the simulated host whatever the target: on v5e-8 its sentences said
+    "XLA:CPU all-reduced …" and its cost panel opened on an H100. Now each strategy is the TPU compiler's
+    program (its collective count checked against that program's HLO by a plain regex), and the short run,
+    which needs the chips, is off."""
+    import re
+
+    import sharding_lab as sl
+    from sharding_lab.communication import COLLECTIVES, analyze
+    from sharding_lab.compare import strategy_config
+
+    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=300)
+    at.query_params.update({"target": "v5e-8", "mesh": "2x4"})
+    at.run()
+    at.switch_page("app_pages/compare.py")
+    at.run()
+    assert not at.exception
+    assert any("compiled by **the TPU compiler (libtpu)** for **v5e-8" in i.value for i in at.info)
+    assert at.number_input(key="compare_steps").disabled
+    text = " ".join(m.value for m in at.markdown)
+    assert "XLA:TPU" in text and "XLA:CPU" not in text
+    assert "On TPU v5e" in text
+    table = next(df.value for df in at.dataframe if "collectives / step" in df.value.columns)
+    dp = int(table.set_index("strategy").loc["dp", "collectives / step"])
+    base = sl.LabConfig(mesh=sl.MeshSpec((2, 4), ("data", "model")), model=sl.ModelSpec(1, 1024, 1, 2),
+                        target="v5e-8")
+    hlo = analyze(sl.plan(strategy_config(base, "dp"))).hlo
+    ops = "|".join(COLLECTIVES)
+    assert ":T(" in hlo and dp == len(re.findall(rf"\s(?:{ops})(?:-start)?\(", hlo))
