@@ -143,7 +143,7 @@ def transformer_chapter(config: sl.LabConfig) -> None:
         train = {**settings.TRAIN_DEFAULTS, **fam.train_defaults}
         base = sl.LabConfig(mesh=dataclasses.replace(config.mesh, axis_type="auto"), preset="tp",
                             model=fam.Spec(), optimizer=train["optimizer"], lr=train["lr"],
-                            batch_size=config.batch_size)
+                            batch_size=config.batch_size, target=config.target)  # the sidebar's compiler
         preset = "tp"
         st.info("The sidebar's model is not a transformer (or its axes are Explicit): this chapter uses the "
                 "default transformer on the sidebar's mesh with Auto axes. Pick *Transformer* in the sidebar "

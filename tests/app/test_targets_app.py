@@ -92,3 +92,17 @@ def test_compare_compiles_every_strategy_for_the_sidebar_s_target():
     hlo = analyze(sl.plan(strategy_config(base, "dp"))).hlo
     ops = "|".join(COLLECTIVES)
     assert ":T(" in hlo and dp == len(re.findall(rf"\s(?:{ops})(?:-start)?\(", hlo))
+
+
+@needs_tpu
+def test_the_lesson_s_transformer_chapter_compiles_for_the_target_with_the_mlp_selected():
+    """With the MLP in the sidebar the chapter builds a default transformer — it once dropped the target
+    there and compiled for the simulated host."""
+    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=300)
+    at.query_params.update({"target": "v5e-8", "mesh": "2x4"})
+    at.run()
+    at.switch_page("app_pages/lesson.py").run()
+    at.radio(key="lesson_step").set_value(9).run()
+    assert not at.exception and not at.error
+    against = " ".join(m.value for m in at.markdown if m.value.startswith("Against the textbook"))
+    assert "XLA:TPU" in against and "XLA:CPU" not in against
