@@ -277,13 +277,15 @@ def strategies_cost_panel(configs: dict, key: str = "compare_cost") -> None:
 def latency_caveat(p: dict) -> str:
     """What the latency term is, and what the bound still leaves out, said with this layout's own sizes."""
     count = sum(r["count"] for r in p["collectives"] if r.get("latency_s"))
+    tpu = p.get("chip", {}).get("kind") == "tpu"
+    alpha = ("TPU ICI 1 µs per hop (the scaling book's latency-bound AllGather)" if tpu else
+             "NVLink 3.5 µs (NCCL issue 1984, a 1 KiB all-reduce on 4 H800s without CUDA graphs), between nodes "
+             "25 µs (NCCL issue 1453)")
     text = (f"Latency: each collective costs its link's α before its bytes count (an α–β model) — here "
-            f"{count} collectives, {cost.format_seconds(p.get('latency_s') or 0.0)} in all. α: NVLink 3.5 µs "
-            "(NCCL issue 1984, a 1 KiB all-reduce on 4 H800s without CUDA graphs), between nodes 25 µs (NCCL "
-            "issue 1453), TPU ICI 1 µs per hop (the scaling book's latency-bound AllGather). Still left out: "
-            "kernel launches and the step's own fixed overhead.")
+            f"{count} collectives, {cost.format_seconds(p.get('latency_s') or 0.0)} in all. α: {alpha}. Still left "
+            "out: kernel launches and the step's own fixed overhead.")
     largest = max((r["bytes"] / max(r["count"], 1) for r in p["collectives"]), default=0.0)
-    if 0 < largest < SMALL_COLLECTIVE_BYTES:
+    if 0 < largest < SMALL_COLLECTIVE_BYTES and not tpu:  # a GPU measurement
         text += (f" This step's largest collective moves {largest:,.0f} bytes: far below the ~1 GB per device at "
                  "which the scaling book's 8×H100 all-reduce nears its NVLink bandwidth.")
     return text

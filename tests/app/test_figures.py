@@ -105,3 +105,14 @@ def test_batch_sweep_axis_reads_in_time_units_and_every_line_is_named():
                ([r["compute_s"] for r in rows], [r["comm_s"] for r in rows]))
     dotted = [t for t in fig.data if t.line.dash == "dot"]
     assert len(dotted) == 1 and "240 rows" in dotted[0].name and dotted[0].showlegend is not False
+
+
+def test_the_latency_caveat_cites_the_chip_s_own_links():
+    """A TPU's step was told about NVLink, NCCL and the 8×H100 all-reduce; each chip now gets its own α."""
+    from sharding_lab.app.cost_view import latency_caveat
+
+    small = [{"count": 3, "bytes": 3000.0, "latency_s": 1e-6}]
+    tpu = latency_caveat({"chip": {"kind": "tpu"}, "collectives": small, "latency_s": 3e-6})
+    gpu = latency_caveat({"chip": {"kind": "gpu"}, "collectives": small, "latency_s": 1e-5})
+    assert "TPU ICI" in tpu and "NVLink" not in tpu and "H100" not in tpu and "3 collectives" in tpu
+    assert "NVLink 3.5 µs" in gpu and "TPU ICI" not in gpu and "8×H100 all-reduce" in gpu
