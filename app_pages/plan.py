@@ -69,7 +69,10 @@ if not ok:
 c1, c2, c3 = st.columns(3)
 size = c1.selectbox("Size", ["(the sidebar's model)"] + [n for n in fam.named_sizes if n != "default"],
                     key="plan_size", help="A public model card's shapes, or the transformer in the sidebar")
-target = c1.selectbox("Target", tpu_targets, index=tpu_targets.index("v5e-256"), key="plan_target")
+# the sidebar's slice when it compiles for one (the learner asked about that chip), else the v5e-256
+sidebar_target = state.get("target", targets.CPU)
+target = c1.selectbox("Target", tpu_targets, key="plan_target",
+                      index=tpu_targets.index(sidebar_target if sidebar_target in tpu_targets else "v5e-256"))
 batch_tokens = c2.number_input("Batch (tokens)", 1, 1 << 24, 1 << 20, key="plan_batch_tokens")
 seq = c2.number_input("Sequence", 4, 32768, 4096, step=2, key="plan_seq")
 optimizer = c3.selectbox("Optimizer", list(sl.OPTIMIZERS), index=list(sl.OPTIMIZERS).index("adamw"),
