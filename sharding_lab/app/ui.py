@@ -330,8 +330,12 @@ def edits_since(run: sl.LabConfig, now: sl.LabConfig) -> list[tuple[str, str, st
 
 
 def plain(text) -> str:
-    """``text`` shown literally inside Markdown: user-typed names cannot format, link or inject."""
-    return re.sub(r"([\\`*_{}\[\]()#+\-.!|<>~$&])", r"\\\1", str(text))
+    """``text`` shown literally inside Markdown: user-typed names cannot format, link or inject. A
+    command-line option (``--layers``) is set as code with non-breaking hyphens (U+2011): a narrow column broke
+    it after its first "-", code span or not."""
+    parts = re.split(r"(?<![\w-])(--[a-z][a-z0-9_]*(?:-[a-z0-9_]+)*)", str(text))
+    return "".join(f"`{part.replace('-', chr(0x2011))}`" if i % 2 else re.sub(r"([\\`*_{}\[\]()#+\-.!|<>~$&])", r"\\\1", part)
+                   for i, part in enumerate(parts))
 
 
 def plan_or_stop() -> sl.Plan:

@@ -386,3 +386,14 @@ def test_an_edit_while_a_run_trains_is_named_against_what_the_run_keeps():
     now = dataclasses.replace(run, preset="fsdp", lr=0.02)
     assert edits_since(run, now) == [("rules", "preset seed", "preset fsdp"), ("learning rate", "0.01", "0.02")]
     assert edits_since(run, dataclasses.replace(run)) == []
+
+
+def test_an_option_named_in_an_error_does_not_break_after_its_first_hyphen():
+    """"(Layers, --layers: e.g. 4)" wrapped as "-" / "-layers" in a narrow error box (seen in Chromium, a code
+    span too): the option is set as code with non-breaking hyphens."""
+    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=TIMEOUT)
+    at.query_params.update({"model": "transformer", "mesh": "2x4", "preset": "pp"})
+    at.run()
+    errors = [e.value for e in at.error if "pipeline stages" in e.value]
+    assert errors and all("`\u2011\u2011layers`" in e and "--layers" not in e and "\\-\\-layers" not in e
+                          for e in errors)
