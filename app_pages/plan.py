@@ -66,15 +66,35 @@ if not ok:
     st.info(f"The search compiles for TPU slices: {why_not}")
     st.stop()
 
+SIDEBAR_MODEL = "(the sidebar's model)"
+EXAMPLE_SEQ = 4096  # the README's llama3-8b example: 256 sequences of 4,096 tokens
+
+
+def _sequence_for(size: str) -> int:
+    """The sequence a size is planned at by default: the sidebar transformer's own, else the example's."""
+    try:
+        model = ui.current_model()
+    except sl.ConfigError:  # the sidebar's sizes do not make a model: the page says so when Run is pressed
+        return EXAMPLE_SEQ
+    return model.seq if size == SIDEBAR_MODEL and model.family == "transformer" else EXAMPLE_SEQ
+
+
+def _on_size() -> None:
+    state.plan_seq = _sequence_for(state.plan_size)
+
+
 c1, c2, c3 = st.columns(3)
-size = c1.selectbox("Size", ["(the sidebar's model)"] + [n for n in fam.named_sizes if n != "default"],
-                    key="plan_size", help="A public model card's shapes, or the transformer in the sidebar")
+size = c1.selectbox("Size", [SIDEBAR_MODEL] + [n for n in fam.named_sizes if n != "default"],
+                    key="plan_size", on_change=_on_size,
+                    help="A public model card's shapes, or the transformer in the sidebar")
 # the sidebar's slice when it compiles for one (the learner asked about that chip), else the issue's v5e-256
 sidebar_target = state.get("target", targets.CPU)
 target = c1.selectbox("Target", tpu_targets, key="plan_target",
                       index=tpu_targets.index(sidebar_target if sidebar_target in tpu_targets else "v5e-256"))
 batch_tokens = c2.number_input("Batch (tokens)", 1, 1 << 24, 1 << 20, key="plan_batch_tokens")
-seq = c2.number_input("Sequence", 4, 32768, 4096, step=2, key="plan_seq")
+seq = c2.number_input("Sequence", 4, 32768, _sequence_for(size), step=2, key="plan_seq",
+                      help="Tokens per sequence (the batch is Batch ÷ Sequence sequences): the sidebar "
+                           "transformer's own, or 4,096 for a named size, as in the README's example")
 optimizer = c3.selectbox("Optimizer", list(sl.OPTIMIZERS), index=list(sl.OPTIMIZERS).index("adamw"),
                          key="plan_optimizer")
 presets = c3.multiselect("Presets", list(fam.presets), default=list(fam.presets), key="plan_presets")
@@ -84,7 +104,7 @@ job: plan_view.PlanJob | None = state.get("plan_job")
 run_col, stop_col = st.columns([1, 5])
 if run_col.button("Run", type="primary", key="plan_run", disabled=bool(job and job.running)):
     try:
-        if size == "(the sidebar's model)":
+        if size == SIDEBAR_MODEL:
             model = ui.current_model()
             if model.family != "transformer":
                 raise sl.ConfigError("the search plans the transformer: pick it in the sidebar, or a size here", "model")

@@ -79,3 +79,18 @@ def test_the_plan_targets_the_sidebar_s_slice_when_it_compiles_for_one(sidebar, 
     at.switch_page("app_pages/plan.py").run()
     assert not at.exception
     assert at.selectbox(key="plan_target").value == expected
+
+
+def test_the_sidebar_s_transformer_is_planned_at_its_own_sequence_a_named_size_at_the_example_s():
+    """The Sequence box said 4,096 for the sidebar's 32-token transformer, so "the sidebar's model" was
+    searched at 128× its sequence (a 2-layer toy took 349 s on v5e-256)."""
+    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=120)
+    at.query_params.update({"model": "transformer", "seq": "64"})
+    at.run()
+    at.switch_page("app_pages/plan.py").run()
+    assert not at.exception
+    assert at.number_input(key="plan_seq").value == 64
+    at.selectbox(key="plan_size").set_value("llama3-8b").run()
+    assert at.number_input(key="plan_seq").value == 4096
+    at.selectbox(key="plan_size").set_value("(the sidebar's model)").run()
+    assert at.number_input(key="plan_seq").value == 64
