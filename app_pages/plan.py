@@ -67,34 +67,44 @@ if not ok:
     st.stop()
 
 SIDEBAR_MODEL = "(the sidebar's model)"
-EXAMPLE_SEQ = 4096  # the README's llama3-8b example: 256 sequences of 4,096 tokens
+# A named size opens on the README's example: llama3-8b on v5e-256, 256 sequences of 4,096 tokens.
+EXAMPLE = {"plan_target": "v5e-256", "plan_seq": 4096, "plan_batch_tokens": 1 << 20}
 
 
-def _sequence_for(size: str) -> int:
-    """The sequence a size is planned at by default: the sidebar transformer's own, else the example's."""
+def defaults_for(size: str) -> dict:
+    """Where the search starts for ``size``. The sidebar's transformer is planned as the sidebar has it — its
+    sequence, its batch, its slice (v5e-8 while it trains on the simulated host's 8 devices): the example's
+    million tokens on 256 chips made a 2-layer toy a search of 8 minutes. A named size: the example's."""
     try:
         model = ui.current_model()
     except sl.ConfigError:  # the sidebar's sizes do not make a model: the page says so when Run is pressed
-        return EXAMPLE_SEQ
-    return model.seq if size == SIDEBAR_MODEL and model.family == "transformer" else EXAMPLE_SEQ
+        model = None
+    sidebar_target = state.get("target", targets.CPU)
+    target = sidebar_target if sidebar_target in tpu_targets else None
+    if size != SIDEBAR_MODEL or model is None or model.family != "transformer":
+        return {**EXAMPLE, "plan_target": target or EXAMPLE["plan_target"]}
+    return {"plan_target": target or "v5e-8", "plan_seq": model.seq,
+            "plan_batch_tokens": int(state.get("batch", 32)) * model.seq}
 
 
 def _on_size() -> None:
-    state.plan_seq = _sequence_for(state.plan_size)
+    """A new size brings its own starting values — except those the learner has changed."""
+    old, new = defaults_for(state.get("plan_size_shown", SIDEBAR_MODEL)), defaults_for(state.plan_size)
+    state.update({key: value for key, value in new.items() if state.get(key) == old[key]})
+    state.plan_size_shown = state.plan_size
 
 
 c1, c2, c3 = st.columns(3)
 size = c1.selectbox("Size", [SIDEBAR_MODEL] + [n for n in fam.named_sizes if n != "default"],
                     key="plan_size", on_change=_on_size,
                     help="A public model card's shapes, or the transformer in the sidebar")
-# the sidebar's slice when it compiles for one (the learner asked about that chip), else the issue's v5e-256
-sidebar_target = state.get("target", targets.CPU)
-target = c1.selectbox("Target", tpu_targets, key="plan_target",
-                      index=tpu_targets.index(sidebar_target if sidebar_target in tpu_targets else "v5e-256"))
-batch_tokens = c2.number_input("Batch (tokens)", 1, 1 << 24, 1 << 20, key="plan_batch_tokens")
-seq = c2.number_input("Sequence", 4, 32768, _sequence_for(size), step=2, key="plan_seq",
-                      help="Tokens per sequence (the batch is Batch ÷ Sequence sequences): the sidebar "
-                           "transformer's own, or 4,096 for a named size, as in the README's example")
+state.setdefault("plan_size_shown", size)
+start = defaults_for(size)
+target = c1.selectbox("Target", tpu_targets, key="plan_target", index=tpu_targets.index(start["plan_target"]))
+batch_tokens = c2.number_input("Batch (tokens)", 1, 1 << 24, start["plan_batch_tokens"], key="plan_batch_tokens")
+seq = c2.number_input("Sequence", 4, 32768, start["plan_seq"], step=2, key="plan_seq",
+                      help="Tokens per sequence (the batch is Batch ÷ Sequence sequences). The sidebar's "
+                           "transformer starts as the sidebar has it; a named size at the README's example.")
 optimizer = c3.selectbox("Optimizer", list(sl.OPTIMIZERS), index=list(sl.OPTIMIZERS).index("adamw"),
                          key="plan_optimizer")
 presets = c3.multiselect("Presets", list(fam.presets), default=list(fam.presets), key="plan_presets")
