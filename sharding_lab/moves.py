@@ -101,16 +101,7 @@ def _paths(names: list[str]) -> str:
     """Names, with the numbered copies of one parameter folded: ``params/blocks/0/q`` and
     ``params/blocks/1/q`` → ``params/blocks/{0,1}/q`` (a transformer's layers would otherwise make
     one sentence of every layer's name)."""
-    folded: dict[str, list[str]] = {}
-    for name in names:
-        numbers = re.findall(r"/(\d+)/", name)
-        key = re.sub(r"/\d+/", "/{}/", name, count=1) if len(numbers) == 1 else name
-        folded.setdefault(key, []).append(numbers[0] if len(numbers) == 1 else "")
-    parts = []
-    for key, numbers in folded.items():
-        parts.append(key if "{}" not in key else
-                     key.replace("{}", numbers[0] if len(numbers) == 1 else "{" + ",".join(numbers) + "}"))
-    return ", ".join(parts)
+    return ", ".join(_fold_layers(names))
 
 
 # A parameter path as this module writes it: ``params/w1``, ``params/blocks/{0,1}/q`` (layers folded).
@@ -294,13 +285,15 @@ def phrase(moves) -> str:
 
 
 def _fold_layers(names: list[str]) -> list[str]:
-    """Names that differ only in one layer number said once: ``params/blocks/{0,1}/q (…)``."""
+    """Names that differ only in one layer number said once: ``params/blocks/{0,1}/q (…)`` (the form
+    :data:`PATH` reads back)."""
     folded: dict[str, list[str]] = {}
     for name in names:
         numbers = re.findall(r"/(\d+)/", name)
         key = re.sub(r"/\d+/", "/{}/", name, count=1) if len(numbers) == 1 else name
         folded.setdefault(key, []).append(numbers[0] if len(numbers) == 1 else "")
-    return [key if "{}" not in key else key.replace("{}", _numbers(numbers)) for key, numbers in folded.items()]
+    return [key if "{}" not in key else key.replace("{}", numbers[0] if len(numbers) == 1 else
+                                                   "{" + ",".join(numbers) + "}") for key, numbers in folded.items()]
 
 
 def category(name: str) -> str:
