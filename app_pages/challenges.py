@@ -3,6 +3,7 @@ step or the cost model (:mod:`sharding_lab.challenges`). Hints one at a time, a 
 fills in the sidebar, progress kept in the session and carried by the share link, and each newly
 solved challenge counted (anonymously) for the teacher view."""
 
+import dataclasses
 import shlex
 
 import streamlit as st
@@ -34,16 +35,31 @@ def _ask_check(challenge_id: str) -> None:
 
 def _apply_solution(challenge_id: str) -> None:
     """The solution's command-line options → LabConfig → the sidebar's keys (in a callback: before
-    the widgets are drawn, so they show the new values)."""
+    the widgets are drawn, so they show the new values). A learner compiling for a TPU slice or GPU node
+    keeps it when the solution holds there too (checked on that compiler's program); where it does not, the
+    sidebar goes back to the simulated host, where it does, and says why — the compiler decides."""
     challenge = challenges.get(challenge_id)
+    target = state.get("target", sl.targets.CPU)
+    note = ""
     try:
-        updates = settings.state_from_config(challenges.solution_config(challenge))
+        config = challenges.solution_config(challenge)
+        if target != config.target:
+            on_target = dataclasses.replace(config, target=target)
+            try:
+                holds, why = challenge.check(sl.plan(on_target))
+            except sl.ConfigError as error:
+                holds, why = False, str(error)
+            if holds:
+                config = on_target
+            else:
+                note = f" The sidebar is on the simulated host, where it holds. On {target} it does not: {ui.plain(why)}"
+        updates = settings.state_from_config(config)
     except sl.ConfigError as error:
         state.challenge_applied = (challenge_id, f"This solution cannot be applied here: {error}")
         return
     state.update(updates)
     state.challenge_applied = (challenge_id, "The sidebar now holds a configuration that solves it "
-                                             f"(`{shlex.join(challenge.solution)}`): press **Check**.")
+                                             f"(`{shlex.join(challenge.solution)}`): press **Check**." + note)
 
 
 result = ui.sidebar()

@@ -106,3 +106,28 @@ def test_the_lesson_s_transformer_chapter_compiles_for_the_target_with_the_mlp_s
     assert not at.exception and not at.error
     against = " ".join(m.value for m in at.markdown if m.value.startswith("Against the textbook"))
     assert "XLA:TPU" in against and "XLA:CPU" not in against
+
+
+@needs_tpu
+def test_a_challenge_s_solution_keeps_the_target_where_it_holds_there_and_says_why_where_not():
+    """"Show me a solution" once put every learner back on the simulated host, silently. Now a solution that
+    holds on the sidebar's slice keeps it (checked there), and one the TPU compiler breaks — quiet-forward:
+    XLA:TPU sums the loss inside the forward pass — goes back to the host and says why."""
+    def solve(challenge_id):
+        at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=300)
+        at.query_params.update({"target": "v5e-8", "mesh": "2x4"})
+        at.run()
+        at.switch_page("app_pages/challenges.py").run()
+        at.button(key=f"solution_{challenge_id}").click().run()
+        notice = " ".join(i.value for i in at.info if "sidebar now holds" in i.value)
+        at.button(key=f"check_{challenge_id}").click().run()
+        assert not at.exception
+        return at, notice
+
+    at, notice = solve("no-activation-allreduce")
+    assert at.session_state["target"] == "v5e-8" and "simulated host" not in notice
+    assert at.session_state["challenge_results"]["no-activation-allreduce"]["solved"]
+    at, notice = solve("quiet-forward")
+    assert at.session_state["target"] == "cpu"
+    assert "On v5e-8 it does not" in notice and "loss" in notice
+    assert at.session_state["challenge_results"]["quiet-forward"]["solved"]
