@@ -48,11 +48,11 @@ def _apply_solution(challenge_id: str) -> None:
             try:
                 holds, why = challenge.check(sl.plan(on_target))
             except sl.ConfigError as error:
-                holds, why = False, str(error)
+                holds, why = False, ui.plain(error)  # the checks' own sentences are Markdown, as shown below
             if holds:
                 config = on_target
             else:
-                note = f" The sidebar is on the simulated host, where it holds. On {target} it does not: {ui.plain(why)}"
+                note = f" The sidebar is on the simulated host, where it holds. On {target} it does not: {why}"
         updates = settings.state_from_config(config)
     except sl.ConfigError as error:
         state.challenge_applied = (challenge_id, f"This solution cannot be applied here: {error}")
