@@ -11,7 +11,6 @@ two compiled programs only.
 from __future__ import annotations
 
 import dataclasses
-import re
 from collections import Counter
 
 from . import targets

@@ -12,6 +12,14 @@ TPU = targets.availability(targets.parse("v5e-8"))
 needs_tpu = pytest.mark.skipif(not TPU[0], reason=TPU[1])
 
 
+def on_v5e_8(page: str, timeout: int = 300) -> AppTest:
+    """The app compiling for v5e-8 (a 2×4 mesh, from a link), opened on ``app_pages/<page>.py``."""
+    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=timeout)
+    at.query_params.update({"target": "v5e-8", "mesh": "2x4"})
+    at.run()
+    return at.switch_page(f"app_pages/{page}.py").run()
+
+
 def test_a_link_carries_the_target_and_reports_a_bad_one():
     from sharding_lab.app import links
 
@@ -38,11 +46,7 @@ def test_choosing_a_target_lays_a_mesh_that_fits_it():
 
 @needs_tpu
 def test_the_communication_page_names_the_tpu_compiler_and_where_xla_cpu_differs():
-    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=180)
-    at.query_params.update({"target": "v5e-8", "mesh": "2x4"})
-    at.run()
-    at.switch_page("app_pages/communication.py")
-    at.run()
+    at = on_v5e_8("communication", timeout=180)
     assert not at.exception
     assert any("Compiled by **the TPU compiler (libtpu)** for **v5e-8" in i.value for i in at.info)
     text = " ".join(m.value for m in at.markdown)
@@ -74,11 +78,7 @@ def test_compare_compiles_every_strategy_for_the_sidebar_s_target():
     from sharding_lab.communication import COLLECTIVES, analyze
     from sharding_lab.compare import strategy_config
 
-    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=300)
-    at.query_params.update({"target": "v5e-8", "mesh": "2x4"})
-    at.run()
-    at.switch_page("app_pages/compare.py")
-    at.run()
+    at = on_v5e_8("compare")
     assert not at.exception
     assert any("compiled by **the TPU compiler (libtpu)** for **v5e-8" in i.value for i in at.info)
     assert at.number_input(key="compare_steps").disabled
@@ -98,10 +98,7 @@ def test_compare_compiles_every_strategy_for_the_sidebar_s_target():
 def test_the_lesson_s_transformer_chapter_compiles_for_the_target_with_the_mlp_selected():
     """With the MLP in the sidebar the chapter builds a default transformer — it once dropped the target
     there and compiled for the simulated host."""
-    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=300)
-    at.query_params.update({"target": "v5e-8", "mesh": "2x4"})
-    at.run()
-    at.switch_page("app_pages/lesson.py").run()
+    at = on_v5e_8("lesson")
     at.radio(key="lesson_step").set_value(9).run()
     assert not at.exception and not at.error
     against = " ".join(m.value for m in at.markdown if m.value.startswith("Against the textbook"))
@@ -114,10 +111,7 @@ def test_a_challenge_s_solution_keeps_the_target_where_it_holds_there_and_says_w
     holds on the sidebar's slice keeps it (checked there), and one the TPU compiler breaks — quiet-forward:
     XLA:TPU sums the loss inside the forward pass — goes back to the host and says why."""
     def solve(challenge_id):
-        at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=300)
-        at.query_params.update({"target": "v5e-8", "mesh": "2x4"})
-        at.run()
-        at.switch_page("app_pages/challenges.py").run()
+        at = on_v5e_8("challenges")
         at.button(key=f"solution_{challenge_id}").click().run()
         notice = " ".join(i.value for i in at.info if "sidebar now holds" in i.value)
         at.button(key=f"check_{challenge_id}").click().run()
