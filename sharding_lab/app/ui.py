@@ -333,9 +333,9 @@ def plain(text) -> str:
     """``text`` shown literally inside Markdown: user-typed names cannot format, link or inject. A
     command-line option (``--layers``) is set as code with non-breaking hyphens (U+2011): a narrow column broke
     it after its first "-", code span or not."""
-    parts = re.split(r"(?<![\w-])(--[a-z][a-z0-9_]*(?:-[a-z0-9_]+)*)", str(text))
-    return "".join(f"`{part.replace('-', chr(0x2011))}`" if i % 2 else re.sub(r"([\\`*_{}\[\]()#+\-.!|<>~$&])", r"\\\1", part)
-                   for i, part in enumerate(parts))
+    parts = re.split(r"(?<![\w-])(--[a-z][a-z0-9_]*(?:-[a-z0-9_]+)*)", str(text))  # odd items: the options
+    return "".join(f"`{part.replace('-', chr(0x2011))}`" if i % 2 else
+                   re.sub(r"([\\`*_{}\[\]()#+\-.!|<>~$&])", r"\\\1", part) for i, part in enumerate(parts))
 
 
 def plan_or_stop() -> sl.Plan:
