@@ -28,7 +28,6 @@ STILL_TO_SPLIT = {
     "sharding_lab/app/figures.py",
     "sharding_lab/app/ui.py",
     "sharding_lab/distributed/launcher.py",
-    "sharding_lab/lessons/challenges.py",
     "sharding_lab/models/transformer.py",
     "sharding_lab/search/search.py",
     "sharding_lab/training/trainer.py",
