@@ -11,7 +11,6 @@ import re
 import subprocess
 import sys
 from collections import Counter
-from pathlib import Path
 
 import pytest
 
@@ -22,8 +21,8 @@ from sharding_lab.hardware import targets
 from sharding_lab.program.communication import COLLECTIVES, analyze
 from sharding_lab.program.compilers import compare_compilers, summary
 from sharding_lab.sharding.mesh import MeshSpec
+from tests.support import ROOT
 
-ROOT = Path(__file__).resolve().parents[2]
 TPU = targets.availability(targets.parse("v5e-8"))
 GPU = targets.availability(targets.parse("h100-8"))
 needs_tpu = pytest.mark.skipif(not TPU[0], reason=TPU[1])
