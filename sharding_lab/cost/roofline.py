@@ -242,6 +242,44 @@ def comm_rows(
     return _comm_rows(get_chip(chip_id), tuple(mesh_shape), tuple(axes), compiled.by_key())
 
 
+def keyed_prediction(
+    config: LabConfig,
+    dtype: str,
+    flops: float,
+    hbm_bytes: float,
+    hbm_needed: float,
+    keyed: dict[tuple[str, tuple[str, ...]], dict],
+    notes: list[str] = (),
+    compile_s: float = 0.0,
+    refused: str | None = None,
+) -> Prediction:
+    """The roofline on ``config``'s TPU target of a step's figures — FLOPs, HBM traffic, HBM needed and its
+    collectives keyed by (op, axes) as :meth:`~sharding_lab.cost.compiled.Compiled.by_key` gives them — from
+    one compile or from several extended to the model's depth (the search, :mod:`sharding_lab.search.costing`).
+    The chip's peak note comes first, then ``notes``."""
+    on = targets.parse(config.target)
+    chip = dataclasses.replace(get_chip(on.chip), torus=on.torus)
+    mesh, axes = tuple(config.mesh.shape), tuple(config.mesh.axes)
+    notes = [n for n in [chip.flops(dtype)[1]] if n] + list(notes)
+    return Prediction(
+        chip,
+        dtype,
+        mesh,
+        axes,
+        flops,
+        hbm_bytes,
+        hbm_needed,
+        axis_links(chip, mesh, axes),
+        _comm_rows(chip, mesh, axes, keyed),
+        [mesh],
+        False,
+        notes,
+        target=on.name,
+        compile_s=compile_s,
+        refused=refused,
+    )
+
+
 def predict(
     config: LabConfig,
     chip_id: str | None = "h100",

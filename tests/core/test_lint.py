@@ -30,7 +30,6 @@ STILL_TO_SPLIT = {
     "sharding_lab/distributed/launcher.py",
     "sharding_lab/lessons/challenges.py",
     "sharding_lab/models/transformer.py",
-    "sharding_lab/search/search.py",
     "sharding_lab/training/trainer.py",
 }
 
