@@ -243,41 +243,18 @@ def comm_rows(
 
 
 def keyed_prediction(
-    config: LabConfig,
-    dtype: str,
-    flops: float,
-    hbm_bytes: float,
-    hbm_needed: float,
-    keyed: dict[tuple[str, tuple[str, ...]], dict],
-    notes: list[str] = (),
-    compile_s: float = 0.0,
-    refused: str | None = None,
+    config: LabConfig, dtype: str, totals: tuple, keyed: dict, notes=(), compile_s: float = 0.0, refused=None
 ) -> Prediction:
-    """The roofline on ``config``'s TPU target of a step's figures — FLOPs, HBM traffic, HBM needed and its
-    collectives keyed by (op, axes) as :meth:`~sharding_lab.cost.compiled.Compiled.by_key` gives them — from
-    one compile or from several extended to the model's depth (the search, :mod:`sharding_lab.search.costing`).
-    The chip's peak note comes first, then ``notes``."""
+    """The roofline on ``config``'s TPU target of a step's ``totals`` (FLOPs, HBM traffic, HBM needed) and its
+    collectives ``keyed`` by (op, axes) as ``Compiled.by_key`` gives them — from one compile or several extended
+    to the model's depth (:mod:`sharding_lab.search.costing`). The chip's peak note first, then ``notes``."""
     on = targets.parse(config.target)
     chip = dataclasses.replace(get_chip(on.chip), torus=on.torus)
     mesh, axes = tuple(config.mesh.shape), tuple(config.mesh.axes)
     notes = [n for n in [chip.flops(dtype)[1]] if n] + list(notes)
-    return Prediction(
-        chip,
-        dtype,
-        mesh,
-        axes,
-        flops,
-        hbm_bytes,
-        hbm_needed,
-        axis_links(chip, mesh, axes),
-        _comm_rows(chip, mesh, axes, keyed),
-        [mesh],
-        False,
-        notes,
-        target=on.name,
-        compile_s=compile_s,
-        refused=refused,
-    )
+    links, rows = axis_links(chip, mesh, axes), _comm_rows(chip, mesh, axes, keyed)
+    at = {"target": on.name, "compile_s": compile_s, "refused": refused}
+    return Prediction(chip, dtype, mesh, axes, *totals, links, rows, [mesh], False, notes, **at)
 
 
 def predict(

@@ -91,7 +91,7 @@ def prediction_of(config: LabConfig, dtype: str, runs):
         layers = config.model.layers
         flops, traffic, needed, keyed = extend(*runs, layers)
         notes.append(f"extended linearly from compiles of 1 and 2 layers to {layers}")
-    return keyed_prediction(config, dtype, flops, traffic, needed, keyed, notes, compile_s, refused)
+    return keyed_prediction(config, dtype, (flops, traffic, needed), keyed, notes, compile_s, refused)
 
 
 def fill(result: Result, p) -> None:
