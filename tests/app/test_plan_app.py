@@ -61,9 +61,9 @@ def test_the_plan_page_searches_shows_the_table_and_loads_a_candidate():
 def test_the_pareto_axis_labels_only_powers_of_ten_over_many_decades():
     """Over more than two decades Plotly's log axis labels 2 and 5 of each decade too, and they crowd;
     within two, its own ticks stay."""
+    from sharding_lab import search
     from sharding_lab.app.plan_view import pareto_figure
     from sharding_lab.models.transformer import TransformerSpec
-    from sharding_lab.search import search
 
     base = search.base_config(TransformerSpec(seq=32), "v5e-8", 128)
 

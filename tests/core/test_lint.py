@@ -27,7 +27,6 @@ def test_ruff_format_is_clean():
 STILL_TO_SPLIT = {
     "sharding_lab/app/ui.py",
     "sharding_lab/models/transformer.py",
-    "sharding_lab/search/search.py",
     "sharding_lab/training/trainer.py",
 }
 
