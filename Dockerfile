@@ -22,12 +22,16 @@ ENV PYTHONDONTWRITEBYTECODE=1 \
 
 WORKDIR /app
 
-# Dependencies first (pinned in requirements*.txt), so code changes do not reinstall them. The TPU
-# compiler (libtpu, for the TPU compile targets) always; the GPU compiler only with GPU_COMPILER=1.
+# Dependencies first (pyproject.toml's, every version held by constraints.txt), so code changes do not
+# reinstall them. The TPU compiler (libtpu, for the TPU compile targets) always; the GPU compiler only with
+# GPU_COMPILER=1. The app runs from /app (`streamlit run app.py`), so the package itself is not installed.
 ARG GPU_COMPILER=0
-COPY requirements.txt requirements-targets.txt requirements-targets-gpu.txt ./
-RUN pip install --no-cache-dir -r requirements.txt -r requirements-targets.txt \
-    && if [ "$GPU_COMPILER" = 1 ]; then pip install --no-cache-dir -r requirements-targets-gpu.txt; fi
+COPY pyproject.toml constraints.txt ./
+RUN extras=tpu && if [ "$GPU_COMPILER" = 1 ]; then extras=tpu,gpu; fi \
+    && python -c "import sys, tomllib; p = tomllib.load(open('pyproject.toml', 'rb'))['project']; \
+print('\n'.join(p['dependencies'] + [d for e in sys.argv[1].split(',') for d in p['optional-dependencies'][e]]))" \
+       "$extras" > /tmp/dependencies.txt \
+    && pip install --no-cache-dir -c constraints.txt -r /tmp/dependencies.txt && rm /tmp/dependencies.txt
 
 # A fixed numeric uid/gid, so `docker run --user` and volume permissions are predictable. The code
 # stays owned by root: the app user can read it, not change it.

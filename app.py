@@ -1,17 +1,17 @@
 """Sharding Lab: see how JAX shards a Flax NNX model across devices, by clicking."""
 
-import os
 import secrets
 
 import streamlit as st
 
+from sharding_lab import settings
 from sharding_lab.app import classroom, ui, warm
 
 st.set_page_config(page_title="Sharding Lab", page_icon=":material/grid_view:", layout="wide")
 # Once per server process: compiled programs from disk, and the default layout compiled before the
 # first student presses Train (SHARDING_LAB_CACHE_DIR, SHARDING_LAB_WARM).
 warm.enable_compilation_cache()
-if os.environ.get("SHARDING_LAB_WARM", "on").lower() not in ("off", "0", "false", "no"):
+if settings.WARM.raw().lower() not in ("off", "0", "false", "no"):
     warm.warm_in_background()
 ui.init_state()
 # Counted for the teacher view: an opaque id per session, nothing else about it.
@@ -20,7 +20,8 @@ classroom.seen(st.session_state.setdefault("classroom_id", secrets.token_hex(8))
 # sidebar then rewrites the query string without it, so links copied from the page never hold it.
 if not st.session_state.get("teacher_view"):
     st.session_state.teacher_view = classroom.teacher_token_ok(
-        st.query_params.get("teacher"), os.environ.get("SHARDING_LAB_TEACHER_TOKEN"))
+        st.query_params.get("teacher"), settings.TEACHER_TOKEN.raw() or None
+    )
 ui.restore_link()
 pages = [
     st.Page("app_pages/layout.py", title="Layout", icon=":material/grid_view:", default=True),

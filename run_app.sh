@@ -4,7 +4,7 @@
 # asked: SHARDING_LAB_GPU_COMPILER=1 ./run_app.sh
 set -euo pipefail
 cd "$(dirname "$0")"
-files=(requirements.txt requirements-targets.txt)
-[ "${SHARDING_LAB_GPU_COMPILER:-0}" = 1 ] && files+=(requirements-targets-gpu.txt)
-bash scripts/venv.sh "${files[@]}"
-exec .venv/bin/python -m streamlit run app.py "$@"
+extras=tpu
+[ "${SHARDING_LAB_GPU_COMPILER:-0}" = 1 ] && extras=tpu,gpu
+bash scripts/venv.sh "$extras"
+exec .venv/bin/sharding-lab app "$@"

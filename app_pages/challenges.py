@@ -1,5 +1,5 @@
 """Challenges: goals checked against the configuration in the sidebar — by its plan, its compiled
-step or the cost model (:mod:`sharding_lab.challenges`). Hints one at a time, a solution that
+step or the cost model (:mod:`sharding_lab.lessons.challenges`). Hints one at a time, a solution that
 fills in the sidebar, progress kept in the session and carried by the share link, and each newly
 solved challenge counted (anonymously) for the teacher view."""
 
@@ -9,13 +9,15 @@ import shlex
 import streamlit as st
 
 import sharding_lab as sl
-from sharding_lab import challenges
 from sharding_lab.app import classroom, settings, ui
+from sharding_lab.lessons import challenges
 
 st.title("Challenges")
-st.caption("Each goal is checked against the configuration in the sidebar: change the mesh, the preset or the "
-           "rules, the model or the batch, then press **Check**. The verdict comes from what was planned, "
-           "compiled or predicted for that configuration, and says why.")
+st.caption(
+    "Each goal is checked against the configuration in the sidebar: change the mesh, the preset or the "
+    "rules, the model or the batch, then press **Check**. The verdict comes from what was planned, "
+    "compiled or predicted for that configuration, and says why."
+)
 
 state = st.session_state
 state.setdefault("solved", [])
@@ -39,7 +41,7 @@ def _apply_solution(challenge_id: str) -> None:
     keeps it when the solution holds there too (checked on that compiler's program); where it does not, the
     sidebar goes back to the simulated host, where it does, and says why — the compiler decides."""
     challenge = challenges.get(challenge_id)
-    target = state.get("target", sl.targets.CPU)
+    target = state.get("target", sl.hardware.targets.CPU)
     note = ""
     try:
         config = challenges.solution_config(challenge)
@@ -58,8 +60,11 @@ def _apply_solution(challenge_id: str) -> None:
         state.challenge_applied = (challenge_id, f"This solution cannot be applied here: {error}")
         return
     state.update(updates)
-    state.challenge_applied = (challenge_id, "The sidebar now holds a configuration that solves it "
-                                             f"(`{shlex.join(challenge.solution)}`): press **Check**." + note)
+    state.challenge_applied = (
+        challenge_id,
+        "The sidebar now holds a configuration that solves it "
+        f"(`{shlex.join(challenge.solution)}`): press **Check**." + note,
+    )
 
 
 result = ui.sidebar()
@@ -101,15 +106,33 @@ for level, level_name in challenges.LEVELS.items():
             st.caption(f"Checked against {challenges.CHECKED_ON[c.checked_on]}. Id `{c.id}`.")
             shown = state.challenge_hints.get(c.id, 0)
             b1, b2, b3 = st.columns(3)
-            b1.button("Check", key=f"check_{c.id}", type="primary", icon=":material/task_alt:",
-                      on_click=_ask_check, args=(c.id,), disabled=plan is None,
-                      help="Check the sidebar's configuration against this goal.")
-            b2.button(f"Hint ({shown}/{len(c.hints)})", key=f"hint_{c.id}", icon=":material/lightbulb:",
-                      on_click=_more_hint, args=(c.id,), disabled=shown >= len(c.hints),
-                      help="One more hint, each a little stronger.")
-            b3.button("Show me a solution", key=f"solution_{c.id}", icon=":material/auto_fix_high:",
-                      on_click=_apply_solution, args=(c.id,),
-                      help="Put a configuration that solves it into the sidebar.")
+            b1.button(
+                "Check",
+                key=f"check_{c.id}",
+                type="primary",
+                icon=":material/task_alt:",
+                on_click=_ask_check,
+                args=(c.id,),
+                disabled=plan is None,
+                help="Check the sidebar's configuration against this goal.",
+            )
+            b2.button(
+                f"Hint ({shown}/{len(c.hints)})",
+                key=f"hint_{c.id}",
+                icon=":material/lightbulb:",
+                on_click=_more_hint,
+                args=(c.id,),
+                disabled=shown >= len(c.hints),
+                help="One more hint, each a little stronger.",
+            )
+            b3.button(
+                "Show me a solution",
+                key=f"solution_{c.id}",
+                icon=":material/auto_fix_high:",
+                on_click=_apply_solution,
+                args=(c.id,),
+                help="Put a configuration that solves it into the sidebar.",
+            )
             for i, hint in enumerate(c.hints[:shown]):
                 st.info(f"**Hint {i + 1}.** {hint}", icon=":material/lightbulb:")
             applied = state.get("challenge_applied")

@@ -6,25 +6,30 @@ import pandas as pd
 import streamlit as st
 
 import sharding_lab as sl
-from sharding_lab.app import ui
-from sharding_lab.app import figures
+from sharding_lab.app import figures, ui
 from sharding_lab.app.cost_view import strategies_cost_panel
-from sharding_lab.compare import METRICS, compare_one, strategy_config
 from sharding_lab.app.scheduler import Busy, slot
+from sharding_lab.lessons.compare import METRICS, compare_one, strategy_config
 
 CURRENT = "your rules"
 
 st.title("Compare strategies")
-st.caption("Same mesh, same model, different rules: what each costs in memory per device and in "
-           "communication per step, and — with a short run — in speed.")
+st.caption(
+    "Same mesh, same model, different rules: what each costs in memory per device and in "
+    "communication per step, and — with a short run — in speed."
+)
 
 plan: sl.Plan = ui.plan_or_stop()
 
 c1, c2, c3 = st.columns([3, 2, 2])
 family = plan.config.family
-chosen = c1.multiselect("Strategies (2–4)", list(family.presets) + [CURRENT],
-                        default=[p for p in ("dp", "fsdp", "tp") if p in family.presets],
-                        max_selections=4, key=f"compare_strategies_{family.name}")
+chosen = c1.multiselect(
+    "Strategies (2–4)",
+    list(family.presets) + [CURRENT],
+    default=[p for p in ("dp", "fsdp", "tp") if p in family.presets],
+    max_selections=4,
+    key=f"compare_strategies_{family.name}",
+)
 if family.name == "mlp":  # the seed's 1→32→1 is too small to tell strategies apart: offer a wider one
     width = c2.select_slider("Hidden width", [32, 128, 512, 1024, 2048, 4096], value=1024, key="compare_width")
     depth = c2.slider("Extra hidden layers", 0, 4, 2, key="compare_depth")
@@ -33,27 +38,44 @@ else:
     model = plan.config.model
     c2.caption("The model's sizes are the sidebar's.")
 on_host = plan.config.target == "cpu"  # a TPU slice or GPU node is compiled for, never trained on
-steps = c3.number_input("Short run (steps, 0 = skip)", 0, 500, 0, step=50, key="compare_steps", disabled=not on_host,
-                        help="Trains each strategy for this many steps to measure steps/s and loss."
-                        if on_host else f"Training needs the chips: {plan.config.target} is compiled for, not run. "
-                                        "Choose the target cpu in the sidebar to train each strategy.")
+steps = c3.number_input(
+    "Short run (steps, 0 = skip)",
+    0,
+    500,
+    0,
+    step=50,
+    key="compare_steps",
+    disabled=not on_host,
+    help="Trains each strategy for this many steps to measure steps/s and loss."
+    if on_host
+    else f"Training needs the chips: {plan.config.target} is compiled for, not run. "
+    "Choose the target cpu in the sidebar to train each strategy.",
+)
 steps = steps if on_host else 0
 go = c3.button("Compare", type="primary", key="compare_go")
 
-target = sl.targets.parse(plan.config.target)
+target = sl.hardware.targets.parse(plan.config.target)
 if target.compile_only:
-    st.info(f"Every strategy is compiled by **{target.compiler}** for **{target.label()}** (abstract inputs, nothing "
-            "allocated): its collectives, bytes and sentences are that compiler's. Short runs need the chips.",
-            icon=":material/memory:")
+    st.info(
+        f"Every strategy is compiled by **{target.compiler}** for **{target.label()}** (abstract inputs, nothing "
+        "allocated): its collectives, bytes and sentences are that compiler's. Short runs need the chips.",
+        icon=":material/memory:",
+    )
 
 if len(chosen) < 2:
     st.info("Pick at least two strategies.")
     st.stop()
 
 # The sidebar's target: every strategy is compiled by the compiler of the chip the learner picked.
-base = sl.LabConfig(mesh=plan.config.mesh, model=model, optimizer=plan.config.optimizer,
-                    lr=plan.config.lr, decay=plan.config.decay, batch_size=plan.config.batch_size,
-                    target=plan.config.target)
+base = sl.LabConfig(
+    mesh=plan.config.mesh,
+    model=model,
+    optimizer=plan.config.optimizer,
+    lr=plan.config.lr,
+    decay=plan.config.decay,
+    batch_size=plan.config.batch_size,
+    target=plan.config.target,
+)
 strategies = {name: (plan.rules if name == CURRENT else name) for name in chosen}
 # Rows already computed are kept, per strategy: adding a strategy or pressing Compare again
 # computes only what is missing (a short run of 300 steps takes seconds per strategy).
@@ -64,9 +86,12 @@ if missing and (go or st.session_state.get("compare_key") != (base, tuple(chosen
     progress = st.progress(0.0)
     try:
         for i, name in enumerate(missing):
-            progress.progress(i / len(missing), text=f"{name}: planning, compiling"
-                              + (f" and training {int(steps):,} steps" if steps else "")
-                              + f" ({i + 1} of {len(missing)})…")
+            progress.progress(
+                i / len(missing),
+                text=f"{name}: planning, compiling"
+                + (f" and training {int(steps):,} steps" if steps else "")
+                + f" ({i + 1} of {len(missing)})…",
+            )
             started = time.perf_counter()
             row = compare_one(base, name, strategies[name], int(steps), run_slot=slot)
             done[wanted[name]] = {**row, "seconds": time.perf_counter() - started}
@@ -82,8 +107,11 @@ if any(key not in done for key in wanted.values()):
     st.info("Press **Compare** to compute the strategies not shown yet.")
     st.stop()
 st.session_state.compare_rows = [{**done[wanted[name]], "name": name} for name in chosen]
-st.caption("Computed: " + ", ".join(f"{name} in {done[wanted[name]]['seconds']:.1f} s" for name in chosen)
-           + ". Kept for this session: changing the selection computes only new strategies.")
+st.caption(
+    "Computed: "
+    + ", ".join(f"{name} in {done[wanted[name]]['seconds']:.1f} s" for name in chosen)
+    + ". Kept for this session: changing the selection computes only new strategies."
+)
 
 rows = st.session_state.compare_rows
 ok = [r for r in rows if "error" not in r]
@@ -94,18 +122,30 @@ for row in rows:
         st.warning(f"**{row['name']}** cannot run here: {ui.plain(row['error'])}", icon=":material/block:")
 metrics = {k: v for k, v in METRICS.items() if steps or k not in ("steps_per_s", "final_loss")}
 st.plotly_chart(figures.compare_figure(ok, metrics), key="compare_chart")
-st.dataframe(pd.DataFrame([{"strategy": r["name"], **{METRICS[k]: r[k] for k in metrics},
-                            "collectives / step": r["collectives"]} for r in ok]), hide_index=True,
-             column_config={METRICS["steps_per_s"]: st.column_config.NumberColumn(format="%.1f"),
-                            METRICS["final_loss"]: st.column_config.NumberColumn(format="%.4g"),
-                            **{METRICS[k]: st.column_config.NumberColumn(format="localized")
-                               for k in ("params", "optimizer", "comm_bytes")}})
+st.dataframe(
+    pd.DataFrame(
+        [
+            {"strategy": r["name"], **{METRICS[k]: r[k] for k in metrics}, "collectives / step": r["collectives"]}
+            for r in ok
+        ]
+    ),
+    hide_index=True,
+    column_config={
+        METRICS["steps_per_s"]: st.column_config.NumberColumn(format="%.1f"),
+        METRICS["final_loss"]: st.column_config.NumberColumn(format="%.4g"),
+        **{
+            METRICS[k]: st.column_config.NumberColumn(format="localized") for k in ("params", "optimizer", "comm_bytes")
+        },
+    },
+)
 smallest = min(ok, key=lambda r: r["params"] + r["optimizer"]) if ok else None
 for row in ok:
     share = (row["params"] + row["optimizer"]) / max(1, max(r["params"] + r["optimizer"] for r in ok))
-    st.markdown(f"**{row['name']}** — {row['explanation']} Here: {share:.0%} of the largest per-device "
-                f"model + optimizer memory, {row['comm_bytes']:,} bytes sent per device per step"
-                + (" — the smallest footprint." if row is smallest else "."))
+    st.markdown(
+        f"**{row['name']}** — {row['explanation']} Here: {share:.0%} of the largest per-device "
+        f"model + optimizer memory, {row['comm_bytes']:,} bytes sent per device per step"
+        + (" — the smallest footprint." if row is smallest else ".")
+    )
     ui.show_comparison(row["agrees"], row["differences"], "What XLA compiled:")
 
 strategies_cost_panel({row["name"]: strategy_config(base, strategies[row["name"]]) for row in ok})

@@ -6,16 +6,17 @@ import pandas as pd
 import streamlit as st
 
 import sharding_lab as sl
-from sharding_lab import targets
-from sharding_lab.app import settings, ui
-from sharding_lab.app import explore, figures
-from sharding_lab.layout import describe, format_spec, memory_part, memory_per_device
-from sharding_lab.mesh import device_ids, mesh_coords
-from sharding_lab.rules import axis_names
+from sharding_lab.app import explore, figures, settings, ui
+from sharding_lab.hardware import targets
+from sharding_lab.sharding.layout import describe, format_spec, memory_part, memory_per_device
+from sharding_lab.sharding.mesh import device_ids, mesh_coords
+from sharding_lab.sharding.rules import axis_names
 
 st.title("Sharding layout")
-st.caption("Pick a mesh and a preset in the sidebar, or edit the rules below: every map updates at once. "
-           "One colour per device, the same on every picture.")
+st.caption(
+    "Pick a mesh and a preset in the sidebar, or edit the rules below: every map updates at once. "
+    "One colour per device, the same on every picture."
+)
 
 result = ui.sidebar()
 mesh_spec, model_spec = ui.current_mesh(), ui.current_model()
@@ -43,37 +44,56 @@ changes = explore.what_changed(plan, layouts)
 # Focus (a device) and follow (a block's copies) light devices up on every picture.
 focus_error = explore.check_focus(on_mesh, plan.config.mesh.label())
 followed = explore.followed_block(layouts)
-lit = {st.session_state.focus} if st.session_state.get("focus") is not None else (
-    set(followed[1]) if followed else None)
-
+lit = (
+    {st.session_state.focus} if st.session_state.get("focus") is not None else (set(followed[1]) if followed else None)
+)
 
 
 def torus_view(plan: sl.Plan, target: targets.Target, lit) -> None:
     """Where the mesh lies on the slice: each chip at its torus coordinates, and per mesh axis which
     torus dimensions it runs along and whether its ring closes (a wraparound link)."""
     placed = {int(d.id): (targets.coords(d), at) for at, d in np.ndenumerate(plan.mesh.devices)}
-    st.plotly_chart(figures.torus_figure(placed, target.torus, plan.config.mesh.axes, lit), key="torus_picture",
-                    on_select=explore.on_mesh_click, selection_mode="points")
-    st.caption(f"The same chips on the {'×'.join(map(str, target.torus))} torus of {target.name}, laid on the mesh "
-               "by JAX's topology-aware `mesh_utils.create_device_mesh`: "
-               + "; ".join(targets.describe_placement(target.name, plan.mesh)) + ".")
+    st.plotly_chart(
+        figures.torus_figure(placed, target.torus, plan.config.mesh.axes, lit),
+        key="torus_picture",
+        on_select=explore.on_mesh_click,
+        selection_mode="points",
+    )
+    st.caption(
+        f"The same chips on the {'×'.join(map(str, target.torus))} torus of {target.name}, laid on the mesh "
+        "by JAX's topology-aware `mesh_utils.create_device_mesh`: "
+        + "; ".join(targets.describe_placement(target.name, plan.mesh))
+        + "."
+    )
 
 
 with left:
     st.subheader(f"Mesh {plan.config.mesh.label()}")
-    st.plotly_chart(figures.mesh_figure(device_ids(plan.mesh), axes, lit), key="mesh_picture",
-                    on_select=explore.on_mesh_click, selection_mode="points")
+    st.plotly_chart(
+        figures.mesh_figure(device_ids(plan.mesh), axes, lit),
+        key="mesh_picture",
+        on_select=explore.on_mesh_click,
+        selection_mode="points",
+    )
     target = targets.parse(plan.config.target)
     if target.kind == "tpu":
         torus_view(plan, target, lit)
     unused = 0 if target.compile_only else sl.device_info().count - plan.config.mesh.size
-    st.caption(f"{plan.config.mesh.size} devices on the mesh"
-               + (f"; {unused} more exist but are not used." if unused else ".")
-               + " Each box: device id and its mesh coordinates. **Click a device** to see what it holds; "
-                 "click a block on a shard map to see its copies.")
-    st.selectbox("Focus a device", on_mesh, key="focus", index=None, placeholder="none — pick one, or click the mesh",
-                 format_func=lambda d: f"device {d}",
-                 help="The same as clicking it on the mesh: dims every other device on every picture.")
+    st.caption(
+        f"{plan.config.mesh.size} devices on the mesh"
+        + (f"; {unused} more exist but are not used." if unused else ".")
+        + " Each box: device id and its mesh coordinates. **Click a device** to see what it holds; "
+        "click a block on a shard map to see its copies."
+    )
+    st.selectbox(
+        "Focus a device",
+        on_mesh,
+        key="focus",
+        index=None,
+        placeholder="none — pick one, or click the mesh",
+        format_func=lambda d: f"device {d}",
+        help="The same as clicking it on the mesh: dims every other device on every picture.",
+    )
     if focus_error:
         st.warning(focus_error, icon=":material/link_off:")
 
@@ -84,17 +104,32 @@ elif followed:
     explore.followed_panel(*followed)
 
 st.markdown("**Resolved PartitionSpecs** — what the rules ask for, and what JAX will really do")
-st.dataframe(pd.DataFrame([{
-    "array": path, "shape": str(a.shape), "logical axes": str(a.logical_axes),
-    "requested": format_spec(a.requested), "used by JAX": format_spec(a.spec),
-    "shard shape": str(layouts[path].shard_shape), "bytes/device": layouts[path].bytes_per_device,
-} for path, a in plan.arrays.items()]), hide_index=True)
+st.dataframe(
+    pd.DataFrame(
+        [
+            {
+                "array": path,
+                "shape": str(a.shape),
+                "logical axes": str(a.logical_axes),
+                "requested": format_spec(a.requested),
+                "used by JAX": format_spec(a.spec),
+                "shard shape": str(layouts[path].shard_shape),
+                "bytes/device": layouts[path].bytes_per_device,
+            }
+            for path, a in plan.arrays.items()
+        ]
+    ),
+    hide_index=True,
+)
 
 used_axes = {name for target in plan.rules.logical().values() for name in axis_names(target)}
 for name, size in plan.config.mesh.axis_sizes.items():
     if size == 1 and name in used_axes:
-        st.info(f"Mesh axis `{name}` has size 1: the rules split over it, but one way — nothing is "
-                f"divided along it. Give `{name}` more devices to see the split.", icon=":material/info:")
+        st.info(
+            f"Mesh axis `{name}` has size 1: the rules split over it, but one way — nothing is "
+            f"divided along it. Give `{name}` more devices to see the split.",
+            icon=":material/info:",
+        )
 for warning in plan.warnings:
     st.warning(ui.plain(warning), icon=":material/sync_problem:")
 
@@ -106,24 +141,35 @@ if any(p.startswith("act/") for p in layouts):
 # class on one server, the browsers' drawing and the figures' JSON are most of what a rerun costs).
 if st.session_state.get("map_group") not in groups:
     st.session_state.map_group = "Parameters"
-chosen = st.radio("Shard maps of", list(groups), horizontal=True, key="map_group", label_visibility="collapsed",
-                  format_func=lambda g: f"{g} ({sum(p.startswith(groups[g]) for p in layouts)})")
+chosen = st.radio(
+    "Shard maps of",
+    list(groups),
+    horizontal=True,
+    key="map_group",
+    label_visibility="collapsed",
+    format_func=lambda g: f"{g} ({sum(p.startswith(groups[g]) for p in layouts)})",
+)
 prefix = groups[chosen]
 paths = [p for p in layouts if p.startswith(prefix)]
 if prefix == "act/":
-    st.caption("Activations live only inside a step: the forward pass lays each out as shown with "
-               "`constrain(x, name)` (a sharding constraint the compiler must honour). A rank-3 or "
-               "rank-4 array is drawn as one panel per slice of its leading dimensions; each panel "
-               "shows the last two. After training, the Train page checks these layouts against the "
-               "arrays the compiled forward pass really produced.")
+    st.caption(
+        "Activations live only inside a step: the forward pass lays each out as shown with "
+        "`constrain(x, name)` (a sharding constraint the compiler must honour). A rank-3 or "
+        "rank-4 array is drawn as one panel per slice of its leading dimensions; each panel "
+        "shows the last two. After training, the Train page checks these layouts against the "
+        "arrays the compiled forward pass really produced."
+    )
 per_row = 2 if prefix == "act/" else 3  # rank-4 activations are drawn as several panels
 for row_start in range(0, len(paths), per_row):
-    for col, path in zip(st.columns(per_row), paths[row_start:row_start + per_row]):
+    for col, path in zip(st.columns(per_row), paths[row_start : row_start + per_row]):
         layout = layouts[path]
         badge = " · changed" if path in changes.get("arrays", {}) else ""
-        col.plotly_chart(figures.shard_map_figure(layout, coords, axes,
-                                                  f"{path}  {format_spec(layout.spec)}{badge}", highlight=lit),
-                         key=f"map_{path}", on_select=explore.on_map_click(path), selection_mode="points")
+        col.plotly_chart(
+            figures.shard_map_figure(layout, coords, axes, f"{path}  {format_spec(layout.spec)}{badge}", highlight=lit),
+            key=f"map_{path}",
+            on_select=explore.on_map_click(path),
+            selection_mode="points",
+        )
         col.caption(describe(layout, plan.config.mesh.axis_sizes))
 
 st.subheader("Memory per device")
@@ -137,7 +183,9 @@ chart.plotly_chart(figures.memory_figure(memory), key="memory_chart")
 frame = pd.DataFrame([{"device": f"dev {d}", **row, "total": sum(row.values())} for d, row in memory.items()])
 table.dataframe(frame, hide_index=True)
 biggest = max(sum(row.values()) for row in memory.values())
-table.caption(f"Unsharded, one copy of everything is {sum(unsharded.values()):,} bytes; the fullest device "
-              f"holds {biggest:,} bytes ({biggest / max(1, sum(unsharded.values())):.0%}).")
+table.caption(
+    f"Unsharded, one copy of everything is {sum(unsharded.values()):,} bytes; the fullest device "
+    f"holds {biggest:,} bytes ({biggest / max(1, sum(unsharded.values())):.0%})."
+)
 
-ui.show_code(sl.rules.Rules.spec, result.config.family.Model.__init__, sl.layout.planned_layout)
+ui.show_code(sl.sharding.rules.Rules.spec, result.config.family.Model.__init__, sl.sharding.layout.planned_layout)

@@ -6,68 +6,102 @@ import pandas as pd
 import streamlit as st
 
 import sharding_lab as sl
-from sharding_lab.app import ui
-from sharding_lab.app import figures, settings
-from sharding_lab.communication import CommReport, analyze
-from sharding_lab import third_way
-from sharding_lab.explicit import lesson as explicit_lesson
-from sharding_lab.export import script_sections
-from sharding_lab.source import source_of
-from sharding_lab.layout import describe, format_spec
-from sharding_lab.mesh import device_ids, mesh_coords
-from sharding_lab.textbook import compare as textbook_compare
+from sharding_lab.app import figures, settings, ui
+from sharding_lab.export.script import script_sections
+from sharding_lab.export.source import source_of
+from sharding_lab.lessons import third_way
+from sharding_lab.lessons.explicit import lesson as explicit_lesson
+from sharding_lab.program.communication import CommReport, analyze
+from sharding_lab.program.textbook import compare as textbook_compare
+from sharding_lab.sharding.layout import describe, format_spec
+from sharding_lab.sharding.mesh import device_ids, mesh_coords
 
-STEPS = ["What changed", "1 Mesh", "2 Rules", "3 Model", "4 Optimizer state", "5 Enforcing sharding",
-         "6 The batch", "7 The jitted step", "8 Auto vs Explicit", "9 Sharding a transformer block",
-         "10 shard_map, the third way"]
+STEPS = [
+    "What changed",
+    "1 Mesh",
+    "2 Rules",
+    "3 Model",
+    "4 Optimizer state",
+    "5 Enforcing sharding",
+    "6 The batch",
+    "7 The jitted step",
+    "8 Auto vs Explicit",
+    "9 Sharding a transformer block",
+    "10 shard_map, the third way",
+]
 TRANSFORMER_CHAPTER = STEPS.index("9 Sharding a transformer block")
-NAME_CHANGES = pd.DataFrame([
-    ("nnx.Param(..., sharding=...)", "nnx.Param(..., out_sharding=...), created under jax.set_mesh(mesh)"),
-    ("nnx.Object", "nnx.Pytree; attributes holding state wrapped in nnx.data(...)"),
-    ("variable.value", "variable[...]"),
-    ("optimizer.update(grads)", "optimizer.update(model, grads); nnx.Optimizer(model, tx, wrt=nnx.Param)"),
-    ("Mesh(mesh_utils.create_device_mesh(...), names)",
-     "same, or jax.make_mesh(shape, names, axis_types=...) — whose default is Explicit axes"),
-    ("with_sharding_constraint + nnx.update after creation",
-     "create inside nnx.jit under jax.set_mesh: arrays are born sharded"),
-    ("(implicit) Auto axes", "AxisType.Auto: compiler infers shardings; AxisType.Explicit: shardings are types"),
-], columns=["the blog (Flax ≈ 0.8)", "today (flax 0.12.8, jax 0.10.2 — checked by this app's tests)"])
+NAME_CHANGES = pd.DataFrame(
+    [
+        ("nnx.Param(..., sharding=...)", "nnx.Param(..., out_sharding=...), created under jax.set_mesh(mesh)"),
+        ("nnx.Object", "nnx.Pytree; attributes holding state wrapped in nnx.data(...)"),
+        ("variable.value", "variable[...]"),
+        ("optimizer.update(grads)", "optimizer.update(model, grads); nnx.Optimizer(model, tx, wrt=nnx.Param)"),
+        (
+            "Mesh(mesh_utils.create_device_mesh(...), names)",
+            "same, or jax.make_mesh(shape, names, axis_types=...) — whose default is Explicit axes",
+        ),
+        (
+            "with_sharding_constraint + nnx.update after creation",
+            "create inside nnx.jit under jax.set_mesh: arrays are born sharded",
+        ),
+        ("(implicit) Auto axes", "AxisType.Auto: compiler infers shardings; AxisType.Explicit: shardings are types"),
+    ],
+    columns=["the blog (Flax ≈ 0.8)", "today (flax 0.12.8, jax 0.10.2 — checked by this app's tests)"],
+)
 
 # The blog this lesson walks through, and the Flax example it explains (the commit the blog cites).
-BLOG = ("Distributed Training with JAX and Flax NNX: A Practical Guide to Sharding",
-        "https://huggingface.co/blog/jiagaoxiang/jax-nnx-sharding")
-EXAMPLE = ("examples/nnx_toy_examples/10_fsdp_and_optimizer.py",
-           "https://github.com/google/flax/blob/f7d3873b203ac0f3c6859738b1d48c2385359ca0/"
-           "examples/nnx_toy_examples/10_fsdp_and_optimizer.py")
+BLOG = (
+    "Distributed Training with JAX and Flax NNX: A Practical Guide to Sharding",
+    "https://huggingface.co/blog/jiagaoxiang/jax-nnx-sharding",
+)
+EXAMPLE = (
+    "examples/nnx_toy_examples/10_fsdp_and_optimizer.py",
+    "https://github.com/google/flax/blob/f7d3873b203ac0f3c6859738b1d48c2385359ca0/"
+    "examples/nnx_toy_examples/10_fsdp_and_optimizer.py",
+)
 
 st.title("Lesson: sharding the seed, step by step")
-st.caption(f"Follows the blog [*{BLOG[0]}*]({BLOG[1]}) (\"the blog\" below), a walk-through of Flax's "
-           f"[`{EXAMPLE[0]}`]({EXAMPLE[1]}), on today's JAX and Flax.")
+st.caption(
+    f'Follows the blog [*{BLOG[0]}*]({BLOG[1]}) ("the blog" below), a walk-through of Flax\'s '
+    f"[`{EXAMPLE[0]}`]({EXAMPLE[1]}), on today's JAX and Flax."
+)
 plan: sl.Plan = ui.plan_or_stop()
 config, axes = plan.config, plan.config.mesh.axes
 if config.stage_axis is not None:
-    st.info(f"The Lesson walks through the blog's jitted step, which a pipelined layout does not run: its "
-            f"blocks are split into stages on `{ui.plain(config.stage_axis)}` and its step is written by hand "
-            "with `shard_map` and `ppermute` (`sharding_lab/pipeline/step.py`). The schedule is drawn on the "
-            "Train page and the sends between stages are listed on the Communication page; choose another "
-            "preset to follow the Lesson.", icon=":material/info:")
+    st.info(
+        f"The Lesson walks through the blog's jitted step, which a pipelined layout does not run: its "
+        f"blocks are split into stages on `{ui.plain(config.stage_axis)}` and its step is written by hand "
+        "with `shard_map` and `ppermute` (`sharding_lab/pipeline/step.py`). The schedule is drawn on the "
+        "Train page and the sends between stages are listed on the Communication page; choose another "
+        "preset to follow the Lesson.",
+        icon=":material/info:",
+    )
     st.stop()
 layouts = plan.layouts()
 coords = mesh_coords(plan.mesh)
 code = script_sections(config)
 
 # A transformer in the sidebar opens the lesson at its own chapter (the last); the learner can go back.
-step = st.radio("Step", range(len(STEPS)), format_func=lambda i: STEPS[i], horizontal=True, key="lesson_step",
-                index=TRANSFORMER_CHAPTER if config.family.name == "transformer" else 0)
+step = st.radio(
+    "Step",
+    range(len(STEPS)),
+    format_func=lambda i: STEPS[i],
+    horizontal=True,
+    key="lesson_step",
+    index=TRANSFORMER_CHAPTER if config.family.name == "transformer" else 0,
+)
 st.divider()
 
 
 def maps(prefix: str) -> None:
     paths = [p for p in layouts if p.startswith(prefix)]
     for col, path in zip(st.columns(max(1, len(paths))), paths):
-        col.plotly_chart(figures.shard_map_figure(layouts[path], coords, axes,
-                                                  f"{path}  {format_spec(layouts[path].spec)}", height=200),
-                         key=f"lesson_{path}")
+        col.plotly_chart(
+            figures.shard_map_figure(
+                layouts[path], coords, axes, f"{path}  {format_spec(layouts[path].spec)}", height=200
+            ),
+            key=f"lesson_{path}",
+        )
         col.caption(describe(layouts[path], config.mesh.axis_sizes))
 
 
@@ -77,15 +111,28 @@ def show_step_code(number: int) -> None:
 
 
 def collective_rows(report, axes) -> pd.DataFrame:
-    return pd.DataFrame([{"op": c.op, "shape": " ".join(str(list(s)) for s in c.shape), "bytes / op": c.bytes,
-                          "count": c.count, "over": c.where(axes).replace("`", ""), "phase": c.phase.replace("unknown", "none")}
-                         for c in report.collectives])
+    return pd.DataFrame(
+        [
+            {
+                "op": c.op,
+                "shape": " ".join(str(list(s)) for s in c.shape),
+                "bytes / op": c.bytes,
+                "count": c.count,
+                "over": c.where(axes).replace("`", ""),
+                "phase": c.phase.replace("unknown", "none"),
+            }
+            for c in report.collectives
+        ]
+    )
 
 
 def count(report, op: str, phase: str, shape: tuple, axis: str) -> int:
     """How many ``op``s of the residual stream's ``shape`` over ``axis`` XLA compiled in ``phase``."""
-    return sum(c.count for c in report.collectives
-               if c.op == op and c.phase == phase and c.axes == (axis,) and c.shape == (shape,))
+    return sum(
+        c.count
+        for c in report.collectives
+        if c.op == op and c.phase == phase and c.axes == (axis,) and c.shape == (shape,)
+    )
 
 
 def compiled_section(plans: dict, name: str, mesh_axes) -> CommReport | None:
@@ -103,16 +150,19 @@ def compiled_section(plans: dict, name: str, mesh_axes) -> CommReport | None:
 
 def third_way_chapter(config: sl.LabConfig) -> None:
     """The same FSDP step written with Auto axes, Explicit axes and shard_map, each compiled."""
-    axis = sl.rules.preset_roles(config.mesh)["data"]
+    axis = sl.sharding.rules.preset_roles(config.mesh)["data"]
     spec = config.model if config.family.name == "mlp" else sl.ModelSpec()
-    setup = third_way.Setup(dataclasses.replace(config.mesh, axis_type="auto"), axis, spec.din, spec.dmid, spec.dout,
-                            config.batch_size)
-    st.markdown(f"One training step of the seed's MLP (MSE, then SGD), **fully sharded over `{ui.plain(axis)}`**: the "
-                f"batch's rows and every weight (w1, b1 by hidden unit, w2 by row) split {config.mesh.axis_sizes[axis]} "
-                "ways. Written three ways — what changes is who writes the communication: the compiler (Auto), "
-                "the compiler told where the gathers are (Explicit), or you (`shard_map`: the code runs on each "
-                "device's own blocks and calls the collectives itself). The pipeline (preset pp) is written the "
-                "third way: a schedule of sends between stages is not a layout a compiler can infer.")
+    setup = third_way.Setup(
+        dataclasses.replace(config.mesh, axis_type="auto"), axis, spec.din, spec.dmid, spec.dout, config.batch_size
+    )
+    st.markdown(
+        f"One training step of the seed's MLP (MSE, then SGD), **fully sharded over `{ui.plain(axis)}`**: the "
+        f"batch's rows and every weight (w1, b1 by hidden unit, w2 by row) split {config.mesh.axis_sizes[axis]} "
+        "ways. Written three ways — what changes is who writes the communication: the compiler (Auto), "
+        "the compiler told where the gathers are (Explicit), or you (`shard_map`: the code runs on each "
+        "device's own blocks and calls the collectives itself). The pipeline (preset pp) is written the "
+        "third way: a schedule of sends between stages is not a layout a compiler can infer."
+    )
     try:
         compiled = third_way.compile_three(setup)
     except sl.ConfigError as error:
@@ -121,16 +171,34 @@ def third_way_chapter(config: sl.LabConfig) -> None:
     for col, (way, program) in zip(st.columns(3), compiled.items()):
         col.markdown(f"**{way}**")
         col.code(source_of(third_way.WAYS[way]), language="python")
-        col.dataframe(pd.DataFrame([{"op": c.op, "shape": " ".join(str(list(s)) for s in c.shape),
-                                     "over": c.where(config.mesh.axes).replace("`", ""), "count": c.count}
-                                    for c in program.collectives]), hide_index=True)
+        col.dataframe(
+            pd.DataFrame(
+                [
+                    {
+                        "op": c.op,
+                        "shape": " ".join(str(list(s)) for s in c.shape),
+                        "over": c.where(config.mesh.axes).replace("`", ""),
+                        "count": c.count,
+                    }
+                    for c in program.collectives
+                ]
+            ),
+            hide_index=True,
+        )
     ops = {way: sorted({c.op for c in program.collectives}) for way, program in compiled.items()}
-    st.markdown("Measured (each program compiled for this mesh, its collectives read from the optimized HLO): "
-                + "; ".join(f"**{way}** — {', '.join(found) or 'none'}" for way, found in ops.items()) + ". "
-                "The `shard_map` program contains exactly the collectives its code calls: an all-gather per weight, "
-                "a reduce-scatter per gradient (`psum_scatter`), one all-reduce of the loss (`psum`)"
-                + ("; the other two leave the choice to XLA, which here sums the whole gradients with an "
-                   "all-reduce instead of reduce-scattering them." if "reduce-scatter" not in ops["Auto axes"] else "."))
+    st.markdown(
+        "Measured (each program compiled for this mesh, its collectives read from the optimized HLO): "
+        + "; ".join(f"**{way}** — {', '.join(found) or 'none'}" for way, found in ops.items())
+        + ". "
+        "The `shard_map` program contains exactly the collectives its code calls: an all-gather per weight, "
+        "a reduce-scatter per gradient (`psum_scatter`), one all-reduce of the loss (`psum`)"
+        + (
+            "; the other two leave the choice to XLA, which here sums the whole gradients with an "
+            "all-reduce instead of reduce-scattering them."
+            if "reduce-scatter" not in ops["Auto axes"]
+            else "."
+        )
+    )
 
 
 def transformer_chapter(config: sl.LabConfig) -> None:
@@ -141,13 +209,22 @@ def transformer_chapter(config: sl.LabConfig) -> None:
         st.caption("Live views of the transformer configured in the sidebar.")
     else:
         train = {**settings.TRAIN_DEFAULTS, **fam.train_defaults}
-        base = sl.LabConfig(mesh=dataclasses.replace(config.mesh, axis_type="auto"), preset="tp",
-                            model=fam.Spec(), optimizer=train["optimizer"], lr=train["lr"],
-                            batch_size=config.batch_size, target=config.target)  # the sidebar's compiler
+        base = sl.LabConfig(
+            mesh=dataclasses.replace(config.mesh, axis_type="auto"),
+            preset="tp",
+            model=fam.Spec(),
+            optimizer=train["optimizer"],
+            lr=train["lr"],
+            batch_size=config.batch_size,
+            target=config.target,
+        )  # the sidebar's compiler
         preset = "tp"
-        st.info("The sidebar's model is not a transformer (or its axes are Explicit): this chapter uses the "
-                "default transformer on the sidebar's mesh with Auto axes. Pick *Transformer* in the sidebar "
-                "to change its sizes.", icon=":material/info:")
+        st.info(
+            "The sidebar's model is not a transformer (or its axes are Explicit): this chapter uses the "
+            "default transformer on the sidebar's mesh with Auto axes. Pick *Transformer* in the sidebar "
+            "to change its sizes.",
+            icon=":material/info:",
+        )
     plans = {}
     for name in ("tp", "sp", "fsdp"):
         try:
@@ -160,100 +237,156 @@ def transformer_chapter(config: sl.LabConfig) -> None:
         ui.show_error(error)
         return
     mesh_axes, model = base.mesh.axes, base.model
-    roles = sl.rules.preset_roles(base.mesh)
+    roles = sl.sharding.rules.preset_roles(base.mesh)
     tp_axis = roles["model"]
     layouts_now, coords_now = current.layouts(), mesh_coords(current.mesh)
     resid = current.arrays["act/resid"].shape
 
-    st.markdown(f"#### Heads\nA block's attention has **{model.heads} heads** of {model.head_dim} features. "
-                "The q, k and v kernels are `(embed, heads, head_dim)` and the output kernel "
-                "`(heads, head_dim, embed)`: split `heads` over a mesh axis and each device owns whole heads — "
-                "it computes their scores and softmax without talking to anyone. Below, the current plan "
-                f"({current.config.preset or 'custom rules'}):")
-    shown = ["params/blocks/0/q", "params/blocks/0/o", "params/blocks/0/mlp_in", "params/blocks/0/mlp_out",
-             "act/attn_scores", "act/resid"]
+    st.markdown(
+        f"#### Heads\nA block's attention has **{model.heads} heads** of {model.head_dim} features. "
+        "The q, k and v kernels are `(embed, heads, head_dim)` and the output kernel "
+        "`(heads, head_dim, embed)`: split `heads` over a mesh axis and each device owns whole heads — "
+        "it computes their scores and softmax without talking to anyone. Below, the current plan "
+        f"({current.config.preset or 'custom rules'}):"
+    )
+    shown = [
+        "params/blocks/0/q",
+        "params/blocks/0/o",
+        "params/blocks/0/mlp_in",
+        "params/blocks/0/mlp_out",
+        "act/attn_scores",
+        "act/resid",
+    ]
     for row in (shown[:2], shown[2:4], shown[4:]):  # two per row: rank-3/4 arrays draw several panels
         for col, path in zip(st.columns(2), row):
-            col.plotly_chart(figures.shard_map_figure(layouts_now[path], coords_now, mesh_axes,
-                                                      f"{path}  {format_spec(layouts_now[path].spec)}", height=220),
-                             key=f"lesson9_{path}")
+            col.plotly_chart(
+                figures.shard_map_figure(
+                    layouts_now[path],
+                    coords_now,
+                    mesh_axes,
+                    f"{path}  {format_spec(layouts_now[path].spec)}",
+                    height=220,
+                ),
+                key=f"lesson9_{path}",
+            )
             col.caption(describe(layouts_now[path], base.mesh.axis_sizes))
 
-    st.markdown("#### Megatron: two all-reduces per block\n`tp` splits q/k/v and `mlp_in` by their outputs "
-                "(heads, MLP units) and `o` and `mlp_out` by their inputs. Each device then holds a *partial sum* "
-                "of each sublayer's output, and the residual stream needs the whole sum: one all-reduce after "
-                "attention, one after the MLP. What XLA compiled for this step:")
+    st.markdown(
+        "#### Megatron: two all-reduces per block\n`tp` splits q/k/v and `mlp_in` by their outputs "
+        "(heads, MLP units) and `o` and `mlp_out` by their inputs. Each device then holds a *partial sum* "
+        "of each sublayer's output, and the residual stream needs the whole sum: one all-reduce after "
+        "attention, one after the MLP. What XLA compiled for this step:"
+    )
     tp_report = compiled_section(plans, "tp", mesh_axes)
     if tp_report is not None:
         n = count(tp_report, "all-reduce", "forward", resid, tp_axis)
-        st.markdown(f"Measured: **{n} all-reduce{'s' if n != 1 else ''} of the residual stream {list(resid)}** "
-                    f"over `{tp_axis}` in the forward pass, for {model.layers} block{'s' if model.layers > 1 else ''} "
-                    f"({2 * model.layers} sublayers). Ops XLA merged into one tuple-shaped all-reduce are listed "
-                    "once, under the phase of their first part.")
+        st.markdown(
+            f"Measured: **{n} all-reduce{'s' if n != 1 else ''} of the residual stream {list(resid)}** "
+            f"over `{tp_axis}` in the forward pass, for {model.layers} block{'s' if model.layers > 1 else ''} "
+            f"({2 * model.layers} sublayers). Ops XLA merged into one tuple-shaped all-reduce are listed "
+            "once, under the phase of their first part."
+        )
 
-    st.markdown("#### Sequence parallelism\n`sp` also splits the residual stream along its sequence between "
-                "sublayers: the norms run on 1/model of the positions, the sublayer's input is **all-gathered** "
-                "along the sequence, and its output only needs each device's own positions — textbook Megatron-SP "
-                "turns the all-reduce into a **reduce-scatter**. What XLA compiled:")
+    st.markdown(
+        "#### Sequence parallelism\n`sp` also splits the residual stream along its sequence between "
+        "sublayers: the norms run on 1/model of the positions, the sublayer's input is **all-gathered** "
+        "along the sequence, and its output only needs each device's own positions — textbook Megatron-SP "
+        "turns the all-reduce into a **reduce-scatter**. What XLA compiled:"
+    )
     sp_report = compiled_section(plans, "sp", mesh_axes)
     if sp_report is not None:
         gathers = count(sp_report, "all-gather", "forward", resid, tp_axis)
         reduces = count(sp_report, "all-reduce", "forward", resid, tp_axis)
         scatters = sum(c.count for c in sp_report.collectives if c.op == "reduce-scatter")
-        st.markdown(f"Measured: **{gathers} all-gathers** and **{reduces} all-reduces** of {list(resid)} over "
-                    f"`{tp_axis}` in the forward pass, and **{scatters} reduce-scatters** in the whole step. "
-                    + ("XLA's CPU compiler kept each sublayer's all-reduce of the whole residual stream instead: "
-                       "this compiled program contains no reduce-scatter. " if not scatters else "")
-                    + ("" if tp_report is None else
-                       f"Bytes of collectives per step: tp {tp_report.total_bytes:,} · sp {sp_report.total_bytes:,}."))
+        st.markdown(
+            f"Measured: **{gathers} all-gathers** and **{reduces} all-reduces** of {list(resid)} over "
+            f"`{tp_axis}` in the forward pass, and **{scatters} reduce-scatters** in the whole step. "
+            + (
+                "XLA's CPU compiler kept each sublayer's all-reduce of the whole residual stream instead: "
+                "this compiled program contains no reduce-scatter. "
+                if not scatters
+                else ""
+            )
+            + (
+                ""
+                if tp_report is None
+                else f"Bytes of collectives per step: tp {tp_report.total_bytes:,} · sp {sp_report.total_bytes:,}."
+            )
+        )
 
-    st.markdown("#### FSDP: weights gathered for the matmuls\n`fsdp` splits the batch *and* every weight over "
-                "`data`; before a matmul, some device needs a weight it does not hold. The textbook: all-gather "
-                "each weight forward, reduce-scatter its gradient backward. What XLA compiled:")
+    st.markdown(
+        "#### FSDP: weights gathered for the matmuls\n`fsdp` splits the batch *and* every weight over "
+        "`data`; before a matmul, some device needs a weight it does not hold. The textbook: all-gather "
+        "each weight forward, reduce-scatter its gradient backward. What XLA compiled:"
+    )
     fsdp_report = compiled_section(plans, "fsdp", mesh_axes)
     if fsdp_report is not None:
         by_op: dict[str, int] = {}
         for c in fsdp_report.collectives:
             by_op[f"{c.op} ({c.phase})"] = by_op.get(f"{c.op} ({c.phase})", 0) + c.count
-        st.markdown("Measured: " + ", ".join(f"{n} × {k}" for k, n in by_op.items()) + ". The compiler, not "
-                    "the preset, decides how the pieces meet.")
-    st.page_link("app_pages/communication.py", label="Every collective of the current plan",
-                 icon=":material/hub:")
+        st.markdown(
+            "Measured: " + ", ".join(f"{n} × {k}" for k, n in by_op.items()) + ". The compiler, not "
+            "the preset, decides how the pieces meet."
+        )
+    st.page_link("app_pages/communication.py", label="Every collective of the current plan", icon=":material/hub:")
 
 
 if step == 0:
-    st.markdown(f"The blog, [*{BLOG[0]}*]({BLOG[1]}), walks through Flax's [`10_fsdp_and_optimizer.py`]"
-                f"({EXAMPLE[1]}) as it was in 2024. Its code no longer runs on today's Flax. What changed, and "
-                "what this lesson uses:")
+    st.markdown(
+        f"The blog, [*{BLOG[0]}*]({BLOG[1]}), walks through Flax's [`10_fsdp_and_optimizer.py`]"
+        f"({EXAMPLE[1]}) as it was in 2024. Its code no longer runs on today's Flax. What changed, and "
+        "what this lesson uses:"
+    )
     st.dataframe(NAME_CHANGES, hide_index=True)
-    st.info("Everything below is the current configuration from the sidebar: change the mesh or the preset "
-            "and every step updates.", icon=":material/school:")
+    st.info(
+        "Everything below is the current configuration from the sidebar: change the mesh or the preset "
+        "and every step updates.",
+        icon=":material/school:",
+    )
 elif step == 1:
-    st.markdown("A **mesh** is a grid of devices with named axes. Here the devices are simulated on the CPU "
-                "(`--xla_force_host_platform_device_count`), exactly like the blog.")
+    st.markdown(
+        "A **mesh** is a grid of devices with named axes. Here the devices are simulated on the CPU "
+        "(`--xla_force_host_platform_device_count`), exactly like the blog."
+    )
     st.plotly_chart(figures.mesh_figure(device_ids(plan.mesh), axes), key="lesson_mesh")
     show_step_code(1)
 elif step == 2:
-    st.markdown("**Rules** name each array dimension by meaning — `embed`, `mlp`, `data` — and map each "
-                "meaning to a mesh axis (or none: replicated). That is the blog's `MeshRules`. Edit them:")
+    st.markdown(
+        "**Rules** name each array dimension by meaning — `embed`, `mlp`, `data` — and map each "
+        "meaning to a mesh axis (or none: replicated). That is the blog's `MeshRules`. Edit them:"
+    )
     ui.rules_table(config.mesh, config.model)
-    st.dataframe(pd.DataFrame([{"array": p, "logical axes": str(a.logical_axes), "PartitionSpec": format_spec(a.spec)}
-                               for p, a in plan.arrays.items() if p.startswith("params/")]), hide_index=True)
+    st.dataframe(
+        pd.DataFrame(
+            [
+                {"array": p, "logical axes": str(a.logical_axes), "PartitionSpec": format_spec(a.spec)}
+                for p, a in plan.arrays.items()
+                if p.startswith("params/")
+            ]
+        ),
+        hide_index=True,
+    )
     show_step_code(2)
 elif step == 3:
-    st.markdown("Each parameter is **born sharded**: `nnx.Param(value, out_sharding=spec)` places it as the "
-                "rules say. Every device holds only its slice:")
+    st.markdown(
+        "Each parameter is **born sharded**: `nnx.Param(value, out_sharding=spec)` places it as the "
+        "rules say. Every device holds only its slice:"
+    )
     maps("params/")
     show_step_code(3)
 elif step == 4:
-    st.markdown("Optimizer state must live **where its parameter lives**: each buffer is created from the "
-                "parameter's value *and metadata*, so it inherits the sharding.")
+    st.markdown(
+        "Optimizer state must live **where its parameter lives**: each buffer is created from the "
+        "parameter's value *and metadata*, so it inherits the sharding."
+    )
     maps("opt/")
     show_step_code(4)
 elif step == 5:
-    st.markdown("The blog applies `with_sharding_constraint` and `nnx.update` after creating the model. Today "
-                "the model and optimizer are created **inside `jit`, under the mesh**, so each array is born "
-                "in place. Inside `jit`, a dimension a mesh axis does not divide is quietly left unsplit:")
+    st.markdown(
+        "The blog applies `with_sharding_constraint` and `nnx.update` after creating the model. Today "
+        "the model and optimizer are created **inside `jit`, under the mesh**, so each array is born "
+        "in place. Inside `jit`, a dimension a mesh axis does not divide is quietly left unsplit:"
+    )
     for warning in plan.warnings:
         st.warning(ui.plain(warning), icon=":material/sync_problem:")
     if not plan.warnings:
@@ -266,9 +399,22 @@ elif step == 6:
 elif step == 7:
     st.markdown("The step is compiled once for this layout. JAX inserts the communication the layout needs:")
     report = analyze(plan)
-    st.dataframe(pd.DataFrame([{"op": c.op, "shape": " ".join(str(list(s)) for s in c.shape), "bytes": c.bytes,
-                                "count": c.count, "over": c.where(axes).replace("`", ""), "phase": c.phase.replace("unknown", "none")}
-                               for c in report.collectives]), hide_index=True)
+    st.dataframe(
+        pd.DataFrame(
+            [
+                {
+                    "op": c.op,
+                    "shape": " ".join(str(list(s)) for s in c.shape),
+                    "bytes": c.bytes,
+                    "count": c.count,
+                    "over": c.where(axes).replace("`", ""),
+                    "phase": c.phase.replace("unknown", "none"),
+                }
+                for c in report.collectives
+            ]
+        ),
+        hide_index=True,
+    )
     st.page_link("app_pages/train.py", label="Train this layout", icon=":material/play_arrow:")
     show_step_code(7)
 elif step == 9:
@@ -276,21 +422,28 @@ elif step == 9:
 elif step == 10:
     third_way_chapter(config)
 else:
-    st.markdown("With **Auto** axes (the seed) the compiler fills in every sharding. With **Explicit** axes "
-                "(`jax.make_mesh`'s default) shardings are part of each array's type and JAX checks every "
-                "operation as it traces. Here is the forward pass of this configuration under Explicit axes, "
-                "op by op — the seed's line, what JAX says, and what this app's code does instead:")
+    st.markdown(
+        "With **Auto** axes (the seed) the compiler fills in every sharding. With **Explicit** axes "
+        "(`jax.make_mesh`'s default) shardings are part of each array's type and JAX checks every "
+        "operation as it traces. Here is the forward pass of this configuration under Explicit axes, "
+        "op by op — the seed's line, what JAX says, and what this app's code does instead:"
+    )
     lesson = explicit_lesson(config)
     if lesson.plan_error:
-        st.error("**Explicit axes refuse this configuration before any op runs.** " + ui.plain(lesson.plan_error),
-                 icon=":material/block:")
+        st.error(
+            "**Explicit axes refuse this configuration before any op runs.** " + ui.plain(lesson.plan_error),
+            icon=":material/block:",
+        )
     else:
         if lesson.refusal:
             with st.container(border=True):
                 st.markdown("creating the parameters (`nnx.Param(..., out_sharding=spec)`)")
                 st.error("JAX refuses: " + ui.plain(lesson.refusal), icon=":material/block:")
-                st.success(f"Instead: {lesson.walked_with.lower()} — a per-parameter override. The walk below uses "
-                           "it, and so would Auto axes, silently.", icon=":material/build:")
+                st.success(
+                    f"Instead: {lesson.walked_with.lower()} — a per-parameter override. The walk below uses "
+                    "it, and so would Auto axes, silently.",
+                    icon=":material/build:",
+                )
         for s in lesson.steps:
             with st.container(border=True):
                 st.markdown(f"`{s.op}`")
@@ -299,8 +452,11 @@ else:
                     st.success("Instead: " + ui.plain(s.fix), icon=":material/build:")
                 else:
                     st.caption(f"fine as written → {s.naive}")
-        st.info("Same rules, both modes: the layout of every array is "
-                + ("identical." if lesson.same_layout_as_auto else "different (see the Layout page).")
-                + " Train works in both: switch *Axis type* in the sidebar.", icon=":material/compare:")
+        st.info(
+            "Same rules, both modes: the layout of every array is "
+            + ("identical." if lesson.same_layout_as_auto else "different (see the Layout page).")
+            + " Train works in both: switch *Axis type* in the sidebar.",
+            icon=":material/compare:",
+        )
         st.markdown("**The model's code under Explicit axes** — the helpers after the class are what change:")
         st.code(script_sections(lesson.walked)[3], language="python")

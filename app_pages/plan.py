@@ -6,24 +6,28 @@ import pandas as pd
 import streamlit as st
 
 import sharding_lab as sl
-from sharding_lab import search, targets
 from sharding_lab.app import plan_view, ui
+from sharding_lab.hardware import targets
+from sharding_lab.search import search
 
 state = st.session_state
 
 st.title("Plan a real run")
-st.caption("Every mesh (one axis, or data × model), every preset and remat none/full, compiled by the "
-           "target's own compiler and costed (roofline); what cannot work or cannot fit is skipped and "
-           "counted. With remat full the blocks run as a loop, compiled at full depth in the time of one block; "
-           "without remat a real depth is probed to the compiler's memory check, then compiled with 1 and 2 "
-           "layers and extended linearly (the best checked against a full-depth compile). Click a point of "
-           "the picture to load that layout into the sidebar.")
+st.caption(
+    "Every mesh (one axis, or data × model), every preset and remat none/full, compiled by the "
+    "target's own compiler and costed (roofline); what cannot work or cannot fit is skipped and "
+    "counted. With remat full the blocks run as a loop, compiled at full depth in the time of one block; "
+    "without remat a real depth is probed to the compiler's memory check, then compiled with 1 and 2 "
+    "layers and extended linearly (the best checked against a full-depth compile). Click a point of "
+    "the picture to load that layout into the sidebar."
+)
 
 
 def _load(found, result) -> None:
     try:
         state.update(plan_view.candidate_state(found, result))
-        state.plan_loaded = f"Loaded {result.candidate.mesh_text} {result.candidate.preset} remat {result.candidate.remat} into the sidebar."
+        chosen = result.candidate
+        state.plan_loaded = f"Loaded {chosen.mesh_text} {chosen.preset} remat {chosen.remat} into the sidebar."
     except sl.ConfigError as error:
         state.plan_loaded = f"This candidate cannot be shown in the sidebar: {error}"
 
@@ -32,8 +36,11 @@ def _on_click() -> None:
     """A point of the Pareto picture clicked: load its candidate (a callback: before the sidebar is drawn)."""
     found = state.get("plan_result")
     event = state.get("plan_pareto")
-    points = (event or {}).get("selection", {}).get("points", []) if isinstance(event, dict) else \
-        getattr(getattr(event, "selection", None), "points", []) or []
+    points = (
+        (event or {}).get("selection", {}).get("points", [])
+        if isinstance(event, dict)
+        else getattr(getattr(event, "selection", None), "points", []) or []
+    )
     if found is None or not points:
         return
     if points[0].get("curve_number", 0) != 0:  # the HBM line, not a candidate
@@ -83,8 +90,11 @@ def defaults_for(size: str) -> dict:
     target = sidebar_target if sidebar_target in tpu_targets else None
     if size != SIDEBAR_MODEL or model is None or model.family != "transformer":
         return {**EXAMPLE, "plan_target": target or EXAMPLE["plan_target"]}
-    return {"plan_target": target or "v5e-8", "plan_seq": model.seq,
-            "plan_batch_tokens": int(state.get("batch", 32)) * model.seq}
+    return {
+        "plan_target": target or "v5e-8",
+        "plan_seq": model.seq,
+        "plan_batch_tokens": int(state.get("batch", 32)) * model.seq,
+    }
 
 
 def _on_size() -> None:
@@ -95,18 +105,30 @@ def _on_size() -> None:
 
 
 c1, c2, c3 = st.columns(3)
-size = c1.selectbox("Size", [SIDEBAR_MODEL] + [n for n in fam.named_sizes if n != "default"],
-                    key="plan_size", on_change=_on_size,
-                    help="A public model card's shapes, or the transformer in the sidebar")
+size = c1.selectbox(
+    "Size",
+    [SIDEBAR_MODEL] + [n for n in fam.named_sizes if n != "default"],
+    key="plan_size",
+    on_change=_on_size,
+    help="A public model card's shapes, or the transformer in the sidebar",
+)
 state.setdefault("plan_size_shown", size)
 start = defaults_for(size)
 target = c1.selectbox("Target", tpu_targets, key="plan_target", index=tpu_targets.index(start["plan_target"]))
 batch_tokens = c2.number_input("Batch (tokens)", 1, 1 << 24, start["plan_batch_tokens"], key="plan_batch_tokens")
-seq = c2.number_input("Sequence", 4, 32768, start["plan_seq"], step=2, key="plan_seq",
-                      help="Tokens per sequence (the batch is Batch ÷ Sequence sequences). The sidebar's "
-                           "transformer starts as the sidebar has it; a named size at the README's example.")
-optimizer = c3.selectbox("Optimizer", list(sl.OPTIMIZERS), index=list(sl.OPTIMIZERS).index("adamw"),
-                         key="plan_optimizer")
+seq = c2.number_input(
+    "Sequence",
+    4,
+    32768,
+    start["plan_seq"],
+    step=2,
+    key="plan_seq",
+    help="Tokens per sequence (the batch is Batch ÷ Sequence sequences). The sidebar's "
+    "transformer starts as the sidebar has it; a named size at the README's example.",
+)
+optimizer = c3.selectbox(
+    "Optimizer", list(sl.OPTIMIZERS), index=list(sl.OPTIMIZERS).index("adamw"), key="plan_optimizer"
+)
 presets = c3.multiselect("Presets", list(fam.presets), default=list(fam.presets), key="plan_presets")
 remats = c3.multiselect("Remat", list(search.REMATS), default=list(search.REMATS), key="plan_remats")
 
@@ -117,7 +139,9 @@ if run_col.button("Run", type="primary", key="plan_run", disabled=bool(job and j
         if size == SIDEBAR_MODEL:
             model = ui.current_model()
             if model.family != "transformer":
-                raise sl.ConfigError("the search plans the transformer: pick it in the sidebar, or a size here", "model")
+                raise sl.ConfigError(
+                    "the search plans the transformer: pick it in the sidebar, or a size here", "model"
+                )
         else:
             model = fam.named_spec(size)
         model = dataclasses.replace(model, seq=int(seq))
@@ -135,7 +159,9 @@ def progress_panel():
         return
     if job.running:
         fraction = job.done / job.total if job.total else 0.0
-        st.progress(fraction, text=f"Compiling candidate {job.done + 1} of {job.total or '?'} — last: {job.last or '…'}")
+        st.progress(
+            fraction, text=f"Compiling candidate {job.done + 1} of {job.total or '?'} — last: {job.last or '…'}"
+        )
         if st.button("Stop", key="plan_stop"):
             job.stop.set()
         return
@@ -162,14 +188,19 @@ if skipped:
 st.markdown(ui.plain(search.why(found)).replace("\\`", "`"))
 check = found.extension
 if check and "relative_error" in check:
-    st.caption(f"Layer extension checked against a{' full' if check['full_depth'] else ''} {check['layers']}-layer compile of {check['candidate']}: "
-               + ", ".join(f"{k} {v:+.2%}" for k, v in check["relative_error"].items()))
+    st.caption(
+        f"Layer extension checked against a{' full' if check['full_depth'] else ''} {check['layers']}-layer "
+        f"compile of {check['candidate']}: " + ", ".join(f"{k} {v:+.2%}" for k, v in check["relative_error"].items())
+    )
 elif found.best is not None and not found.best.extended:
-    st.caption(f"The best was compiled at full depth ({search.depth_text(found.best, found)}), as `cost` compiles "
-               "it: nothing extended.")
+    st.caption(
+        f"The best was compiled at full depth ({search.depth_text(found.best, found)}), as `cost` compiles "
+        "it: nothing extended."
+    )
 if plan_view.plotted(found):
-    st.plotly_chart(plan_view.pareto_figure(found), key="plan_pareto", on_select=_on_click,
-                    selection_mode="points", width="stretch")
+    st.plotly_chart(
+        plan_view.pareto_figure(found), key="plan_pareto", on_select=_on_click, selection_mode="points", width="stretch"
+    )
     st.selectbox("Or pick one", [_name(r) for r in plan_view.plotted(found)], key="plan_pick")
     st.button("Load into the sidebar", key="plan_load", on_click=_on_load_button)
 if state.get("plan_loaded"):

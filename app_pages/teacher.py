@@ -20,33 +20,46 @@ st.caption("Counts only: no names, no session ids. This page refreshes itself ev
 def overview() -> None:
     training, queued = scheduler.load()
     c1, c2, c3 = st.columns(3)
-    c1.metric("Sessions open", classroom.open_sessions(),
-              help=f"Browser tabs that drew a page in the last {classroom.RECENT_S / 60:.0f} minutes.")
-    c2.metric("Runs training", f"{training} / {scheduler.MAX_JOBS}",
-              help="SHARDING_LAB_MAX_JOBS runs train at once; the others wait in the queue.")
+    c1.metric(
+        "Sessions open",
+        classroom.open_sessions(),
+        help=f"Browser tabs that drew a page in the last {classroom.RECENT_S / 60:.0f} minutes.",
+    )
+    c2.metric(
+        "Runs training",
+        f"{training} / {scheduler.MAX_JOBS}",
+        help="SHARDING_LAB_MAX_JOBS runs train at once; the others wait in the queue.",
+    )
     c3.metric("Runs queued", queued)
     server = psutil.Process()
     memory = psutil.virtual_memory()
     load_1min = os.getloadavg()[0]
     cores = psutil.cpu_count() or 1
     c1, c2, c3 = st.columns(3)
-    c1.metric("CPU load (1 min)", f"{load_1min:.1f} on {cores} cores",
-              help="Above the core count, runs and pages wait for each other.")
+    c1.metric(
+        "CPU load (1 min)",
+        f"{load_1min:.1f} on {cores} cores",
+        help="Above the core count, runs and pages wait for each other.",
+    )
     c2.metric("Server memory", f"{server.memory_info().rss / 2**20:,.0f} MB")
     c3.metric("Machine memory free", f"{memory.available / 2**30:.1f} of {memory.total / 2**30:.1f} GB")
     warming = warm.progress()
     if warming:
         st.subheader("Compilation cache")
-        state = ("stopped" if warming.get("stopped") else "warming" if warming.get("running") else "warm")
-        st.progress(min(1.0, warming["done"] / max(1, warming["total"])),
-                    text=f"{state}: {warming['done']} of {warming['total']} layouts a class clicks compiled "
-                         f"ahead of time ({warming['skipped']} could not run) in {warming['seconds']:.0f} s"
-                         + (f" — now {warming['current']}" if warming.get("current") else ""))
+        state = "stopped" if warming.get("stopped") else "warming" if warming.get("running") else "warm"
+        st.progress(
+            min(1.0, warming["done"] / max(1, warming["total"])),
+            text=f"{state}: {warming['done']} of {warming['total']} layouts a class clicks compiled "
+            f"ahead of time ({warming['skipped']} could not run) in {warming['seconds']:.0f} s"
+            + (f" — now {warming['current']}" if warming.get("current") else ""),
+        )
         if warming.get("note"):
             st.caption(warming["note"].capitalize() + ": this server warmed the default layout only.")
-        st.caption("Compiled at the lowest priority, and paused whenever a student's run trains or waits. "
-                   "SHARDING_LAB_WARM=default keeps only the default layout; the cache lives in "
-                   "SHARDING_LAB_CACHE_DIR.")
+        st.caption(
+            "Compiled at the lowest priority, and paused whenever a student's run trains or waits. "
+            "SHARDING_LAB_WARM=default keeps only the default layout; the cache lives in "
+            "SHARDING_LAB_CACHE_DIR."
+        )
         if warming.get("running") and st.button("Stop warming", key="stop_warming"):
             warm.stop_warming()
     st.subheader("Challenges")
@@ -54,8 +67,11 @@ def overview() -> None:
     if not counts:
         st.info("No challenges yet: once students solve challenges, how many solved each shows here.")
     else:
-        st.dataframe(pd.DataFrame({"challenge": list(counts), "sessions that solved it": list(counts.values())}),
-                     hide_index=True, key="teacher_challenges")
+        st.dataframe(
+            pd.DataFrame({"challenge": list(counts), "sessions that solved it": list(counts.values())}),
+            hide_index=True,
+            key="teacher_challenges",
+        )
 
 
 overview()

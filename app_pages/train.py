@@ -6,15 +6,14 @@ import time
 import pandas as pd
 import streamlit as st
 
-from sharding_lab.app.settings import GENERAL_RANGES
 import sharding_lab as sl
-from sharding_lab.communication import analyze
-from sharding_lab.layout import format_bytes
-from sharding_lab.app import ui
-from sharding_lab.app import experts_view, figures, pipeline_view
-from sharding_lab.distributed import process_choices, process_table
+from sharding_lab.app import experts_view, figures, pipeline_view, ui
 from sharding_lab.app.jobs import DistributedJob, TrainingJob
 from sharding_lab.app.scheduler import Busy, poll_interval
+from sharding_lab.app.settings import GENERAL_RANGES
+from sharding_lab.distributed import process_choices, process_table
+from sharding_lab.program.communication import analyze
+from sharding_lab.sharding.layout import format_bytes
 
 
 class JobSlot:
@@ -50,10 +49,14 @@ choices = process_choices(ui.current_mesh().size)
 if st.session_state.setdefault("processes_choice", 1) not in choices:
     st.session_state.processes_choice = 1
 st.session_state.processes = st.session_state.processes_choice
-c4.selectbox("Processes", choices, key="processes",
-             on_change=lambda: st.session_state.update(processes_choice=st.session_state.processes),
-             help="Train as this many JAX processes on this machine, each owning an equal share of "
-                  "the mesh's devices and joined into one mesh by jax.distributed — as on several hosts.")
+c4.selectbox(
+    "Processes",
+    choices,
+    key="processes",
+    on_change=lambda: st.session_state.update(processes_choice=st.session_state.processes),
+    help="Train as this many JAX processes on this machine, each owning an equal share of "
+    "the mesh's devices and joined into one mesh by jax.distributed — as on several hosts.",
+)
 processes = int(st.session_state.processes_choice)
 
 if isinstance(result, sl.ConfigError):
@@ -61,15 +64,20 @@ if isinstance(result, sl.ConfigError):
     st.stop()
 
 plan: sl.Plan = result
-config = dataclasses.replace(plan.config, steps=int(st.session_state.steps), lr=float(st.session_state.lr),
-                             decay=float(st.session_state.decay))
-st.caption(f"{plan.config.mesh.label()} · {'preset ' + config.preset if config.preset else 'custom rules'} · "
-           f"{config.optimizer} · batch {config.batch_size} split as {sl.layout.format_spec(plan.spec('batch/x'))}")
+config = dataclasses.replace(
+    plan.config, steps=int(st.session_state.steps), lr=float(st.session_state.lr), decay=float(st.session_state.decay)
+)
+st.caption(
+    f"{plan.config.mesh.label()} · {'preset ' + config.preset if config.preset else 'custom rules'} · "
+    f"{config.optimizer} · batch {config.batch_size} split as {sl.sharding.layout.format_spec(plan.spec('batch/x'))}"
+)
 if processes > 1:
-    st.caption(f"**{processes} JAX processes**, {plan.config.mesh.size // processes} devices each: they join over "
-               "127.0.0.1 with `jax.distributed.initialize` (gloo CPU collectives) into this one mesh, and each "
-               "loads only its own rows of every batch. Starting them takes a few seconds, and every step's "
-               "collectives now cross process boundaries: expect fewer steps/s than in one process.")
+    st.caption(
+        f"**{processes} JAX processes**, {plan.config.mesh.size // processes} devices each: they join over "
+        "127.0.0.1 with `jax.distributed.initialize` (gloo CPU collectives) into this one mesh, and each "
+        "loads only its own rows of every batch. Starting them takes a few seconds, and every step's "
+        "collectives now cross process boundaries: expect fewer steps/s than in one process."
+    )
 
 pipeline_view.show(plan)
 experts_view.show(plan, slot.job)
@@ -78,38 +86,42 @@ experts_view.show(plan, slot.job)
 def memory_refusal(plan: sl.Plan) -> sl.ConfigError | None:
     """Why this machine will not train ``plan`` (its estimated memory), said before anyone presses Train."""
     try:
-        sl.config.check_memory(plan)
+        sl.training.config.check_memory(plan)
     except sl.ConfigError as error:
         return error
     return None
 
 
 try:
-    sl.training.refuse_compile_only(plan.config)
+    sl.training.trainer.refuse_compile_only(plan.config)
     refused = memory_refusal(plan)
 except sl.ConfigError as compile_only:
     refused = compile_only
-    st.info(f"**Training needs the chips.** This machine compiles for {plan.config.target} without them — the Layout, "
-            "Communication and Compare pages show that chip's own compiler's program — but a run needs the "
-            "chips themselves. Choose **cpu** under *Compile for* in the sidebar to train on the simulated devices.",
-            icon=":material/memory:")
+    st.info(
+        f"**Training needs the chips.** This machine compiles for {plan.config.target} without them — the Layout, "
+        "Communication and Compare pages show that chip's own compiler's program — but a run needs the "
+        "chips themselves. Choose **cpu** under *Compile for* in the sidebar to train on the simulated devices.",
+        icon=":material/memory:",
+    )
 if refused is not None and plan.config.target == "cpu":
     ui.show_error(refused, lead="Too big to train here:")
     with st.spinner("Compiling the step on abstract arrays to ask XLA what it needs…"):
         memory = analyze(plan).memory
     per_device = {k: memory[k] for k in ("argument", "output", "temp")}
-    st.caption(f"XLA's own memory analysis of this step (compiled, nothing allocated): per device "
-               f"{format_bytes(per_device['argument'])} of arguments, {format_bytes(per_device['output'])} of "
-               f"outputs and {format_bytes(per_device['temp'])} of temporaries — "
-               f"{format_bytes(sum(per_device.values()) * plan.config.mesh.size)} across the "
-               f"{plan.config.mesh.size} simulated devices, which share this machine's memory. Layout, "
-               "Communication, Compare and the cost panel still show this size; only training is refused.")
+    st.caption(
+        f"XLA's own memory analysis of this step (compiled, nothing allocated): per device "
+        f"{format_bytes(per_device['argument'])} of arguments, {format_bytes(per_device['output'])} of "
+        f"outputs and {format_bytes(per_device['temp'])} of temporaries — "
+        f"{format_bytes(sum(per_device.values()) * plan.config.mesh.size)} across the "
+        f"{plan.config.mesh.size} simulated devices, which share this machine's memory. Layout, "
+        "Communication, Compare and the cost panel still show this size; only training is refused."
+    )
 
 
 def start_run() -> bool:
     """Train was pressed: start this session's run (True), or say why not."""
     try:
-        sl.config.check_memory(sl.plan(config))  # steps / lr / decay checked too; memory before allocating
+        sl.training.config.check_memory(sl.plan(config))  # steps / lr / decay checked too; memory before allocating
         slot.job = DistributedJob(config, processes) if processes > 1 else TrainingJob(config)
         return True
     except sl.ConfigError as error:
@@ -160,17 +172,23 @@ def live_view() -> None:
         if config.family.name == "mlp":
             st.plotly_chart(figures.fit_figure(*config.family.make_dataset(config.model, config.seed), None), key="fit")
         elif config.family.name == "transformer" and config.model.seq <= 256:  # a picture that stays readable
-            st.plotly_chart(figures.sequence_figure(*config.family.probe_set(config.model, config.seed), None),
-                            key="fit")
+            st.plotly_chart(
+                figures.sequence_figure(*config.family.probe_set(config.model, config.seed), None), key="fit"
+            )
         return
     if edits := ui.edits_since(job.config, config):  # edited while (or after) this run trained
-        st.caption("This run trains what it started with — "
-                   + "; ".join(f"{name} {before}" for name, before, _ in edits)
-                   + ". Your edits (" + "; ".join(f"{name} {after}" for name, _, after in edits)
-                   + ") apply when you press **Train** again.")
-    st.progress(min(1.0, snap.step / max(1, snap.total_steps)),
-                text=f"{snap.state} — step {snap.step:,} / {snap.total_steps:,}"
-                     + (f" — {snap.message}" if snap.running and snap.message else ""))
+        st.caption(
+            "This run trains what it started with — "
+            + "; ".join(f"{name} {before}" for name, before, _ in edits)
+            + ". Your edits ("
+            + "; ".join(f"{name} {after}" for name, _, after in edits)
+            + ") apply when you press **Train** again."
+        )
+    st.progress(
+        min(1.0, snap.step / max(1, snap.total_steps)),
+        text=f"{snap.state} — step {snap.step:,} / {snap.total_steps:,}"
+        + (f" — {snap.message}" if snap.running and snap.message else ""),
+    )
     m1, m2, m3, m4 = st.columns(4)
     m1.metric("Last loss", f"{snap.losses[-1]:.4f}" if snap.losses else "—")
     m2.metric("Steps/s", f"{snap.steps_per_s:,.0f}")
@@ -194,14 +212,19 @@ def live_view() -> None:
         if snap.message:
             st.info(snap.message)
         if snap.layout_problems == [] and snap.processes > 1:
-            st.success(f"{snap.state.capitalize()} — layout verified on {snap.devices} devices across "
-                       f"{snap.processes} processes: the shards every process reported, put together, are "
-                       "where the one-process plan said.", icon=":material/verified:")
+            st.success(
+                f"{snap.state.capitalize()} — layout verified on {snap.devices} devices across "
+                f"{snap.processes} processes: the shards every process reported, put together, are "
+                "where the one-process plan said.",
+                icon=":material/verified:",
+            )
         elif snap.layout_problems == []:
             acts = " — and every activation the compiled forward pass produced" if plan.activation_specs() else ""
-            st.success(f"{snap.state.capitalize()} — layout verified on {snap.devices} devices: every live "
-                       f"parameter, optimizer buffer and batch shard is where the plan said{acts}.",
-                       icon=":material/verified:")
+            st.success(
+                f"{snap.state.capitalize()} — layout verified on {snap.devices} devices: every live "
+                f"parameter, optimizer buffer and batch shard is where the plan said{acts}.",
+                icon=":material/verified:",
+            )
         elif snap.layout_problems:
             ui.show_error("; ".join(snap.layout_problems), lead="Layout differs from the plan:")
         if snap.owners:
@@ -222,9 +245,13 @@ def charts(job, snap, log_scale: bool):
     key = (id(job), snap.step, snap.state, log_scale)
     cached = st.session_state.get("train_charts")
     if cached is None or cached[0] != key:
-        cached = (key, figures.loss_figure(snap.losses, log_scale, snap.total_steps,
-                                           LOSS_NAMES.get(job.config.family.name, "loss")),
-                  task_figure(job, snap))
+        cached = (
+            key,
+            figures.loss_figure(
+                snap.losses, log_scale, snap.total_steps, LOSS_NAMES.get(job.config.family.name, "loss")
+            ),
+            task_figure(job, snap),
+        )
         st.session_state.train_charts = cached
     return cached[1], cached[2]
 
@@ -233,9 +260,9 @@ LOSS_NAMES = {"mlp": "MSE loss", "transformer": "cross-entropy"}
 FIT_CAPTIONS = {
     "mlp": "The black line is the model's prediction on all 100 points, refreshed while it trains.",
     "transformer": "Each row is a sequence a₁…aₕ aₕ…a₁: the first half is given (grey); each cell of the second "
-                   "half is the model's guess for that token from the tokens before it, green when right. The "
-                   "bars: how often each position is guessed right over the dataset's first 64 sequences, "
-                   "refreshed while it trains.",
+    "half is the model's guess for that token from the tokens before it, green when right. The "
+    "bars: how often each position is guessed right over the dataset's first 64 sequences, "
+    "refreshed while it trains.",
 }
 
 
@@ -251,25 +278,45 @@ def process_view(config: sl.LabConfig, snap) -> None:
     st.subheader("Processes")
     mesh = sl.build_mesh(config.mesh)
     left, right = st.columns([2, 3])
-    left.plotly_chart(figures.mesh_figure(sl.mesh.device_ids(mesh), config.mesh.axes, owners=snap.owners),
-                      key="process_mesh")
-    right.dataframe(pd.DataFrame(process_table(snap.owners, snap.jax_ids, snap.hosts, snap.layouts, snap.kinds)), hide_index=True)
+    left.plotly_chart(
+        figures.mesh_figure(sl.sharding.mesh.device_ids(mesh), config.mesh.axes, owners=snap.owners), key="process_mesh"
+    )
+    right.dataframe(
+        pd.DataFrame(process_table(snap.owners, snap.jax_ids, snap.hosts, snap.layouts, snap.kinds)), hide_index=True
+    )
     moved = {d: i for d, i in snap.jax_ids.items() if d != i}
-    right.caption(f"Started in {snap.startup_s:.1f} s. A process can address only the shards on its own devices; "
-                  "the layout shown here is put together from what each one reported."
-                  + (f" JAX numbers the other processes' devices differently ({', '.join(f'{d} → {i}' for d, i in moved.items())}); "
-                     "the app shows every device at its mesh position, so colours match the Layout page." if moved else ""))
+    right.caption(
+        f"Started in {snap.startup_s:.1f} s. A process can address only the shards on its own devices; "
+        "the layout shown here is put together from what each one reported."
+        + (
+            " JAX numbers the other processes' devices differently "
+            f"({', '.join(f'{d} → {i}' for d, i in moved.items())}); "
+            "the app shows every device at its mesh position, so colours match the Layout page."
+            if moved
+            else ""
+        )
+    )
     paths = list(snap.layouts)
-    path = st.selectbox("Shard map of", paths, index=paths.index("batch/x") if "batch/x" in paths else 0,
-                        key="process_array")
-    st.plotly_chart(figures.shard_map_figure(snap.layouts[path], sl.mesh.mesh_coords(mesh), config.mesh.axes,
-                                             f"{path}  {sl.layout.format_spec(snap.layouts[path].spec)}",
-                                             owners=snap.owners), key="process_map")
-    st.caption("Hover a stripe: it names the process that owns that device. The batch rows a process's devices "
-               "hold are the only rows it loaded (jax.make_array_from_process_local_data).")
+    path = st.selectbox(
+        "Shard map of", paths, index=paths.index("batch/x") if "batch/x" in paths else 0, key="process_array"
+    )
+    st.plotly_chart(
+        figures.shard_map_figure(
+            snap.layouts[path],
+            sl.sharding.mesh.mesh_coords(mesh),
+            config.mesh.axes,
+            f"{path}  {sl.sharding.layout.format_spec(snap.layouts[path].spec)}",
+            owners=snap.owners,
+        ),
+        key="process_map",
+    )
+    st.caption(
+        "Hover a stripe: it names the process that owns that device. The batch rows a process's devices "
+        "hold are the only rows it loaded (jax.make_array_from_process_local_data)."
+    )
 
 
 st.session_state.train_full_run = True
 live_view()
 st.session_state.train_full_run = False
-ui.show_code(sl.training.make_train_step, sl.training._chunk_program)
+ui.show_code(sl.training.trainer.make_train_step, sl.training.trainer._chunk_program)

@@ -12,8 +12,14 @@ class ConfigError(ValueError):
     button; ``fix_help`` is that button's tooltip (what the click changes in the sidebar).
     """
 
-    def __init__(self, message: str, field: str = "config", fix=None, fix_label: str = "",
-                 fix_help: str = "Changes that one setting in the sidebar; everything else stays."):
+    def __init__(
+        self,
+        message: str,
+        field: str = "config",
+        fix=None,
+        fix_label: str = "",
+        fix_help: str = "Changes that one setting in the sidebar; everything else stays.",
+    ):
         super().__init__(message)
         self.field = field
         self.fix = fix

@@ -87,8 +87,7 @@ def _layout_times_in(root: Path, query: dict | None = None, devices: int = 8) ->
     """Layout timings of the checkout at ``root``, in a fresh process started there."""
     code = _CHILD.format(root=str(root), here=str(Path(APP).parent), app=str(root / "app.py"), query=query)
     env = dict(os.environ, SHARDING_LAB_DEVICES=str(devices))
-    done = subprocess.run([sys.executable, "-c", code], cwd=root, capture_output=True, text=True, timeout=600,
-                          env=env)
+    done = subprocess.run([sys.executable, "-c", code], cwd=root, capture_output=True, text=True, timeout=600, env=env)
     if done.returncode:
         raise SystemExit(f"baseline run failed in {root}:\n{done.stderr[-2000:]}")
     return tuple(json.loads(done.stdout.strip().splitlines()[-1]))
@@ -97,13 +96,16 @@ def _layout_times_in(root: Path, query: dict | None = None, devices: int = 8) ->
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m tools.app_bench", description=__doc__.split("\n")[0])
     parser.add_argument("--baseline", type=Path, help="another checkout whose Layout page to time too")
-    parser.add_argument("--scale", action="store_true",
-                        help="also time the Layout page with 64 devices (8×8) and a 13-parameter model")
+    parser.add_argument(
+        "--scale", action="store_true", help="also time the Layout page with 64 devices (8×8) and a 13-parameter model"
+    )
     args = parser.parse_args(argv)
     if args.scale:
         idle, changed = _layout_times_in(Path(APP).parent, {"mesh": "8x8", "hidden": "5", "dmid": "64"}, devices=64)
-        print(f"64 devices (8×8), 13 parameters: layout rerun idle {idle * 1000:.0f} ms, "
-              f"after a preset change {changed * 1000:.0f} ms")
+        print(
+            f"64 devices (8×8), 13 parameters: layout rerun idle {idle * 1000:.0f} ms, "
+            f"after a preset change {changed * 1000:.0f} ms"
+        )
     if args.baseline:
         rounds = {"this": [], "baseline": []}
         for _ in range(2):  # alternate, so both see the same machine load
@@ -111,8 +113,12 @@ def main(argv=None) -> int:
             rounds["this"].append(_layout_times_in(Path(APP).parent))
         medians = {k: statistics.median(c for _, c in v) for k, v in rounds.items()}
         for name, times in rounds.items():
-            print(f"{name:>8}: layout rerun after preset change " + ", ".join(f"{c * 1000:.0f} ms" for _, c in times)
-                  + "; idle " + ", ".join(f"{i * 1000:.0f} ms" for i, _ in times))
+            print(
+                f"{name:>8}: layout rerun after preset change "
+                + ", ".join(f"{c * 1000:.0f} ms" for _, c in times)
+                + "; idle "
+                + ", ".join(f"{i * 1000:.0f} ms" for i, _ in times)
+            )
         print(f"preset-change rerun, baseline / this = {medians['baseline'] / medians['this']:.2f}")
     idle_s, changed_s = layout_times()
     print(f"layout rerun, nothing changed:   median {idle_s * 1000:6.0f} ms (n=20)")

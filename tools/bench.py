@@ -16,8 +16,8 @@ import jax
 import numpy as np
 from flax import nnx
 
-from sharding_lab import cli
-from sharding_lab.training import Lab, Trainer
+from sharding_lab.cli import main as cli
+from sharding_lab.training.trainer import Lab, Trainer
 
 
 def seed_loop(lab: Lab, steps: int) -> float:
@@ -64,8 +64,10 @@ def main(argv=None) -> int:
         seed.append(seed_loop(lab, config.steps))
         fused.append(trainer_speed(lab, config.steps))
     seed_s, fused_s = float(np.median(seed)), float(np.median(fused))
-    print(f"config: {config.mesh.label()} preset={config.preset} optimizer={config.optimizer} "
-          f"steps={config.steps} chunk={config.chunk} devices={len(jax.devices())}")
+    print(
+        f"config: {config.mesh.label()} preset={config.preset} optimizer={config.optimizer} "
+        f"steps={config.steps} chunk={config.chunk} devices={len(jax.devices())}"
+    )
     print(f"seed loop: {seed_s:9.0f} steps/s   (runs: {', '.join(f'{s:.0f}' for s in seed)})")
     print(f"trainer:   {fused_s:9.0f} steps/s   (runs: {', '.join(f'{s:.0f}' for s in fused)})")
     print(f"speedup={fused_s / seed_s:.2f}")

@@ -50,8 +50,10 @@ def main() -> int:
     with Server() as server:
         healthy = time.monotonic() - started
         times = asyncio.run(open_first_page(server.url, args.timeout))
-    times = {"server_healthy_s": round(healthy, 1), **{f"{k}_s" if k != "errors" else k: round(v, 1)
-                                                          for k, v in times.items()}}
+    times = {
+        "server_healthy_s": round(healthy, 1),
+        **{f"{k}_s" if k != "errors" else k: round(v, 1) for k, v in times.items()},
+    }
     print(json.dumps(times))
     return 0
 

@@ -7,10 +7,10 @@ Three checks, each printed as a Markdown table (and written to ``--out``):
 
 1. **The step time.** For each configuration (one-device meshes: one GPU) the prediction the app shows on a
    laptop — the step compiled by XLA:CPU, costed with the chip's roofline (:func:`sharding_lab.cost.predict`)
-   — beside the median time of the same step (:func:`sharding_lab.training.step_program`, the one the cost is
+   — beside the median time of the same step (:func:`sharding_lab.training.trainer.step_program`, the one the cost is
    read from) compiled by XLA:GPU and run on real arrays, blocking on every call.
 2. **The GPU compiler without the GPU.** The app compiles for ``h100-N``/``h200-N`` on a CPU machine from a
-   device description it writes itself (:func:`sharding_lab.targets._gpu_target_config`). Here the same step
+   device description it writes itself (:func:`sharding_lab.hardware.targets._gpu_target_config`). Here the same step
    is compiled both ways — for that description (a 1-GPU topology) and for the real GPU — and their memory
    figures and kernel counts are set side by side; the real device's own description is printed beside ours.
 3. **The trainer** (f32, as the app trains): its steps/s on the GPU.
@@ -26,44 +26,77 @@ import jax
 import numpy as np
 
 import sharding_lab as sl
-from sharding_lab import cost, targets
+from sharding_lab import cost
 from sharding_lab.cost.roofline import format_seconds
-from sharding_lab.training import Lab, Trainer, lower_train_step
+from sharding_lab.hardware import targets
+from sharding_lab.training.trainer import Lab, Trainer, lower_train_step
 from tools.measure import config_of, gb, measure_step, memory, table, use_platform
 
 MLP = ["--model", "mlp", "--preset", "dp", "--mesh", "1", "--axes", "data", "--optimizer", "seed-sgd"]
-GPT2 = ["--model", "transformer", "--size", "gpt2-small", "--preset", "dp", "--mesh", "1", "--axes", "data",
-        "--optimizer", "adamw"]
+GPT2 = [
+    "--model",
+    "transformer",
+    "--size",
+    "gpt2-small",
+    "--preset",
+    "dp",
+    "--mesh",
+    "1",
+    "--axes",
+    "data",
+    "--optimizer",
+    "adamw",
+]
 STEP_CONFIGS = [  # (label, argv, dtype)
-    ("MLP 1024-1024-1024, 2 hidden, batch 4096", MLP + ["--din", "1024", "--width", "1024", "--dout", "1024",
-                                                      "--hidden-layers", "2", "--batch", "4096"], "bf16"),
-    ("MLP 4096-4096-4096, 2 hidden, batch 8192", MLP + ["--din", "4096", "--width", "4096", "--dout", "4096",
-                                                      "--hidden-layers", "2", "--batch", "8192"], "bf16"),
-    ("MLP 8192-8192-8192, 1 hidden, batch 16384", MLP + ["--din", "8192", "--width", "8192", "--dout", "8192",
-                                                       "--hidden-layers", "1", "--batch", "16384"], "bf16"),
+    (
+        "MLP 1024-1024-1024, 2 hidden, batch 4096",
+        MLP + ["--din", "1024", "--width", "1024", "--dout", "1024", "--hidden-layers", "2", "--batch", "4096"],
+        "bf16",
+    ),
+    (
+        "MLP 4096-4096-4096, 2 hidden, batch 8192",
+        MLP + ["--din", "4096", "--width", "4096", "--dout", "4096", "--hidden-layers", "2", "--batch", "8192"],
+        "bf16",
+    ),
+    (
+        "MLP 8192-8192-8192, 1 hidden, batch 16384",
+        MLP + ["--din", "8192", "--width", "8192", "--dout", "8192", "--hidden-layers", "1", "--batch", "16384"],
+        "bf16",
+    ),
     ("GPT-2 small, 16×1024 tokens, AdamW", GPT2 + ["--batch", "16"], "bf16"),
     ("GPT-2 small, 16×1024 tokens, AdamW", GPT2 + ["--batch", "16"], "mixed"),
     ("GPT-2 small, 32×1024 tokens, AdamW, remat full", GPT2 + ["--batch", "32", "--remat", "full"], "mixed"),
 ]
-QUICK = [("MLP 64-256-64, 1 hidden, batch 256", MLP + ["--din", "64", "--width", "256", "--dout", "64",
-                                                      "--hidden-layers", "1", "--batch", "256"], "bf16"),
-         ("transformer default, AdamW", ["--model", "transformer", "--preset", "dp", "--mesh", "1", "--axes", "data",
-                                         "--optimizer", "adamw"], "mixed")]
+QUICK = [
+    (
+        "MLP 64-256-64, 1 hidden, batch 256",
+        MLP + ["--din", "64", "--width", "256", "--dout", "64", "--hidden-layers", "1", "--batch", "256"],
+        "bf16",
+    ),
+    (
+        "transformer default, AdamW",
+        ["--model", "transformer", "--preset", "dp", "--mesh", "1", "--axes", "data", "--optimizer", "adamw"],
+        "mixed",
+    ),
+]
 
 
 def kernels(hlo: str) -> dict[str, int]:
     """How many fusions and library calls (cuBLAS/cuDNN custom-calls) the compiled program launches."""
-    entry = hlo[hlo.find("ENTRY"):]
-    return {"fusions": len(re.findall(r"= \S+ fusion\(", entry)),
-            "custom-calls": len(re.findall(r"custom-call\(", entry))}
+    entry = hlo[hlo.find("ENTRY") :]
+    return {
+        "fusions": len(re.findall(r"= \S+ fusion\(", entry)),
+        "custom-calls": len(re.findall(r"custom-call\(", entry)),
+    }
 
 
 def compiled_for_description(config: sl.LabConfig, dtype: str):
     """The step compiled for the app's own description of ``--chip`` (a 1-GPU topology, no GPU used)."""
     from jax.experimental import topologies
 
-    desc = topologies.get_topology_desc(platform="cuda", target_config=targets._gpu_target_config(CHIP),
-                                        topology="1x1x1")
+    desc = topologies.get_topology_desc(
+        platform="cuda", target_config=targets._gpu_target_config(CHIP), topology="1x1x1"
+    )
     plan = sl.plan(config)
     plan.mesh = jax.sharding.Mesh(np.array(desc.devices).reshape(plan.mesh.devices.shape), plan.mesh.axis_names)
     return lower_train_step(plan, dtype).compile()
@@ -86,8 +119,14 @@ def main() -> None:
     measure_on = os.environ.get("SHARDING_LAB_PLATFORM", "gpu")
     out = [f"jax {jax.__version__}; devices: {jax.devices()}"]
     device = jax.devices()[0]
-    out.append("device: " + ", ".join(f"{k}={getattr(device, k)}" for k in
-                                      ("device_kind", "core_count", "compute_capability") if hasattr(device, k)))
+    out.append(
+        "device: "
+        + ", ".join(
+            f"{k}={getattr(device, k)}"
+            for k in ("device_kind", "core_count", "compute_capability")
+            if hasattr(device, k)
+        )
+    )
     print("\n".join(out), flush=True)
 
     # 1. predicted (XLA:CPU + roofline, as on a laptop) beside measured (XLA:GPU, real arrays)
@@ -101,15 +140,37 @@ def main() -> None:
         p = predicted[(label, dtype)]
         try:
             measured = measure_step(config_of(argv), dtype, repeats)
-            rows.append([label, dtype, format_seconds(p.step_s), p.bound, format_seconds(measured),
-                         f"{measured / p.step_s:.2f}", f"{p.flops / measured / p.peak:.0%}"])
+            rows.append(
+                [
+                    label,
+                    dtype,
+                    format_seconds(p.step_s),
+                    p.bound,
+                    format_seconds(measured),
+                    f"{measured / p.step_s:.2f}",
+                    f"{p.flops / measured / p.peak:.0%}",
+                ]
+            )
         except Exception as error:  # one failure must not lose the others' figures
-            rows.append([label, dtype, format_seconds(p.step_s), p.bound, f"failed: {type(error).__name__}: "
-                         f"{str(error)[:120]}", "", ""])
+            rows.append(
+                [
+                    label,
+                    dtype,
+                    format_seconds(p.step_s),
+                    p.bound,
+                    f"failed: {type(error).__name__}: {str(error)[:120]}",
+                    "",
+                    "",
+                ]
+            )
         print(rows[-1], flush=True)
-    out.append(table(f"1. Step time: predicted ({args.chip} roofline of the XLA:CPU program) vs measured",
-                     ["config", "dtype", "predicted", "bound", "measured (median)", "measured ÷ predicted",
-                      "MFU measured"], rows))
+    out.append(
+        table(
+            f"1. Step time: predicted ({args.chip} roofline of the XLA:CPU program) vs measured",
+            ["config", "dtype", "predicted", "bound", "measured (median)", "measured ÷ predicted", "MFU measured"],
+            rows,
+        )
+    )
 
     # 2. the app's GPU description, compiled without the GPU, vs the real GPU's compile
     rows = []
@@ -120,15 +181,37 @@ def main() -> None:
             ours = compiled_for_description(config, dtype)
             a, b = memory(ours), memory(real)
             ka, kb = kernels(ours.as_text()), kernels(real.as_text())
-            rows.append([label, dtype, gb(a["temp"]), gb(b["temp"]), gb(a["argument"]), gb(b["argument"]),
-                         f"{ka['fusions']} / {ka['custom-calls']}", f"{kb['fusions']} / {kb['custom-calls']}"])
+            rows.append(
+                [
+                    label,
+                    dtype,
+                    gb(a["temp"]),
+                    gb(b["temp"]),
+                    gb(a["argument"]),
+                    gb(b["argument"]),
+                    f"{ka['fusions']} / {ka['custom-calls']}",
+                    f"{kb['fusions']} / {kb['custom-calls']}",
+                ]
+            )
         except Exception as error:
             rows.append([label, dtype, f"failed: {type(error).__name__}: {str(error)[:160]}", "", "", "", "", ""])
         print(rows[-1], flush=True)
-    out.append(table("2. Compiled for the app's description of the chip (no GPU) vs for the real GPU",
-                     ["config", "dtype", "temp (description)", "temp (real)", "arguments (description)",
-                      "arguments (real)", "fusions / library calls (description)",
-                      "fusions / library calls (real)"], rows))
+    out.append(
+        table(
+            "2. Compiled for the app's description of the chip (no GPU) vs for the real GPU",
+            [
+                "config",
+                "dtype",
+                "temp (description)",
+                "temp (real)",
+                "arguments (description)",
+                "arguments (real)",
+                "fusions / library calls (description)",
+                "fusions / library calls (real)",
+            ],
+            rows,
+        )
+    )
     out.append("The app's description of the chip:\n```\n" + targets._gpu_target_config(args.chip) + "```")
 
     # 3. the trainer as the app runs it (f32, chunks of 100 steps)

@@ -51,9 +51,16 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
-CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic",
-                  "--disable-background-networking", "--disable-component-update", "--disable-sync",
-                  "--no-first-run"]
+CHROMIUM_FLAGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+]
 PRESETS = ["seed", "replicated", "dp", "fsdp", "tp", "fsdp_tp"]
 MESHES = [(2, 4), (4, 2), (1, 8), (8, 1), (2, 2), (4, 1), (1, 4), (2, 1)]
 NO_LOSS = "—"
@@ -69,7 +76,7 @@ SCREENSHOTS: Path | None = ROOT / "artifacts" / "load"  # a session that does no
 def preset_titles() -> dict[str, str]:
     """The preset names as the Preset combobox shows them (the app's own titles)."""
     sys.path.insert(0, str(ROOT))
-    from sharding_lab.rules import PRESETS as APP_PRESETS
+    from sharding_lab.sharding.rules import PRESETS as APP_PRESETS
 
     return {name: preset.title for name, preset in APP_PRESETS.items()}
 
@@ -104,8 +111,16 @@ def session_plans(sessions: int, steps: int, own_axes: bool = False, edits: bool
     for i in range(sessions):
         preset = PRESETS[i % len(PRESETS)]
         edit, edit_to = {1: ("lr", EDIT_LR), 3: ("preset", PRESETS[(i + 1) % len(PRESETS)])}.get(i % 4, (None, ""))
-        plans.append(SessionPlan(i, preset, MESHES[i % len(MESHES)], (f"d{i}", f"m{i}") if own_axes else
-                                 ("data", "model"), steps + 10 * i, *((edit, edit_to) if edits else (None, ""))))
+        plans.append(
+            SessionPlan(
+                i,
+                preset,
+                MESHES[i % len(MESHES)],
+                (f"d{i}", f"m{i}") if own_axes else ("data", "model"),
+                steps + 10 * i,
+                *((edit, edit_to) if edits else (None, "")),
+            )
+        )
     return plans
 
 
@@ -180,8 +195,11 @@ def page_errors(state: dict) -> list[str]:
         errors.append("'Traceback' on the page")
     if state["connectionError"]:
         errors.append("Streamlit 'Connection error'")
-    errors += [f"{a['kind']}: {a['text'][:200]}" for a in state["alerts"]
-               if a["kind"] == "error" or "failed" in a["text"].lower()]
+    errors += [
+        f"{a['kind']}: {a['text'][:200]}"
+        for a in state["alerts"]
+        if a["kind"] == "error" or "failed" in a["text"].lower()
+    ]
     return errors
 
 
@@ -206,8 +224,10 @@ async def wait_until(page, predicate, timeout: float, what: str, seen: list[str]
         if predicate(state):
             return state
         if time.monotonic() > deadline:
-            raise TimeoutError(f"timed out after {timeout:.0f} s waiting for {what}; page: "
-                               f"{json.dumps({k: state[k] for k in ('headings', 'captions', 'progress', 'alerts')})[:900]}")
+            raise TimeoutError(
+                f"timed out after {timeout:.0f} s waiting for {what}; page: "
+                f"{json.dumps({k: state[k] for k in ('headings', 'captions', 'progress', 'alerts')})[:900]}"
+            )
         await asyncio.sleep(IDLE_POLL_S)
 
 
@@ -268,8 +288,9 @@ async def edit_while_training(page, plan: SessionPlan, titles: dict[str, str]) -
         await choose_preset(page, titles[plan.edit_to])
 
 
-async def configure(page, url: str, plan: SessionPlan, title: str, result: "SessionResult",
-                    timeout: float, attempts: int = 4) -> None:
+async def configure(
+    page, url: str, plan: SessionPlan, title: str, result: "SessionResult", timeout: float, attempts: int = 4
+) -> None:
     """Open the app (Layout page), follow the link to Train, set this session's preset, mesh and
     axis names in the sidebar and its steps; done when the Train page's caption (drawn by the
     server) shows this session's mesh and preset. An edit the server never saw is typed again
@@ -279,9 +300,13 @@ async def configure(page, url: str, plan: SessionPlan, title: str, result: "Sess
     await page.goto(url, timeout=timeout * 1000)
     await wait_until(page, lambda s: "Sharding layout" in s["headings"], timeout, "the Layout page", seen)
     await page.get_by_role("link", name="Train", exact=True).click()
-    await wait_until(page, lambda s: "Train" in s["headings"] and any(
-        a["text"].startswith("Press Train") for a in s["alerts"]), deadline - time.monotonic(), "the Train page",
-        seen)
+    await wait_until(
+        page,
+        lambda s: "Train" in s["headings"] and any(a["text"].startswith("Press Train") for a in s["alerts"]),
+        deadline - time.monotonic(),
+        "the Train page",
+        seen,
+    )
     for attempt in range(attempts):
         if plan.preset != "seed":
             await choose_preset(page, title)
@@ -291,22 +316,35 @@ async def configure(page, url: str, plan: SessionPlan, title: str, result: "Sess
         await set_input(page, "Name 1", plan.axes[0], force)
         await set_input(page, "Name 2", plan.axes[1], force)
         try:
-            await wait_until(page, own_caption(plan), min(60.0, max(1.0, deadline - time.monotonic())),
-                             f"the Train page caption to show {plan.label} · preset {plan.preset}", seen)
+            await wait_until(
+                page,
+                own_caption(plan),
+                min(60.0, max(1.0, deadline - time.monotonic())),
+                f"the Train page caption to show {plan.label} · preset {plan.preset}",
+                seen,
+            )
             break
         except TimeoutError:
             if attempt == attempts - 1 or time.monotonic() > deadline:
                 raise
             result.reapplied += 1
             state = await read_state(page)
-            boxes = {label: await page.get_by_label(label, exact=True).input_value()
-                     for label in ("Size 1", "Size 2", "Name 1", "Name 2")}
+            boxes = {
+                label: await page.get_by_label(label, exact=True).input_value()
+                for label in ("Size 1", "Size 2", "Name 1", "Name 2")
+            }
             result.lost_edits.append(f"sidebar shows {boxes}, server drew {state['captions'][1:2]}")
     await set_input(page, "Steps", str(plan.steps))
 
 
-async def train(page, plan: SessionPlan, result: SessionResult, timeout: float, max_retries: int,
-                titles: dict[str, str] | None = None) -> None:
+async def train(
+    page,
+    plan: SessionPlan,
+    result: SessionResult,
+    timeout: float,
+    max_retries: int,
+    titles: dict[str, str] | None = None,
+) -> None:
     """Click Train (again while the server is busy); watch until the run's verdict — making the
     session's edit, if it has one, once the first loss shows."""
     train_button = page.get_by_role("button", name="Train", exact=True)
@@ -339,8 +377,9 @@ async def train(page, plan: SessionPlan, result: SessionResult, timeout: float, 
                 result.edited_s = now - first_click
                 await edit_while_training(page, plan, titles or {})
                 continue
-            result.edit_noted = result.edit_noted or any(c.startswith("This run trains what it started with")
-                                                         for c in state["captions"])
+            result.edit_noted = result.edit_noted or any(
+                c.startswith("This run trains what it started with") for c in state["captions"]
+            )
             verdict = [a["text"] for a in state["alerts"] if "layout verified on" in a["text"]]
             if verdict and state["script"] == "notRunning":
                 if plan.edit and result.edited_s is None:
@@ -358,8 +397,12 @@ async def train(page, plan: SessionPlan, result: SessionResult, timeout: float, 
                 result.finish_s = result.finish_s or now - first_click
                 result.status = "finished"
                 return
-        elif (any("server is busy" in a["text"] for a in state["alerts"])
-              and state["script"] == "notRunning" and (saw_run or now - clicked > 3) and now - clicked > 0.3):
+        elif (
+            any("server is busy" in a["text"] for a in state["alerts"])
+            and state["script"] == "notRunning"
+            and (saw_run or now - clicked > 3)
+            and now - clicked > 0.3
+        ):
             if result.busy_retries >= max_retries:
                 result.status = f"still busy after {max_retries} retries"
                 return
@@ -384,16 +427,22 @@ async def check_final(page, plan: SessionPlan, title: str, result: SessionResult
         kept = {"lr": "learning rate 0.01", "preset": f"rules preset {plan.preset}"}[plan.edit]
         note = [c for c in state["captions"] if c.startswith("This run trains what it started with")]
         if not note or kept not in note[0]:
-            result.crosstalk.append(f"after the {plan.edit} edit the page does not say the run kept {kept!r}: "
-                                    f"{note[:1]}")
+            result.crosstalk.append(
+                f"after the {plan.edit} edit the page does not say the run kept {kept!r}: {note[:1]}"
+            )
     want = f"finished — step {plan.steps:,} / {plan.steps:,}"
     if state["progress"] != [want]:
         result.crosstalk.append(f"progress {state['progress']} (want {want!r})")
     verified = f"layout verified on {plan.devices} devices"
     if not any(verified in a["text"] for a in state["alerts"]):
         result.crosstalk.append(f"verdict {[a['text'][:80] for a in state['alerts']]} (want {verified!r})")
-    widgets = {"Size 1": str(plan.shape[0]), "Size 2": str(plan.shape[1]), "Name 1": plan.axes[0],
-               "Name 2": plan.axes[1], "Steps": str(plan.steps)}
+    widgets = {
+        "Size 1": str(plan.shape[0]),
+        "Size 2": str(plan.shape[1]),
+        "Name 1": plan.axes[0],
+        "Name 2": plan.axes[1],
+        "Steps": str(plan.steps),
+    }
     if plan.edit == "lr" and edited:
         widgets["Learning rate"] = plan.edit_to
     for label, value in widgets.items():
@@ -417,8 +466,11 @@ class StartLine:
     def arrive(self) -> None:
         self.left -= 1
         if self.left <= 0 and not self.all_here.is_set():
-            print(f"every session is set up: all press Train now ({time.strftime('%H:%M:%S')})",
-                  file=sys.stderr, flush=True)
+            print(
+                f"every session is set up: all press Train now ({time.strftime('%H:%M:%S')})",
+                file=sys.stderr,
+                flush=True,
+            )
             self.all_here.set()
 
     async def wait(self) -> None:
@@ -429,8 +481,9 @@ async def screenshot(page, index: int) -> None:
     if SCREENSHOTS is not None:
         SCREENSHOTS.mkdir(parents=True, exist_ok=True)
         try:
-            await page.screenshot(path=str(SCREENSHOTS / f"session-{index:02d}.png"), full_page=True,
-                                  timeout=CLOSE_TIMEOUT_S * 1000)
+            await page.screenshot(
+                path=str(SCREENSHOTS / f"session-{index:02d}.png"), full_page=True, timeout=CLOSE_TIMEOUT_S * 1000
+            )
         except Exception:  # noqa: BLE001 - a picture is a bonus
             pass
 
@@ -446,9 +499,17 @@ async def bounded(awaitable, seconds: float, what: str, result: "SessionResult |
         return None
 
 
-async def run_session(browser, url: str, plan: SessionPlan, title: str, ready: StartLine | None,
-                      timeout: float, max_retries: int, arrive_at: float = 0.0,
-                      result: SessionResult | None = None) -> SessionResult:
+async def run_session(
+    browser,
+    url: str,
+    plan: SessionPlan,
+    title: str,
+    ready: StartLine | None,
+    timeout: float,
+    max_retries: int,
+    arrive_at: float = 0.0,
+    result: SessionResult | None = None,
+) -> SessionResult:
     result = result if result is not None else SessionResult(plan)
     context = await browser.new_context(viewport={"width": 1280, "height": 800}, reduced_motion="reduce")
     await context.add_init_script(NO_ANIMATIONS_JS)
@@ -483,14 +544,24 @@ async def run_session(browser, url: str, plan: SessionPlan, title: str, ready: S
     return result
 
 
-async def watched_session(browser, url: str, plan: SessionPlan, title: str, ready: StartLine | None,
-                          timeout: float, max_retries: int, arrive_at: float, result: SessionResult) -> None:
+async def watched_session(
+    browser,
+    url: str,
+    plan: SessionPlan,
+    title: str,
+    ready: StartLine | None,
+    timeout: float,
+    max_retries: int,
+    arrive_at: float,
+    result: SessionResult,
+) -> None:
     """One session, given up (and said so) past its own time plus a grace for the last look, the
     picture and closing — whatever the browser or the server does meanwhile."""
     limit = arrive_at + timeout + SESSION_GRACE_S
     try:
-        await asyncio.wait_for(run_session(browser, url, plan, title, ready, timeout, max_retries, arrive_at,
-                                           result), limit)
+        await asyncio.wait_for(
+            run_session(browser, url, plan, title, ready, timeout, max_retries, arrive_at, result), limit
+        )
     except asyncio.TimeoutError:
         result.errors.append(f"hung: no verdict within {limit:.0f} s (last: {result.status})")
         result.status = f"hung ({result.status})"
@@ -556,9 +627,22 @@ class Server:
             env["SHARDING_LAB_MAX_JOBS"] = str(max_jobs)
         self.log = tempfile.NamedTemporaryFile("w+", prefix="sharding-lab-load-", suffix=".log", delete=False)
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "streamlit", "run", "app.py", "--server.headless=true",
-             f"--server.port={self.port}", "--server.address=127.0.0.1", "--browser.gatherUsageStats=false"],
-            cwd=ROOT, env=env, stdout=self.log, stderr=subprocess.STDOUT)
+            [
+                sys.executable,
+                "-m",
+                "streamlit",
+                "run",
+                "app.py",
+                "--server.headless=true",
+                f"--server.port={self.port}",
+                "--server.address=127.0.0.1",
+                "--browser.gatherUsageStats=false",
+            ],
+            cwd=ROOT,
+            env=env,
+            stdout=self.log,
+            stderr=subprocess.STDOUT,
+        )
 
     def wait_healthy(self, timeout: float = 60) -> None:
         deadline = time.monotonic() + timeout
@@ -595,10 +679,19 @@ class Server:
         self.stop()
 
 
-async def run_load(url: str, sessions: int, steps: int, timeout: float, max_retries: int = 200,
-                   together: bool = True, arrive_over: float | None = None, total_timeout: float | None = None,
-                   results: list[SessionResult] | None = None, own_axes: bool = False,
-                   edits: bool = True) -> list[SessionResult]:
+async def run_load(
+    url: str,
+    sessions: int,
+    steps: int,
+    timeout: float,
+    max_retries: int = 200,
+    together: bool = True,
+    arrive_over: float | None = None,
+    total_timeout: float | None = None,
+    results: list[SessionResult] | None = None,
+    own_axes: bool = False,
+    edits: bool = True,
+) -> list[SessionResult]:
     """All sessions in one Chromium, arriving at random times over ``arrive_over`` seconds (default
     0.5 s per session) and — when ``together`` — pressing Train at the same moment once all are set
     up; returns one result per session, in order. Each session is bounded by ``timeout`` (+ a grace)
@@ -616,9 +709,22 @@ async def run_load(url: str, sessions: int, steps: int, timeout: float, max_retr
     p = await async_playwright().start()
     try:
         browser = await p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_FLAGS)
-        tasks = [asyncio.create_task(watched_session(browser, url, plan, titles[plan.preset], ready, timeout,
-                                                     max_retries, random.uniform(0, spread), result))
-                 for plan, result in zip(plans, results)]
+        tasks = [
+            asyncio.create_task(
+                watched_session(
+                    browser,
+                    url,
+                    plan,
+                    titles[plan.preset],
+                    ready,
+                    timeout,
+                    max_retries,
+                    random.uniform(0, spread),
+                    result,
+                )
+            )
+            for plan, result in zip(plans, results)
+        ]
         _, late = await asyncio.wait(tasks, timeout=total_timeout)
         for task in late:
             task.cancel()
@@ -626,8 +732,10 @@ async def run_load(url: str, sessions: int, steps: int, timeout: float, max_retr
             await asyncio.wait(late, timeout=CLOSE_TIMEOUT_S)
         for task, result in zip(tasks, results):
             if task in late:
-                result.errors.append(f"hung: still running when the whole load test's {total_timeout:.0f} s "
-                                     f"were up (last: {result.status})")
+                result.errors.append(
+                    f"hung: still running when the whole load test's {total_timeout:.0f} s "
+                    f"were up (last: {result.status})"
+                )
                 result.status = f"hung ({result.status})"
         await bounded(browser.close(), CLOSE_TIMEOUT_S, "closing the browser")
     finally:
@@ -651,13 +759,13 @@ def server_exceptions(log: str) -> list[str]:
     return found
 
 
-def summarize(results: list[SessionResult], peak_rss: int | None, wall: float,
-              server_log: str | None = None) -> dict:
+def summarize(results: list[SessionResult], peak_rss: int | None, wall: float, server_log: str | None = None) -> dict:
     first = [r.first_loss_s for r in results if r.first_loss_s is not None]
     accepted = [r.first_loss_accepted_s for r in results if r.first_loss_accepted_s is not None]
     finish = [r.finish_s for r in results if r.finish_s is not None]
     return {
-        "sessions": len(results), "ok": sum(r.ok for r in results),
+        "sessions": len(results),
+        "ok": sum(r.ok for r in results),
         "median_first_loss_s": statistics.median(first) if first else None,
         "max_first_loss_s": max(first) if first else None,
         "median_first_loss_after_accept_s": statistics.median(accepted) if accepted else None,
@@ -683,14 +791,18 @@ def fmt(value: float | None) -> str:
 
 
 def report(results: list[SessionResult], summary: dict) -> str:
-    lines = [f"{'#':>3} {'preset':<10} {'mesh':<16} {'steps':>5} {'setup s':>7} {'busy':>4} "
-             f"{'queued s':>8} {'1st loss s':>10} {'(accepted)':>10} {'finish s':>8} {'retyped':>7}  status / problems"]
+    lines = [
+        f"{'#':>3} {'preset':<10} {'mesh':<16} {'steps':>5} {'setup s':>7} {'busy':>4} "
+        f"{'queued s':>8} {'1st loss s':>10} {'(accepted)':>10} {'finish s':>8} {'retyped':>7}  status / problems"
+    ]
     for r in results:
         problems = "; ".join(r.errors + [f"cross-talk: {c}" for c in r.crosstalk])
-        lines.append(f"{r.plan.index:>3} {r.plan.preset:<10} {r.plan.label:<16} {r.plan.steps:>5} "
-                     f"{fmt(r.setup_s):>7} {r.busy_retries:>4} {fmt(r.queued_s):>8} {fmt(r.first_loss_s):>10} "
-                     f"{fmt(r.first_loss_accepted_s):>10} {fmt(r.finish_s):>8} {r.reapplied:>7}  {r.status}"
-                     + (f" — {problems}" if problems else ""))
+        lines.append(
+            f"{r.plan.index:>3} {r.plan.preset:<10} {r.plan.label:<16} {r.plan.steps:>5} "
+            f"{fmt(r.setup_s):>7} {r.busy_retries:>4} {fmt(r.queued_s):>8} {fmt(r.first_loss_s):>10} "
+            f"{fmt(r.first_loss_accepted_s):>10} {fmt(r.finish_s):>8} {r.reapplied:>7}  {r.status}"
+            + (f" — {problems}" if problems else "")
+        )
     s = summary
     lines.append(
         f"SUMMARY sessions={s['sessions']} ok={s['ok']} "
@@ -702,7 +814,8 @@ def report(results: list[SessionResult], summary: dict) -> str:
         f"(max {fmt(s['max_queued_s'])}s) retyped={s['reapplied']} "
         f"edits={s['edits']} (after the run: {s['edits_after']}; noted on the page: {s['edits_noted']}) "
         f"server_exceptions={len(s['server_exceptions']) if s['server_exceptions'] is not None else '-'} "
-        f"wall={s['wall_s']:.1f}s")
+        f"wall={s['wall_s']:.1f}s"
+    )
     lines += [f"  server: {e}" for e in (s["server_exceptions"] or [])]
     lines += [f"  session {r.plan.index} retyped: {note}" for r in results for note in r.lost_edits]
     return "\n".join(lines)
@@ -721,20 +834,35 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--sessions", type=int, default=20)
     parser.add_argument("--steps", type=int, default=300, help="steps for session 0; session i runs steps + 10·i")
-    parser.add_argument("--max-jobs", type=int, default=None,
-                        help="SHARDING_LAB_MAX_JOBS for the server started here (default: the app's, 4)")
+    parser.add_argument(
+        "--max-jobs",
+        type=int,
+        default=None,
+        help="SHARDING_LAB_MAX_JOBS for the server started here (default: the app's, 4)",
+    )
     parser.add_argument("--timeout", type=float, default=600, help="seconds per session, all included")
-    parser.add_argument("--total-timeout", type=float, default=None,
-                        help="seconds for all sessions together (default: arrival spread + timeout + 180): "
-                             "sessions still going then are reported as hung")
+    parser.add_argument(
+        "--total-timeout",
+        type=float,
+        default=None,
+        help="seconds for all sessions together (default: arrival spread + timeout + 180): "
+        "sessions still going then are reported as hung",
+    )
     parser.add_argument("--max-retries", type=int, default=300, help="busy retries per session")
-    parser.add_argument("--arrive-over", type=float, default=None,
-                        help="students arrive at random over this many seconds (default: 0.5 s per session)")
-    parser.add_argument("--staggered", action="store_true",
-                        help="click Train as soon as each session is set up (default: all at once)")
-    parser.add_argument("--own-axes", action="store_true",
-                        help="each session names its axes d<i>/m<i> (no two programs alike: nothing a warm-up "
-                             "compiled can serve them)")
+    parser.add_argument(
+        "--arrive-over",
+        type=float,
+        default=None,
+        help="students arrive at random over this many seconds (default: 0.5 s per session)",
+    )
+    parser.add_argument(
+        "--staggered", action="store_true", help="click Train as soon as each session is set up (default: all at once)"
+    )
+    parser.add_argument(
+        "--own-axes",
+        action="store_true",
+        help="each session names its axes d<i>/m<i> (no two programs alike: nothing a warm-up compiled can serve them)",
+    )
     parser.add_argument("--no-edits", action="store_true", help="no session edits while its run trains")
     parser.add_argument("--url", help="use this running server (its RSS is not measured) instead of starting one")
     parser.add_argument("--json", type=Path, help="also write the results here")
@@ -751,14 +879,39 @@ def main(argv: list[str] | None = None) -> int:
     watchdog.daemon = True
     watchdog.start()
     if args.url:
-        asyncio.run(run_load(args.url, args.sessions, args.steps, args.timeout, args.max_retries,
-                             not args.staggered, args.arrive_over, total, results, args.own_axes, not args.no_edits))
+        asyncio.run(
+            run_load(
+                args.url,
+                args.sessions,
+                args.steps,
+                args.timeout,
+                args.max_retries,
+                not args.staggered,
+                args.arrive_over,
+                total,
+                results,
+                args.own_axes,
+                not args.no_edits,
+            )
+        )
         peak = None
     else:
         with Server(args.max_jobs) as server, RssSampler(server.proc.pid) as rss:
-            asyncio.run(run_load(server.url, args.sessions, args.steps, args.timeout,
-                                 args.max_retries, not args.staggered, args.arrive_over, total, results,
-                                 args.own_axes, not args.no_edits))
+            asyncio.run(
+                run_load(
+                    server.url,
+                    args.sessions,
+                    args.steps,
+                    args.timeout,
+                    args.max_retries,
+                    not args.staggered,
+                    args.arrive_over,
+                    total,
+                    results,
+                    args.own_axes,
+                    not args.no_edits,
+                )
+            )
             peak = rss.peak
             log = server.output()
     watchdog.cancel()
@@ -766,8 +919,11 @@ def main(argv: list[str] | None = None) -> int:
     print(report(results, summary))
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps({"summary": summary, "sessions": [
-            {**dataclasses.asdict(r), "ok": r.ok} for r in results]}, indent=1))
+        args.json.write_text(
+            json.dumps(
+                {"summary": summary, "sessions": [{**dataclasses.asdict(r), "ok": r.ok} for r in results]}, indent=1
+            )
+        )
     return 0 if summary["ok"] == summary["sessions"] and not summary["server_exceptions"] else 1
 
 

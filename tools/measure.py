@@ -12,9 +12,9 @@ import jax
 import jax.numpy as jnp
 
 import sharding_lab as sl
-from sharding_lab import mesh as mesh_module
-from sharding_lab.options import add_config_options, config_from_args
-from sharding_lab.training import step_program
+from sharding_lab.sharding import mesh as mesh_module
+from sharding_lab.training.options import add_config_options, config_from_args
+from sharding_lab.training.trainer import step_program
 
 
 def config_of(argv: list[str]) -> sl.LabConfig:
@@ -32,12 +32,14 @@ def use_platform(name: str) -> None:
 
 def materialize(abstract):
     """Real arrays with the abstract ones' shapes, dtypes and shardings (small random floats; ints 0)."""
+
     def make(leaf, key):
         if jnp.issubdtype(leaf.dtype, jnp.floating):
             value = jax.random.normal(key, leaf.shape, jnp.float32).astype(leaf.dtype) * 0.01
         else:
             value = jnp.zeros(leaf.shape, leaf.dtype)
         return jax.device_put(value, leaf.sharding)
+
     leaves, tree = jax.tree.flatten(abstract)
     keys = jax.random.split(jax.random.key(0), len(leaves))
     return jax.tree.unflatten(tree, [make(leaf, k) for leaf, k in zip(leaves, keys)])
@@ -67,8 +69,12 @@ def measure_step(config: sl.LabConfig, dtype: str, repeats: int) -> float:
 
 
 def table(title: str, header: list[str], rows: list[list[str]]) -> str:
-    lines = [f"**{title}**", "", "| " + " | ".join(header) + " |",
-             "| " + " | ".join("---" if i == 0 else "---:" for i in range(len(header))) + " |"]
+    lines = [
+        f"**{title}**",
+        "",
+        "| " + " | ".join(header) + " |",
+        "| " + " | ".join("---" if i == 0 else "---:" for i in range(len(header))) + " |",
+    ]
     return "\n".join(lines + ["| " + " | ".join(r) + " |" for r in rows]) + "\n"
 
 
@@ -78,5 +84,9 @@ def gb(n: float) -> str:
 
 def memory(compiled) -> dict[str, int]:
     m = compiled.memory_analysis()
-    return {"argument": m.argument_size_in_bytes, "output": m.output_size_in_bytes,
-            "temp": m.temp_size_in_bytes, "alias": m.alias_size_in_bytes}
+    return {
+        "argument": m.argument_size_in_bytes,
+        "output": m.output_size_in_bytes,
+        "temp": m.temp_size_in_bytes,
+        "alias": m.alias_size_in_bytes,
+    }

@@ -10,7 +10,7 @@ moves with the machine's load and cores. ``--workers N`` (default: one per core)
 Measured (the default command): before any speed-up (every candidate at 1 and 2 layers, one process) 1884 s,
 0.062 candidates/s; with the screens, the twin rule and 2 workers 398.5 s (2026-12-04, shared machine); with
 remat full compiled at full depth and every compile watched to the compiler's memory check
-(``sharding_lab.search_workers``) the ``plan --json`` run took 414.5 s, 0.475 candidates/s, on the idle
+(``sharding_lab.search.pool``) the ``plan --json`` run took 414.5 s, 0.475 candidates/s, on the idle
 machine (2026-12-05; the same run before it: 842 s). What is left is code generation of the programs that
 pass the compiler's memory check (see the README's "How long it takes").
 """
@@ -21,11 +21,23 @@ import argparse
 import sys
 import time
 
-from sharding_lab import search
-from sharding_lab.options import add_config_options, config_from_args
+from sharding_lab.search import search
+from sharding_lab.training.options import add_config_options, config_from_args
 
-DEFAULT = ["--model", "transformer", "--size", "llama3-8b", "--seq", "4096", "--target", "v5e-256",
-           "--batch-tokens", "1048576", "--optimizer", "adamw"]
+DEFAULT = [
+    "--model",
+    "transformer",
+    "--size",
+    "llama3-8b",
+    "--seq",
+    "4096",
+    "--target",
+    "v5e-256",
+    "--batch-tokens",
+    "1048576",
+    "--optimizer",
+    "adamw",
+]
 
 
 def main(argv=None) -> int:
@@ -47,16 +59,25 @@ def main(argv=None) -> int:
     def progress(done, total, result):
         c = result.candidate
         depth = "+".join(map(str, result.compiled_layers))
-        what = (f"skipped: {result.skipped}" if result.skipped else
-                f"compiled in {result.compile_s:.1f} s ({depth} layers; "
-                + ("refused" if result.refused else "fits" if result.fits else "does not fit") + ")")
-        print(f"{time.perf_counter() - started:8.1f} s  [{done}/{total}] {c.mesh_text} {c.preset} remat {c.remat}: {what}",
-              flush=True)
+        what = (
+            f"skipped: {result.skipped}"
+            if result.skipped
+            else f"compiled in {result.compile_s:.1f} s ({depth} layers; "
+            + ("refused" if result.refused else "fits" if result.fits else "does not fit")
+            + ")"
+        )
+        print(
+            f"{time.perf_counter() - started:8.1f} s  [{done}/{total}] "
+            f"{c.mesh_text} {c.preset} remat {c.remat}: {what}",
+            flush=True,
+        )
 
     found = search.search(base, args.dtype, presets, remats, progress, check=False, workers=args.workers)
     elapsed = time.perf_counter() - started
-    print(f"candidates={len(found.results)} compiled={len(found.costed)} fitting={len(found.fitting)} "
-          f"elapsed_s={elapsed:.1f}")
+    print(
+        f"candidates={len(found.results)} compiled={len(found.costed)} fitting={len(found.fitting)} "
+        f"elapsed_s={elapsed:.1f}"
+    )
     print(f"candidates_per_s={len(found.results) / elapsed:.3f}")
     return 0
 

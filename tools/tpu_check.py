@@ -14,7 +14,7 @@ each a Markdown table (also written to ``--out`` as they finish, so a run cut sh
    found the app judging against the published 16 GB, not the 15.75 GiB the compiler and the chip allow.)
 3. **The step time.** Two predictions the app makes — the XLA:CPU program priced with the v5e roofline (a
    laptop without libtpu) and the ``v5e-1`` target's own program (``cost --target v5e-1``) — beside the
-   median time of :func:`sharding_lab.training.step_program` on the chip, on real arrays.
+   median time of :func:`sharding_lab.training.trainer.step_program` on the chip, on real arrays.
 4. **The trainer** (f32, as the app trains live): steps/s on the chip.
 """
 
@@ -30,9 +30,10 @@ import time
 import jax
 
 import sharding_lab as sl
-from sharding_lab import chips, cost
+from sharding_lab import cost
 from sharding_lab.cost.roofline import format_seconds
-from sharding_lab.training import Lab, Trainer, lower_train_step, step_program
+from sharding_lab.hardware import chips
+from sharding_lab.training.trainer import Lab, Trainer, lower_train_step, step_program
 from tools.measure import config_of, gb, median_call_s, memory, table, use_platform
 
 TARGET = "v5e-1"
@@ -41,20 +42,33 @@ ONE_CHIP = ["--preset", "dp", "--mesh", "1", "--axes", "data"]
 MLP = ["--model", "mlp", "--optimizer", "seed-sgd"] + ONE_CHIP
 GPT2 = ["--model", "transformer", "--size", "gpt2-small", "--optimizer", "adamw"] + ONE_CHIP
 STEP_CONFIGS = [  # (label, argv, dtype)
-    ("MLP 4096-4096-4096, 2 hidden, batch 8192", MLP + ["--din", "4096", "--width", "4096", "--dout", "4096",
-                                                      "--hidden-layers", "2", "--batch", "8192"], "bf16"),
-    ("MLP 8192-8192-8192, 1 hidden, batch 16384", MLP + ["--din", "8192", "--width", "8192", "--dout", "8192",
-                                                       "--hidden-layers", "1", "--batch", "16384"], "bf16"),
+    (
+        "MLP 4096-4096-4096, 2 hidden, batch 8192",
+        MLP + ["--din", "4096", "--width", "4096", "--dout", "4096", "--hidden-layers", "2", "--batch", "8192"],
+        "bf16",
+    ),
+    (
+        "MLP 8192-8192-8192, 1 hidden, batch 16384",
+        MLP + ["--din", "8192", "--width", "8192", "--dout", "8192", "--hidden-layers", "1", "--batch", "16384"],
+        "bf16",
+    ),
     ("GPT-2 small, 8×1024 tokens, AdamW", GPT2 + ["--batch", "8"], "mixed"),
     ("GPT-2 small, 16×1024 tokens, AdamW, remat full", GPT2 + ["--batch", "16", "--remat", "full"], "mixed"),
 ]
 FIT_CONFIGS = [  # near the chip's 16 GB, smallest first (the chip's peak memory only grows within a process)
     (f"GPT-2 small, {b}×1024 tokens, AdamW", GPT2 + ["--batch", str(b)], "mixed") for b in (12, 13, 14)
 ] + [("GPT-2 small, 32×1024 tokens, AdamW, remat full", GPT2 + ["--batch", "32", "--remat", "full"], "mixed")]
-TRAINER_CONFIGS = [("the app's default MLP, dp", ONE_CHIP, "f32"),
-                   ("the app's default transformer, dp", ["--model", "transformer"] + ONE_CHIP, "f32")]
-QUICK = [("MLP 64-256-64, 1 hidden, batch 256", MLP + ["--din", "64", "--width", "256", "--dout", "64",
-                                                      "--hidden-layers", "1", "--batch", "256"], "bf16")]
+TRAINER_CONFIGS = [
+    ("the app's default MLP, dp", ONE_CHIP, "f32"),
+    ("the app's default transformer, dp", ["--model", "transformer"] + ONE_CHIP, "f32"),
+]
+QUICK = [
+    (
+        "MLP 64-256-64, 1 hidden, batch 256",
+        MLP + ["--din", "64", "--width", "256", "--dout", "64", "--hidden-layers", "1", "--batch", "256"],
+        "bf16",
+    )
+]
 
 
 def on_target(config: sl.LabConfig) -> sl.LabConfig:
@@ -150,19 +164,37 @@ def measured_beside_predicted(report: Report, configs, repeats: int, laptop: set
                 hlo = ""
                 if config.model.family == "mlp":  # cheap to compile twice: the whole program compared
                     hlo = same_program(lower_train_step(sl.plan(on_target(config)), dtype).compile(), compiled)
-                compare.append([label, dtype] + [f"{gb(ours.get(k, float('nan')))} / {gb(m[k])}"
-                                                 for k in ("temp", "argument", "output")]
-                               + [f"{b.flops:.4g} / {flops:.4g}", f"{b.hbm_bytes:.4g} / {accessed:.4g}", hlo])
+                compare.append(
+                    [label, dtype]
+                    + [f"{gb(ours.get(k, float('nan')))} / {gb(m[k])}" for k in ("temp", "argument", "output")]
+                    + [f"{b.flops:.4g} / {flops:.4g}", f"{b.hbm_bytes:.4g} / {accessed:.4g}", hlo]
+                )
             peak = peak_bytes()
             verdict = "refused by the compiler" if b.refused else ("fits" if b.fits else "over the usable HBM")
             ran = f"ran, {format_seconds(seconds)}/step" if seconds else f"did not run: {failed}"
-            fit_rows.append([label, dtype, gb(b.hbm_needed) if not b.refused else "", verdict, ran,
-                             gb(peak) if peak is not None else "n/a"])
+            fit_rows.append(
+                [
+                    label,
+                    dtype,
+                    gb(b.hbm_needed) if not b.refused else "",
+                    verdict,
+                    ran,
+                    gb(peak) if peak is not None else "n/a",
+                ]
+            )
             if seconds and not b.refused:
-                times.append([label, dtype, f"{format_seconds(a.step_s)} ({a.bound})" if a else "",
-                              f"{format_seconds(b.step_s)} ({b.bound})", format_seconds(seconds),
-                              f"{seconds / a.step_s:.2f}" if a else "", f"{seconds / b.step_s:.2f}",
-                              f"{b.flops / seconds / b.peak:.0%}"])
+                times.append(
+                    [
+                        label,
+                        dtype,
+                        f"{format_seconds(a.step_s)} ({a.bound})" if a else "",
+                        f"{format_seconds(b.step_s)} ({b.bound})",
+                        format_seconds(seconds),
+                        f"{seconds / a.step_s:.2f}" if a else "",
+                        f"{seconds / b.step_s:.2f}",
+                        f"{b.flops / seconds / b.peak:.0%}",
+                    ]
+                )
         except Exception as error:
             compare.append([label, dtype, f"failed: {type(error).__name__}: {str(error)[:160]}"] + [""] * 5)
         print(compare[-1], fit_rows[-1:], times[-1:], flush=True)
@@ -171,16 +203,49 @@ def measured_beside_predicted(report: Report, configs, repeats: int, laptop: set
 
 
 def publish(report: Report, compare, fit_rows, times, show: bool) -> None:
-    report.set("1", table(f"1. The app's {TARGET} compile (no chip) / the real chip's compile of the same step",
-                          ["config", "dtype", "temp", "arguments", "outputs", "FLOPs", "bytes accessed",
-                           "HLO program"], compare), show)
-    report.set("2", table(f"2. Fits: the app's verdict for {TARGET} beside what the real chip did",
-                          ["config", "dtype", "HBM needed (compiler)", "app's verdict", "on the chip",
-                           "chip's peak bytes in use so far"], fit_rows), show)
-    report.set("3", table("3. Step time: predicted (v5e roofline) vs measured on the chip",
-                          ["config", "dtype", "predicted from XLA:CPU (laptop)", f"predicted from {TARGET} (libtpu)",
-                           "measured (median)", "measured ÷ XLA:CPU's", f"measured ÷ {TARGET}'s",
-                           "MFU measured (libtpu FLOPs)"], times), show)
+    report.set(
+        "1",
+        table(
+            f"1. The app's {TARGET} compile (no chip) / the real chip's compile of the same step",
+            ["config", "dtype", "temp", "arguments", "outputs", "FLOPs", "bytes accessed", "HLO program"],
+            compare,
+        ),
+        show,
+    )
+    report.set(
+        "2",
+        table(
+            f"2. Fits: the app's verdict for {TARGET} beside what the real chip did",
+            [
+                "config",
+                "dtype",
+                "HBM needed (compiler)",
+                "app's verdict",
+                "on the chip",
+                "chip's peak bytes in use so far",
+            ],
+            fit_rows,
+        ),
+        show,
+    )
+    report.set(
+        "3",
+        table(
+            "3. Step time: predicted (v5e roofline) vs measured on the chip",
+            [
+                "config",
+                "dtype",
+                "predicted from XLA:CPU (laptop)",
+                f"predicted from {TARGET} (libtpu)",
+                "measured (median)",
+                "measured ÷ XLA:CPU's",
+                f"measured ÷ {TARGET}'s",
+                "MFU measured (libtpu FLOPs)",
+            ],
+            times,
+        ),
+        show,
+    )
 
 
 def trainer(report: Report, configs, steps: int) -> None:
@@ -191,8 +256,14 @@ def trainer(report: Report, configs, steps: int) -> None:
         result = Trainer(Lab(config_of(argv + ["--steps", str(steps), "--chunk", "100"]))).run()
         rows.append([label, f"{result.steps_per_s:,.0f}", f"{result.final_loss:.4g}"])
         print(rows[-1], flush=True)
-    report.set("4", table("4. The trainer (f32, chunks of 100 steps, the first chunk's compile included)",
-                     ["config", "steps/s", "final loss"], rows))
+    report.set(
+        "4",
+        table(
+            "4. The trainer (f32, chunks of 100 steps, the first chunk's compile included)",
+            ["config", "steps/s", "final loss"],
+            rows,
+        ),
+    )
 
 
 def main() -> None:
@@ -200,10 +271,17 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=20)
     parser.add_argument("--quick", action="store_true", help="one tiny config, few repeats (a dry run)")
     parser.add_argument("--budget-s", type=float, default=400, help="skip what is left after this many seconds")
-    parser.add_argument("--fit-batches", default=None,
-                        help="only the fits check, GPT-2 small at these batch sizes (e.g. 15,16,17): where the chip says no")
-    parser.add_argument("--fit-remat", default="none", choices=("none", "full"),
-                        help="with --fit-batches: the blocks rematerialised (a scan) or not")
+    parser.add_argument(
+        "--fit-batches",
+        default=None,
+        help="only the fits check, GPT-2 small at these batch sizes (e.g. 15,16,17): where the chip says no",
+    )
+    parser.add_argument(
+        "--fit-remat",
+        default="none",
+        choices=("none", "full"),
+        help="with --fit-batches: the blocks rematerialised (a scan) or not",
+    )
     parser.add_argument("--out", default=None, help="also write the tables to this file")
     args = parser.parse_args()
     report = Report(args.out, time.perf_counter(), args.budget_s)
@@ -211,17 +289,27 @@ def main() -> None:
     repeats = 3 if args.quick else args.repeats
     device = jax.devices()[0]
     stats = device.memory_stats() or {}
-    versions = ", ".join(f"{name} {importlib.metadata.version(name)}" for name in ("jax", "jaxlib", "libtpu", "flax")
-                         if _installed(name))
-    report.set("0", f"{versions}; device: {device.device_kind} ({device.platform}); its memory limit "
-               f"{stats.get('bytes_limit', 'n/a')} bytes; the app's v5e: {chips.chip('tpu-v5e').hbm_bytes:.0f} "
-               f"bytes HBM, {chips.chip('tpu-v5e').peak_flops['bf16']:.3g} FLOP/s bf16\n")
+    versions = ", ".join(
+        f"{name} {importlib.metadata.version(name)}" for name in ("jax", "jaxlib", "libtpu", "flax") if _installed(name)
+    )
+    report.set(
+        "0",
+        f"{versions}; device: {device.device_kind} ({device.platform}); its memory limit "
+        f"{stats.get('bytes_limit', 'n/a')} bytes; the app's v5e: {chips.chip('tpu-v5e').hbm_bytes:.0f} "
+        f"bytes HBM, {chips.chip('tpu-v5e').peak_flops['bf16']:.3g} FLOP/s bf16\n",
+    )
     global REAL
     REAL = "gpu" if device.platform != "cpu" else "cpu"
     if args.fit_batches:  # only the fits check, at the sizes asked for
         remat = [] if args.fit_remat == "none" else ["--remat", args.fit_remat]
-        runs = [(f"GPT-2 small, {b}×1024 tokens, AdamW{', remat ' + args.fit_remat if remat else ''}",
-                 GPT2 + ["--batch", b] + remat, "mixed") for b in args.fit_batches.split(",")]
+        runs = [
+            (
+                f"GPT-2 small, {b}×1024 tokens, AdamW{', remat ' + args.fit_remat if remat else ''}",
+                GPT2 + ["--batch", b] + remat,
+                "mixed",
+            )
+            for b in args.fit_batches.split(",")
+        ]
         measured_beside_predicted(report, runs, 3, set())
         return
     # the most telling first, in case the budget runs out; the laptop's XLA:CPU compile only where cheap

@@ -25,8 +25,18 @@ import numpy as np
 from flax import nnx
 
 from sharding_lab.errors import ConfigError
-from sharding_lab.models import (DP_TEXTBOOK, FSDP_TEXTBOOK, MEGATRON_TEXTBOOK, REPLICATED_TEXTBOOK, ArraySpec,
-                                 ModelFamily, Preset, SizeField, param, register)
+from sharding_lab.models import (
+    DP_TEXTBOOK,
+    FSDP_TEXTBOOK,
+    MEGATRON_TEXTBOOK,
+    REPLICATED_TEXTBOOK,
+    ArraySpec,
+    ModelFamily,
+    Preset,
+    SizeField,
+    param,
+    register,
+)
 from sharding_lab.models.ops import like_columns, matmul
 
 
@@ -53,9 +63,13 @@ class ResidualMLP(nnx.Module):
         f = spec.features
         self.w_in = param(jax.random.normal(rngs.params(), (1, f)), shard, "w_in", None, "cols")
         self.b_in = param(jnp.zeros((f,)), shard, "b_in", "cols")
-        self.blocks = nnx.List([param(jax.random.normal(rngs.params(), (f, f)) * f ** -0.5, shard, "w_block",
-                                      "rows", "cols") for _ in range(spec.residual_blocks)])
-        self.w_out = param(jax.random.normal(rngs.params(), (f, 1)) * f ** -0.5, shard, "w_out", "rows", None)
+        self.blocks = nnx.List(
+            [
+                param(jax.random.normal(rngs.params(), (f, f)) * f**-0.5, shard, "w_block", "rows", "cols")
+                for _ in range(spec.residual_blocks)
+            ]
+        )
+        self.w_out = param(jax.random.normal(rngs.params(), (f, 1)) * f**-0.5, shard, "w_out", "rows", None)
 
     def __call__(self, x):
         z = matmul(x, self.w_in[...])
@@ -78,15 +92,33 @@ def squared_error(model, x, y):
 
 
 # Presets are written with roles ("data", "model"); Sharding Lab binds them to the mesh's axes.
-PRESETS = {p.name: p for p in [
-    Preset("replicated", "Replicated", "Every device holds everything.", {}, textbook=REPLICATED_TEXTBOOK),
-    Preset("dp", "Data parallel", "The batch's rows split on data; weights replicated.", {"batch": "data"},
-           textbook=DP_TEXTBOOK),
-    Preset("fsdp", "FSDP", "The batch and every weight's input units split on data.",
-           {"batch": "data", "rows": "data"}, textbook=FSDP_TEXTBOOK),
-    Preset("tp", "Tensor parallel", "Every weight's output units split on model.", {"cols": "model"},
-           textbook=MEGATRON_TEXTBOOK),
-]}
+PRESETS = {
+    p.name: p
+    for p in [
+        Preset("replicated", "Replicated", "Every device holds everything.", {}, textbook=REPLICATED_TEXTBOOK),
+        Preset(
+            "dp",
+            "Data parallel",
+            "The batch's rows split on data; weights replicated.",
+            {"batch": "data"},
+            textbook=DP_TEXTBOOK,
+        ),
+        Preset(
+            "fsdp",
+            "FSDP",
+            "The batch and every weight's input units split on data.",
+            {"batch": "data", "rows": "data"},
+            textbook=FSDP_TEXTBOOK,
+        ),
+        Preset(
+            "tp",
+            "Tensor parallel",
+            "Every weight's output units split on model.",
+            {"cols": "model"},
+            textbook=MEGATRON_TEXTBOOK,
+        ),
+    ]
+}
 
 
 @register
@@ -100,12 +132,16 @@ class SineFamily(ModelFamily):
     default_preset = "dp"
     export_objects = (ResidualMLP, sine_points, squared_error)
     train_defaults = {"optimizer": "adamw", "lr": 0.01, "steps": 600}
-    size_fields = {"features": SizeField("Features", 1, 4096, "--features", "hidden units"),
-                   "residual_blocks": SizeField("Residual blocks", 0, 8, "--residual-blocks")}
+    size_fields = {
+        "features": SizeField("Features", 1, 4096, "--features", "hidden units"),
+        "residual_blocks": SizeField("Residual blocks", 0, 8, "--residual-blocks"),
+    }
 
     def batch(self, spec, batch_size: int) -> dict[str, ArraySpec]:
-        return {"x": ArraySpec((batch_size, 1), ("batch", None), "x"),
-                "y": ArraySpec((batch_size, 1), ("batch", None), "y")}
+        return {
+            "x": ArraySpec((batch_size, 1), ("batch", None), "x"),
+            "y": ArraySpec((batch_size, 1), ("batch", None), "y"),
+        }
 
     def activation_bytes(self, spec, batch_size: int) -> int:
         return 2 * 4 * batch_size * spec.features * (spec.residual_blocks + 1)  # forward and backward

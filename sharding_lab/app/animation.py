@@ -4,14 +4,14 @@ One row per device of the group (in ring order), one column per block of the arr
 coloured like the device whose block it is — the device that owns it at the start of an
 all-gather, the one that ends up holding its sum in a reduce-scatter — as on the shard maps; a
 cell's text says how many devices' contributions it sums (``3/4``). Arrows show each step's sends.
-The schedule itself is :func:`sharding_lab.ring.schedule` (data, tested); this only draws it.
+The schedule itself is :func:`sharding_lab.program.ring.schedule` (data, tested); this only draws it.
 """
 
 from __future__ import annotations
 
 import plotly.graph_objects as go
 
-from ..ring import RING_OPS, Chain, schedule
+from ..program.ring import RING_OPS, Chain, schedule
 from .figures import device_color
 
 
@@ -34,8 +34,10 @@ def _cells(held, group: list[int], op: str):
                 hovers.append(f"device {group[d]} holds block {b} (device {owner}'s)")
             else:
                 texts.append(f"{len(sources)}/{n}")
-                hovers.append(f"device {group[d]}: block {b} summed over devices "
-                              + ", ".join(str(group[s]) for s in sorted(sources)))
+                hovers.append(
+                    f"device {group[d]}: block {b} summed over devices "
+                    + ", ".join(str(group[s]) for s in sorted(sources))
+                )
     return xs, ys, colors, texts, hovers
 
 
@@ -46,11 +48,25 @@ def _arrows(step) -> list[dict]:
     for send in step.sends:
         wraps = send.receiver < send.sender
         x = send.block + (0.38 if wraps else 0)
-        arrows.append(dict(x=x, y=send.receiver - (0.3 if not wraps else -0.3), ax=x,
-                           ay=send.sender + (0.3 if not wraps else -0.3), xref="x", yref="y", axref="x", ayref="y",
-                           showarrow=True, arrowhead=3, arrowsize=1.2, arrowwidth=2,
-                           arrowcolor="#999" if wraps else "#333", text="",
-                           hovertext=f"ring closes: device position {send.sender} → {send.receiver}" if wraps else None))
+        arrows.append(
+            dict(
+                x=x,
+                y=send.receiver - (0.3 if not wraps else -0.3),
+                ax=x,
+                ay=send.sender + (0.3 if not wraps else -0.3),
+                xref="x",
+                yref="y",
+                axref="x",
+                ayref="y",
+                showarrow=True,
+                arrowhead=3,
+                arrowsize=1.2,
+                arrowwidth=2,
+                arrowcolor="#999" if wraps else "#333",
+                text="",
+                hovertext=f"ring closes: device position {send.sender} → {send.receiver}" if wraps else None,
+            )
+        )
     return arrows
 
 
@@ -64,24 +80,43 @@ def ring_animation(op: str, group: list[int], block_bytes: int) -> go.Figure:
     titles = []
     for i, step in enumerate(steps):
         if i == 0:
-            titles.append("start: " + ("each device holds its own block" if op == "all-gather"
-                                       else "each device holds its own partial sum of every block"))
+            titles.append(
+                "start: "
+                + (
+                    "each device holds its own block"
+                    if op == "all-gather"
+                    else "each device holds its own partial sum of every block"
+                )
+            )
         else:
-            titles.append(f"step {i}/{len(steps) - 1} ({step.phase}): every device sends one block "
-                          f"({block_bytes:,} bytes) to the next")
+            titles.append(
+                f"step {i}/{len(steps) - 1} ({step.phase}): every device sends one block "
+                f"({block_bytes:,} bytes) to the next"
+            )
     if len(steps) > 1:
-        titles[-1] += "<br>done: " + ("every device holds every block" if op != "reduce-scatter"
-                                      else "each device holds its block, summed over all")
+        titles[-1] += "<br>done: " + (
+            "every device holds every block"
+            if op != "reduce-scatter"
+            else "each device holds its block, summed over all"
+        )
 
     def trace(step):
         xs, ys, colors, texts, hovers = _cells(step.held, group, op)
-        return go.Scatter(x=xs, y=ys, mode="markers+text", text=texts, hovertext=hovers, hoverinfo="text",
-                          marker=dict(symbol="square", size=46, color=colors, line=dict(color="#999", width=1)),
-                          textfont=dict(color="white", size=12))
+        return go.Scatter(
+            x=xs,
+            y=ys,
+            mode="markers+text",
+            text=texts,
+            hovertext=hovers,
+            hoverinfo="text",
+            marker=dict(symbol="square", size=46, color=colors, line=dict(color="#999", width=1)),
+            textfont=dict(color="white", size=12),
+        )
 
-    frames = [go.Frame(data=[trace(step)], name=str(i),
-                       layout=go.Layout(annotations=_arrows(step), title_text=titles[i]))
-              for i, step in enumerate(steps)]
+    frames = [
+        go.Frame(data=[trace(step)], name=str(i), layout=go.Layout(annotations=_arrows(step), title_text=titles[i]))
+        for i, step in enumerate(steps)
+    ]
     fig = go.Figure(data=[trace(steps[0])], frames=frames)
     # Controls stacked under the plot, placed in pixels (Plotly takes paper fractions, so convert):
     # ▶/❚❚ on one row, the slider on the next with its "step N" on the right — side by side, the
@@ -90,22 +125,65 @@ def ring_animation(op: str, group: list[int], block_bytes: int) -> go.Figure:
     top, bottom, height = 70, 170, 230 + 60 * n
     below = lambda px: -px / (height - top - bottom)  # noqa: E731  (pixels under the plot area)
     fig.update_layout(
-        title_text=titles[0], title_font_size=13, height=height, margin=dict(l=10, r=10, t=top, b=bottom),
-        xaxis=dict(title="block of the array", tickvals=list(range(n)), range=[-0.6, n - 0.2], showgrid=False,
-                   zeroline=False),
-        yaxis=dict(title="device (ring order)", tickvals=list(range(n)), ticktext=[f"dev {d}" for d in group],
-                   autorange="reversed", showgrid=False, zeroline=False),
-        plot_bgcolor="rgba(0,0,0,0)", showlegend=False,
-        updatemenus=[dict(type="buttons", direction="left", x=0, y=below(50), xanchor="left", yanchor="top",
-                          buttons=[dict(label="▶ play", method="animate",
-                                        args=[None, dict(frame=dict(duration=900, redraw=True), fromcurrent=True)]),
-                                   dict(label="❚❚ pause", method="animate",
-                                        args=[[None], dict(mode="immediate", frame=dict(duration=0))])])],
-        sliders=[dict(active=0, x=0, y=below(90), len=1, xanchor="left", yanchor="top",
-                      currentvalue=dict(prefix="step ", xanchor="right"),
-                      steps=[dict(label=str(i), method="animate",
-                                  args=[[str(i)], dict(mode="immediate", frame=dict(duration=0, redraw=True))])
-                             for i in range(len(steps))])])
+        title_text=titles[0],
+        title_font_size=13,
+        height=height,
+        margin=dict(l=10, r=10, t=top, b=bottom),
+        xaxis=dict(
+            title="block of the array", tickvals=list(range(n)), range=[-0.6, n - 0.2], showgrid=False, zeroline=False
+        ),
+        yaxis=dict(
+            title="device (ring order)",
+            tickvals=list(range(n)),
+            ticktext=[f"dev {d}" for d in group],
+            autorange="reversed",
+            showgrid=False,
+            zeroline=False,
+        ),
+        plot_bgcolor="rgba(0,0,0,0)",
+        showlegend=False,
+        updatemenus=[
+            dict(
+                type="buttons",
+                direction="left",
+                x=0,
+                y=below(50),
+                xanchor="left",
+                yanchor="top",
+                buttons=[
+                    dict(
+                        label="▶ play",
+                        method="animate",
+                        args=[None, dict(frame=dict(duration=900, redraw=True), fromcurrent=True)],
+                    ),
+                    dict(
+                        label="❚❚ pause",
+                        method="animate",
+                        args=[[None], dict(mode="immediate", frame=dict(duration=0))],
+                    ),
+                ],
+            )
+        ],
+        sliders=[
+            dict(
+                active=0,
+                x=0,
+                y=below(90),
+                len=1,
+                xanchor="left",
+                yanchor="top",
+                currentvalue=dict(prefix="step ", xanchor="right"),
+                steps=[
+                    dict(
+                        label=str(i),
+                        method="animate",
+                        args=[[str(i)], dict(mode="immediate", frame=dict(duration=0, redraw=True))],
+                    )
+                    for i in range(len(steps))
+                ],
+            )
+        ],
+    )
     return fig
 
 
@@ -130,44 +208,116 @@ def permute_figure(chains: list[Chain], block: str, block_bytes: int) -> go.Figu
         sends, gets = d in target, source.get(d)
         xs += [0, 1]
         ys += [row[d]] * 2
-        colors += [device_color(d) if sends else "rgba(0,0,0,0.04)",
-                   device_color(gets) if gets is not None else "rgba(0,0,0,0.04)"]
+        colors += [
+            device_color(d) if sends else "rgba(0,0,0,0.04)",
+            device_color(gets) if gets is not None else "rgba(0,0,0,0.04)",
+        ]
         texts += [str(d) if sends else "", str(gets) if gets is not None else ""]
-        hovers += [f"device {d} sends its {block} block to device {target[d]}" if sends else
-                   f"device {d} sends nothing",
-                   f"device {d} now holds device {gets}'s {block} block" if gets is not None else
-                   f"device {d} receives nothing (XLA fills its result with zeros)"]
+        hovers += [
+            f"device {d} sends its {block} block to device {target[d]}" if sends else f"device {d} sends nothing",
+            f"device {d} now holds device {gets}'s {block} block"
+            if gets is not None
+            else f"device {d} receives nothing (XLA fills its result with zeros)",
+        ]
     arrows = []
     for s, t in target.items():
         back = row[t] < row[s]  # the pair that closes a cycle runs upwards
-        arrows.append(dict(x=0.78, y=row[t], ax=0.22, ay=row[s], xref="x", yref="y", axref="x", ayref="y",
-                           showarrow=True, arrowhead=3, arrowsize=1.2, arrowwidth=2,
-                           arrowcolor="#999" if back else "#333", text=""))
-    fig = go.Figure(go.Scatter(x=xs, y=ys, mode="markers+text", text=texts, hovertext=hovers, hoverinfo="text",
-                               textfont=dict(color="white", size=12),
-                               marker=dict(symbol="square", size=40, color=colors, line=dict(color="#999", width=1))))
+        arrows.append(
+            dict(
+                x=0.78,
+                y=row[t],
+                ax=0.22,
+                ay=row[s],
+                xref="x",
+                yref="y",
+                axref="x",
+                ayref="y",
+                showarrow=True,
+                arrowhead=3,
+                arrowsize=1.2,
+                arrowwidth=2,
+                arrowcolor="#999" if back else "#333",
+                text="",
+            )
+        )
+    fig = go.Figure(
+        go.Scatter(
+            x=xs,
+            y=ys,
+            mode="markers+text",
+            text=texts,
+            hovertext=hovers,
+            hoverinfo="text",
+            textfont=dict(color="white", size=12),
+            marker=dict(symbol="square", size=40, color=colors, line=dict(color="#999", width=1)),
+        )
+    )
     fig.update_layout(
-        annotations=arrows, height=140 + 48 * len(rows), margin=dict(l=10, r=10, t=50, b=10), showlegend=False,
-        title=dict(text=f"one collective-permute: {len(target)} sends of one {block} block ({block_bytes:,} bytes), "
-                        "all at once", font_size=13),
-        xaxis=dict(tickvals=[0, 1], ticktext=["block it sends", "block it holds after"], range=[-0.4, 1.4],
-                   side="top", showgrid=False, zeroline=False),
-        yaxis=dict(tickvals=list(range(len(rows))), ticktext=[f"dev {d}" for d in rows], autorange="reversed",
-                   showgrid=False, zeroline=False),
-        plot_bgcolor="rgba(0,0,0,0)")
+        annotations=arrows,
+        height=140 + 48 * len(rows),
+        margin=dict(l=10, r=10, t=50, b=10),
+        showlegend=False,
+        title=dict(
+            text=f"one collective-permute: {len(target)} sends of one {block} block ({block_bytes:,} bytes), "
+            "all at once",
+            font_size=13,
+        ),
+        xaxis=dict(
+            tickvals=[0, 1],
+            ticktext=["block it sends", "block it holds after"],
+            range=[-0.4, 1.4],
+            side="top",
+            showgrid=False,
+            zeroline=False,
+        ),
+        yaxis=dict(
+            tickvals=list(range(len(rows))),
+            ticktext=[f"dev {d}" for d in rows],
+            autorange="reversed",
+            showgrid=False,
+            zeroline=False,
+        ),
+        plot_bgcolor="rgba(0,0,0,0)",
+    )
     return fig
 
 
 def pairs_figure(op: str, group: list[int]) -> go.Figure:
     """Before/after for an all-to-all: every device sends a block to every other."""
     n = len(group)
-    fig = go.Figure(go.Scatter(x=[0] * n + [1] * n, y=list(range(n)) * 2, mode="markers+text",
-                               text=[str(d) for d in group] * 2, textfont=dict(color="white"),
-                               marker=dict(symbol="square", size=40, color=[device_color(d) for d in group] * 2)))
+    fig = go.Figure(
+        go.Scatter(
+            x=[0] * n + [1] * n,
+            y=list(range(n)) * 2,
+            mode="markers+text",
+            text=[str(d) for d in group] * 2,
+            textfont=dict(color="white"),
+            marker=dict(symbol="square", size=40, color=[device_color(d) for d in group] * 2),
+        )
+    )
     links = [(i, j) for i in range(n) for j in range(n) if i != j]
-    fig.update_layout(annotations=[dict(x=1, y=j, ax=0, ay=i, xref="x", yref="y", axref="x", ayref="y",
-                                        showarrow=True, arrowhead=3, arrowcolor="#555") for i, j in links],
-                      xaxis=dict(tickvals=[0, 1], ticktext=["before", "after"], range=[-0.4, 1.4]),
-                      yaxis=dict(visible=False, autorange="reversed"), height=120 + 50 * n,
-                      margin=dict(l=10, r=10, t=30, b=10), showlegend=False, plot_bgcolor="rgba(0,0,0,0)")
+    fig.update_layout(
+        annotations=[
+            dict(
+                x=1,
+                y=j,
+                ax=0,
+                ay=i,
+                xref="x",
+                yref="y",
+                axref="x",
+                ayref="y",
+                showarrow=True,
+                arrowhead=3,
+                arrowcolor="#555",
+            )
+            for i, j in links
+        ],
+        xaxis=dict(tickvals=[0, 1], ticktext=["before", "after"], range=[-0.4, 1.4]),
+        yaxis=dict(visible=False, autorange="reversed"),
+        height=120 + 50 * n,
+        margin=dict(l=10, r=10, t=30, b=10),
+        showlegend=False,
+        plot_bgcolor="rgba(0,0,0,0)",
+    )
     return fig

@@ -1,7 +1,7 @@
 """What the current layout costs on a real chip: the panel for the Communication and Compare pages.
 
 Every number comes from :mod:`sharding_lab.cost` (the compiled step and the cited chip figures in
-:mod:`sharding_lab.chips`); this module only draws them.
+:mod:`sharding_lab.hardware.chips`); this module only draws them.
 """
 
 from __future__ import annotations
@@ -13,13 +13,14 @@ import pandas as pd
 import plotly.graph_objects as go
 import streamlit as st
 
-from .. import cost, targets
+from .. import cost
 from ..cost.compiled import canonical  # steps, seed, chunk fixed: the step does not depend on them
-from ..chips import CHIPS
-from ..config import Plan
 from ..errors import ConfigError
-from ..layout import format_bytes
-from ..mesh import parse_mesh_shape
+from ..hardware import targets
+from ..hardware.chips import CHIPS
+from ..sharding.layout import format_bytes
+from ..sharding.mesh import parse_mesh_shape
+from ..training.config import Plan
 
 COLORS = {"compute": "#4C78A8", "memory": "#72B7B2", "communication": "#F58518", "latency": "#E45756"}
 
@@ -47,17 +48,34 @@ def format_flops(flops_per_s: float) -> str:
 def breakdown_figure(prediction: cost.Prediction) -> go.Figure:
     """One bar per roofline term (communication: bytes ÷ bandwidth; latency: the collectives' α), the
     prediction (max of compute, memory, communication + latency) and the no-overlap sum as lines."""
-    terms = {"compute": prediction.compute_s, "memory": prediction.memory_s, "communication": prediction.comm_s,
-             "latency": prediction.latency_s}
+    terms = {
+        "compute": prediction.compute_s,
+        "memory": prediction.memory_s,
+        "communication": prediction.comm_s,
+        "latency": prediction.latency_s,
+    }
     unit, scale = cost.time_unit(max(prediction.step_s_no_overlap, 1e-15))  # a tiny model's step is ns
-    fig = go.Figure(go.Bar(x=[v / scale for v in terms.values()], y=list(terms), orientation="h",
-                           marker_color=[COLORS[k] for k in terms],
-                           text=[cost.format_seconds(v) for v in terms.values()], textposition="auto"))
-    for value, name, dash in ((prediction.step_s, "step (full overlap)", "solid"),
-                              (prediction.step_s_no_overlap, "step (no overlap)", "dot")):
+    fig = go.Figure(
+        go.Bar(
+            x=[v / scale for v in terms.values()],
+            y=list(terms),
+            orientation="h",
+            marker_color=[COLORS[k] for k in terms],
+            text=[cost.format_seconds(v) for v in terms.values()],
+            textposition="auto",
+        )
+    )
+    for value, name, dash in (
+        (prediction.step_s, "step (full overlap)", "solid"),
+        (prediction.step_s_no_overlap, "step (no overlap)", "dot"),
+    ):
         fig.add_vline(x=value / scale, line_dash=dash, annotation_text=name, annotation_position="top")
-    fig.update_layout(height=230, margin=dict(l=10, r=10, t=30, b=10), xaxis_title=f"{unit} per step, per device",
-                      xaxis_exponentformat="none")
+    fig.update_layout(
+        height=230,
+        margin=dict(l=10, r=10, t=30, b=10),
+        xaxis_title=f"{unit} per step, per device",
+        xaxis_exponentformat="none",
+    )
     return fig
 
 
@@ -73,24 +91,47 @@ def sweep_figure(rows: list[dict], critical: dict | None = None) -> go.Figure:
     for strategy in sorted({r["strategy"] for r in rows}):
         mine = sorted((r for r in rows if r["strategy"] == strategy), key=lambda r: r["per_device_batch"])
         xs = [r["per_device_batch"] for r in mine]
-        fig.add_scatter(x=xs, y=[r["compute_s"] for r in mine], mode="lines+markers",
-                        name=f"{strategy}: compute", line=dict(color=COLORS["compute"]), legendgroup=strategy,
-                        hovertemplate="%{x} rows: %{text}", text=[cost.format_seconds(r["compute_s"]) for r in mine])
-        fig.add_scatter(x=xs, y=[r["comm_s"] for r in mine], mode="lines+markers",
-                        name=f"{strategy}: communication", line=dict(color=COLORS["communication"],
-                                                                     dash="dash" if strategy != "dp" else "solid"),
-                        legendgroup=strategy, hovertemplate="%{x} rows: %{text}",
-                        text=[cost.format_seconds(r["comm_s"]) for r in mine])
+        fig.add_scatter(
+            x=xs,
+            y=[r["compute_s"] for r in mine],
+            mode="lines+markers",
+            name=f"{strategy}: compute",
+            line=dict(color=COLORS["compute"]),
+            legendgroup=strategy,
+            hovertemplate="%{x} rows: %{text}",
+            text=[cost.format_seconds(r["compute_s"]) for r in mine],
+        )
+        fig.add_scatter(
+            x=xs,
+            y=[r["comm_s"] for r in mine],
+            mode="lines+markers",
+            name=f"{strategy}: communication",
+            line=dict(color=COLORS["communication"], dash="dash" if strategy != "dp" else "solid"),
+            legendgroup=strategy,
+            hovertemplate="%{x} rows: %{text}",
+            text=[cost.format_seconds(r["comm_s"]) for r in mine],
+        )
     if critical and critical.get("rows_per_device") and times:
-        fig.add_scatter(x=[critical["rows_per_device"]] * 2, y=[min(times), max(times)], mode="lines",
-                        line=dict(color="#555", dash="dot"), hoverinfo="skip",
-                        name=f"scaling book's critical batch: C/W = {critical['rows_per_device']:,.0f} rows")
+        fig.add_scatter(
+            x=[critical["rows_per_device"]] * 2,
+            y=[min(times), max(times)],
+            mode="lines",
+            line=dict(color="#555", dash="dot"),
+            hoverinfo="skip",
+            name=f"scaling book's critical batch: C/W = {critical['rows_per_device']:,.0f} rows",
+        )
     yaxis = dict(type="log", title="time per step, per device")
     if times:
         decades = range(math.floor(math.log10(min(times))), math.ceil(math.log10(max(times))) + 1)
-        yaxis.update(tickvals=[10.0 ** d for d in decades], ticktext=[cost.format_seconds(10.0 ** d) for d in decades])
-    fig.update_layout(height=380, margin=dict(l=10, r=10, t=30, b=10), xaxis_type="log", yaxis=yaxis,
-                      xaxis_title="batch rows per device", legend=dict(orientation="h", y=-0.2))
+        yaxis.update(tickvals=[10.0**d for d in decades], ticktext=[cost.format_seconds(10.0**d) for d in decades])
+    fig.update_layout(
+        height=380,
+        margin=dict(l=10, r=10, t=30, b=10),
+        xaxis_type="log",
+        yaxis=yaxis,
+        xaxis_title="batch rows per device",
+        legend=dict(orientation="h", y=-0.2),
+    )
     return fig
 
 
@@ -113,12 +154,19 @@ def chip_pickers(chip_col, dtype_col, key: str, target: str = "cpu") -> tuple[st
         chip_id = on.chip
         chip_col.markdown(f"**Chip**  \n{CHIPS[chip_id].name} — the target's ({on.name})")
     else:
-        chip_id = chip_col.selectbox("Chip", list(CHIPS), index=list(CHIPS).index("h100"), key=f"{key}_chip",
-                                     format_func=lambda c: CHIPS[c].name)
+        chip_id = chip_col.selectbox(
+            "Chip", list(CHIPS), index=list(CHIPS).index("h100"), key=f"{key}_chip", format_func=lambda c: CHIPS[c].name
+        )
     default = dtypes.index(cost.default_dtype(target))
-    dtype = dtype_col.radio("Compute dtype", dtypes, index=default, horizontal=True, key=f"{key}_dtype_{on.kind}",
-                            help="bf16: weights, optimizer state and math in bf16. f32: all f32. mixed: f32 weights "
-                                 "and optimizer state, bf16 math — how large runs train.")
+    dtype = dtype_col.radio(
+        "Compute dtype",
+        dtypes,
+        index=default,
+        horizontal=True,
+        key=f"{key}_dtype_{on.kind}",
+        help="bf16: weights, optimizer state and math in bf16. f32: all f32. mixed: f32 weights "
+        "and optimizer state, bf16 math — how large runs train.",
+    )
     return chip_id, dtype
 
 
@@ -126,8 +174,11 @@ def refused_notice(p: dict, where=st) -> bool:
     """The target's compiler refused the step for memory: its own sentence (True when it did)."""
     if not p.get("refused"):
         return False
-    where.error(f"**Does not fit on {p['target']}** — {p['compiler']} refused to compile it "
-                f"({p['compile_s']:.1f} s): {p['refused']}", icon=":material/memory:")
+    where.error(
+        f"**Does not fit on {p['target']}** — {p['compiler']} refused to compile it "
+        f"({p['compile_s']:.1f} s): {p['refused']}",
+        icon=":material/memory:",
+    )
     return True
 
 
@@ -136,11 +187,16 @@ def compiler_line(p: dict) -> str:
     estimate of the step beside the roofline."""
     if p.get("target", "cpu") == "cpu":
         return ""
-    text = f"Compiled by {p['compiler']} for **{p['target']}** in {p['compile_s']:.1f} s (abstract inputs, nothing allocated)."
+    text = (
+        f"Compiled by {p['compiler']} for **{p['target']}** in {p['compile_s']:.1f} s "
+        "(abstract inputs, nothing allocated)."
+    )
     if p.get("compiler_optimal_seconds"):
-        text += (f" The TPU compiler's own estimate of the step (`cost_analysis()['optimal_seconds']`): "
-                 f"{cost.format_seconds(p['compiler_optimal_seconds'])} — the roofline is "
-                 f"{p['roofline_vs_compiler']:.2f}× it.")
+        text += (
+            f" The TPU compiler's own estimate of the step (`cost_analysis()['optimal_seconds']`): "
+            f"{cost.format_seconds(p['compiler_optimal_seconds'])} — the roofline is "
+            f"{p['roofline_vs_compiler']:.2f}× it."
+        )
     return text
 
 
@@ -151,15 +207,25 @@ def cost_panel(plan: Plan, key: str = "cost") -> None:
     if config.preset is None and config.rules is None:
         config = dataclasses.replace(config, rules=plan.rules)
     st.subheader("What it costs on real chips")
-    st.caption("A roofline from the compiled step: FLOPs ÷ peak, HBM traffic ÷ bandwidth, each collective's ring "
-               "wire bytes ÷ the link its mesh axes run over. Chip figures are published ones (sources in "
-               "the table below); the step is compiled here on the CPU.")
+    st.caption(
+        "A roofline from the compiled step: FLOPs ÷ peak, HBM traffic ÷ bandwidth, each collective's ring "
+        "wire bytes ÷ the link its mesh axes run over. Chip figures are published ones (sources in "
+        "the table below); the step is compiled here on the CPU."
+    )
     c1, c2, c3 = st.columns(3)
     chip_id, dtype = chip_pickers(c1, c2, key, config.target)
-    target_text = "" if config.target != "cpu" else c3.text_input(
-        "On a bigger mesh (optional)", "", key=f"{key}_target", placeholder="e.g. 16x16",
-        help="Compiled on smaller meshes with the same axes, then extrapolated: the figures say so. (Or choose "
-             "a TPU slice or GPU node under Compile for: its own compiler compiles the whole of it.)")
+    target_text = (
+        ""
+        if config.target != "cpu"
+        else c3.text_input(
+            "On a bigger mesh (optional)",
+            "",
+            key=f"{key}_target",
+            placeholder="e.g. 16x16",
+            help="Compiled on smaller meshes with the same axes, then extrapolated: the figures say so. (Or choose "
+            "a TPU slice or GPU node under Compile for: its own compiler compiles the whole of it.)",
+        )
+    )
     try:
         target = parse_mesh_shape(target_text) if target_text.strip() else None
         with st.spinner("Compiling the step" + (" on several smaller meshes" if target else "") + "…"):
@@ -170,63 +236,131 @@ def cost_panel(plan: Plan, key: str = "cost") -> None:
     if refused_notice(p):
         return
     m = st.columns(5)
-    m[0].metric("Predicted step", cost.format_seconds(p["step_s"]), help="Full overlap of compute, HBM and "
-                "communication: max of the three — the roofline, a lower bound.")
-    m[1].metric("No overlap", cost.format_seconds(p["step_s_no_overlap"]),
-                help="max(compute, memory) + communication.")
+    m[0].metric(
+        "Predicted step",
+        cost.format_seconds(p["step_s"]),
+        help="Full overlap of compute, HBM and communication: max of the three — the roofline, a lower bound.",
+    )
+    m[1].metric("No overlap", cost.format_seconds(p["step_s_no_overlap"]), help="max(compute, memory) + communication.")
     m[2].metric("Bound", BOUND_LABELS[p["bound"]], help=f"{p['bound']}-bound: the largest of the three terms.")
     m[3].metric("MFU", f"{p['mfu']:.1%}", help="compiled FLOPs ÷ (step × peak)")
-    m[4].metric("HBM per chip", format_bytes(p["hbm_needed"]),
-                delta="fits" if p["fits"] else "does not fit", delta_color="normal" if p["fits"] else "inverse",
-                help=f"of {p['hbm_capacity'] / 1e9:,.1f} GB a program may use on the chip")
+    m[4].metric(
+        "HBM per chip",
+        format_bytes(p["hbm_needed"]),
+        delta="fits" if p["fits"] else "does not fit",
+        delta_color="normal" if p["fits"] else "inverse",
+        help=f"of {p['hbm_capacity'] / 1e9:,.1f} GB a program may use on the chip",
+    )
     st.plotly_chart(breakdown_figure(_FromJson(p)), key=f"{key}_bars")
     mesh = "x".join(map(str, p["mesh"]["shape"]))
-    st.caption(("**Extrapolated** to " + mesh + " from compiles on "
-                + ", ".join("x".join(map(str, m_)) for m_ in p["compiled_on"])
-                if p["extrapolated"] else "**Compiled** on " + mesh)
-               + f". {CHIPS[chip_id].name}: {format_flops(p['chip']['peak_flops_by_dtype'].get(dtype) or p['chip']['peak_flops'])}, "
-               f"{format_rate(p['chip']['hbm_bytes_per_s'])} HBM. " + compiler_line(p))
-    st.dataframe(pd.DataFrame([{"axis": a, "link": v["link"], "bandwidth": format_rate(v["bytes_per_s"]), "why": v["why"]}
-                               for a, v in p["axis_links"].items()]), hide_index=True)
+    st.caption(
+        (
+            "**Extrapolated** to "
+            + mesh
+            + " from compiles on "
+            + ", ".join("x".join(map(str, m_)) for m_ in p["compiled_on"])
+            if p["extrapolated"]
+            else "**Compiled** on " + mesh
+        )
+        + f". {CHIPS[chip_id].name}: "
+        + f"{format_flops(p['chip']['peak_flops_by_dtype'].get(dtype) or p['chip']['peak_flops'])}, "
+        f"{format_rate(p['chip']['hbm_bytes_per_s'])} HBM. " + compiler_line(p)
+    )
+    st.dataframe(
+        pd.DataFrame(
+            [
+                {"axis": a, "link": v["link"], "bandwidth": format_rate(v["bytes_per_s"]), "why": v["why"]}
+                for a, v in p["axis_links"].items()
+            ]
+        ),
+        hide_index=True,
+    )
     if p["collectives"]:
-        st.dataframe(pd.DataFrame([{"op": r["op"], "over": "+".join(r["axes"]), "n": r["group_size"],
-                                    "count": r["count"], "bytes": r["bytes"], "wire bytes": r["wire_bytes"],
-                                    "link": r["link"], "time": cost.format_seconds(r["seconds"])} for r in p["collectives"]]),
-                     hide_index=True)
+        st.dataframe(
+            pd.DataFrame(
+                [
+                    {
+                        "op": r["op"],
+                        "over": "+".join(r["axes"]),
+                        "n": r["group_size"],
+                        "count": r["count"],
+                        "bytes": r["bytes"],
+                        "wire bytes": r["wire_bytes"],
+                        "link": r["link"],
+                        "time": cost.format_seconds(r["seconds"]),
+                    }
+                    for r in p["collectives"]
+                ]
+            ),
+            hide_index=True,
+        )
     for note in p["notes"]:
         st.caption("Note: " + note)
     st.caption(latency_caveat(p))
     with st.expander("Where data parallelism turns communication-bound (batch sweep)"):
-        st.caption("Each point compiles the step for DP and FSDP at that many batch rows per device. Left of "
-                   "where compute meets communication, the step waits on the network — the scaling book's "
-                   "critical batch B/X = C/W.")
+        st.caption(
+            "Each point compiles the step for DP and FSDP at that many batch rows per device. Left of "
+            "where compute meets communication, the step waits on the network — the scaling book's "
+            "critical batch B/X = C/W."
+        )
         if st.button("Run the sweep (about 12 compiles)", key=f"{key}_sweep"):
             strategies = tuple(s for s in ("dp", "fsdp") if s in config.family.presets)
             rows = _sweep(config, chip_id, dtype, strategies)
             st.plotly_chart(sweep_figure(rows, cost.critical_batch(chip_id, config, dtype)), key=f"{key}_sweep_fig")
     with st.expander("The chips and their sources"):
-        st.dataframe(pd.DataFrame([{"chip": c.name, "bf16 peak": format_flops(c.peak_flops["bf16"]),
-                                    "HBM bandwidth": format_rate(c.hbm_bytes_per_s), "HBM": format_bytes(c.hbm_bytes),
-                                    "link (one way)": format_rate(c.ici_link_bytes_per_s or c.nvlink_bytes_per_s),
-                                    "sources": "; ".join(c.sources.values())} for c in CHIPS.values()]),
-                     hide_index=True)
+        st.dataframe(
+            pd.DataFrame(
+                [
+                    {
+                        "chip": c.name,
+                        "bf16 peak": format_flops(c.peak_flops["bf16"]),
+                        "HBM bandwidth": format_rate(c.hbm_bytes_per_s),
+                        "HBM": format_bytes(c.hbm_bytes),
+                        "link (one way)": format_rate(c.ici_link_bytes_per_s or c.nvlink_bytes_per_s),
+                        "sources": "; ".join(c.sources.values()),
+                    }
+                    for c in CHIPS.values()
+                ]
+            ),
+            hide_index=True,
+        )
 
 
 def strategies_figure(names: list[str], predictions: list[dict]) -> go.Figure:
     """Per strategy, the three roofline terms side by side and the predicted step as a marker."""
     unit, scale = cost.time_unit(max([p["step_s_no_overlap"] for p in predictions] + [1e-15]))
     fig = go.Figure()
-    for term, label in (("compute_s", "compute"), ("memory_s", "memory"), ("comm_s", "communication"),
-                        ("latency_s", "latency")):
-        fig.add_bar(x=names, y=[p[term] / scale for p in predictions], name=label, marker_color=COLORS[label],
-                    meta={"term": label})
-    fig.add_scatter(x=names, y=[p["step_s"] / scale for p in predictions], mode="markers+text",
-                    marker=dict(symbol="line-ew-open", size=40, color="black", line=dict(width=3, color="black")),
-                    text=[cost.format_seconds(p["step_s"]) for p in predictions], textposition="top center",
-                    name="predicted step (full overlap)", meta={"term": "step"})
-    fig.update_layout(barmode="group", height=340, margin=dict(l=10, r=10, t=30, b=10),
-                      yaxis_title=f"{unit} per step, per device", yaxis_exponentformat="none",
-                      legend=dict(orientation="h", y=-0.15))
+    for term, label in (
+        ("compute_s", "compute"),
+        ("memory_s", "memory"),
+        ("comm_s", "communication"),
+        ("latency_s", "latency"),
+    ):
+        fig.add_bar(
+            x=names,
+            y=[p[term] / scale for p in predictions],
+            name=label,
+            marker_color=COLORS[label],
+            meta={"term": label},
+        )
+    fig.add_scatter(
+        x=names,
+        y=[p["step_s"] / scale for p in predictions],
+        mode="markers+text",
+        marker=dict(symbol="line-ew-open", size=40, color="black", line=dict(width=3, color="black")),
+        text=[cost.format_seconds(p["step_s"]) for p in predictions],
+        textposition="top center",
+        name="predicted step (full overlap)",
+        meta={"term": "step"},
+    )
+    fig.update_layout(
+        barmode="group",
+        height=340,
+        margin=dict(l=10, r=10, t=30, b=10),
+        yaxis_title=f"{unit} per step, per device",
+        yaxis_exponentformat="none",
+        legend=dict(orientation="h", y=-0.15),
+    )
     return fig
 
 
@@ -234,8 +368,10 @@ def strategies_cost_panel(configs: dict, key: str = "compare_cost") -> None:
     """The predicted step of each strategy (name → LabConfig) on one chip, side by side, and which
     is fastest — every figure from that strategy's own compiled step."""
     st.subheader("What each strategy costs on a real chip")
-    st.caption("The roofline of each strategy's compiled step (FLOPs ÷ peak, HBM traffic ÷ bandwidth, ring "
-               "wire bytes ÷ link), as on the Communication page, for the model compared above.")
+    st.caption(
+        "The roofline of each strategy's compiled step (FLOPs ÷ peak, HBM traffic ÷ bandwidth, ring "
+        "wire bytes ÷ link), as on the Communication page, for the model compared above."
+    )
     c1, c2, _ = st.columns(3)
     target = next(iter(configs.values())).target if configs else "cpu"
     chip_id, dtype = chip_pickers(c1, c2, key, target)
@@ -252,24 +388,37 @@ def strategies_cost_panel(configs: dict, key: str = "compare_cost") -> None:
                 names.append(name)
     if not predictions:
         return
-    st.dataframe(pd.DataFrame([{"strategy": n, "predicted step": cost.format_seconds(p["step_s"]),
-                                "no overlap": cost.format_seconds(p["step_s_no_overlap"]),
-                                "bound": p["bound"], "MFU": f"{p['mfu']:.1%}",
-                                "compute": cost.format_seconds(p["compute_s"]),
-                                "memory": cost.format_seconds(p["memory_s"]),
-                                "communication": cost.format_seconds(p["comm_s"]),
-                                "HBM per chip": format_bytes(p["hbm_needed"]),
-                                "fits": "yes" if p["fits"] else "no"} for n, p in zip(names, predictions)]),
-                 hide_index=True, key=f"{key}_table")
+    st.dataframe(
+        pd.DataFrame(
+            [
+                {
+                    "strategy": n,
+                    "predicted step": cost.format_seconds(p["step_s"]),
+                    "no overlap": cost.format_seconds(p["step_s_no_overlap"]),
+                    "bound": p["bound"],
+                    "MFU": f"{p['mfu']:.1%}",
+                    "compute": cost.format_seconds(p["compute_s"]),
+                    "memory": cost.format_seconds(p["memory_s"]),
+                    "communication": cost.format_seconds(p["comm_s"]),
+                    "HBM per chip": format_bytes(p["hbm_needed"]),
+                    "fits": "yes" if p["fits"] else "no",
+                }
+                for n, p in zip(names, predictions)
+            ]
+        ),
+        hide_index=True,
+        key=f"{key}_table",
+    )
     st.plotly_chart(strategies_figure(names, predictions), key=f"{key}_bars")
     order = sorted(range(len(names)), key=lambda i: predictions[i]["step_s"])
     best, worst = order[0], order[-1]
-    sentence = (f"On {CHIPS[chip_id].name} ({dtype}), **{names[best]}** is predicted fastest: "
-                f"{cost.format_seconds(predictions[best]['step_s'])} per step, {predictions[best]['bound']}-bound.")
+    sentence = (
+        f"On {CHIPS[chip_id].name} ({dtype}), **{names[best]}** is predicted fastest: "
+        f"{cost.format_seconds(predictions[best]['step_s'])} per step, {predictions[best]['bound']}-bound."
+    )
     if len(order) > 1 and predictions[best]["step_s"] > 0:
         ratio = predictions[worst]["step_s"] / predictions[best]["step_s"]
-        sentence += (f" **{names[worst]}** is the slowest, {ratio:,.1f}× longer "
-                     f"({predictions[worst]['bound']}-bound).")
+        sentence += f" **{names[worst]}** is the slowest, {ratio:,.1f}× longer ({predictions[worst]['bound']}-bound)."
     st.markdown(sentence)
     st.caption(latency_caveat(max(predictions, key=lambda p: p["step_s"])))
 
@@ -278,16 +427,23 @@ def latency_caveat(p: dict) -> str:
     """What the latency term is, and what the bound still leaves out, said with this layout's own sizes."""
     count = sum(r["count"] for r in p["collectives"] if r.get("latency_s"))
     tpu = p.get("chip", {}).get("kind") == "tpu"
-    alpha = ("TPU ICI 1 µs per hop (the scaling book's latency-bound AllGather)" if tpu else
-             "NVLink 3.5 µs (NCCL issue 1984, a 1 KiB all-reduce on 4 H800s without CUDA graphs), between nodes "
-             "25 µs (NCCL issue 1453)")
-    text = (f"Latency: each collective costs its link's α before its bytes count (an α–β model) — here "
-            f"{count} collectives, {cost.format_seconds(p.get('latency_s') or 0.0)} in all. α: {alpha}. Still left "
-            "out: kernel launches and the step's own fixed overhead.")
+    alpha = (
+        "TPU ICI 1 µs per hop (the scaling book's latency-bound AllGather)"
+        if tpu
+        else "NVLink 3.5 µs (NCCL issue 1984, a 1 KiB all-reduce on 4 H800s without CUDA graphs), between nodes "
+        "25 µs (NCCL issue 1453)"
+    )
+    text = (
+        f"Latency: each collective costs its link's α before its bytes count (an α–β model) — here "
+        f"{count} collectives, {cost.format_seconds(p.get('latency_s') or 0.0)} in all. α: {alpha}. Still left "
+        "out: kernel launches and the step's own fixed overhead."
+    )
     largest = max((r["bytes"] / max(r["count"], 1) for r in p["collectives"]), default=0.0)
     if 0 < largest < SMALL_COLLECTIVE_BYTES and not tpu:  # a GPU measurement
-        text += (f" This step's largest collective moves {largest:,.0f} bytes: far below the ~1 GB per device at "
-                 "which the scaling book's 8×H100 all-reduce nears its NVLink bandwidth.")
+        text += (
+            f" This step's largest collective moves {largest:,.0f} bytes: far below the ~1 GB per device at "
+            "which the scaling book's 8×H100 all-reduce nears its NVLink bandwidth."
+        )
     return text
 
 

@@ -14,7 +14,7 @@ import streamlit as st
 
 import sharding_lab as sl
 from sharding_lab.app import settings
-from sharding_lab.layout import describe_change, holdings, memory_per_device
+from sharding_lab.sharding.layout import describe_change, holdings, memory_per_device
 
 
 def _clicked(key: str) -> list:
@@ -34,12 +34,14 @@ def on_mesh_click() -> None:
 
 def on_map_click(path: str):
     """A callback for the shard map of ``path``: a click on a block follows that block's copies."""
+
     def callback() -> None:
         picked = [c for c in _clicked(f"map_{path}") if isinstance(c, list) and len(c) == 3]
         if picked:
             block_path, devices, where = picked[0]
             st.session_state.follow = (block_path, tuple(int(d) for d in str(devices).split(",")), where)
             st.session_state.focus = None
+
     return callback
 
 
@@ -49,8 +51,10 @@ def check_focus(on_mesh: list[int], mesh_label: str) -> str | None:
     if focus is None or focus in on_mesh:
         return None
     st.session_state.focus = None
-    return (f"focus={focus} ignored: the {mesh_label} mesh has devices {on_mesh[0]}–{on_mesh[-1]}. "
-            "Pick one in the box above or click it on the mesh.")
+    return (
+        f"focus={focus} ignored: the {mesh_label} mesh has devices {on_mesh[0]}–{on_mesh[-1]}. "
+        "Pick one in the box above or click it on the mesh."
+    )
 
 
 def followed_block(layouts) -> tuple[str, tuple[int, ...], str] | None:
@@ -72,15 +76,20 @@ def holdings_panel(layouts, device: int) -> None:
     st.dataframe(pd.DataFrame(rows), hide_index=True)
     per_device = {d: sum(row.values()) for d, row in memory_per_device(layouts).items()}
     mine, mean = per_device.get(device, 0), sum(per_device.values()) / max(1, len(per_device))
-    st.caption(f"Device {device} holds {mine:,} bytes between steps (parameters, optimizer state, its batch "
-               f"slice); the mesh average is {mean:,.0f} bytes. Every other device is dimmed on the pictures.")
+    st.caption(
+        f"Device {device} holds {mine:,} bytes between steps (parameters, optimizer state, its batch "
+        f"slice); the mesh average is {mean:,.0f} bytes. Every other device is dimmed on the pictures."
+    )
 
 
 def followed_panel(path: str, devices: tuple[int, ...], where: str) -> None:
     copies = len(devices)
-    st.info(f"Block [{where}] of `{path}`: **{copies} {'copy' if copies == 1 else 'copies'}**, on device"
-            f"{'s' if copies > 1 else ''} {', '.join(map(str, devices))} — lit on the mesh and on every map. "
-            "Click another block, or a device, to move on.", icon=":material/content_copy:")
+    st.info(
+        f"Block [{where}] of `{path}`: **{copies} {'copy' if copies == 1 else 'copies'}**, on device"
+        f"{'s' if copies > 1 else ''} {', '.join(map(str, devices))} — lit on the mesh and on every map. "
+        "Click another block, or a device, to move on.",
+        icon=":material/content_copy:",
+    )
 
 
 def what_changed(plan: sl.Plan, layouts) -> dict:
@@ -99,11 +108,18 @@ def what_changed(plan: sl.Plan, layouts) -> dict:
                 line = describe_change(last["layouts"][path], layout, last["sizes"], config.mesh.axis_sizes)
                 if line:
                     lines[path] = line
-        state.changes = {"arrays": lines, "back": last["settings"],
-                         "added": [p for p in layouts if p not in last["layouts"]]}
+        state.changes = {
+            "arrays": lines,
+            "back": last["settings"],
+            "added": [p for p in layouts if p not in last["layouts"]],
+        }
     if last is None or last["signature"] != signature:
-        state.last_layout = {"signature": signature, "layouts": layouts, "sizes": config.mesh.axis_sizes,
-                             "settings": settings.snapshot(state)}
+        state.last_layout = {
+            "signature": signature,
+            "layouts": layouts,
+            "sizes": config.mesh.axis_sizes,
+            "settings": settings.snapshot(state),
+        }
     return state.get("changes") or {}
 
 
@@ -121,11 +137,18 @@ def show_changes(changes: dict) -> None:
     lines = changes["arrays"]
     with st.container(border=True):
         if lines:
-            st.markdown(f"**What the last change moved** — {len(lines)} array{'s' if len(lines) > 1 else ''} "
-                        "(marked *changed* on their maps):  \n" + "  \n".join(f"- {line}" for line in lines.values()))
+            st.markdown(
+                f"**What the last change moved** — {len(lines)} array{'s' if len(lines) > 1 else ''} "
+                "(marked *changed* on their maps):  \n" + "  \n".join(f"- {line}" for line in lines.values())
+            )
         else:
             st.markdown("**The last change moved no array**: every device holds what it held before.")
         if changes.get("added"):
             st.caption("New arrays: " + ", ".join(changes["added"]))
-        st.button("Go back", key="go_back", on_click=_go_back, icon=":material/undo:",
-                  help="Restore the settings from before the last change.")
+        st.button(
+            "Go back",
+            key="go_back",
+            on_click=_go_back,
+            icon=":material/undo:",
+            help="Restore the settings from before the last change.",
+        )

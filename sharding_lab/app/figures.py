@@ -15,10 +15,26 @@ import numpy as np
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from ..layout import ArrayLayout
+from ..sharding.layout import ArrayLayout
 
-PALETTE = ["#4C78A8", "#F58518", "#54A24B", "#E45756", "#72B7B2", "#B279A2", "#EECA3B", "#9D755D",
-           "#FF9DA6", "#BAB0AC", "#1F77B4", "#17BECF", "#8C564B", "#BCBD22", "#7F7F7F", "#D62728"]
+PALETTE = [
+    "#4C78A8",
+    "#F58518",
+    "#54A24B",
+    "#E45756",
+    "#72B7B2",
+    "#B279A2",
+    "#EECA3B",
+    "#9D755D",
+    "#FF9DA6",
+    "#BAB0AC",
+    "#1F77B4",
+    "#17BECF",
+    "#8C564B",
+    "#BCBD22",
+    "#7F7F7F",
+    "#D62728",
+]
 MAX_FACETS = 8
 MAX_LABELLED_BLOCKS = 16
 
@@ -56,8 +72,19 @@ class _Panels:
             self.layout[self._axis("x", i)] = {"domain": [x0, x0 + width], "anchor": self._ref("y", i)}
             self.layout[self._axis("y", i)] = {"anchor": self._ref("x", i)}
             if titles:
-                self.annotations.append(dict(text=titles[i], x=x0 + width / 2, y=1.0, xref="paper", yref="paper",
-                                             xanchor="center", yanchor="bottom", showarrow=False, font=dict(size=12)))
+                self.annotations.append(
+                    dict(
+                        text=titles[i],
+                        x=x0 + width / 2,
+                        y=1.0,
+                        xref="paper",
+                        yref="paper",
+                        xanchor="center",
+                        yanchor="bottom",
+                        showarrow=False,
+                        font=dict(size=12),
+                    )
+                )
 
     @staticmethod
     def _axis(kind: str, i: int) -> str:
@@ -72,10 +99,25 @@ class _Panels:
         self.layout[self._axis("y", i)].update(y)
 
     def box(self, i: int, x0, x1, y0, y1, color, label, hover, opacity=0.9, name=None, meta=None) -> None:
-        self.traces.append(dict(
-            type="scatter", x=[x0, x1, x1, x0, x0], y=[y0, y0, y1, y1, y0], fill="toself", mode="lines",
-            line=dict(color="white", width=1), fillcolor=color, opacity=opacity, hoveron="fills",
-            hoverinfo="text", text=hover, name=name or "", meta=meta, xaxis=self._ref("x", i), yaxis=self._ref("y", i)))
+        self.traces.append(
+            dict(
+                type="scatter",
+                x=[x0, x1, x1, x0, x0],
+                y=[y0, y0, y1, y1, y0],
+                fill="toself",
+                mode="lines",
+                line=dict(color="white", width=1),
+                fillcolor=color,
+                opacity=opacity,
+                hoveron="fills",
+                hoverinfo="text",
+                text=hover,
+                name=name or "",
+                meta=meta,
+                xaxis=self._ref("x", i),
+                yaxis=self._ref("y", i),
+            )
+        )
         if label:
             self.label(i, (x0 + x1) / 2, (y0 + y1) / 2, label)
 
@@ -83,24 +125,46 @@ class _Panels:
         """Near-invisible markers at the given points, so a click selects a device or a block
         (Plotly selects points, not filled shapes); ``customdata`` says what was clicked. With
         ``hovers``, each marker shows the tooltip of what lies under it (the markers sit on top)."""
-        self.clickable.append(dict(type="scatter", x=list(xs), y=list(ys), mode="markers", customdata=list(customdata),
-                                marker=dict(size=size, opacity=0.01, color="black"),
-                                **({"hoverinfo": "text", "hovertext": list(hovers)} if hovers else {"hoverinfo": "none"}),
-                                name="click target", meta={"targets": True},
-                                xaxis=self._ref("x", i), yaxis=self._ref("y", i)))
+        self.clickable.append(
+            dict(
+                type="scatter",
+                x=list(xs),
+                y=list(ys),
+                mode="markers",
+                customdata=list(customdata),
+                marker=dict(size=size, opacity=0.01, color="black"),
+                **({"hoverinfo": "text", "hovertext": list(hovers)} if hovers else {"hoverinfo": "none"}),
+                name="click target",
+                meta={"targets": True},
+                xaxis=self._ref("x", i),
+                yaxis=self._ref("y", i),
+            )
+        )
 
     def label(self, i: int, x, y, text, **style) -> None:
-        self.annotations.append(dict(x=x, y=y, text=text, showarrow=False, font=dict(color="white", size=11),
-                                     xref=self._ref("x", i), yref=self._ref("y", i), **style))
+        self.annotations.append(
+            dict(
+                x=x,
+                y=y,
+                text=text,
+                showarrow=False,
+                font=dict(color="white", size=11),
+                xref=self._ref("x", i),
+                yref=self._ref("y", i),
+                **style,
+            )
+        )
 
     def figure(self, **layout) -> go.Figure:
         # Click targets go last, on top: a click lands on the topmost trace under the cursor.
-        return go.Figure(dict(data=self.traces + self.clickable,
-                              layout={**self.layout, "annotations": self.annotations, **layout}))
+        return go.Figure(
+            dict(data=self.traces + self.clickable, layout={**self.layout, "annotations": self.annotations, **layout})
+        )
 
 
-def mesh_figure(device_ids: list, axes: tuple[str, ...], highlight: set[int] | None = None,
-                owners: dict[int, int] | None = None) -> go.Figure:
+def mesh_figure(
+    device_ids: list, axes: tuple[str, ...], highlight: set[int] | None = None, owners: dict[int, int] | None = None
+) -> go.Figure:
     """The mesh as a grid of coloured devices; a 3-axis mesh is drawn as one grid per first index.
     With ``owners`` (device → JAX process) each box also names the process that owns it."""
     grid = np.array(device_ids)
@@ -114,31 +178,67 @@ def mesh_figure(device_ids: list, axes: tuple[str, ...], highlight: set[int] | N
     panels = _Panels(len(facets), 0.06, [f"{axes[0]}={i}" for i in range(len(facets))] if len(facets) > 1 else None)
     big = grid.size > 16  # past 16 devices a box is too small for its coordinates: the id alone
     for f, facet in enumerate(facets):
-        panels.targets(f, [c + 0.46 for (r, c), _ in np.ndenumerate(facet)],
-                       [r + 0.46 for (r, c), _ in np.ndenumerate(facet)], [int(d) for d in facet.ravel()])
+        panels.targets(
+            f,
+            [c + 0.46 for (r, c), _ in np.ndenumerate(facet)],
+            [r + 0.46 for (r, c), _ in np.ndenumerate(facet)],
+            [int(d) for d in facet.ravel()],
+        )
         for (r, c), device in np.ndenumerate(facet):
             coords = ((f,) if len(facets) > 1 else ()) + ((r,) if row_axis else ()) + (c,)
             dim = highlight is not None and int(device) not in highlight
             owner = None if owners is None else owners.get(int(device))
             where = "" if owner is None else f"<br>process {owner}"
-            panels.box(f, c, c + 0.92, r, r + 0.92, device_color(int(device)),
-                       f"<b>{device}</b>" if big and owner is None else
-                       f"<b>{device}</b><br>{coords}" if owner is None else f"<b>{device}</b><br>process {owner}",
-                       f"device {device}<br>mesh coords {dict(zip(axes, coords))}{where}",
-                       opacity=0.25 if dim else 0.95, name=f"device {device}",
-                       meta={"device": int(device)} if owner is None else {"device": int(device), "process": owner})
-        panels.axes(f, dict(title=dict(text=f"{col_axis} →"), tickvals=[i + 0.46 for i in range(facet.shape[1])],
-                            ticktext=[str(i) for i in range(facet.shape[1])], showgrid=False, zeroline=False),
-                    dict(title=dict(text=f"{row_axis} ↓" if row_axis else ""), autorange="reversed",
-                         tickvals=[i + 0.46 for i in range(facet.shape[0])],
-                         ticktext=[str(i) for i in range(facet.shape[0])] if row_axis else [""],
-                         showgrid=False, zeroline=False, scaleanchor=f"x{f + 1 if f else ''}"))
-    return panels.figure(showlegend=False, height=90 + (70 if not big else 42) * facets[0].shape[0],
-                         margin=dict(l=10, r=10, t=30, b=10), plot_bgcolor="rgba(0,0,0,0)")
+            panels.box(
+                f,
+                c,
+                c + 0.92,
+                r,
+                r + 0.92,
+                device_color(int(device)),
+                f"<b>{device}</b>"
+                if big and owner is None
+                else f"<b>{device}</b><br>{coords}"
+                if owner is None
+                else f"<b>{device}</b><br>process {owner}",
+                f"device {device}<br>mesh coords {dict(zip(axes, coords))}{where}",
+                opacity=0.25 if dim else 0.95,
+                name=f"device {device}",
+                meta={"device": int(device)} if owner is None else {"device": int(device), "process": owner},
+            )
+        panels.axes(
+            f,
+            dict(
+                title=dict(text=f"{col_axis} →"),
+                tickvals=[i + 0.46 for i in range(facet.shape[1])],
+                ticktext=[str(i) for i in range(facet.shape[1])],
+                showgrid=False,
+                zeroline=False,
+            ),
+            dict(
+                title=dict(text=f"{row_axis} ↓" if row_axis else ""),
+                autorange="reversed",
+                tickvals=[i + 0.46 for i in range(facet.shape[0])],
+                ticktext=[str(i) for i in range(facet.shape[0])] if row_axis else [""],
+                showgrid=False,
+                zeroline=False,
+                scaleanchor=f"x{f + 1 if f else ''}",
+            ),
+        )
+    return panels.figure(
+        showlegend=False,
+        height=90 + (70 if not big else 42) * facets[0].shape[0],
+        margin=dict(l=10, r=10, t=30, b=10),
+        plot_bgcolor="rgba(0,0,0,0)",
+    )
 
 
-def torus_figure(chips: dict[int, tuple[tuple[int, ...], tuple[int, ...]]], torus: tuple[int, ...],
-                 axes: tuple[str, ...], highlight: set[int] | None = None) -> go.Figure:
+def torus_figure(
+    chips: dict[int, tuple[tuple[int, ...], tuple[int, ...]]],
+    torus: tuple[int, ...],
+    axes: tuple[str, ...],
+    highlight: set[int] | None = None,
+) -> go.Figure:
     """A TPU slice's chips at their torus coordinates (x →, y ↓; one grid per z on a 3-D slice), each box
     the device id in the mesh's colours, its hover the torus and mesh coordinates. ``chips``: device id →
     (torus coordinates, mesh coordinates)."""
@@ -150,22 +250,50 @@ def torus_figure(chips: dict[int, tuple[tuple[int, ...], tuple[int, ...]]], toru
         by_z.setdefault(where[2] if len(where) > 2 else 0, []).append((device, where, mesh_at))
     for z in range(depth):
         placed = by_z.get(z, [])
-        panels.targets(z, [w[0] + 0.46 for _, w, _ in placed], [w[1] + 0.46 for _, w, _ in placed],
-                       [d for d, _, _ in placed])
+        panels.targets(
+            z, [w[0] + 0.46 for _, w, _ in placed], [w[1] + 0.46 for _, w, _ in placed], [d for d, _, _ in placed]
+        )
         for device, where, mesh_at in placed:
             dim = highlight is not None and device not in highlight
-            panels.box(z, where[0], where[0] + 0.92, where[1], where[1] + 0.92, device_color(device),
-                       f"<b>{device}</b>" if big else f"<b>{device}</b><br>{tuple(mesh_at)}",
-                       f"device {device}<br>torus (x, y{', z' if len(where) > 2 else ''}) {tuple(where)}"
-                       f"<br>mesh coords {dict(zip(axes, mesh_at))}",
-                       opacity=0.25 if dim else 0.95, name=f"device {device}", meta={"device": device})
-        panels.axes(z, dict(title=dict(text="torus x →"), tickvals=[i + 0.46 for i in range(torus[0])],
-                            ticktext=[str(i) for i in range(torus[0])], showgrid=False, zeroline=False),
-                    dict(title=dict(text="torus y ↓"), autorange="reversed",
-                         tickvals=[i + 0.46 for i in range(torus[1])], ticktext=[str(i) for i in range(torus[1])],
-                         showgrid=False, zeroline=False, scaleanchor=f"x{z + 1 if z else ''}"))
-    return panels.figure(showlegend=False, height=90 + (70 if not big else 30) * torus[1],
-                         margin=dict(l=10, r=10, t=30, b=10), plot_bgcolor="rgba(0,0,0,0)")
+            panels.box(
+                z,
+                where[0],
+                where[0] + 0.92,
+                where[1],
+                where[1] + 0.92,
+                device_color(device),
+                f"<b>{device}</b>" if big else f"<b>{device}</b><br>{tuple(mesh_at)}",
+                f"device {device}<br>torus (x, y{', z' if len(where) > 2 else ''}) {tuple(where)}"
+                f"<br>mesh coords {dict(zip(axes, mesh_at))}",
+                opacity=0.25 if dim else 0.95,
+                name=f"device {device}",
+                meta={"device": device},
+            )
+        panels.axes(
+            z,
+            dict(
+                title=dict(text="torus x →"),
+                tickvals=[i + 0.46 for i in range(torus[0])],
+                ticktext=[str(i) for i in range(torus[0])],
+                showgrid=False,
+                zeroline=False,
+            ),
+            dict(
+                title=dict(text="torus y ↓"),
+                autorange="reversed",
+                tickvals=[i + 0.46 for i in range(torus[1])],
+                ticktext=[str(i) for i in range(torus[1])],
+                showgrid=False,
+                zeroline=False,
+                scaleanchor=f"x{z + 1 if z else ''}",
+            ),
+        )
+    return panels.figure(
+        showlegend=False,
+        height=90 + (70 if not big else 30) * torus[1],
+        margin=dict(l=10, r=10, t=30, b=10),
+        plot_bgcolor="rgba(0,0,0,0)",
+    )
 
 
 def _view_2d(layout: ArrayLayout):
@@ -178,9 +306,15 @@ def _view_2d(layout: ArrayLayout):
     return shape[-2], shape[-1], {d: (tuple(r[:-2]), r[-2], r[-1]) for d, r in layout.devices.items()}
 
 
-def shard_map_figure(layout: ArrayLayout, coords: dict[int, tuple[int, ...]], axes: tuple[str, ...],
-                     title: str | None = None, height: int = 230,
-                     owners: dict[int, int] | None = None, highlight: set[int] | None = None) -> go.Figure:
+def shard_map_figure(
+    layout: ArrayLayout,
+    coords: dict[int, tuple[int, ...]],
+    axes: tuple[str, ...],
+    title: str | None = None,
+    height: int = 230,
+    owners: dict[int, int] | None = None,
+    highlight: set[int] | None = None,
+) -> go.Figure:
     """Which block of ``layout``'s array each device holds, drawn in array coordinates.
 
     Rank 1 is a single row; rank ≥ 3 gets one panel per distinct slice of the leading dimensions.
@@ -207,15 +341,27 @@ def shard_map_figure(layout: ArrayLayout, coords: dict[int, tuple[int, ...]], ax
         stripes = []
         for i, device in enumerate(group):
             shared = f"<br>replicated on devices {_device_list(group)}" if len(group) > 1 else ""
-            hover = (f"<b>device {device}</b> mesh coords {dict(zip(axes, coords.get(device, ())))}"
-                     f"<br>holds [{where}]<br>shard shape {shard}, {layout.bytes_per_device:,} bytes{shared}")
+            hover = (
+                f"<b>device {device}</b> mesh coords {dict(zip(axes, coords.get(device, ())))}"
+                f"<br>holds [{where}]<br>shard shape {shard}, {layout.bytes_per_device:,} bytes{shared}"
+            )
             meta = {"device": device, "ranges": [list(r) for r in full_ranges], "shared_with": group}
             if owners is not None and device in owners:
                 hover += f"<br>owned by process {owners[device]}: only it can address this shard"
                 meta["process"] = owners[device]
-            panels.box(panel, c0 + i * width, c0 + (i + 1) * width, r0, r1, device_color(device), None, hover,
-                       name=f"device {device}", meta=meta,
-                       opacity=0.12 if highlight is not None and device not in highlight else 0.9)
+            panels.box(
+                panel,
+                c0 + i * width,
+                c0 + (i + 1) * width,
+                r0,
+                r1,
+                device_color(device),
+                None,
+                hover,
+                name=f"device {device}",
+                meta=meta,
+                opacity=0.12 if highlight is not None and device not in highlight else 0.9,
+            )
             stripes.append(hover)
         label = ("dev " if len(group) == 1 else "devs ") + _device_list(group)
         if per_facet[facet] <= MAX_LABELLED_BLOCKS:  # past that, labels overlap into a smear: hover instead
@@ -228,24 +374,48 @@ def shard_map_figure(layout: ArrayLayout, coords: dict[int, tuple[int, ...]], ax
         xs = [c0 + (c1 - c0) * (k + 0.5) / nx for k in range(nx)]
         ys = [r0 + (r1 - r0) * (k + 0.5) / ny for k in range(ny)]
         grid = [(x, y) for y in ys for x in xs]
-        panels.targets(panel, [x for x, _ in grid], [y for _, y in grid],
-                       [[layout.path, ",".join(map(str, group)), where]] * len(grid), size=24,
-                       hovers=[stripes[min(len(group) - 1, int((x - c0) / width))] for x, _ in grid])
+        panels.targets(
+            panel,
+            [x for x, _ in grid],
+            [y for _, y in grid],
+            [[layout.path, ",".join(map(str, group)), where]] * len(grid),
+            size=24,
+            hovers=[stripes[min(len(group) - 1, int((x - c0) / width))] for x, _ in grid],
+        )
     many = len(facets) > 2  # narrow panels: fewer ticks, axis titles once (else they overlap)
     for f in range(len(facets)):
         x_title = f"dim {len(layout.shape) - 1} (size {cols})" if layout.shape else ""
-        panels.axes(f, dict(range=[0, cols], dtick=max(1, math.ceil(cols / (2 if many else 4))),
-                            title=dict(text=x_title if not many or f == 0 else "", font=dict(size=11)),
-                            showgrid=False, zeroline=False),
-                    dict(range=[rows, 0], dtick=max(1, math.ceil(rows / 4)),
-                         title=dict(text=f"dim {len(layout.shape) - 2} ({rows})" if len(layout.shape) > 1 and f == 0
-                                    else "", font=dict(size=11)),
-                         showgrid=False, zeroline=False, showticklabels=len(layout.shape) > 1 and (f == 0 or not many)))
+        panels.axes(
+            f,
+            dict(
+                range=[0, cols],
+                dtick=max(1, math.ceil(cols / (2 if many else 4))),
+                title=dict(text=x_title if not many or f == 0 else "", font=dict(size=11)),
+                showgrid=False,
+                zeroline=False,
+            ),
+            dict(
+                range=[rows, 0],
+                dtick=max(1, math.ceil(rows / 4)),
+                title=dict(
+                    text=f"dim {len(layout.shape) - 2} ({rows})" if len(layout.shape) > 1 and f == 0 else "",
+                    font=dict(size=11),
+                ),
+                showgrid=False,
+                zeroline=False,
+                showticklabels=len(layout.shape) > 1 and (f == 0 or not many),
+            ),
+        )
     if len(facets) > 1:  # the panel titles: which slice of the leading dimensions each shows
-        for annotation in panels.annotations[:len(facets)]:
+        for annotation in panels.annotations[: len(facets)]:
             annotation["font"] = dict(size=10)
-    return panels.figure(title=dict(text=title or layout.path, font=dict(size=14)), showlegend=False,
-                         height=height, margin=dict(l=10, r=10, t=40, b=10), plot_bgcolor="rgba(0,0,0,0.04)")
+    return panels.figure(
+        title=dict(text=title or layout.path, font=dict(size=14)),
+        showlegend=False,
+        height=height,
+        margin=dict(l=10, r=10, t=40, b=10),
+        plot_bgcolor="rgba(0,0,0,0.04)",
+    )
 
 
 def _facet_title(ranges: tuple) -> str:
@@ -258,10 +428,18 @@ def memory_figure(per_device: dict[int, dict[str, int]]) -> go.Figure:
     devices = sorted(per_device)
     fig = go.Figure()
     for part, color in (("params", "#4C78A8"), ("optimizer", "#F58518"), ("batch", "#54A24B")):
-        fig.add_trace(go.Bar(x=[f"dev {d}" for d in devices], y=[per_device[d][part] for d in devices],
-                             name=part, marker_color=color))
-    fig.update_layout(barmode="stack", height=260, yaxis_title="bytes", margin=dict(l=10, r=10, t=10, b=10),
-                      legend=dict(orientation="h", y=1.12))
+        fig.add_trace(
+            go.Bar(
+                x=[f"dev {d}" for d in devices], y=[per_device[d][part] for d in devices], name=part, marker_color=color
+            )
+        )
+    fig.update_layout(
+        barmode="stack",
+        height=260,
+        yaxis_title="bytes",
+        margin=dict(l=10, r=10, t=10, b=10),
+        legend=dict(orientation="h", y=1.12),
+    )
     return fig
 
 
@@ -273,15 +451,21 @@ def downsample(values: list[float], limit: int = 1500) -> tuple[np.ndarray, np.n
         return x, y
     stride = math.ceil(len(y) / limit)
     usable = len(y) // stride * stride
-    return x[stride - 1:usable:stride], y[:usable].reshape(-1, stride).mean(axis=1)
+    return x[stride - 1 : usable : stride], y[:usable].reshape(-1, stride).mean(axis=1)
 
 
-def loss_figure(losses: list[float], log_scale: bool = True, total_steps: int | None = None,
-                loss_name: str = "MSE loss") -> go.Figure:
+def loss_figure(
+    losses: list[float], log_scale: bool = True, total_steps: int | None = None, loss_name: str = "MSE loss"
+) -> go.Figure:
     x, y = downsample(losses)
     fig = go.Figure(go.Scatter(x=x, y=y, mode="lines", name="loss", line=dict(color="#4C78A8")))
-    fig.update_layout(height=300, margin=dict(l=10, r=10, t=30, b=10), xaxis_title="step",
-                      yaxis_title=loss_name, title=dict(text="Training loss", font=dict(size=14)))
+    fig.update_layout(
+        height=300,
+        margin=dict(l=10, r=10, t=30, b=10),
+        xaxis_title="step",
+        yaxis_title=loss_name,
+        title=dict(text="Training loss", font=dict(size=14)),
+    )
     if total_steps:
         fig.update_xaxes(range=[0, total_steps])
     if log_scale:
@@ -295,28 +479,41 @@ def loss_figure(losses: list[float], log_scale: bool = True, total_steps: int | 
 
 
 def fit_figure(x: np.ndarray, y: np.ndarray, prediction: np.ndarray | None) -> go.Figure:
-    fig = go.Figure(go.Scatter(x=x[:, 0], y=y[:, 0], mode="markers", name="data",
-                               marker=dict(color="#4C78A8", size=6)))
+    fig = go.Figure(go.Scatter(x=x[:, 0], y=y[:, 0], mode="markers", name="data", marker=dict(color="#4C78A8", size=6)))
     if prediction is not None:
-        fig.add_trace(go.Scatter(x=x[:, 0], y=prediction[:, 0], mode="lines", name="model",
-                                 line=dict(color="black", width=3)))
-    fig.update_layout(height=300, margin=dict(l=10, r=10, t=30, b=10), xaxis_title="x", yaxis_title="y",
-                      title=dict(text="Model fit: y = 0.8·x² + 0.1 + noise", font=dict(size=14)),
-                      legend=dict(orientation="h", y=1.1))
+        fig.add_trace(
+            go.Scatter(x=x[:, 0], y=prediction[:, 0], mode="lines", name="model", line=dict(color="black", width=3))
+        )
+    fig.update_layout(
+        height=300,
+        margin=dict(l=10, r=10, t=30, b=10),
+        xaxis_title="x",
+        yaxis_title="y",
+        title=dict(text="Model fit: y = 0.8·x² + 0.1 + noise", font=dict(size=14)),
+        legend=dict(orientation="h", y=1.1),
+    )
     return fig
 
 
 def compare_figure(rows: list[dict], metrics: dict[str, str]) -> go.Figure:
     """One bar chart per metric, strategies side by side; ``rows`` carry a ``name`` and each metric."""
-    fig = make_subplots(rows=1, cols=len(metrics), subplot_titles=list(metrics.values()),
-                        horizontal_spacing=0.07)
+    fig = make_subplots(rows=1, cols=len(metrics), subplot_titles=list(metrics.values()), horizontal_spacing=0.07)
     names = [row["name"] for row in rows]
     for col, key in enumerate(metrics, start=1):
         values = [row.get(key) for row in rows]
-        fig.add_trace(go.Bar(x=names, y=[v if v is not None else 0 for v in values],
-                             marker_color=[PALETTE[i % len(PALETTE)] for i in range(len(rows))],
-                             text=[_short(v) for v in values], textposition="auto", name=key,
-                             meta={"metric": key}), row=1, col=col)
+        fig.add_trace(
+            go.Bar(
+                x=names,
+                y=[v if v is not None else 0 for v in values],
+                marker_color=[PALETTE[i % len(PALETTE)] for i in range(len(rows))],
+                text=[_short(v) for v in values],
+                textposition="auto",
+                name=key,
+                meta={"metric": key},
+            ),
+            row=1,
+            col=col,
+        )
     fig.update_layout(showlegend=False, height=340, margin=dict(l=10, r=10, t=40, b=10))
     return fig
 
@@ -341,9 +538,17 @@ def sequence_figure(x: np.ndarray, y: np.ndarray, prediction: np.ndarray | None,
     shown, seq = min(rows, len(x)), x.shape[1]
     guessed = np.zeros_like(y, dtype=bool)  # position t+1 holds the guess made at t for token t+1
     guessed[:, 1:] = y[:, :-1] >= 0
-    fig = make_subplots(rows=2, cols=1, row_heights=[0.68, 0.32], shared_xaxes=True, vertical_spacing=0.1,
-                        subplot_titles=[f"{shown} sequences: given tokens (grey), then the model's guesses",
-                                        f"right guesses per position ({len(x)} sequences)"])
+    fig = make_subplots(
+        rows=2,
+        cols=1,
+        row_heights=[0.68, 0.32],
+        shared_xaxes=True,
+        vertical_spacing=0.1,
+        subplot_titles=[
+            f"{shown} sequences: given tokens (grey), then the model's guesses",
+            f"right guesses per position ({len(x)} sequences)",
+        ],
+    )
     if prediction is None:
         guess = None
         z = np.where(guessed[:shown], np.nan, 0.5)
@@ -354,24 +559,57 @@ def sequence_figure(x: np.ndarray, y: np.ndarray, prediction: np.ndarray | None,
         right = guess == x
         z = np.where(guessed[:shown], right[:shown].astype(float), 0.5)
         text = np.where(guessed[:shown], guess[:shown].astype(str), x[:shown].astype(str))
-    hover = [[f"sequence {r}, position {t}: token {x[r, t]}"
-              + ("" if not guessed[r, t] else " (to guess)" if guess is None else f"<br>model guessed {guess[r, t]}")
-              for t in range(seq)] for r in range(shown)]
-    fig.add_trace(go.Heatmap(z=z, text=text, texttemplate="%{text}" if seq <= 64 else None,
-                             textfont=dict(size=9, color="white"), hovertext=hover, hoverinfo="text",
-                             colorscale=[[0, "#E45756"], [0.5, "#BAB0AC"], [1, "#54A24B"]], zmin=0, zmax=1,
-                             showscale=False, xgap=1, ygap=1, name="tokens"), row=1, col=1)
+    hover = [
+        [
+            f"sequence {r}, position {t}: token {x[r, t]}"
+            + ("" if not guessed[r, t] else " (to guess)" if guess is None else f"<br>model guessed {guess[r, t]}")
+            for t in range(seq)
+        ]
+        for r in range(shown)
+    ]
+    fig.add_trace(
+        go.Heatmap(
+            z=z,
+            text=text,
+            texttemplate="%{text}" if seq <= 64 else None,
+            textfont=dict(size=9, color="white"),
+            hovertext=hover,
+            hoverinfo="text",
+            colorscale=[[0, "#E45756"], [0.5, "#BAB0AC"], [1, "#54A24B"]],
+            zmin=0,
+            zmax=1,
+            showscale=False,
+            xgap=1,
+            ygap=1,
+            name="tokens",
+        ),
+        row=1,
+        col=1,
+    )
     fig.update_yaxes(autorange="reversed", title_text="sequence", row=1, col=1)
     positions = np.flatnonzero(guessed.any(axis=0))
     if guess is not None and len(positions):
         accuracy = [float(np.mean(guess[guessed[:, t], t] == x[guessed[:, t], t])) for t in positions]
-        fig.add_trace(go.Bar(x=positions, y=accuracy, marker_color="#4C78A8", name="accuracy",
-                             hovertemplate="position %{x}: %{y:.0%} right<extra></extra>"), row=2, col=1)
+        fig.add_trace(
+            go.Bar(
+                x=positions,
+                y=accuracy,
+                marker_color="#4C78A8",
+                name="accuracy",
+                hovertemplate="position %{x}: %{y:.0%} right<extra></extra>",
+            ),
+            row=2,
+            col=1,
+        )
     fig.update_yaxes(range=[0, 1], tickformat=".0%", row=2, col=1)
     fig.update_xaxes(range=[-0.5, seq - 0.5], row=1, col=1)
     fig.update_xaxes(title_text="position", range=[-0.5, seq - 0.5], row=2, col=1)
     for annotation in fig.layout.annotations:
         annotation.font = dict(size=12)
-    fig.update_layout(height=420, margin=dict(l=10, r=10, t=50, b=10), showlegend=False,
-                      title=dict(text="Task: repeat the sequence reversed", font=dict(size=14)))
+    fig.update_layout(
+        height=420,
+        margin=dict(l=10, r=10, t=50, b=10),
+        showlegend=False,
+        title=dict(text="Task: repeat the sequence reversed", font=dict(size=14)),
+    )
     return fig

@@ -1,6 +1,6 @@
 """Jobs: training in a background thread, so a page stays responsive while the model trains.
 
-A :class:`TrainingJob` owns one run. Its thread builds the :class:`~sharding_lab.training.Lab`,
+A :class:`TrainingJob` owns one run. Its thread builds the :class:`~sharding_lab.training.trainer.Lab`,
 runs the trainer chunk by chunk and publishes a :class:`Snapshot` (losses so far, speed, the
 model's current prediction, the final verdict) that a page can poll as often as it likes. A job
 stops when asked, when its time limit passes, or when nobody has looked at it for a while (the tab
@@ -17,22 +17,22 @@ several JAX processes, which a small server cannot afford many of.
 from __future__ import annotations
 
 import dataclasses
-import os
 import threading
 import time
 
 import numpy as np
 
-from ..config import LabConfig
+from .. import settings
 from ..errors import ConfigError
+from ..training.config import LabConfig
 from .scheduler import MAX_JOBS, MAX_QUEUED, Busy, load, release_slot, wait_for_slot  # noqa: F401
 
-MAX_MULTIPROCESS_JOBS = max(1, int(os.environ.get("SHARDING_LAB_MAX_MULTIPROCESS_JOBS", "1")))
-JOB_TIME_LIMIT_S = float(os.environ.get("SHARDING_LAB_JOB_TIME_LIMIT_S", "300"))
-UNWATCHED_LIMIT_S = float(os.environ.get("SHARDING_LAB_UNWATCHED_LIMIT_S", "30"))
+MAX_MULTIPROCESS_JOBS = settings.MAX_MULTIPROCESS_JOBS.get()
+JOB_TIME_LIMIT_S = settings.JOB_TIME_LIMIT_S.get()
+UNWATCHED_LIMIT_S = settings.UNWATCHED_LIMIT_S.get()
 # From pressing Train to the first training step (queue + building + compiling): past this the page
 # says so instead of showing "queued" or "starting" for ever.
-START_LIMIT_S = float(os.environ.get("SHARDING_LAB_START_LIMIT_S", "600"))
+START_LIMIT_S = settings.QUEUE_LIMIT_S.get()
 PREDICTION_INTERVAL_S = 0.2
 UNWATCHED_MESSAGE = "stopped: nobody was watching (tab closed?)"
 _multi_slots = threading.BoundedSemaphore(MAX_MULTIPROCESS_JOBS)
@@ -52,13 +52,13 @@ class Snapshot:
     layout_problems: list[str] | None = None
     devices: int = 0
     processes: int = 1
-    owners: dict[int, int] | None = None       # device → process (multi-process runs, at the end)
-    jax_ids: dict[int, int] | None = None      # device → JAX's own id
-    hosts: dict[int, str] | None = None        # process → host name
-    kinds: dict[int, str] | None = None        # device → device kind ("cpu", "NVIDIA H100 ...")
-    layouts: dict | None = None                # path → ArrayLayout gathered from every process
+    owners: dict[int, int] | None = None  # device → process (multi-process runs, at the end)
+    jax_ids: dict[int, int] | None = None  # device → JAX's own id
+    hosts: dict[int, str] | None = None  # process → host name
+    kinds: dict[int, str] | None = None  # device → device kind ("cpu", "NVIDIA H100 ...")
+    layouts: dict | None = None  # path → ArrayLayout gathered from every process
     startup_s: float | None = None
-    routing: object | None = None              # the trained router's choices (sharding_lab.experts), at the end
+    routing: object | None = None  # the trained router's choices (sharding_lab.sharding.experts), at the end
 
     @property
     def running(self) -> bool:
@@ -71,8 +71,10 @@ class TrainingJob:
     def __init__(self, config: LabConfig):
         running, waiting = load()
         if running >= MAX_JOBS and waiting >= MAX_QUEUED:
-            raise Busy(f"all {MAX_JOBS} training slots are in use and {waiting} runs are waiting for one — "
-                       "try again in a minute")
+            raise Busy(
+                f"all {MAX_JOBS} training slots are in use and {waiting} runs are waiting for one — "
+                "try again in a minute"
+            )
         self.config = config
         self._stop = threading.Event()
         self._lock = threading.Lock()
@@ -91,17 +93,22 @@ class TrainingJob:
         """The latest state (cheap; also tells the job someone is still watching)."""
         self.last_seen = now = time.monotonic()
         with self._lock:
-            if (self._snapshot.state in ("starting", "compiling") and not self._gave_up
-                    and now - self.created > START_LIMIT_S):
+            if (
+                self._snapshot.state in ("starting", "compiling")
+                and not self._gave_up
+                and now - self.created > START_LIMIT_S
+            ):
                 # A thread stuck in building or compiling cannot be interrupted; the page can at least
                 # say so, and the thread stops at its first chunk if it ever gets there.
                 self._gave_up = True
                 self._stop.set()
                 self._snapshot = dataclasses.replace(
-                    self._snapshot, state="failed",
+                    self._snapshot,
+                    state="failed",
                     message=f"this run did not start training within {START_LIMIT_S:.0f} s of pressing Train "
-                            f"(it was still {self._snapshot.state}) — the server may be overloaded; press "
-                            "Train to try again")
+                    f"(it was still {self._snapshot.state}) — the server may be overloaded; press "
+                    "Train to try again",
+                )
             return dataclasses.replace(self._snapshot, losses=list(self._losses))
 
     def stop(self) -> None:
@@ -122,9 +129,12 @@ class TrainingJob:
         reason = result.stop_reason
         state = "diverged" if result.diverged else "stopped" if reason.startswith("stopped") else reason
         final = result.final_loss
-        self._publish(state=state, final_loss=final if np.isfinite(final) else None,
-                      message=reason if state == "diverged" or reason.startswith("stopped:")
-                      else self._snapshot.message, **changes)
+        self._publish(
+            state=state,
+            final_loss=final if np.isfinite(final) else None,
+            message=reason if state == "diverged" or reason.startswith("stopped:") else self._snapshot.message,
+            **changes,
+        )
 
     def _watchdog(self, started: float) -> None:
         now = time.monotonic()
@@ -154,8 +164,10 @@ class TrainingJob:
         elif self._stop.is_set():
             message = "stopped before it started (it was waiting in the queue)"
         else:
-            message = (f"could not start within {START_LIMIT_S:.0f} s: every training slot stayed busy "
-                       f"({MAX_JOBS} train at once on this server) — press Train to queue again")
+            message = (
+                f"could not start within {START_LIMIT_S:.0f} s: every training slot stayed busy "
+                f"({MAX_JOBS} train at once on this server) — press Train to queue again"
+            )
         self._publish(state="stopped", message=message)
         return False
 
@@ -168,8 +180,8 @@ class TrainingJob:
             release_slot()
 
     def _train(self) -> None:
-        from ..experts import experts_of, lab_routing
-        from ..training import Lab, Trainer
+        from ..sharding.experts import experts_of, lab_routing
+        from ..training.trainer import Lab, Trainer
 
         started = time.monotonic()
         try:
@@ -180,8 +192,9 @@ class TrainingJob:
             for progress in trainer.chunks(self._stop):
                 with self._lock:
                     self._losses.extend(progress.losses)
-                changes = dict(step=progress.step, elapsed=progress.elapsed,
-                               steps_per_s=progress.steps_per_s, state="training")
+                changes = dict(
+                    step=progress.step, elapsed=progress.elapsed, steps_per_s=progress.steps_per_s, state="training"
+                )
                 if progress.done or time.monotonic() - last_prediction > PREDICTION_INTERVAL_S:
                     changes["prediction"] = lab.predict(self.x)
                     last_prediction = time.monotonic()
@@ -216,9 +229,11 @@ class DistributedJob(TrainingJob):
 
         check_processes(config, processes)
         if not _multi_slots.acquire(blocking=False):
-            raise Busy(f"{MAX_MULTIPROCESS_JOBS} multi-process run{'s are' if MAX_MULTIPROCESS_JOBS > 1 else ' is'} "
-                       "already going on on this server (each starts several JAX processes) — try again "
-                       "in a moment, or train with 1 process")
+            raise Busy(
+                f"{MAX_MULTIPROCESS_JOBS} multi-process run{'s are' if MAX_MULTIPROCESS_JOBS > 1 else ' is'} "
+                "already going on on this server (each starts several JAX processes) — try again "
+                "in a moment, or train with 1 process"
+            )
         self.processes = processes
         try:
             super().__init__(config)
@@ -249,15 +264,34 @@ class DistributedJob(TrainingJob):
         def on_progress(progress, prediction) -> None:
             with self._lock:
                 self._losses.extend(progress.losses)
-            self._publish(step=progress.step, elapsed=progress.elapsed, steps_per_s=progress.steps_per_s,
-                          state="training", prediction=prediction)
+            self._publish(
+                step=progress.step,
+                elapsed=progress.elapsed,
+                steps_per_s=progress.steps_per_s,
+                state="training",
+                prediction=prediction,
+            )
 
         try:
-            result = run(self.config, self.processes, on_progress, stop=_WatchedStop(self),
-                         time_limit_s=JOB_TIME_LIMIT_S, on_status=on_status)
-            self._finish(result, layout_problems=result.problems, devices=self.config.mesh.size,
-                         owners=result.owners, jax_ids=result.jax_ids, hosts=result.hosts, kinds=result.kinds,
-                         layouts=result.layouts, startup_s=result.startup_s)
+            result = run(
+                self.config,
+                self.processes,
+                on_progress,
+                stop=_WatchedStop(self),
+                time_limit_s=JOB_TIME_LIMIT_S,
+                on_status=on_status,
+            )
+            self._finish(
+                result,
+                layout_problems=result.problems,
+                devices=self.config.mesh.size,
+                owners=result.owners,
+                jax_ids=result.jax_ids,
+                hosts=result.hosts,
+                kinds=result.kinds,
+                layouts=result.layouts,
+                startup_s=result.startup_s,
+            )
         except (ConfigError, WorkerFailed) as error:
             self._publish(state="failed", message=str(error))
         except Exception as error:  # the server must live on, and say what happened

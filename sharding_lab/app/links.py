@@ -12,13 +12,26 @@ import math
 import re
 
 import sharding_lab as sl
-from sharding_lab.app.settings import (CUSTOM, FLOATS, GENERAL_RANGES, MICROBATCHES, TRAIN_DEFAULTS, max_axis_size,
-                                       model_spec, named_size_values, number_ranges, pipelined, size_choices, size_key)
-from sharding_lab import targets
-from sharding_lab.challenges import CHALLENGES
-from sharding_lab.mesh import AXIS_NAME as _NAME, default_axes
-from sharding_lab.optimizer import OPTIMIZERS
+from sharding_lab.app.settings import (
+    CUSTOM,
+    FLOATS,
+    GENERAL_RANGES,
+    MICROBATCHES,
+    TRAIN_DEFAULTS,
+    max_axis_size,
+    model_spec,
+    named_size_values,
+    number_ranges,
+    pipelined,
+    size_choices,
+    size_key,
+)
+from sharding_lab.hardware import targets
+from sharding_lab.lessons.challenges import CHALLENGES
 from sharding_lab.pipeline import SCHEDULES
+from sharding_lab.sharding.mesh import AXIS_NAME as _NAME
+from sharding_lab.sharding.mesh import default_axes
+from sharding_lab.training.optimizer import OPTIMIZERS
 
 # Query keys that are not settings and are never reported: ``teacher`` carries the teacher view's
 # token (app.py reads it; a student's copied link must not mention it, nor its absence).
@@ -31,16 +44,21 @@ def to_query(state) -> dict[str, str]:
     n = int(state["n_axes"])
     family = sl.family(state.get("model", "mlp"))
     query = {} if state.get("target", "cpu") == "cpu" else {"target": str(state["target"])}
-    query |= {"mesh": "x".join(str(state[f"size_{i}"]) for i in range(n)),
-             "axes": ",".join(str(state[f"name_{i}"]) for i in range(n)),
-             "type": str(state["axis_type"]).lower()}
+    query |= {
+        "mesh": "x".join(str(state[f"size_{i}"]) for i in range(n)),
+        "axes": ",".join(str(state[f"name_{i}"]) for i in range(n)),
+        "type": str(state["axis_type"]).lower(),
+    }
     if family.name != "mlp":  # links made before there were other models stay as they were
         query["model"] = family.name
     query["preset"] = str(state["preset"])
     if state["preset"] == CUSTOM:
         query["rules"] = ",".join(f"{a}:{state.get(f'rule_{a}', 'replicated')}" for a in family.logical_axes)
-        overrides = [f"{key[4:].rsplit('_', 1)[0]}.{key.rsplit('_', 1)[1]}:{value}"
-                     for key, value in sorted(state.items()) if str(key).startswith("ovr_") and value != "(rule)"]
+        overrides = [
+            f"{key[4:].rsplit('_', 1)[0]}.{key.rsplit('_', 1)[1]}:{value}"
+            for key, value in sorted(state.items())
+            if str(key).startswith("ovr_") and value != "(rule)"
+        ]
         if overrides:
             query["ovr"] = ",".join(overrides)
     if state.get("focus") is not None:
@@ -55,8 +73,7 @@ def to_query(state) -> dict[str, str]:
             query["size"] = name
     choices = size_choices()
     for key in [size_key(f) for f in family.size_fields] + list(GENERAL_RANGES):
-        query[key] = (str(state[key]) if key in choices else f"{state[key]:g}" if key in FLOATS
-                      else str(int(state[key])))
+        query[key] = str(state[key]) if key in choices else f"{state[key]:g}" if key in FLOATS else str(int(state[key]))
     if pipelined(state):  # only a pipelined layout has microbatches and a schedule
         query["mb"], query["schedule"] = str(int(state["microbatches"])), str(state["schedule"])
     if state.get("solved"):  # the challenges this session solved travel with its link
@@ -73,8 +90,24 @@ def from_query(query: dict[str, str]) -> tuple[dict, list[str]]:
 
     ranges = number_ranges()
     choices = size_choices()
-    known = {"target", "mesh", "axes", "type", "model", "preset", "rules", "ovr", "opt", "focus", "solved", "size",
-             "mb", "schedule", *ranges, *choices}
+    known = {
+        "target",
+        "mesh",
+        "axes",
+        "type",
+        "model",
+        "preset",
+        "rules",
+        "ovr",
+        "opt",
+        "focus",
+        "solved",
+        "size",
+        "mb",
+        "schedule",
+        *ranges,
+        *choices,
+    }
     for key in query:
         if key not in known and key not in NOT_SETTINGS:
             problems.append(f"unknown setting {key!r} ignored")
@@ -122,8 +155,7 @@ def from_query(query: dict[str, str]) -> tuple[dict, list[str]]:
         updates["preset"] = family.default_preset
     if updates.get("preset") == CUSTOM:
         axes = "|".join(family.logical_axes)
-        for key, prefix, pattern in (("rules", "rule_", rf"^({axes})$"),
-                                     ("ovr", "ovr_", r"^[a-z_]+[0-9]*\.[0-9]$")):
+        for key, prefix, pattern in (("rules", "rule_", rf"^({axes})$"), ("ovr", "ovr_", r"^[a-z_]+[0-9]*\.[0-9]$")):
             for item in filter(None, query.get(key, "").split(",")):
                 name, _, target = item.partition(":")
                 if re.match(pattern, name) and _TARGET.match(target):
@@ -141,15 +173,20 @@ def from_query(query: dict[str, str]) -> tuple[dict, list[str]]:
         unknown = [c for c in solved if c not in CHALLENGES]
         if unknown:  # named (a few of them) like any other part of a link that was not understood
             more = f" and {len(unknown) - 3} more" if len(unknown) > 3 else ""
-            problems.append(f"solved entries {', '.join(repr(c[:40]) for c in unknown[:3])}{more} ignored: "
-                            "not challenges here")
+            problems.append(
+                f"solved entries {', '.join(repr(c[:40]) for c in unknown[:3])}{more} ignored: not challenges here"
+            )
         updates["solved"] = [c for c in CHALLENGES if c in set(solved)]
     if "size" in query:  # a named size sets the sizes; the link's own size values (below) then win
         if query["size"] in family.named_sizes:
             updates.update(named_size_values(family, query["size"]))
         else:
-            bad("size", f"one of {', '.join(family.named_sizes)}" if family.named_sizes
-                else f"the {family.name} model has no named sizes")
+            bad(
+                "size",
+                f"one of {', '.join(family.named_sizes)}"
+                if family.named_sizes
+                else f"the {family.name} model has no named sizes",
+            )
     for key, allowed in choices.items():
         if key in query:
             if query[key] in allowed:

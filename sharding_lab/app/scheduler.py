@@ -13,11 +13,12 @@ from __future__ import annotations
 
 import collections
 import contextlib
-import os
 import threading
 
-MAX_JOBS = max(1, int(os.environ.get("SHARDING_LAB_MAX_JOBS", "4")))
-MAX_QUEUED = max(0, int(os.environ.get("SHARDING_LAB_MAX_QUEUED", "64")))
+from .. import settings
+
+MAX_JOBS = settings.MAX_JOBS.get()
+MAX_QUEUED = max(0, settings.MAX_QUEUED.get())
 FASTEST_POLL_S, SLOWEST_POLL_S, QUEUED_POLL_S = 0.2, 3.0, 1.5
 
 _turns = threading.Condition()  # guards _free and _queue

@@ -11,10 +11,10 @@ from __future__ import annotations
 import itertools
 
 import sharding_lab as sl
-from sharding_lab import targets
-from sharding_lab.mesh import default_axes
+from sharding_lab.hardware import targets
 from sharding_lab.models import ChoiceField
-from sharding_lab.rules import parse_target
+from sharding_lab.sharding.mesh import default_axes
+from sharding_lab.sharding.rules import parse_target
 
 CUSTOM = "custom"
 FROM_RULES = "(rule)"
@@ -24,10 +24,25 @@ DEFAULT_SHAPES = {1: (8,), 2: (2, 4), 3: (2, 2, 2)}
 GENERAL_RANGES = {"batch": (1, 4096), "steps": (1, 20_000), "lr": (0.0, 1000.0), "decay": (0.0, 0.999)}
 FLOATS = ("lr", "decay")
 DEFAULTS = {
-    "n_axes": 2, "size_0": 2, "size_1": 4, "size_2": 2, "name_0": "data", "name_1": "model",
-    "name_2": "z", "axis_type": "Auto", "model": "mlp", "preset": "seed", "optimizer": "seed-sgd",
-    "batch": 32, "steps": 3000, "lr": 0.01, "decay": 0.9, "focus": None, "target": targets.CPU,
-    "microbatches": 4, "schedule": "gpipe",
+    "n_axes": 2,
+    "size_0": 2,
+    "size_1": 4,
+    "size_2": 2,
+    "name_0": "data",
+    "name_1": "model",
+    "name_2": "z",
+    "axis_type": "Auto",
+    "model": "mlp",
+    "preset": "seed",
+    "optimizer": "seed-sgd",
+    "batch": 32,
+    "steps": 3000,
+    "lr": 0.01,
+    "decay": 0.9,
+    "focus": None,
+    "target": targets.CPU,
+    "microbatches": 4,
+    "schedule": "gpipe",
 }
 MICROBATCHES = (1, 64)  # the pipeline's microbatches (shown, and in links, only for a pipelined layout)
 
@@ -41,14 +56,22 @@ def size_key(field: str) -> str:
 
 def size_ranges() -> dict[str, tuple[int, int]]:
     """Every family's number size keys with their (min, max)."""
-    return {size_key(f): (s.low, s.high) for fam in sl.FAMILIES.values() for f, s in fam.size_fields.items()
-            if not isinstance(s, ChoiceField)}
+    return {
+        size_key(f): (s.low, s.high)
+        for fam in sl.FAMILIES.values()
+        for f, s in fam.size_fields.items()
+        if not isinstance(s, ChoiceField)
+    }
 
 
 def size_choices() -> dict[str, tuple[str, ...]]:
     """Every family's word options (the transformer's ``mlp_type``, ``remat``, ...) with their choices."""
-    return {size_key(f): s.choices for fam in sl.FAMILIES.values() for f, s in fam.size_fields.items()
-            if isinstance(s, ChoiceField)}
+    return {
+        size_key(f): s.choices
+        for fam in sl.FAMILIES.values()
+        for f, s in fam.size_fields.items()
+        if isinstance(s, ChoiceField)
+    }
 
 
 def valid_value(field, value) -> bool:
@@ -77,9 +100,11 @@ def family(state) -> sl.models.ModelFamily:
 
 def mesh_spec(state) -> sl.MeshSpec:
     n = int(state["n_axes"])
-    return sl.MeshSpec(tuple(int(state[f"size_{i}"]) for i in range(n)),
-                       tuple(str(state[f"name_{i}"]).strip() for i in range(n)),
-                       "explicit" if state["axis_type"] == "Explicit" else "auto")
+    return sl.MeshSpec(
+        tuple(int(state[f"size_{i}"]) for i in range(n)),
+        tuple(str(state[f"name_{i}"]).strip() for i in range(n)),
+        "explicit" if state["axis_type"] == "Explicit" else "auto",
+    )
 
 
 def _field_value(field, value):
@@ -102,8 +127,9 @@ def family_values(fam, state) -> dict:
     """When the model changes: its size keys whose current value its widgets cannot hold (another
     family used the key differently), back to its defaults."""
     spec = fam.Spec()
-    return {size_key(f): getattr(spec, f) for f, s in fam.size_fields.items()
-            if not valid_value(s, state.get(size_key(f)))}
+    return {
+        size_key(f): getattr(spec, f) for f, s in fam.size_fields.items() if not valid_value(s, state.get(size_key(f)))
+    }
 
 
 def target_options(axes: tuple[str, ...]) -> list[str]:
@@ -135,25 +161,29 @@ def custom_rules(state, mesh: sl.MeshSpec, model) -> sl.Rules:
     replicated / no override)."""
     fam = family(state)
     valid = set(target_options(mesh.axes))
-    rules = sl.Rules({a: to_target(state.get(f"rule_{a}")) if state.get(f"rule_{a}") in valid else None
-                      for a in fam.logical_axes})
+    rules = sl.Rules(
+        {a: to_target(state.get(f"rule_{a}")) if state.get(f"rule_{a}") in valid else None for a in fam.logical_axes}
+    )
     by_name = {a.rule_name: a.logical_axes for a in fam.parameters(model).values()}
     for name, logical in by_name.items():
         dims = [state.get(f"ovr_{name}_{d}", FROM_RULES) for d in range(len(logical))]
         dims = [d if d in valid else FROM_RULES for d in dims]
         if any(d != FROM_RULES for d in dims):
             base = rules.targets(name, logical)
-            rules = rules.with_override(name, tuple(base[i] if d == FROM_RULES else to_target(d)
-                                                    for i, d in enumerate(dims)))
+            rules = rules.with_override(
+                name, tuple(base[i] if d == FROM_RULES else to_target(d) for i, d in enumerate(dims))
+            )
     return rules
 
 
 def rule_widget_values(rules: sl.Rules, fam, model) -> dict[str, str]:
     """The ``rule_*`` / ``ovr_*`` values that show ``rules`` in the rules table."""
-    values = {f"rule_{a}": sl.rules.target_text(rules.target(a)) for a in fam.logical_axes}
+    values = {f"rule_{a}": sl.sharding.rules.target_text(rules.target(a)) for a in fam.logical_axes}
     for name, dim, key in override_keys(fam, model):
         override = rules.override_for(name)
-        values[key] = FROM_RULES if override is None or dim >= len(override) else sl.rules.target_text(override[dim])
+        values[key] = (
+            FROM_RULES if override is None or dim >= len(override) else sl.sharding.rules.target_text(override[dim])
+        )
     return values
 
 
@@ -178,12 +208,20 @@ def config_from_state(state) -> sl.LabConfig:
         mesh.validate(device_count(state))
         rules = custom_rules(state, mesh, model)
     piped = pipelined(state)
-    return sl.LabConfig(mesh=mesh, preset=preset, rules=rules, model=model, optimizer=state["optimizer"],
-                        lr=float(state["lr"]), decay=float(state["decay"]), batch_size=int(state["batch"]),
-                        steps=int(state["steps"]), target=str(state.get("target", targets.CPU)),
-                        microbatches=int(state.get("microbatches", DEFAULTS["microbatches"])) if piped else 1,
-                        schedule=str(state.get("schedule", DEFAULTS["schedule"])) if piped else "gpipe")
-
+    return sl.LabConfig(
+        mesh=mesh,
+        preset=preset,
+        rules=rules,
+        model=model,
+        optimizer=state["optimizer"],
+        lr=float(state["lr"]),
+        decay=float(state["decay"]),
+        batch_size=int(state["batch"]),
+        steps=int(state["steps"]),
+        target=str(state.get("target", targets.CPU)),
+        microbatches=int(state.get("microbatches", DEFAULTS["microbatches"])) if piped else 1,
+        schedule=str(state.get("schedule", DEFAULTS["schedule"])) if piped else "gpipe",
+    )
 
 
 def device_count(state) -> int:
@@ -208,8 +246,9 @@ def target_changed(state) -> dict:
         shape = DEFAULT_SHAPES[2]
     elif target.kind == "tpu":
         torus = [d for d in target.torus if d > 1] or [1]
-        shape = (torus[0], 1) if len(torus) == 1 else (
-            (torus[0] * torus[1], torus[2]) if len(torus) == 3 else tuple(torus))
+        shape = (
+            (torus[0], 1) if len(torus) == 1 else ((torus[0] * torus[1], torus[2]) if len(torus) == 3 else tuple(torus))
+        )
     else:
         shape = (2 * target.torus[0], 4)
     values = {"n_axes": 2, "name_0": "data", "name_1": "model"}
@@ -237,10 +276,18 @@ def state_from_config(config: sl.LabConfig) -> dict:
     sidebar and the rules table (a challenge's solution, given as command-line options, is applied
     this way). ConfigError for a value the widgets cannot hold."""
     fam, mesh = config.family, config.mesh
-    state = {"n_axes": len(mesh.shape), "axis_type": "Explicit" if mesh.axis_type == "explicit" else "Auto",
-             "model": fam.name, "preset": config.preset if config.preset is not None else CUSTOM,
-             "optimizer": config.optimizer, "lr": float(config.lr), "decay": float(config.decay),
-             "batch": int(config.batch_size), "steps": int(config.steps), "target": config.target}
+    state = {
+        "n_axes": len(mesh.shape),
+        "axis_type": "Explicit" if mesh.axis_type == "explicit" else "Auto",
+        "model": fam.name,
+        "preset": config.preset if config.preset is not None else CUSTOM,
+        "optimizer": config.optimizer,
+        "lr": float(config.lr),
+        "decay": float(config.decay),
+        "batch": int(config.batch_size),
+        "steps": int(config.steps),
+        "target": config.target,
+    }
     if config.stage_axis is not None:
         state.update(microbatches=int(config.microbatches), schedule=config.schedule)
     for i, (size, name) in enumerate(zip(mesh.shape, mesh.axes)):
@@ -249,8 +296,11 @@ def state_from_config(config: sl.LabConfig) -> dict:
     # The rules table shows the rules either way: a preset's, bound to this mesh, or the custom ones.
     state.update(rule_widget_values(config.resolved_rules(), fam, config.model))
     largest = max_axis_size({"target": config.target})
-    ranges = {**number_ranges(), "microbatches": MICROBATCHES,
-              **{f"size_{i}": (1, largest) for i in range(len(mesh.shape))}}
+    ranges = {
+        **number_ranges(),
+        "microbatches": MICROBATCHES,
+        **{f"size_{i}": (1, largest) for i in range(len(mesh.shape))},
+    }
     for key, (low, high) in ranges.items():
         if key in state and not low <= state[key] <= high:
             raise sl.ConfigError(f"{key} = {state[key]} is outside what the sidebar allows ({low} to {high})", key)

@@ -1,7 +1,7 @@
 """Which compiler made the program: the panel that names it, and the same layout compiled by the others.
 
 Every figure on the Communication page is one compiler's. On a TPU or GPU target the panel holds that
-compiler's program against XLA:CPU's for the same layout (:mod:`sharding_lab.compilers`); on the
+compiler's program against XLA:CPU's for the same layout (:mod:`sharding_lab.program.compilers`); on the
 simulated host it offers the layout to XLA:TPU and XLA:GPU, one row per compiler.
 """
 
@@ -12,11 +12,12 @@ import dataclasses
 import pandas as pd
 import streamlit as st
 
-from .. import targets
-from ..communication import CommReport, analyze
-from ..compilers import compare_compilers, summary
-from ..config import Plan, plan as make_plan
 from ..errors import ConfigError
+from ..hardware import targets
+from ..program.communication import CommReport, analyze
+from ..program.compilers import compare_compilers, summary
+from ..training.config import Plan
+from ..training.config import plan as make_plan
 
 
 def peers(size: int) -> list[str]:
@@ -39,9 +40,15 @@ def compiler_rows(plan: Plan, dtype: str) -> list[dict]:
     for name in ["cpu"] + peers(plan.config.mesh.size):
         report = analyze(make_plan(dataclasses.replace(plan.config, target=name)), dtype)
         target = targets.parse(name)
-        rows.append({"compiler": target.short, "target": target.label(), "collectives": summary(report),
-                     "bytes sent / device / step": f"{report.total_wire_bytes:,}",
-                     "temporaries / device": f"{report.memory['temp']:,}"})
+        rows.append(
+            {
+                "compiler": target.short,
+                "target": target.label(),
+                "collectives": summary(report),
+                "bytes sent / device / step": f"{report.total_wire_bytes:,}",
+                "temporaries / device": f"{report.memory['temp']:,}",
+            }
+        )
     return rows
 
 
@@ -49,9 +56,12 @@ def compiler_panel(plan: Plan, report: CommReport) -> None:
     """Name the compiler; on a TPU/GPU target, say where XLA:CPU's program differs; on cpu, offer the others."""
     target = targets.parse(plan.config.target)
     if target.compile_only:
-        st.info(f"Compiled by **{target.compiler}** for **{target.label()}** in **{report.dtype}** — abstract "
-                "inputs, nothing allocated, no chip needed. Every collective, byte and sentence on this page is "
-                f"that compiler's.", icon=":material/memory:")
+        st.info(
+            f"Compiled by **{target.compiler}** for **{target.label()}** in **{report.dtype}** — abstract "
+            "inputs, nothing allocated, no chip needed. Every collective, byte and sentence on this page is "
+            f"that compiler's.",
+            icon=":material/memory:",
+        )
         if note := targets.without_chip_note(target.name):
             st.caption(note)
         diff = compare_compilers(plan, report.dtype)
@@ -65,13 +75,20 @@ def compiler_panel(plan: Plan, report: CommReport) -> None:
         if not diff.sentences:
             st.markdown("✓ The two programs move the same things.")
         return
-    st.caption("Compiled by **XLA:CPU** for this machine's simulated devices. Real chips run other compilers, "
-               "which partition the same layout differently.")
+    st.caption(
+        "Compiled by **XLA:CPU** for this machine's simulated devices. Real chips run other compilers, "
+        "which partition the same layout differently."
+    )
     others = peers(plan.config.mesh.size)
-    if others and st.toggle(f"Compile this layout for {' and '.join(others)} too", key="compare_compilers",
-                            help="The TPU and GPU compilers, installed here, compile for chips that are not there."):
+    if others and st.toggle(
+        f"Compile this layout for {' and '.join(others)} too",
+        key="compare_compilers",
+        help="The TPU and GPU compilers, installed here, compile for chips that are not there.",
+    ):
         with st.spinner("Compiling for the other chips…"):
             rows = compiler_rows(plan, "mixed")
         st.dataframe(pd.DataFrame(rows), hide_index=True)
-        st.caption("All three in mixed precision (f32 weights and optimizer state, bf16 math). Choose a target "
-                   "under *Compile for* in the sidebar to see one compiler's program in full.")
+        st.caption(
+            "All three in mixed precision (f32 weights and optimizer state, bf16 math). Choose a target "
+            "under *Compile for* in the sidebar to see one compiler's program in full."
+        )

@@ -13,13 +13,13 @@ from urllib.parse import urlencode
 import streamlit as st
 
 import sharding_lab as sl
-from sharding_lab import targets
 from sharding_lab.app import links, settings
 from sharding_lab.app.settings import CUSTOM, FROM_RULES
-from sharding_lab.export import export_script, script_name
+from sharding_lab.export.script import export_script, script_name
+from sharding_lab.export.source import source_of
+from sharding_lab.hardware import targets
 from sharding_lab.models import ChoiceField, plugins
 from sharding_lab.pipeline import SCHEDULES
-from sharding_lab.source import source_of
 
 
 def init_state() -> None:
@@ -46,6 +46,7 @@ def current_model():
 
 # --- mesh -----------------------------------------------------------------------------------
 
+
 def _on_axes_count() -> None:
     st.session_state.update(settings.axes_count_changed(st.session_state))
 
@@ -62,26 +63,44 @@ def target_widget() -> None:
         text = targets.parse(name).label()
         return text + ("  — compiler not installed" if reasons.get(name) else "")
 
-    st.selectbox("Compile for", list(targets.TARGET_NAMES), key="target", on_change=_on_target, format_func=label,
-                 help="cpu: this machine's simulated devices, which also train. A TPU slice (v5e-8 … v5p-1024) "
-                      "or a GPU node (h100-8, h200-8 …): every view that compiles — Communication, Compare, "
-                      "the cost — shows that chip's own compiler's program (nothing runs, nothing is "
-                      "allocated); the mesh must use all its chips.")
+    st.selectbox(
+        "Compile for",
+        list(targets.TARGET_NAMES),
+        key="target",
+        on_change=_on_target,
+        format_func=label,
+        help="cpu: this machine's simulated devices, which also train. A TPU slice (v5e-8 … v5p-1024) "
+        "or a GPU node (h100-8, h200-8 …): every view that compiles — Communication, Compare, "
+        "the cost — shows that chip's own compiler's program (nothing runs, nothing is "
+        "allocated); the mesh must use all its chips.",
+    )
 
 
 def mesh_widgets() -> None:
-    st.radio("Mesh axes", [1, 2, 3], key="n_axes", on_change=_on_axes_count, horizontal=True,
-             help="How many named axes the device grid has.")
+    st.radio(
+        "Mesh axes",
+        [1, 2, 3],
+        key="n_axes",
+        on_change=_on_axes_count,
+        horizontal=True,
+        help="How many named axes the device grid has.",
+    )
     for i in range(int(st.session_state.n_axes or 2)):
         size_col, name_col = st.columns([1, 2])
         size_col.number_input(f"Size {i + 1}", 1, settings.max_axis_size(st.session_state), key=f"size_{i}")
         name_col.text_input(f"Name {i + 1}", key=f"name_{i}", max_chars=32)
-    st.radio("Axis type", ["Auto", "Explicit"], key="axis_type", horizontal=True,
-             help="Auto: the compiler infers shardings (the seed's way). Explicit: shardings are "
-                  "part of each array's type and JAX refuses to guess.")
+    st.radio(
+        "Axis type",
+        ["Auto", "Explicit"],
+        key="axis_type",
+        horizontal=True,
+        help="Auto: the compiler infers shardings (the seed's way). Explicit: shardings are "
+        "part of each array's type and JAX refuses to guess.",
+    )
 
 
 # --- rules ----------------------------------------------------------------------------------
+
 
 def _to_custom() -> None:
     st.session_state.preset = CUSTOM
@@ -116,8 +135,9 @@ def rules_table(mesh: sl.MeshSpec, model) -> None:
         label.markdown(f"`{axis}`  \n<small>{meaning}</small>", unsafe_allow_html=True)
         box.selectbox(axis, options, key=f"rule_{axis}", on_change=_to_custom, label_visibility="collapsed")
     keys = settings.override_keys(fam, model)
-    with st.expander("Per-parameter overrides", expanded=any(
-            st.session_state.get(k) not in (None, FROM_RULES) for *_, k in keys)):
+    with st.expander(
+        "Per-parameter overrides", expanded=any(st.session_state.get(k) not in (None, FROM_RULES) for *_, k in keys)
+    ):
         st.caption("Replace the rules for one array, dimension by dimension.")
         by_name = {}
         for array in fam.parameters(model).values():
@@ -126,8 +146,12 @@ def rules_table(mesh: sl.MeshSpec, model) -> None:
             cols = st.columns([1] + [2] * max(2, len(array.shape)))
             cols[0].markdown(f"`{name}`  \n<small>{array.shape}</small>", unsafe_allow_html=True)
             for dim in range(len(array.shape)):
-                cols[dim + 1].selectbox(f"{name} dim {dim} ({array.logical_axes[dim]})", [FROM_RULES] + options,
-                                        key=f"ovr_{name}_{dim}", on_change=_to_custom)
+                cols[dim + 1].selectbox(
+                    f"{name} dim {dim} ({array.logical_axes[dim]})",
+                    [FROM_RULES] + options,
+                    key=f"ovr_{name}_{dim}",
+                    on_change=_to_custom,
+                )
 
 
 # --- the sidebar ----------------------------------------------------------------------------
@@ -150,19 +174,33 @@ def _on_model_change() -> None:
 def model_switch_note() -> str | None:
     """What picking the model changed besides the model, while it still holds."""
     note, state = st.session_state.get("model_switch_note"), st.session_state
-    if not note or note["model"] != state.get("model") or not note["changed"] or any(
-            state.get(key) != new for key, (_, new) in note["changed"].items()):
+    if (
+        not note
+        or note["model"] != state.get("model")
+        or not note["changed"]
+        or any(state.get(key) != new for key, (_, new) in note["changed"].items())
+    ):
         return None
-    parts = [f"{SWITCHED_NAMES[key]} {old:g} → {new:g}" if isinstance(new, float) else
-             f"{SWITCHED_NAMES[key]} {old} → {new}" for key, (old, new) in note["changed"].items()]
-    return (f"Picking the {sl.FAMILIES[note['model']].title} also set its defaults: " + ", ".join(parts)
-            + " (the sidebar's preset and optimizer; steps and learning rate on the Train page).")
+    parts = [
+        f"{SWITCHED_NAMES[key]} {old:g} → {new:g}" if isinstance(new, float) else f"{SWITCHED_NAMES[key]} {old} → {new}"
+        for key, (old, new) in note["changed"].items()
+    ]
+    return (
+        f"Picking the {sl.FAMILIES[note['model']].title} also set its defaults: "
+        + ", ".join(parts)
+        + " (the sidebar's preset and optimizer; steps and learning rate on the Train page)."
+    )
 
 
 def model_widgets(fam) -> None:
     if len(sl.FAMILIES) > 1:
-        st.selectbox("Model", list(sl.FAMILIES), key="model", on_change=_on_model_change,
-                     format_func=lambda name: sl.FAMILIES[name].title)
+        st.selectbox(
+            "Model",
+            list(sl.FAMILIES),
+            key="model",
+            on_change=_on_model_change,
+            format_func=lambda name: sl.FAMILIES[name].title,
+        )
         note = model_switch_note()
         if note:
             st.info(note, icon=":material/swap_horiz:")
@@ -173,12 +211,21 @@ def model_widgets(fam) -> None:
         if isinstance(size, ChoiceField):
             cols[i % 2].selectbox(size.label, size.choices, key=settings.size_key(field), help=size.help or None)
         else:
-            cols[i % 2].number_input(size.label, size.low, size.high, key=settings.size_key(field),
-                                     help=size.help or None)
-    st.selectbox("Optimizer", list(sl.OPTIMIZERS), key="optimizer",
-                 help="\n\n".join(f"**{k}**: {v}" for k, v in sl.OPTIMIZERS.items()))
-    st.number_input("Batch size", *settings.GENERAL_RANGES["batch"], key="batch",
-                    help="Split along the mesh axis that the batch's rule names.")
+            cols[i % 2].number_input(
+                size.label, size.low, size.high, key=settings.size_key(field), help=size.help or None
+            )
+    st.selectbox(
+        "Optimizer",
+        list(sl.OPTIMIZERS),
+        key="optimizer",
+        help="\n\n".join(f"**{k}**: {v}" for k, v in sl.OPTIMIZERS.items()),
+    )
+    st.number_input(
+        "Batch size",
+        *settings.GENERAL_RANGES["batch"],
+        key="batch",
+        help="Split along the mesh axis that the batch's rule names.",
+    )
 
 
 def _on_named_size() -> None:
@@ -197,15 +244,20 @@ def named_size_widget(fam) -> None:
     except (sl.ConfigError, TypeError, ValueError):
         spec = None
     state.named_size = (fam.size_name(spec) if spec is not None else None) or CUSTOM
-    st.selectbox("Size", list(fam.named_sizes) + [CUSTOM], key="named_size", on_change=_on_named_size,
-                 format_func=lambda n: fam.named_sizes[n].title if n in fam.named_sizes else "Custom (the sizes below)",
-                 help="Public models' shapes, from their model cards; the sizes below show them.")
+    st.selectbox(
+        "Size",
+        list(fam.named_sizes) + [CUSTOM],
+        key="named_size",
+        on_change=_on_named_size,
+        format_func=lambda n: fam.named_sizes[n].title if n in fam.named_sizes else "Custom (the sizes below)",
+        help="Public models' shapes, from their model cards; the sizes below show them.",
+    )
     if spec is not None:
         st.caption(parameter_caption(fam, spec, fam.named_sizes.get(state.named_size)))
 
 
 def parameter_caption(fam, spec, named) -> str:
-    """"8,030,261,248 parameters (the card: 8.03 B)": counted from the model's abstract shapes."""
+    """ "8,030,261,248 parameters (the card: 8.03 B)": counted from the model's abstract shapes."""
     count = fam.parameter_count(spec)
     text = f"{count:,} parameters"
     if named is not None and named.card_parameters:
@@ -214,19 +266,26 @@ def parameter_caption(fam, spec, named) -> str:
 
 
 def _short(count: float) -> str:
-    return next(f"{count / scale:.3g} {unit}" for scale, unit in ((1e9, "B"), (1e6, "M"), (1, ""))
-                if count >= scale)
+    return next(f"{count / scale:.3g} {unit}" for scale, unit in ((1e9, "B"), (1e6, "M"), (1, "")) if count >= scale)
 
 
 def pipeline_widgets() -> None:
     """Microbatches and schedule, for a layout whose blocks are split into pipeline stages."""
     left, right = st.columns(2)
-    left.number_input("Microbatches", *settings.MICROBATCHES, key="microbatches",
-                      help="The batch is cut into this many microbatches, which flow through the stages one "
-                           "after another. More microbatches: a smaller bubble.")
-    right.selectbox("Schedule", list(SCHEDULES), key="schedule",
-                    format_func=lambda name: {"gpipe": "GPipe", "1f1b": "1F1B"}[name],
-                    help="\n\n".join(f"**{k}**: {v}" for k, v in SCHEDULES.items()))
+    left.number_input(
+        "Microbatches",
+        *settings.MICROBATCHES,
+        key="microbatches",
+        help="The batch is cut into this many microbatches, which flow through the stages one "
+        "after another. More microbatches: a smaller bubble.",
+    )
+    right.selectbox(
+        "Schedule",
+        list(SCHEDULES),
+        key="schedule",
+        format_func=lambda name: {"gpipe": "GPipe", "1f1b": "1F1B"}[name],
+        help="\n\n".join(f"**{k}**: {v}" for k, v in SCHEDULES.items()),
+    )
 
 
 def sidebar() -> sl.Plan | sl.ConfigError:
@@ -239,8 +298,10 @@ def sidebar() -> sl.Plan | sl.ConfigError:
     with st.sidebar:
         link_notice()
         if state.get("family_problems"):
-            st.warning("Some model families could not be loaded: " + plain("; ".join(state.family_problems)),
-                       icon=":material/extension_off:")
+            st.warning(
+                "Some model families could not be loaded: " + plain("; ".join(state.family_problems)),
+                icon=":material/extension_off:",
+            )
         # The flag (40 characters) cannot fit on one line of the sidebar: inline, it broke after its
         # "--". It goes in the caption's tooltip, as code; the caption says what it does.
         flag = re.search(r"--[a-z_]+=\d+", info.describe())
@@ -256,10 +317,17 @@ def sidebar() -> sl.Plan | sl.ConfigError:
         st.subheader("Sharding rules")
         if state.preset not in fam.presets and state.preset != CUSTOM:
             state.preset = fam.default_preset
-        st.selectbox("Preset", list(fam.presets) + [CUSTOM], key="preset",
-                     format_func=lambda p: fam.presets[p].title if p in fam.presets else "Custom (edited rules)")
-        st.caption(fam.presets[state.preset].explanation if state.preset in fam.presets
-                   else "Your own rules: edit them on the Layout page.")
+        st.selectbox(
+            "Preset",
+            list(fam.presets) + [CUSTOM],
+            key="preset",
+            format_func=lambda p: fam.presets[p].title if p in fam.presets else "Custom (edited rules)",
+        )
+        st.caption(
+            fam.presets[state.preset].explanation
+            if state.preset in fam.presets
+            else "Your own rules: edit them on the Layout page."
+        )
         if settings.pipelined(state):
             pipeline_widgets()
         rules_error = st.empty()
@@ -273,11 +341,14 @@ def sidebar() -> sl.Plan | sl.ConfigError:
     elif unused := result.unused_axes():
         sizes = result.config.mesh.axis_sizes
         rules_error.warning(
-            ("Mesh axis " if len(unused) == 1 else "Mesh axes ") + " and ".join(f"`{plain(a)}` ({sizes[a]})" for a in unused)
-            + (" splits" if len(unused) == 1 else " split") + " no array with these rules: every array is "
+            ("Mesh axis " if len(unused) == 1 else "Mesh axes ")
+            + " and ".join(f"`{plain(a)}` ({sizes[a]})" for a in unused)
+            + (" splits" if len(unused) == 1 else " split")
+            + " no array with these rules: every array is "
             "replicated along " + ("it" if len(unused) == 1 else "them") + ", and those devices repeat each other's "
             "work. Map a logical axis to it on the Layout page (a preset binds at most two roles: data and model).",
-            icon=":material/grid_off:")
+            icon=":material/grid_off:",
+        )
     query = links.to_query(state)
     st.query_params.from_dict(query)
     with st.sidebar.expander("Share this layout", icon=":material/share:"):
@@ -288,11 +359,15 @@ def sidebar() -> sl.Plan | sl.ConfigError:
             st.caption("No script download: " + result.config.family.export_refusal + ".")
         elif isinstance(result, sl.Plan):
             config = result.config
-            st.download_button("Download as a Python script", lambda: export_script(config),
-                               file_name=script_name(config), mime="text/x-python",
-                               key="download_script", icon=":material/download:",
-                               help="Plain JAX + Flax, no Sharding Lab needed: prints the layout "
-                                    "and the final loss.")
+            st.download_button(
+                "Download as a Python script",
+                lambda: export_script(config),
+                file_name=script_name(config),
+                mime="text/x-python",
+                key="download_script",
+                icon=":material/download:",
+                help="Plain JAX + Flax, no Sharding Lab needed: prints the layout and the final loss.",
+            )
     return result
 
 
@@ -312,15 +387,24 @@ def _build_plan() -> sl.Plan | sl.ConfigError:
 def edits_since(run: sl.LabConfig, now: sl.LabConfig) -> list[tuple[str, str, str]]:
     """What the sidebar and the Train page say now that the running run does not: (setting, the run's
     value, the value now) — a student may edit while a run trains; the run keeps what it started with."""
+
     def rules(c):
         return f"preset {c.preset}" if c.preset else "custom rules"
 
-    fields = [("mesh", lambda c: c.mesh.label()), ("rules", rules), ("model", lambda c: c.family.name),
-              ("sizes", lambda c: str(c.model)), ("optimizer", lambda c: c.optimizer),
-              ("learning rate", lambda c: f"{c.lr:g}"), ("momentum decay", lambda c: f"{c.decay:g}"),
-              ("steps", lambda c: f"{c.steps:,}"), ("batch", lambda c: str(c.batch_size)),
-              ("seed", lambda c: str(c.seed)), ("target", lambda c: c.target),
-              ("pipeline", lambda c: f"{c.microbatches} microbatches, {c.schedule}" if c.stage_axis else "none")]
+    fields = [
+        ("mesh", lambda c: c.mesh.label()),
+        ("rules", rules),
+        ("model", lambda c: c.family.name),
+        ("sizes", lambda c: str(c.model)),
+        ("optimizer", lambda c: c.optimizer),
+        ("learning rate", lambda c: f"{c.lr:g}"),
+        ("momentum decay", lambda c: f"{c.decay:g}"),
+        ("steps", lambda c: f"{c.steps:,}"),
+        ("batch", lambda c: str(c.batch_size)),
+        ("seed", lambda c: str(c.seed)),
+        ("target", lambda c: c.target),
+        ("pipeline", lambda c: f"{c.microbatches} microbatches, {c.schedule}" if c.stage_axis else "none"),
+    ]
     out = []
     for name, read in fields:
         before, after = read(run), read(now)
@@ -334,8 +418,10 @@ def plain(text) -> str:
     command-line option (``--layers``) is set as code with non-breaking hyphens (U+2011): a narrow column broke
     it after its first "-", code span or not."""
     parts = re.split(r"(?<![\w-])(--[a-z][a-z0-9_]*(?:-[a-z0-9_]+)*)", str(text))  # odd items: the options
-    return "".join(f"`{part.replace('-', chr(0x2011))}`" if i % 2 else
-                   re.sub(r"([\\`*_{}\[\]()#+\-.!|<>~$&])", r"\\\1", part) for i, part in enumerate(parts))
+    return "".join(
+        f"`{part.replace('-', chr(0x2011))}`" if i % 2 else re.sub(r"([\\`*_{}\[\]()#+\-.!|<>~$&])", r"\\\1", part)
+        for i, part in enumerate(parts)
+    )
 
 
 def plan_or_stop() -> sl.Plan:
@@ -361,8 +447,15 @@ def offer_fix(error: sl.ConfigError, where=st) -> None:
     if st.session_state.pop("fix_failed", None):
         where.caption("That fix cannot be shown in the sidebar's widgets: change the setting by hand.")
     if getattr(error, "fix", None) is not None:
-        where.button(error.fix_label, key="apply_fix", on_click=_apply_fix, args=(error.fix,), type="primary",
-                     icon=":material/build:", help=error.fix_help)
+        where.button(
+            error.fix_label,
+            key="apply_fix",
+            on_click=_apply_fix,
+            args=(error.fix,),
+            type="primary",
+            icon=":material/build:",
+            help=error.fix_help,
+        )
 
 
 def show_comparison(agrees: list[str], differences: list[str], lead: str) -> None:
@@ -399,8 +492,11 @@ def restore_link() -> None:
 def link_notice() -> None:
     problems = st.session_state.get("link_problems")
     if problems:
-        st.warning("Parts of the link were not understood, so those settings are at their "
-                   "defaults: " + plain("; ".join(problems)), icon=":material/link_off:")
+        st.warning(
+            "Parts of the link were not understood, so those settings are at their "
+            "defaults: " + plain("; ".join(problems)),
+            icon=":material/link_off:",
+        )
 
 
 def show_code(*objects) -> None:

@@ -23,13 +23,15 @@ import threading
 import time
 from pathlib import Path
 
+from .. import settings
+
 _lock = threading.Lock()
 _state: dict = {}
 
 
 def cache_dir() -> Path | None:
     """Where compiled programs are kept, or None when ``SHARDING_LAB_CACHE_DIR=off``."""
-    value = os.environ.get("SHARDING_LAB_CACHE_DIR", "").strip()
+    value = settings.CACHE_DIR.raw()
     if value.lower() in ("off", "none", "0", "false"):
         return None
     if value:
@@ -72,32 +74,39 @@ def class_meshes(devices: int) -> list[tuple[int, ...]]:
 
     shapes = [(devices,)]
     shapes += [(a, devices // a) for a in range(1, devices + 1) if devices % a == 0]
-    shapes += [(a, b, devices // (a * b)) for a in range(1, devices + 1) for b in range(1, devices + 1)
-               if devices % (a * b) == 0]
+    shapes += [
+        (a, b, devices // (a * b))
+        for a in range(1, devices + 1)
+        for b in range(1, devices + 1)
+        if devices % (a * b) == 0
+    ]
     opening = [DEFAULT_SHAPES[2], DEFAULT_SHAPES[1], DEFAULT_SHAPES[3]]  # the sidebar's 2 axes come first
-    return sorted(set(shapes), key=lambda s: (s not in opening, opening.index(s) if s in opening else 0,
-                                              len(s) != 2, len(s), s))
+    return sorted(
+        set(shapes), key=lambda s: (s not in opening, opening.index(s) if s in opening else 0, len(s) != 2, len(s), s)
+    )
 
 
 def class_configs(devices: int | None = None) -> list:
     """What a class clicks, in the order it clicks it: for each built-in model family, its defaults (sizes,
     optimizer, learning rate, steps) under every preset on every mesh shape of the default device count
     — the configurations the sidebar offers before anyone types a size — with the default model also on
-    the two-axis meshes over fewer devices (4: 1×4, 2×2, 4×1; 2: 1×2, 2×1), the transformer's last. Ones that cannot run are left
+    the two-axis meshes over fewer devices (4: 1×4, 2×2, 4×1; 2: 1×2, 2×1), the transformer's last. Ones that
+    cannot run are left
     out (a preset a mesh cannot bind, a batch an axis cannot split). Axis names are the sidebar's
     defaults: a program is compiled for its mesh's axis names (they are in the program JAX hands XLA),
     so a class that renames its axes compiles afresh."""
-    from ..config import LabConfig, plan
-    from ..devices import requested_host_devices
     from ..errors import ConfigError
-    from ..mesh import MeshSpec, default_axes
+    from ..hardware.devices import requested_host_devices
     from ..models import FAMILIES
-    from ..options import TRAIN_DEFAULTS
+    from ..sharding.mesh import MeshSpec, default_axes
+    from ..training.config import LabConfig, plan
+    from ..training.options import TRAIN_DEFAULTS
 
     devices = devices or requested_host_devices()
     # the default model also on two-axis meshes over fewer devices (a student who makes the mesh 2×2)
-    smaller = [(a, d // a) for d in range(devices - 1, 1, -1) if devices % d == 0 for a in range(1, d + 1)
-               if d % a == 0]
+    smaller = [
+        (a, d // a) for d in range(devices - 1, 1, -1) if devices % d == 0 for a in range(1, d + 1) if d % a == 0
+    ]
     out = []
     # the transformer last: each of its layouts costs ~10× an MLP's to compile (its training chunk and its
     # probe: 20-40 s of CPU each on this project's 2-core machine)
@@ -106,8 +115,14 @@ def class_configs(devices: int | None = None) -> list:
         train = {**TRAIN_DEFAULTS, **family.train_defaults}
         for shape in shapes:
             for preset in family.presets:
-                config = LabConfig(mesh=MeshSpec(shape, default_axes(len(shape))), preset=preset, model=family.Spec(),
-                                   optimizer=train["optimizer"], lr=train["lr"], steps=train["steps"])
+                config = LabConfig(
+                    mesh=MeshSpec(shape, default_axes(len(shape))),
+                    preset=preset,
+                    model=family.Spec(),
+                    optimizer=train["optimizer"],
+                    lr=train["lr"],
+                    steps=train["steps"],
+                )
                 try:
                     plan(config)
                 except ConfigError:
@@ -154,10 +169,10 @@ def _default_configs(for_server: bool = False) -> list:
     loads each program into memory and takes the cores the students need (measured, 20-session load test: the
     server at 10.8 GB with the class warm-up, 1.0 GB with the default layout only). A server whose own warm-up
     went through every layout marks the cache too, so its next start warms the default only."""
-    from ..config import LabConfig
+    from ..training.config import LabConfig
 
     configs = [LabConfig()]
-    if os.environ.get("SHARDING_LAB_WARM", "on").strip().lower() == "default":
+    if settings.WARM.raw().lower() == "default":
         return configs
     if for_server and already_warmed():
         _set_progress(note="the warm command already compiled every layout a class clicks into this cache")
@@ -178,13 +193,18 @@ def fingerprint() -> dict:
 
     import jax
 
-    from ..devices import requested_host_devices
+    from ..hardware.devices import requested_host_devices
 
     digest = hashlib.sha256()
     for path in sorted(Path(__file__).resolve().parents[1].rglob("*.py")):
         digest.update(path.read_bytes())
-    return {"jax": jax.__version__, "code": digest.hexdigest()[:16], "devices": requested_host_devices(),
-            "xla_flags": sorted(os.environ.get("XLA_FLAGS", "").split()), "layouts": len(class_configs())}
+    return {
+        "jax": jax.__version__,
+        "code": digest.hexdigest()[:16],
+        "devices": requested_host_devices(),
+        "xla_flags": sorted(os.environ.get("XLA_FLAGS", "").split()),
+        "layouts": len(class_configs()),
+    }
 
 
 def already_warmed() -> bool:
@@ -224,8 +244,16 @@ def _warm(configs, wait_for_students: bool = True, report=None, release_every: i
         except (AttributeError, OSError):
             pass
     started = time.perf_counter()
-    _set_progress(done=0, total=len(configs) if configs else 1, skipped=0, current="the default layout",
-                  running=True, stopped=False, seconds=0.0, note="")
+    _set_progress(
+        done=0,
+        total=len(configs) if configs else 1,
+        skipped=0,
+        current="the default layout",
+        running=True,
+        stopped=False,
+        seconds=0.0,
+        note="",
+    )
     # the server's own warm-up of every class layout marks the cache when it is done, as the command does
     mark = not configs and wait_for_students
     configs = configs or _default_configs(for_server=wait_for_students)
@@ -251,8 +279,9 @@ def _warm(configs, wait_for_students: bool = True, report=None, release_every: i
     # SPMD partitioner): the cache holds everything that can be compiled, so it is marked all the same
     if mark and not progress().get("stopped") and cache_dir() is not None:
         _write_marker(cache_dir())
-        _set_progress(note="every layout a class clicks is compiled into this cache: a restart warms the "
-                           "default layout only")
+        _set_progress(
+            note="every layout a class clicks is compiled into this cache: a restart warms the default layout only"
+        )
     _set_progress(running=False, current="", seconds=time.perf_counter() - started)
 
 
@@ -270,7 +299,7 @@ def _release() -> None:
 
     import jax
 
-    from .. import training
+    from ..training import trainer as training
 
     jax.clear_caches()
     with training._programs_lock:
@@ -281,7 +310,7 @@ def _release() -> None:
 def _compile_run(config) -> None:
     """One short run compiles what a student's first run would: the model's creation, the 100-step
     chunk (the same program as a full run's), the prediction and the layout check."""
-    from ..training import Lab, Trainer
+    from ..training.trainer import Lab, Trainer
 
     lab = Lab(config)
     Trainer(lab, steps=min(config.chunk, config.steps)).run()
@@ -314,11 +343,16 @@ def main(argv: list[str] | None = None) -> int:
     if args.part is None and args.jobs > 1:
         started = time.perf_counter()
         print(f"compiling {len(configs)} configurations into {path} in {args.jobs} processes", flush=True)
-        workers = [subprocess.Popen([sys.executable, "-m", "sharding_lab.app.warm", "--part", f"{i}/{args.jobs}"])
-                   for i in range(args.jobs)]
+        workers = [
+            subprocess.Popen([sys.executable, "-m", "sharding_lab.app.warm", "--part", f"{i}/{args.jobs}"])
+            for i in range(args.jobs)
+        ]
         failed = sum(w.wait() != 0 for w in workers)
-        print(f"done: {len(configs)} configurations in {time.perf_counter() - started:.0f} s"
-              + (f"; {failed} process(es) failed" if failed else ""), flush=True)
+        print(
+            f"done: {len(configs)} configurations in {time.perf_counter() - started:.0f} s"
+            + (f"; {failed} process(es) failed" if failed else ""),
+            flush=True,
+        )
         if not failed and len(configs) > 1:  # every class layout (not SHARDING_LAB_WARM=default's one)
             _write_marker(path)
         return 1 if failed else 0
@@ -333,8 +367,10 @@ def main(argv: list[str] | None = None) -> int:
 
     _warm(configs, wait_for_students=False, report=report, release_every=RELEASE_EVERY)
     done = progress()
-    print(f"done: {done['done'] - done['skipped']} compiled, {done['skipped']} skipped, {done['seconds']:.0f} s",
-          flush=True)
+    print(
+        f"done: {done['done'] - done['skipped']} compiled, {done['skipped']} skipped, {done['seconds']:.0f} s",
+        flush=True,
+    )
     if args.part is None and len(configs) > 1:  # one process did them all (with parts, the parent writes it)
         _write_marker(path)
     return 0

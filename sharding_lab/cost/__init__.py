@@ -3,7 +3,7 @@ compiled program, per device.
 
 - :mod:`.compiled` — the trainer's step compiled for a compute dtype; FLOPs, HBM traffic, HBM
   needed and the collectives, per device;
-- :mod:`.roofline` — those figures on a chip (:mod:`sharding_lab.chips`): compute, memory and
+- :mod:`.roofline` — those figures on a chip (:mod:`sharding_lab.hardware.chips`): compute, memory and
   communication time, the step time with and without overlap, the bound, MFU, whether it fits;
 - :mod:`.extrapolation` — the same on a bigger mesh than can be simulated, fitted from compiles
   on smaller meshes (and said so);
@@ -12,10 +12,36 @@ compiled program, per device.
 
 from .compiled import DTYPES, Compiled, compile_step, matmul_traffic
 from .extrapolation import extrapolate, fit, probe_meshes
-from .roofline import (Prediction, comm_rows, default_dtype, describe, format_seconds, parse_target, predict, print_cost,
-                       time_unit)
+from .roofline import (
+    Prediction,
+    comm_rows,
+    default_dtype,
+    describe,
+    format_seconds,
+    parse_target,
+    predict,
+    print_cost,
+    time_unit,
+)
 from .sweep import batch_sweep, critical_batch
 
-__all__ = ["Compiled", "DTYPES", "comm_rows", "default_dtype", "matmul_traffic", "Prediction", "batch_sweep", "compile_step",
-           "critical_batch", "describe", "extrapolate", "fit", "format_seconds", "time_unit", "parse_target", "predict", "print_cost",
-           "probe_meshes"]
+__all__ = [
+    "Compiled",
+    "DTYPES",
+    "comm_rows",
+    "default_dtype",
+    "matmul_traffic",
+    "Prediction",
+    "batch_sweep",
+    "compile_step",
+    "critical_batch",
+    "describe",
+    "extrapolate",
+    "fit",
+    "format_seconds",
+    "time_unit",
+    "parse_target",
+    "predict",
+    "print_cost",
+    "probe_meshes",
+]

@@ -1,7 +1,7 @@
 """One training step compiled for a compute dtype, and what it does on each device.
 
 
-The step is the trainer's own (:func:`sharding_lab.training.make_train_step`, outputs pinned,
+The step is the trainer's own (:func:`sharding_lab.training.trainer.make_train_step`, outputs pinned,
 state donated as in the trainer's chunks), compiled for a compute dtype: every float leaf of the
 state and the batch is cast to ``dtype`` (ints — step counters — kept), so parameters, gradients,
 optimizer state and activations are all ``dtype`` ("pure" bf16; a mixed-precision setup with f32
@@ -31,14 +31,14 @@ import math
 import re
 import time
 
-import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ..communication import Collective, parse_collectives
-from ..config import LabConfig, plan as make_plan
 from ..errors import ConfigError
-from ..targets import parse as parse_target
+from ..hardware.targets import parse as parse_target
+from ..program.communication import Collective, parse_collectives
+from ..training.config import LabConfig
+from ..training.config import plan as make_plan
 
 DTYPES = {"bf16": jnp.bfloat16, "f32": jnp.float32, "mixed": jnp.bfloat16}  # mixed: f32 state, bf16 compute
 
@@ -125,7 +125,7 @@ def loop_layers(config: LabConfig) -> int:
 @functools.lru_cache(maxsize=128)
 def compile_step(config: LabConfig, dtype: str = "bf16") -> Compiled:
     """Compile the trainer's step for ``config`` on its target in ``dtype`` (abstract inputs: nothing
-    allocated; :func:`sharding_lab.training.compile_train_step`). A step the target's compiler refuses for
+    allocated; :func:`sharding_lab.training.trainer.compile_train_step`). A step the target's compiler refuses for
     memory comes back with ``refused`` set to the compiler's sentence instead of raising.
 
     **A loop over layers counted as many times as it runs.** XLA's cost analysis and the program text
@@ -152,10 +152,13 @@ def loop_figures(one: Compiled, two: Compiled, layers: int) -> Compiled:
     (``two``) — one block counted ``layers`` times (:func:`extend_loop`), or, when the compiler refused the
     2-block body, ``one``'s figures with a note saying so."""
     if two.refused:  # the two-block loop body does not fit: the figures stay one block's, said so
-        return dataclasses.replace(one, compile_s=one.compile_s + two.compile_s,
-                                   loop_note=f"the blocks run as a loop of {layers}; its body could not be costed "
-                                             "(the compiler refused the 2-block loop), so FLOPs, HBM traffic and "
-                                             "collectives count one block")
+        return dataclasses.replace(
+            one,
+            compile_s=one.compile_s + two.compile_s,
+            loop_note=f"the blocks run as a loop of {layers}; its body could not be costed "
+            "(the compiler refused the 2-block loop), so FLOPs, HBM traffic and "
+            "collectives count one block",
+        )
     return extend_loop(one, two, layers)
 
 
@@ -171,21 +174,28 @@ def extend_loop(one: Compiled, two: Compiled, layers: int) -> Compiled:
     for i, run in enumerate((one, two)):
         for c in run.collectives:
             counts.setdefault(dataclasses.replace(c, count=1), [0, 0])[i] += c.count
-    collectives = tuple(dataclasses.replace(c, count=n) for c, (a, b) in counts.items()
-                        if (n := int(round(line(a, b)))) > 0)
+    collectives = tuple(
+        dataclasses.replace(c, count=n) for c, (a, b) in counts.items() if (n := int(round(line(a, b)))) > 0
+    )
     return dataclasses.replace(
-        one, flops=line(one.flops, two.flops), hbm_bytes=line(one.hbm_bytes, two.hbm_bytes),
-        collectives=collectives, cpu_bytes_accessed=line(one.cpu_bytes_accessed, two.cpu_bytes_accessed),
-        compile_s=one.compile_s + two.compile_s, optimal_seconds=None if one.optimal_seconds is None or two.optimal_seconds is None
+        one,
+        flops=line(one.flops, two.flops),
+        hbm_bytes=line(one.hbm_bytes, two.hbm_bytes),
+        collectives=collectives,
+        cpu_bytes_accessed=line(one.cpu_bytes_accessed, two.cpu_bytes_accessed),
+        compile_s=one.compile_s + two.compile_s,
+        optimal_seconds=None
+        if one.optimal_seconds is None or two.optimal_seconds is None
         else line(one.optimal_seconds, two.optimal_seconds),
         loop_note=f"the blocks run as a loop of {layers}: XLA counts a loop body once, so the program was also "
-                  f"compiled with the loop unrolled by 2 and every figure but HBM needed counts the body {layers} "
-                  "times (f₁ + (L − 1)·(f₂ − f₁)); HBM needed is the looped program's own")
+        f"compiled with the loop unrolled by 2 and every figure but HBM needed counts the body {layers} "
+        "times (f₁ + (L − 1)·(f₂ − f₁)); HBM needed is the looped program's own",
+    )
 
 
 def _compile_once(config: LabConfig, dtype: str) -> Compiled:
     """One compile of the step, its figures as the compiler reports them."""
-    from ..training import CompileRefused, compile_lowered, lower_train_step
+    from ..training.trainer import CompileRefused, compile_lowered, lower_train_step
 
     dtype = dtype_name(dtype)
     plan = make_plan(config)
@@ -194,8 +204,16 @@ def _compile_once(config: LabConfig, dtype: str) -> Compiled:
     try:
         compiled = compile_lowered(lowered, config.target)
     except CompileRefused as refused:
-        return Compiled(tuple(config.mesh.shape), 0.0, 0.0, float("nan"), (), refused=refused.reason,
-                        compile_s=time.perf_counter() - started, target=config.target)
+        return Compiled(
+            tuple(config.mesh.shape),
+            0.0,
+            0.0,
+            float("nan"),
+            (),
+            refused=refused.reason,
+            compile_s=time.perf_counter() - started,
+            target=config.target,
+        )
     compile_s = time.perf_counter() - started
     cost = compiled.cost_analysis()
     cost = (cost[0] if isinstance(cost, (list, tuple)) else cost) or {}
@@ -217,12 +235,24 @@ def _compile_once(config: LabConfig, dtype: str) -> Compiled:
     traffic = fused if on_cpu or not accessed else accessed
     flops = float(cost.get("flops", 0.0)) or _lowered_flops(lowered)
     extra = {k: float(cost[k]) for k in ("optimal_seconds", "utilization operand 0 {}") if k in cost}
-    return Compiled(tuple(config.mesh.shape), flops, float(traffic), float(needed), tuple(collectives),
-                    accessed if on_cpu else 0.0, compile_s=compile_s, target=config.target,
-                    optimal_seconds=extra.get("optimal_seconds"),
-                    memory={"argument": int(memory.argument_size_in_bytes), "output": int(memory.output_size_in_bytes),
-                            "temp": int(memory.temp_size_in_bytes), "alias": int(memory.alias_size_in_bytes),
-                            "generated_code": int(getattr(memory, "generated_code_size_in_bytes", 0))})
+    return Compiled(
+        tuple(config.mesh.shape),
+        flops,
+        float(traffic),
+        float(needed),
+        tuple(collectives),
+        accessed if on_cpu else 0.0,
+        compile_s=compile_s,
+        target=config.target,
+        optimal_seconds=extra.get("optimal_seconds"),
+        memory={
+            "argument": int(memory.argument_size_in_bytes),
+            "output": int(memory.output_size_in_bytes),
+            "temp": int(memory.temp_size_in_bytes),
+            "alias": int(memory.alias_size_in_bytes),
+            "generated_code": int(getattr(memory, "generated_code_size_in_bytes", 0)),
+        },
+    )
 
 
 def hbm_needed(memory, target: str) -> float:
@@ -233,8 +263,12 @@ def hbm_needed(memory, target: str) -> float:
     holds the fragmentation; GPT-2 small, remat full, 56×1024 tokens on v5e-1: temp 16.47 GB, HLO temp 13.28
     GiB of which 2.06 GiB fragmentation). The sum said 17.97 GB, over the chip's usable 16.91 GB; the peak
     said 15.74 GB — and the step **ran** on a real TPU v5e chip, 1.14 s a step (tools/tpu_check.py, README)."""
-    total = (memory.argument_size_in_bytes + memory.output_size_in_bytes + memory.temp_size_in_bytes
-             - memory.alias_size_in_bytes)
+    total = (
+        memory.argument_size_in_bytes
+        + memory.output_size_in_bytes
+        + memory.temp_size_in_bytes
+        - memory.alias_size_in_bytes
+    )
     peak = getattr(memory, "peak_memory_in_bytes", 0) or 0
     return float(peak) if peak > 0 and parse_target(target).kind == "tpu" else float(total)
 

@@ -21,8 +21,9 @@ import math
 
 import numpy as np
 
-from ..config import LabConfig, plan as make_plan
 from ..errors import ConfigError
+from ..training.config import LabConfig
+from ..training.config import plan as make_plan
 from .compiled import Compiled, axis_names, canonical, compile_step
 
 MAX_PROBES = 10
@@ -31,12 +32,16 @@ MAX_PROBES = 10
 def check_target(config: LabConfig, target) -> tuple[int, ...]:
     target = tuple(int(t) for t in target)
     if len(target) != len(config.mesh.shape):
-        raise ConfigError(f"the target mesh {'x'.join(map(str, target))} has {len(target)} axes but the "
-                          f"layout's mesh has {len(config.mesh.shape)} ({', '.join(config.mesh.axes)}): "
-                          "give one size per axis", "mesh")
+        raise ConfigError(
+            f"the target mesh {'x'.join(map(str, target))} has {len(target)} axes but the "
+            f"layout's mesh has {len(config.mesh.shape)} ({', '.join(config.mesh.axes)}): "
+            "give one size per axis",
+            "mesh",
+        )
     if any(t < 1 for t in target) or math.prod(target) > 1_000_000:
-        raise ConfigError(f"target mesh sizes must be whole numbers ≥ 1 and at most a million devices, "
-                          f"got {target}", "mesh")
+        raise ConfigError(
+            f"target mesh sizes must be whole numbers ≥ 1 and at most a million devices, got {target}", "mesh"
+        )
     return target
 
 
@@ -44,7 +49,9 @@ def _divisors(n: int) -> list[int]:
     return [d for d in range(1, n + 1) if n % d == 0]
 
 
-def probe_meshes(target: tuple[int, ...], max_devices: int, used: tuple[bool, ...] | None = None) -> list[tuple[int, ...]]:
+def probe_meshes(
+    target: tuple[int, ...], max_devices: int, used: tuple[bool, ...] | None = None
+) -> list[tuple[int, ...]]:
     """Meshes to compile: each used axis a divisor of its target size (an axis no rule uses stays
     at 1), at most ``max_devices`` devices, the largest first (kept when there are many)."""
     used = used or (True,) * len(target)
@@ -65,8 +72,9 @@ def _row(mesh: tuple[int, ...], terms) -> np.ndarray:
     return np.array([1.0 / math.prod(mesh[i] for i in subset) if subset else 1.0 for subset in terms])
 
 
-def fit(points: list[tuple[tuple[int, ...], float]], target: tuple[int, ...],
-        used: tuple[bool, ...] | None = None) -> tuple[float, float, list]:
+def fit(
+    points: list[tuple[tuple[int, ...], float]], target: tuple[int, ...], used: tuple[bool, ...] | None = None
+) -> tuple[float, float, list]:
     """Fit q(n) = Σ_A c_A / Π_{a∈A} n_a to (mesh, value) points and evaluate it at ``target``.
 
     The fewest terms that explain the points win (lowest order first: a constant, then 1/n_a, then
@@ -93,14 +101,13 @@ def fit(points: list[tuple[tuple[int, ...], float]], target: tuple[int, ...],
 
 def extrapolate(config: LabConfig, dtype: str, target: tuple[int, ...], max_devices: int | None = None):
     """Compile on the probe meshes and extrapolate every per-device count to ``target``."""
-    from ..devices import available_count
+    from ..hardware.devices import available_count
 
     max_devices = max_devices or available_count()
     axes = tuple(config.mesh.axes)
     # axes no array's layout uses are compiled at size 1: along them every device repeats the same
     # work (with Auto axes XLA may otherwise spread work over an idle axis differently at every size)
-    named = {a for array in make_plan(config).arrays.values() for dim in array.spec
-             for a in axis_names(dim)}
+    named = {a for array in make_plan(config).arrays.values() for dim in array.spec for a in axis_names(dim)}
     used = tuple(a in named for a in axes)
     compiled: list[Compiled] = []
     for mesh in probe_meshes(target, max_devices, used):
@@ -112,8 +119,11 @@ def extrapolate(config: LabConfig, dtype: str, target: tuple[int, ...], max_devi
         except ConfigError:
             continue  # e.g. a batch this mesh's data axis does not divide: fewer points
     if not compiled:
-        raise ConfigError(f"no mesh smaller than {'x'.join(map(str, target))} with at most {max_devices} devices "
-                          "accepts this layout: check the batch size divides the data axis", "mesh")
+        raise ConfigError(
+            f"no mesh smaller than {'x'.join(map(str, target))} with at most {max_devices} devices "
+            "accepts this layout: check the batch size divides the data axis",
+            "mesh",
+        )
     notes: list[str] = []
     checks: dict[str, float] = {}
 
@@ -127,16 +137,21 @@ def extrapolate(config: LabConfig, dtype: str, target: tuple[int, ...], max_devi
             error = abs(guess - held[1]) / max(abs(held[1]), 1.0)
             checks[name] = error
             if error > 0.10:
-                notes.append(f"{name}: fitted without the {'x'.join(map(str, held[0]))} compile it predicts "
-                             f"{guess:,.0f} against the compiled {held[1]:,.0f} ({error:.0%} off) — XLA changes "
-                             "strategy with the mesh size here: treat this figure as rough")
+                notes.append(
+                    f"{name}: fitted without the {'x'.join(map(str, held[0]))} compile it predicts "
+                    f"{guess:,.0f} against the compiled {held[1]:,.0f} ({error:.0%} off) — XLA changes "
+                    "strategy with the mesh size here: treat this figure as rough"
+                )
         if residual > 0.02:
-            notes.append(f"{name}: the form Σ c_A/Π n_a misses the compiled values by up to {residual:.0%} "
-                         "(XLA changes strategy between mesh sizes): treat this figure as rough")
+            notes.append(
+                f"{name}: the form Σ c_A/Π n_a misses the compiled values by up to {residual:.0%} "
+                "(XLA changes strategy between mesh sizes): treat this figure as rough"
+            )
         return value
 
-    fitted = {name: one(name, [(c.mesh, getattr(c, name)) for c in compiled])
-              for name in ("flops", "hbm_bytes", "hbm_needed")}
+    fitted = {
+        name: one(name, [(c.mesh, getattr(c, name)) for c in compiled]) for name in ("flops", "hbm_bytes", "hbm_needed")
+    }
     keys = {key for c in compiled for key in c.by_key()}
     fitted["collectives"] = {}
     for op, group_axes in sorted(keys):
@@ -146,16 +161,24 @@ def extrapolate(config: LabConfig, dtype: str, target: tuple[int, ...], max_devi
         rows = [c.by_key().get((op, group_axes)) for c in usable]
         example = next(r["example"] for r in rows if r)
         count = max(r["count"] for r in rows if r)
-        value = one(f"{op} over {'+'.join(group_axes) or 'none'}",
-                    [(c.mesh, r["bytes"] if r else 0.0) for c, r in zip(usable, rows)])
+        value = one(
+            f"{op} over {'+'.join(group_axes) or 'none'}",
+            [(c.mesh, r["bytes"] if r else 0.0) for c, r in zip(usable, rows)],
+        )
         fitted["collectives"][(op, group_axes)] = {"bytes": value, "count": count, "example": example}
     # the compiled figures shown beside the extrapolation: the biggest mesh, most axes split
     largest = max(compiled, key=lambda c: (math.prod(c.mesh), min(c.mesh)))
     idle = [a for a, u in zip(axes, used) if not u]
     if idle:
-        notes.insert(0, f"no layout rule uses {', '.join(idle)}: compiled at size 1 there (every device along "
-                        "it repeats the same work)")
-    notes.insert(0, f"compiled on {len(compiled)} meshes ({', '.join('x'.join(map(str, c.mesh)) for c in compiled)}); "
-                    f"every figure for {'x'.join(map(str, target))} is extrapolated with q(n) = Σ c_A / Π n_a")
+        notes.insert(
+            0,
+            f"no layout rule uses {', '.join(idle)}: compiled at size 1 there (every device along "
+            "it repeats the same work)",
+        )
+    notes.insert(
+        0,
+        f"compiled on {len(compiled)} meshes ({', '.join('x'.join(map(str, c.mesh)) for c in compiled)}); "
+        f"every figure for {'x'.join(map(str, target))} is extrapolated with q(n) = Σ c_A / Π n_a",
+    )
     fitted["checks"] = checks
     return fitted, [c.mesh for c in compiled], notes, largest

@@ -21,11 +21,12 @@ from __future__ import annotations
 import dataclasses
 import math
 
-from ..chips import Chip, Link, axis_links, chip as get_chip, group_link
-from ..communication import Collective
-from .. import targets
-from ..config import LabConfig
 from ..errors import ConfigError
+from ..hardware import targets
+from ..hardware.chips import Chip, Link, axis_links, group_link
+from ..hardware.chips import chip as get_chip
+from ..program.communication import Collective
+from ..training.config import LabConfig
 from .compiled import Compiled, canonical, compile_step, dtype_name, recount
 from .extrapolation import check_target, extrapolate
 
@@ -47,7 +48,7 @@ class Prediction:
     compiled: dict | None = None  # the largest compiled mesh's own figures, when extrapolated
     checks: dict | None = None  # extrapolated quantity → held-out relative error
     cpu_bytes_accessed: float | None = None  # XLA:CPU's own count (reference; not used)
-    target: str = "cpu"  # which compiler made the program (sharding_lab.targets)
+    target: str = "cpu"  # which compiler made the program (sharding_lab.hardware.targets)
     compile_s: float = 0.0  # how long the compile took here
     refused: str | None = None  # the target's compiler refused the step (out of HBM): its own sentence
     optimal_seconds: float | None = None  # the TPU compiler's own estimate of the step
@@ -119,39 +120,71 @@ class Prediction:
         out: dict[str, dict] = {}
         for row in self.comm:
             key = "+".join(row["axes"]) or "none"
-            entry = out.setdefault(key, {"link": row["link"], "bytes_per_s": row["bytes_per_s"],
-                                         "wire_bytes": 0.0, "seconds": 0.0, "collectives": 0})
+            entry = out.setdefault(
+                key,
+                {
+                    "link": row["link"],
+                    "bytes_per_s": row["bytes_per_s"],
+                    "wire_bytes": 0.0,
+                    "seconds": 0.0,
+                    "collectives": 0,
+                },
+            )
             entry["wire_bytes"] += row["wire_bytes"]
             entry["seconds"] += row["seconds"]
             entry["collectives"] += row["count"]
         return out
 
     def to_json(self) -> dict:
-        return _finite({"chip": self.chip.to_json(), "dtype": self.dtype,
+        return _finite(
+            {
+                "chip": self.chip.to_json(),
+                "dtype": self.dtype,
                 "mesh": {"shape": list(self.mesh), "axes": list(self.axes)},
-                "flops": self.flops, "hbm_bytes": self.hbm_bytes, "wire_bytes": self.wire_bytes,
-                "compute_s": self.compute_s, "memory_s": self.memory_s, "comm_s": self.comm_s,
+                "flops": self.flops,
+                "hbm_bytes": self.hbm_bytes,
+                "wire_bytes": self.wire_bytes,
+                "compute_s": self.compute_s,
+                "memory_s": self.memory_s,
+                "comm_s": self.comm_s,
                 "latency_s": self.latency_s,
-                "step_s": self.step_s, "step_s_no_overlap": self.step_s_no_overlap,
-                "bound": self.bound, "mfu": self.mfu,
-                "hbm_needed": self.hbm_needed, "hbm_capacity": self.chip.capacity, "fits": self.fits,
+                "step_s": self.step_s,
+                "step_s_no_overlap": self.step_s_no_overlap,
+                "bound": self.bound,
+                "mfu": self.mfu,
+                "hbm_needed": self.hbm_needed,
+                "hbm_capacity": self.chip.capacity,
+                "fits": self.fits,
                 "per_axis": self.per_axis(),
                 "axis_links": {a: link.to_json() for a, link in self.links.items()},
-                "collectives": [{k: (list(v) if isinstance(v, tuple) else v) for k, v in row.items()}
-                                for row in self.comm],
-                "compiled_on": [list(m) for m in self.compiled_on], "extrapolated": self.extrapolated,
-                "compiled": self.compiled, "extrapolation_checks": self.checks,
-                "cpu_bytes_accessed": self.cpu_bytes_accessed, "notes": self.notes,
-                "target": self.target, "compiler": _compiler(self.target), "compile_s": self.compile_s,
-                "refused": self.refused, "fit_reason": self.refused,
+                "collectives": [
+                    {k: (list(v) if isinstance(v, tuple) else v) for k, v in row.items()} for row in self.comm
+                ],
+                "compiled_on": [list(m) for m in self.compiled_on],
+                "extrapolated": self.extrapolated,
+                "compiled": self.compiled,
+                "extrapolation_checks": self.checks,
+                "cpu_bytes_accessed": self.cpu_bytes_accessed,
+                "notes": self.notes,
+                "target": self.target,
+                "compiler": _compiler(self.target),
+                "compile_s": self.compile_s,
+                "refused": self.refused,
+                "fit_reason": self.refused,
                 "compiler_optimal_seconds": self.optimal_seconds if (self.optimal_seconds or 0) > 0 else None,
-                "roofline_vs_compiler": self.compiler_ratio, "compiled_memory": self.memory}
-                       | ({"step_s": None, "step_s_no_overlap": None, "bound": None, "mfu": None, "hbm_needed": None}
-                          if self.refused else {}))
+                "roofline_vs_compiler": self.compiler_ratio,
+                "compiled_memory": self.memory,
+            }
+            | (
+                {"step_s": None, "step_s_no_overlap": None, "bound": None, "mfu": None, "hbm_needed": None}
+                if self.refused
+                else {}
+            )
+        )
 
 
 def _compiler(target: str) -> str:
-    from ..targets import parse
+    from ..hardware.targets import parse
 
     return parse(target).compiler
 
@@ -167,8 +200,9 @@ def _finite(value):
     return value
 
 
-def _comm_rows(chip: Chip, mesh: tuple[int, ...], axes: tuple[str, ...],
-               keyed: dict[tuple[str, tuple[str, ...]], dict]) -> list[dict]:
+def _comm_rows(
+    chip: Chip, mesh: tuple[int, ...], axes: tuple[str, ...], keyed: dict[tuple[str, tuple[str, ...]], dict]
+) -> list[dict]:
     rows = []
     sizes = dict(zip(axes, mesh))
     for (op, group_axes), row in keyed.items():
@@ -176,26 +210,45 @@ def _comm_rows(chip: Chip, mesh: tuple[int, ...], axes: tuple[str, ...],
         n = math.prod(sizes[a] for a in group_axes) if group_axes else 1
         # one op carrying all the bytes, with the target's group size: the ring formulas of
         # Collective.wire_bytes (communication.py) are linear in the bytes
-        wire = float(dataclasses.replace(row["example"], bytes=int(round(row["bytes"])), group_size=n,
-                                         count=1).wire_bytes) if row["bytes"] > 0 else 0.0
+        wire = (
+            float(dataclasses.replace(row["example"], bytes=int(round(row["bytes"])), group_size=n, count=1).wire_bytes)
+            if row["bytes"] > 0
+            else 0.0
+        )
         seconds = wire / link.bytes_per_s if link.bytes_per_s != float("inf") else 0.0
-        rows.append({"op": op, "axes": group_axes, "group_size": n, "count": row["count"],
-                     "bytes": row["bytes"], "wire_bytes": wire, "link": link.name,
-                     "bytes_per_s": link.bytes_per_s, "seconds": seconds,
-                     "latency_s": row["count"] * link.latency_s(op, n)})
+        rows.append(
+            {
+                "op": op,
+                "axes": group_axes,
+                "group_size": n,
+                "count": row["count"],
+                "bytes": row["bytes"],
+                "wire_bytes": wire,
+                "link": link.name,
+                "bytes_per_s": link.bytes_per_s,
+                "seconds": seconds,
+                "latency_s": row["count"] * link.latency_s(op, n),
+            }
+        )
     return rows
 
 
-def comm_rows(chip_id: str, mesh_shape: tuple[int, ...], axes: tuple[str, ...],
-              collectives: list[Collective], dtype: str = "bf16") -> list[dict]:
+def comm_rows(
+    chip_id: str, mesh_shape: tuple[int, ...], axes: tuple[str, ...], collectives: list[Collective], dtype: str = "bf16"
+) -> list[dict]:
     """Time on ``chip_id`` of collectives parsed from any compiled program (one row per op and axes)."""
     dtype = dtype_name(dtype)
     compiled = Compiled(tuple(mesh_shape), 0.0, 0.0, 0.0, tuple(recount(c, dtype) for c in collectives))
     return _comm_rows(get_chip(chip_id), tuple(mesh_shape), tuple(axes), compiled.by_key())
 
 
-def predict(config: LabConfig, chip_id: str | None = "h100", dtype: str = "bf16",
-            target: tuple[int, ...] | None = None, max_devices: int | None = None) -> Prediction:
+def predict(
+    config: LabConfig,
+    chip_id: str | None = "h100",
+    dtype: str = "bf16",
+    target: tuple[int, ...] | None = None,
+    max_devices: int | None = None,
+) -> Prediction:
     """The roofline of ``config``'s step on ``chip_id``; with ``target`` (a mesh shape with the
     same number of axes, e.g. (16, 16)) on that bigger mesh, extrapolated from smaller compiles."""
     dtype = dtype_name(dtype)
@@ -213,26 +266,58 @@ def predict(config: LabConfig, chip_id: str | None = "h100", dtype: str = "bf16"
         notes += [compiled.loop_note] if compiled.loop_note else []
         mesh = tuple(config.mesh.shape)
         links = axis_links(chip, mesh, axes)
-        return Prediction(chip, dtype, mesh, axes, compiled.flops, compiled.hbm_bytes, compiled.hbm_needed,
-                          links, _comm_rows(chip, mesh, axes, compiled.by_key()), [mesh], False, notes,
-                          cpu_bytes_accessed=compiled.cpu_bytes_accessed)
+        return Prediction(
+            chip,
+            dtype,
+            mesh,
+            axes,
+            compiled.flops,
+            compiled.hbm_bytes,
+            compiled.hbm_needed,
+            links,
+            _comm_rows(chip, mesh, axes, compiled.by_key()),
+            [mesh],
+            False,
+            notes,
+            cpu_bytes_accessed=compiled.cpu_bytes_accessed,
+        )
     target = check_target(config, target)
     fitted, probes, fit_notes, largest = extrapolate(config, dtype, target, max_devices)
     notes += [largest.loop_note] if largest is not None and largest.loop_note else []
     links = axis_links(chip, target, axes)
-    keyed = {key: {"bytes": value["bytes"], "count": value["count"], "example": value["example"]}
-             for key, value in fitted["collectives"].items()}
+    keyed = {
+        key: {"bytes": value["bytes"], "count": value["count"], "example": value["example"]}
+        for key, value in fitted["collectives"].items()
+    }
     compiled_row = None
     if largest is not None:
         small = axis_links(chip, largest.mesh, axes)
         rows = _comm_rows(chip, largest.mesh, axes, largest.by_key())
-        compiled_row = {"mesh": list(largest.mesh), "flops": largest.flops, "hbm_bytes": largest.hbm_bytes,
-                        "hbm_needed": largest.hbm_needed, "wire_bytes": sum(r["wire_bytes"] for r in rows),
-                        "comm_s": sum(r["seconds"] for r in rows),
-                        "axis_links": {a: link.to_json() for a, link in small.items()}}
-    return Prediction(chip, dtype, target, axes, fitted["flops"], fitted["hbm_bytes"], fitted["hbm_needed"],
-                      links, _comm_rows(chip, target, axes, keyed), probes, True, notes + fit_notes,
-                      compiled_row, fitted["checks"])
+        compiled_row = {
+            "mesh": list(largest.mesh),
+            "flops": largest.flops,
+            "hbm_bytes": largest.hbm_bytes,
+            "hbm_needed": largest.hbm_needed,
+            "wire_bytes": sum(r["wire_bytes"] for r in rows),
+            "comm_s": sum(r["seconds"] for r in rows),
+            "axis_links": {a: link.to_json() for a, link in small.items()},
+        }
+    return Prediction(
+        chip,
+        dtype,
+        target,
+        axes,
+        fitted["flops"],
+        fitted["hbm_bytes"],
+        fitted["hbm_needed"],
+        links,
+        _comm_rows(chip, target, axes, keyed),
+        probes,
+        True,
+        notes + fit_notes,
+        compiled_row,
+        fitted["checks"],
+    )
 
 
 def default_dtype(target: str) -> str:
@@ -251,10 +336,12 @@ def loop_note(config: LabConfig) -> list[str]:
     layers = loop_layers(config)
     if not layers:
         return []
-    return [f"remat=full runs the {layers} blocks as a loop (lax.scan): the program text shows the loop's body "
-            f"once, so each collective inside it runs {layers} times per step, not once. HBM needed is the real "
-            "program's (remat's saving included); `cost` and `plan` count the body "
-            f"{layers} times (compiled twice: the loop as it runs and unrolled by 2)."]
+    return [
+        f"remat=full runs the {layers} blocks as a loop (lax.scan): the program text shows the loop's body "
+        f"once, so each collective inside it runs {layers} times per step, not once. HBM needed is the real "
+        "program's (remat's saving included); `cost` and `plan` count the body "
+        f"{layers} times (compiled twice: the loop as it runs and unrolled by 2)."
+    ]
 
 
 def target_chip(config: LabConfig, chip_id: str | None) -> str:
@@ -263,9 +350,11 @@ def target_chip(config: LabConfig, chip_id: str | None) -> str:
     if not on.compile_only:
         return chip_id or "h100"
     if chip_id and get_chip(chip_id).id != on.chip:
-        raise ConfigError(f"--chip {chip_id} with the target {on.name}: the target's chips are {on.chip}; "
-                          "leave --chip out, or choose the target cpu to price the simulated layout on any chip",
-                          "target")
+        raise ConfigError(
+            f"--chip {chip_id} with the target {on.name}: the target's chips are {on.chip}; "
+            "leave --chip out, or choose the target cpu to price the simulated layout on any chip",
+            "target",
+        )
     return on.chip
 
 
@@ -276,8 +365,11 @@ def _predict_on_target(config: LabConfig, on, chip_id: str | None, dtype: str, t
     simulated devices) and the traffic the fused count of :func:`compile_step`. A step the compiler refuses
     for memory comes back with ``refused`` (fits: false) and no times."""
     if target_mesh is not None:
-        raise ConfigError(f"--target-mesh extrapolates from the simulated host; {on.name} is compiled whole by its "
-                          "own compiler: leave --target-mesh out", "target")
+        raise ConfigError(
+            f"--target-mesh extrapolates from the simulated host; {on.name} is compiled whole by its "
+            "own compiler: leave --target-mesh out",
+            "target",
+        )
     chip = get_chip(target_chip(config, chip_id))
     if on.kind == "tpu":  # the slice's own torus: wraparound only where the slice has one
         chip = dataclasses.replace(chip, torus=on.torus)
@@ -287,24 +379,41 @@ def _predict_on_target(config: LabConfig, on, chip_id: str | None, dtype: str, t
     flops = compiled.flops
     if on.kind == "gpu" and compiled.refused is None:
         host = dataclasses.replace(canonical(config), target="cpu")
-        from ..devices import available_count
+        from ..hardware.devices import available_count
 
         fits_here = config.mesh.size <= available_count()
         flops = predict(host, "h100", dtype, None if fits_here else mesh).flops
-        notes.append("the GPU compiler reports no FLOPs: these are XLA:CPU's for the same layout"
-                     + ("" if fits_here else ", extrapolated past the simulated devices"))
+        notes.append(
+            "the GPU compiler reports no FLOPs: these are XLA:CPU's for the same layout"
+            + ("" if fits_here else ", extrapolated past the simulated devices")
+        )
     links = axis_links(chip, mesh, axes)
-    return Prediction(chip, dtype, mesh, axes, flops, compiled.hbm_bytes, compiled.hbm_needed, links,
-                      _comm_rows(chip, mesh, axes, compiled.by_key()), [mesh], False, notes,
-                      target=on.name, compile_s=compiled.compile_s, refused=compiled.refused,
-                      optimal_seconds=compiled.optimal_seconds, memory=compiled.memory)
+    return Prediction(
+        chip,
+        dtype,
+        mesh,
+        axes,
+        flops,
+        compiled.hbm_bytes,
+        compiled.hbm_needed,
+        links,
+        _comm_rows(chip, mesh, axes, compiled.by_key()),
+        [mesh],
+        False,
+        notes,
+        target=on.name,
+        compile_s=compiled.compile_s,
+        refused=compiled.refused,
+        optimal_seconds=compiled.optimal_seconds,
+        memory=compiled.memory,
+    )
 
 
 def parse_target(text: str | None) -> tuple[int, ...] | None:
     """'16x16' → (16, 16); empty → None."""
     if not text:
         return None
-    from ..mesh import parse_mesh_shape
+    from ..sharding.mesh import parse_mesh_shape
 
     return parse_mesh_shape(text)
 
@@ -339,30 +448,46 @@ def describe(p: Prediction) -> str:
     head = f"{p.chip.name}, {p.dtype}, mesh {mesh} ({', '.join(p.axes)}): one training step per device — {source}"
     if p.refused:
         return "\n".join([head, f"  does NOT fit: {p.refused}"] + [f"  note: {note}" for note in p.notes])
-    lines = [head,
-             f"  FLOPs {p.flops:,.0f}  ÷ peak {p.peak:.3g} FLOP/s  = compute {format_seconds(p.compute_s)}",
-             f"  HBM traffic {p.hbm_bytes:,.0f} B  ÷ {p.chip.hbm_bytes_per_s:.3g} B/s  = memory {format_seconds(p.memory_s)}"]
+    lines = [
+        head,
+        f"  FLOPs {p.flops:,.0f}  ÷ peak {p.peak:.3g} FLOP/s  = compute {format_seconds(p.compute_s)}",
+        f"  HBM traffic {p.hbm_bytes:,.0f} B  ÷ {p.chip.hbm_bytes_per_s:.3g} B/s  "
+        f"= memory {format_seconds(p.memory_s)}",
+    ]
     for axis, link in p.links.items():
-        lines.append(f"  axis {axis}: {link.name}" + (f" {link.bytes_per_s:.3g} B/s" if link.name != "none" else "")
-                     + f" — {link.why}")
+        lines.append(
+            f"  axis {axis}: {link.name}"
+            + (f" {link.bytes_per_s:.3g} B/s" if link.name != "none" else "")
+            + f" — {link.why}"
+        )
     for row in p.comm:
-        lines.append(f"    {row['count']} × {row['op']:<18} over {'+'.join(row['axes']) or '-':<12} n={row['group_size']:<5} "
-                     f"{row['bytes']:>14,.0f} B → wire {row['wire_bytes']:>14,.0f} B on {row['link']} = {format_seconds(row['seconds'])}")
-    lines += [f"  communication {format_seconds(p.comm_s)} ({p.wire_bytes:,.0f} wire bytes)"
-              f" + latency {format_seconds(p.latency_s)} ({sum(r['count'] for r in p.comm if r.get('latency_s'))} collectives "
-              "× their link's α, chips.LATENCY)",
-              f"  step (full overlap, the prediction) {format_seconds(p.step_s)}  — {p.bound}-bound, MFU {p.mfu:.1%}",
-              f"  step (no overlap: compute/memory + communication) {format_seconds(p.step_s_no_overlap)}",
-              f"  HBM needed {p.hbm_needed / 1e9:,.3f} GB of {p.chip.capacity_text()}: "
-              + ("fits" if p.fits else "does NOT fit")]
+        lines.append(
+            f"    {row['count']} × {row['op']:<18} over {'+'.join(row['axes']) or '-':<12} n={row['group_size']:<5} "
+            f"{row['bytes']:>14,.0f} B → wire {row['wire_bytes']:>14,.0f} B on {row['link']} "
+            f"= {format_seconds(row['seconds'])}"
+        )
+    lines += [
+        f"  communication {format_seconds(p.comm_s)} ({p.wire_bytes:,.0f} wire bytes)"
+        f" + latency {format_seconds(p.latency_s)} "
+        f"({sum(r['count'] for r in p.comm if r.get('latency_s'))} collectives "
+        "× their link's α, chips.LATENCY)",
+        f"  step (full overlap, the prediction) {format_seconds(p.step_s)}  — {p.bound}-bound, MFU {p.mfu:.1%}",
+        f"  step (no overlap: compute/memory + communication) {format_seconds(p.step_s_no_overlap)}",
+        f"  HBM needed {p.hbm_needed / 1e9:,.3f} GB of {p.chip.capacity_text()}: "
+        + ("fits" if p.fits else "does NOT fit"),
+    ]
     if p.compiler_ratio is not None:
-        lines.append(f"  the TPU compiler's own estimate (cost_analysis optimal_seconds) {format_seconds(p.optimal_seconds)}: "
-                     f"the roofline is {p.compiler_ratio:.2f}× it")
+        lines.append(
+            f"  the TPU compiler's own estimate (cost_analysis optimal_seconds) {format_seconds(p.optimal_seconds)}: "
+            f"the roofline is {p.compiler_ratio:.2f}× it"
+        )
     lines += [f"  note: {note}" for note in p.notes]
     return "\n".join(lines)
 
 
-def print_cost(config: LabConfig, chip_id: str | None, dtype: str | None, target_text: str | None, as_json: bool) -> int:
+def print_cost(
+    config: LabConfig, chip_id: str | None, dtype: str | None, target_text: str | None, as_json: bool
+) -> int:
     """``python -m sharding_lab cost``: raises ConfigError (→ exit 2) for a bad chip, dtype or target."""
     import json
 

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import dataclasses
 
-from ..chips import axis_links, chip as get_chip
-from ..config import LabConfig
 from ..errors import ConfigError
+from ..hardware.chips import axis_links
+from ..hardware.chips import chip as get_chip
+from ..training.config import LabConfig
 from .compiled import axis_names, dtype_name
 from .roofline import predict
 
@@ -20,17 +21,27 @@ def critical_batch(chip_id: str, config: LabConfig, dtype: str = "bf16", axis: s
     axis = axis or axes[0]
     link = axis_links(chip, tuple(config.mesh.shape), axes)[axis]
     peak = chip.flops(dtype_name(dtype))[0]
-    return {"axis": axis, "link": link.name, "bytes_per_s": link.bytes_per_s, "peak_flops": peak,
-            "rows_per_device": peak / link.bytes_per_s if link.bytes_per_s not in (0, float("inf")) else None}
+    return {
+        "axis": axis,
+        "link": link.name,
+        "bytes_per_s": link.bytes_per_s,
+        "peak_flops": peak,
+        "rows_per_device": peak / link.bytes_per_s if link.bytes_per_s not in (0, float("inf")) else None,
+    }
 
 
-def batch_sweep(config: LabConfig, chip_id: str, dtype: str = "bf16",
-                per_device: tuple[int, ...] = (8, 32, 128, 512, 2048, 8192),
-                strategies: tuple[str, ...] = ("dp", "fsdp"), target: tuple[int, ...] | None = None) -> list[dict]:
+def batch_sweep(
+    config: LabConfig,
+    chip_id: str,
+    dtype: str = "bf16",
+    per_device: tuple[int, ...] = (8, 32, 128, 512, 2048, 8192),
+    strategies: tuple[str, ...] = ("dp", "fsdp"),
+    target: tuple[int, ...] | None = None,
+) -> list[dict]:
     """Predicted compute / memory / communication time per step against the batch rows each
     device holds, for each strategy (presets of the model family): every point is a compiled
     step (or, with ``target``, an extrapolated one)."""
-    from ..config import MAX_BATCH
+    from ..training.config import MAX_BATCH
 
     mesh = tuple(target) if target else tuple(config.mesh.shape)
     rows = []
@@ -52,8 +63,18 @@ def batch_sweep(config: LabConfig, chip_id: str, dtype: str = "bf16",
                 p = predict(dataclasses.replace(probe, batch_size=batch), chip_id, dtype, target)
             except ConfigError:
                 continue
-            rows.append({"strategy": strategy, "per_device_batch": b, "batch": batch,
-                         "compute_s": p.compute_s, "memory_s": p.memory_s, "comm_s": p.comm_s,
-                         "latency_s": p.latency_s,
-                         "step_s": p.step_s, "bound": p.bound, "extrapolated": p.extrapolated})
+            rows.append(
+                {
+                    "strategy": strategy,
+                    "per_device_batch": b,
+                    "batch": batch,
+                    "compute_s": p.compute_s,
+                    "memory_s": p.memory_s,
+                    "comm_s": p.comm_s,
+                    "latency_s": p.latency_s,
+                    "step_s": p.step_s,
+                    "bound": p.bound,
+                    "extrapolated": p.extrapolated,
+                }
+            )
     return rows

@@ -5,5 +5,4 @@ machine; :mod:`.worker` is one of them; :mod:`.protocol` is what they say to eac
 and how a configuration becomes a worker's command line and back.
 """
 
-from .launcher import (DistributedResult, WorkerFailed, check_processes, process_choices,  # noqa: F401
-                       process_table, run)
+from .launcher import DistributedResult, WorkerFailed, check_processes, process_choices, process_table, run  # noqa: F401

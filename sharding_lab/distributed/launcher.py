@@ -35,17 +35,19 @@ from typing import Callable
 
 import numpy as np
 
-from ..config import LabConfig, check_memory, plan as make_plan
-from ..devices import DEVICE_COUNT_ENV, device_info
+from .. import settings
 from ..errors import ConfigError
-from ..layout import ArrayLayout, compare_layouts
-from ..options import config_to_args
-from ..training import Progress, TrainResult
+from ..hardware.devices import DEVICE_COUNT_ENV, device_info
+from ..sharding.layout import ArrayLayout, compare_layouts
+from ..training.config import LabConfig, check_memory
+from ..training.config import plan as make_plan
+from ..training.options import config_to_args
+from ..training.trainer import Progress, TrainResult
 
 PROCESS_CHOICES = (1, 2, 4)
 MAX_PROCESSES = 16
-STARTUP_LIMIT_S = float(os.environ.get("SHARDING_LAB_STARTUP_LIMIT_S", "120"))
-SILENCE_LIMIT_S = float(os.environ.get("SHARDING_LAB_SILENCE_LIMIT_S", "60"))  # between chunks
+STARTUP_LIMIT_S = settings.WORKER_START_LIMIT_S.get()
+SILENCE_LIMIT_S = settings.WORKER_SILENCE_LIMIT_S.get()  # between chunks
 STOP_GRACE_S = 20.0
 PORT_ATTEMPTS = 3
 POLL_S = 0.05
@@ -70,11 +72,13 @@ def check_processes(config: LabConfig, processes: int) -> None:
         raise ConfigError(f"processes must be between 1 and {MAX_PROCESSES}, got {processes!r}", "processes")
     if size % processes:
         fits = [p for p in range(1, min(size, MAX_PROCESSES) + 1) if size % p == 0]
-        raise ConfigError(f"{processes} processes cannot share the {size} devices of the mesh "
-                          f"evenly: use {', '.join(map(str, fits[:-1]))} or {fits[-1]} processes"
-                          if len(fits) > 1 else
-                          f"a mesh of one device cannot be shared by {processes} processes: use 1",
-                          "processes")
+        raise ConfigError(
+            f"{processes} processes cannot share the {size} devices of the mesh "
+            f"evenly: use {', '.join(map(str, fits[:-1]))} or {fits[-1]} processes"
+            if len(fits) > 1
+            else f"a mesh of one device cannot be shared by {processes} processes: use 1",
+            "processes",
+        )
 
 
 def free_port() -> int:
@@ -84,11 +88,26 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def worker_command(config: LabConfig, processes: int, process_id: int, coordinator: str,
-                   local_devices: list[int] | None = None, lifeline: bool = True) -> list[str]:
+def worker_command(
+    config: LabConfig,
+    processes: int,
+    process_id: int,
+    coordinator: str,
+    local_devices: list[int] | None = None,
+    lifeline: bool = True,
+) -> list[str]:
     """The command that starts one worker (the same, but for the address, on a real host)."""
-    command = [sys.executable, "-m", "sharding_lab.distributed.worker", "--coordinator", coordinator,
-               "--num-processes", str(processes), "--process-id", str(process_id)]
+    command = [
+        sys.executable,
+        "-m",
+        "sharding_lab.distributed.worker",
+        "--coordinator",
+        coordinator,
+        "--num-processes",
+        str(processes),
+        "--process-id",
+        str(process_id),
+    ]
     if local_devices is not None:
         command += ["--local-devices", ",".join(map(str, local_devices))]
     if lifeline:
@@ -102,12 +121,12 @@ class DistributedResult(TrainResult):
 
     processes: int
     layouts: dict[str, ArrayLayout]  # gathered from every process; devices by mesh position
-    owners: dict[int, int]           # device → the process that owns (and alone addresses) it
-    jax_ids: dict[int, int]          # device → JAX's own id for it
-    hosts: dict[int, str]            # process → host name
-    kinds: dict[int, str]            # device → device kind ("cpu", "NVIDIA H100 80GB HBM3", ...)
-    problems: list[str]              # gathered layout vs the one-process plan (empty: the same)
-    startup_s: float                 # launch → every process joined
+    owners: dict[int, int]  # device → the process that owns (and alone addresses) it
+    jax_ids: dict[int, int]  # device → JAX's own id for it
+    hosts: dict[int, str]  # process → host name
+    kinds: dict[int, str]  # device → device kind ("cpu", "NVIDIA H100 80GB HBM3", ...)
+    problems: list[str]  # gathered layout vs the one-process plan (empty: the same)
+    startup_s: float  # launch → every process joined
     prediction: np.ndarray | None = None
 
     def addressable(self) -> dict[int, list[int]]:
@@ -128,19 +147,28 @@ def merge_layouts(reports: dict[int, dict], index_of: dict[int, int]) -> dict[st
     merged: dict[str, ArrayLayout] = {}
     for process in sorted(reports):
         for path, item in reports[process].items():
-            devices = {index_of[int(d)]: tuple(tuple(r) for r in ranges)
-                       for d, ranges in item["devices"].items()}
+            devices = {index_of[int(d)]: tuple(tuple(r) for r in ranges) for d, ranges in item["devices"].items()}
             if path not in merged:
-                merged[path] = ArrayLayout(path, tuple(item["shape"]), item.get("itemsize", 4),
-                                           _spec(item["requested_spec"]), _spec(item["spec"]), devices)
+                merged[path] = ArrayLayout(
+                    path,
+                    tuple(item["shape"]),
+                    item.get("itemsize", 4),
+                    _spec(item["requested_spec"]),
+                    _spec(item["spec"]),
+                    devices,
+                )
             else:
                 old = merged[path]
                 if old.shape != tuple(item["shape"]) or old.spec != _spec(item["spec"]):
-                    raise WorkerFailed(f"{path}: process {process} reports shape {item['shape']} "
-                                       f"spec {item['spec']}, another {old.shape} {old.spec}")
+                    raise WorkerFailed(
+                        f"{path}: process {process} reports shape {item['shape']} "
+                        f"spec {item['spec']}, another {old.shape} {old.spec}"
+                    )
                 merged[path] = dataclasses.replace(old, devices={**old.devices, **devices})
-    return {path: dataclasses.replace(layout, devices=dict(sorted(layout.devices.items())))
-            for path, layout in merged.items()}
+    return {
+        path: dataclasses.replace(layout, devices=dict(sorted(layout.devices.items())))
+        for path, layout in merged.items()
+    }
 
 
 def describe_exit(code: int) -> str:
@@ -159,13 +187,21 @@ class _Worker:
         self.error: str | None = None
         self.reported_layout = False
         self.closed_stdout = False  # set by the launcher's loop once it has read every line
-        self.proc = subprocess.Popen(command, cwd=ROOT, env=env, stdin=subprocess.PIPE,
-                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                                     bufsize=1, start_new_session=True)
-        self.threads = [threading.Thread(target=self._read_stdout, args=(events,), daemon=True,
-                                         name=f"worker-{process_id}-stdout"),
-                        threading.Thread(target=self._read_stderr, daemon=True,
-                                         name=f"worker-{process_id}-stderr")]
+        self.proc = subprocess.Popen(
+            command,
+            cwd=ROOT,
+            env=env,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            bufsize=1,
+            start_new_session=True,
+        )
+        self.threads = [
+            threading.Thread(target=self._read_stdout, args=(events,), daemon=True, name=f"worker-{process_id}-stdout"),
+            threading.Thread(target=self._read_stderr, daemon=True, name=f"worker-{process_id}-stderr"),
+        ]
         for thread in self.threads:
             thread.start()
 
@@ -214,9 +250,16 @@ class _Worker:
                 pass
 
 
-def run(config: LabConfig, processes: int, on_progress: Callable[[Progress, np.ndarray | None], None] | None = None,
-        stop=None, time_limit_s: float = 300.0, on_status: Callable[[str, dict], None] | None = None,
-        startup_limit_s: float | None = None, silence_limit_s: float | None = None) -> DistributedResult:
+def run(
+    config: LabConfig,
+    processes: int,
+    on_progress: Callable[[Progress, np.ndarray | None], None] | None = None,
+    stop=None,
+    time_limit_s: float = 300.0,
+    on_status: Callable[[str, dict], None] | None = None,
+    startup_limit_s: float | None = None,
+    silence_limit_s: float | None = None,
+) -> DistributedResult:
     """Train ``config`` as ``processes`` JAX processes on this machine; block until it ends.
 
     ``on_progress(progress, prediction)`` gets process 0's report after every chunk;
@@ -230,11 +273,17 @@ def run(config: LabConfig, processes: int, on_progress: Callable[[Progress, np.n
     check_memory(plan)
     platform = device_info().platform
     if platform == "tpu" and processes > 1:
-        raise ConfigError("several processes on one TPU host need libtpu's own process settings, "
-                          "which this launcher does not make: train with 1 process here, or start one "
-                          "worker per TPU host by hand (README, 'Beyond one host')", "processes")
-    limits = (time_limit_s, STARTUP_LIMIT_S if startup_limit_s is None else startup_limit_s,
-              SILENCE_LIMIT_S if silence_limit_s is None else silence_limit_s)
+        raise ConfigError(
+            "several processes on one TPU host need libtpu's own process settings, "
+            "which this launcher does not make: train with 1 process here, or start one "
+            "worker per TPU host by hand (README, 'Beyond one host')",
+            "processes",
+        )
+    limits = (
+        time_limit_s,
+        STARTUP_LIMIT_S if startup_limit_s is None else startup_limit_s,
+        SILENCE_LIMIT_S if silence_limit_s is None else silence_limit_s,
+    )
     for _ in range(PORT_ATTEMPTS):
         try:
             return _Launch(config, processes, on_progress, on_status, stop, *limits).run(plan)
@@ -250,23 +299,27 @@ class _PortTaken(WorkerFailed):
 class _Launch:
     """One attempt: start the workers, follow them, end them."""
 
-    def __init__(self, config, processes, on_progress, on_status, stop, time_limit_s, startup_limit_s,
-                 silence_limit_s):
+    def __init__(self, config, processes, on_progress, on_status, stop, time_limit_s, startup_limit_s, silence_limit_s):
         self.processes, self.on_progress, self.on_status, self.stop = processes, on_progress, on_status, stop
         self.time_limit_s, self.startup_limit_s, self.silence_limit_s = time_limit_s, startup_limit_s, silence_limit_s
         per_process = config.mesh.size // processes
         accelerators = not device_info().simulated
         self.coordinator = f"127.0.0.1:{free_port()}"
-        env = {**os.environ, DEVICE_COUNT_ENV: str(per_process), "PYTHONUNBUFFERED": "1",
-               "XLA_PYTHON_CLIENT_PREALLOCATE": os.environ.get("XLA_PYTHON_CLIENT_PREALLOCATE", "false")}
+        env = {
+            **os.environ,
+            DEVICE_COUNT_ENV: str(per_process),
+            "PYTHONUNBUFFERED": "1",
+            "XLA_PYTHON_CLIENT_PREALLOCATE": os.environ.get("XLA_PYTHON_CLIENT_PREALLOCATE", "false"),
+        }
         self.events: queue.Queue = queue.Queue()
         self.launched = self.last_heard = time.monotonic()
         self.workers: list[_Worker] = []
         try:
             for i in range(processes):
                 local = list(range(i * per_process, (i + 1) * per_process)) if accelerators else None
-                self.workers.append(_Worker(i, worker_command(config, processes, i, self.coordinator, local),
-                                            env, self.events))
+                self.workers.append(
+                    _Worker(i, worker_command(config, processes, i, self.coordinator, local), env, self.events)
+                )
         except BaseException:
             self.close()
             raise
@@ -288,8 +341,14 @@ class _Launch:
     def run(self, plan) -> DistributedResult:
         try:
             if self.on_status:
-                self.on_status("starting", {"processes": self.processes, "coordinator": self.coordinator,
-                                            "pids": [w.proc.pid for w in self.workers]})
+                self.on_status(
+                    "starting",
+                    {
+                        "processes": self.processes,
+                        "coordinator": self.coordinator,
+                        "pids": [w.proc.pid for w in self.workers],
+                    },
+                )
             while not all(w.proc.poll() == 0 and w.closed_stdout for w in self.workers):
                 try:
                     self._handle(*self.events.get(timeout=POLL_S))
@@ -299,7 +358,8 @@ class _Launch:
                     _check_exits(self.workers, self.launched)
                 except WorkerFailed:
                     if len(self.ready) < self.processes and any(
-                            "Failed to add port" in line for w in self.workers for line in w.stderr):
+                        "Failed to add port" in line for w in self.workers for line in w.stderr
+                    ):
                         raise _PortTaken(self.coordinator) from None
                     raise
                 self._check_time(time.monotonic())
@@ -324,9 +384,18 @@ class _Launch:
             self.losses.extend(event["losses"])
             self.prediction = np.asarray(event["prediction"], dtype=np.float32)  # the probe's own shape
             if self.on_progress:
-                self.on_progress(Progress(event["step"], event["total_steps"], event["losses"],
-                                          event["elapsed"], event["steps_per_s"], event["done"],
-                                          event["stop_reason"]), self.prediction)
+                self.on_progress(
+                    Progress(
+                        event["step"],
+                        event["total_steps"],
+                        event["losses"],
+                        event["elapsed"],
+                        event["steps_per_s"],
+                        event["done"],
+                        event["stop_reason"],
+                    ),
+                    self.prediction,
+                )
         elif kind == "layout":
             self.layouts[process_id] = event["layouts"]
             self.problems += [f"process {process_id}: {p}" for p in event["problems"]]
@@ -344,18 +413,25 @@ class _Launch:
             self.workers[0].send("stop")  # process 0 broadcasts it to the others before the next chunk
             self.stop_sent_at, self.limit_hit = now, not asked
         if len(self.ready) < self.processes and now - self.launched > self.startup_limit_s:
-            raise WorkerFailed(f"the {self.processes} processes did not all start within "
-                               f"{self.startup_limit_s:.0f} s ({len(self.ready)} joined); they were "
-                               f"killed: " + _tails(self.workers))
+            raise WorkerFailed(
+                f"the {self.processes} processes did not all start within "
+                f"{self.startup_limit_s:.0f} s ({len(self.ready)} joined); they were "
+                f"killed: " + _tails(self.workers)
+            )
         if not self.reported and now - self.launched > self.startup_limit_s:
-            raise WorkerFailed(f"the processes started but trained no chunk within {self.startup_limit_s:.0f} s "
-                               "(building and compiling included); they were killed: " + _tails(self.workers))
+            raise WorkerFailed(
+                f"the processes started but trained no chunk within {self.startup_limit_s:.0f} s "
+                "(building and compiling included); they were killed: " + _tails(self.workers)
+            )
         if self.stop_sent_at is not None and now - self.stop_sent_at > STOP_GRACE_S:
-            raise WorkerFailed(f"the processes did not stop within {STOP_GRACE_S:.0f} s of the stop "
-                               "request; they were killed")
+            raise WorkerFailed(
+                f"the processes did not stop within {STOP_GRACE_S:.0f} s of the stop request; they were killed"
+            )
         if self.reported and now - self.last_heard > self.silence_limit_s:
-            raise WorkerFailed(f"no word from the processes for {self.silence_limit_s:.0f} s (a hang?); "
-                               "they were killed: " + _tails(self.workers))
+            raise WorkerFailed(
+                f"no word from the processes for {self.silence_limit_s:.0f} s (a hang?); "
+                "they were killed: " + _tails(self.workers)
+            )
 
     def _result(self, plan) -> DistributedResult:
         if self.done is None or len(self.layouts) < self.processes:
@@ -368,35 +444,47 @@ class _Launch:
         if self.limit_hit and reason == "stopped":
             reason = f"stopped: the {self.time_limit_s:.0f} s limit per run passed"
         return DistributedResult(
-            losses=np.asarray(self.losses, dtype=float), steps=self.done["steps"],
-            elapsed=self.done["elapsed"], steps_per_s=self.done["steps_per_s"], stop_reason=reason,
-            processes=self.processes, layouts=merged,
-            owners={d["index"]: d["process"] for d in devices}, jax_ids={d["index"]: d["id"] for d in devices},
+            losses=np.asarray(self.losses, dtype=float),
+            steps=self.done["steps"],
+            elapsed=self.done["elapsed"],
+            steps_per_s=self.done["steps_per_s"],
+            stop_reason=reason,
+            processes=self.processes,
+            layouts=merged,
+            owners={d["index"]: d["process"] for d in devices},
+            jax_ids={d["index"]: d["id"] for d in devices},
             hosts={p: e["host"] for p, e in sorted(self.ready.items())},
             kinds={d["index"]: d["kind"] for d in devices},
             problems=self.problems + compare_layouts(plan.layouts(), merged),
-            startup_s=self.startup_s, prediction=self.prediction)
+            startup_s=self.startup_s,
+            prediction=self.prediction,
+        )
 
 
 def _check_exits(workers: list[_Worker], launched: float) -> None:
     """WorkerFailed as soon as a worker has ended badly: killed, crashed, or quiet before its report."""
     dead = [(w, w.proc.poll()) for w in workers]
-    bad = [(w, code) for w, code in dead
-           if code is not None and (code != 0 or (w.closed_stdout and not w.reported_layout))]
+    bad = [
+        (w, code) for w, code in dead if code is not None and (code != 0 or (w.closed_stdout and not w.reported_layout))
+    ]
     if not bad:
         return
     bad.sort(key=lambda item: (item[1] >= 0, item[0].id))  # a killed worker is the likely cause
     first, code = bad[0]
     others = len(workers) - 1
-    message = (f"process {first.id} of {len(workers)} (pid {first.proc.pid}) {describe_exit(code)} "
-               f"after {time.monotonic() - launched:.1f} s")
+    message = (
+        f"process {first.id} of {len(workers)} (pid {first.proc.pid}) {describe_exit(code)} "
+        f"after {time.monotonic() - launched:.1f} s"
+    )
     if first.error:
         message += f": {first.error}"
     elif first.tail():
         message += f"; its last words: {first.tail(3)}"
     if others:
-        message += (f" — the run cannot go on without it, so the other process{'es' if others > 1 else ''} "
-                    f"{'were' if others > 1 else 'was'} stopped")
+        message += (
+            f" — the run cannot go on without it, so the other process{'es' if others > 1 else ''} "
+            f"{'were' if others > 1 else 'was'} stopped"
+        )
     raise WorkerFailed(message)
 
 
@@ -409,18 +497,28 @@ def _tails(workers: list[_Worker]) -> str:
     return "; ".join(parts)
 
 
-def process_table(owners: dict[int, int], jax_ids: dict[int, int], hosts: dict[int, str],
-                  layouts: dict[str, ArrayLayout], kinds: dict[int, str] | None = None) -> list[dict]:
+def process_table(
+    owners: dict[int, int],
+    jax_ids: dict[int, int],
+    hosts: dict[int, str],
+    layouts: dict[str, ArrayLayout],
+    kinds: dict[int, str] | None = None,
+) -> list[dict]:
     """One row per process: its host, the devices it owns (mesh positions and JAX ids), and the
     shards it can address — those on its own devices, no others."""
     rows = []
     for process in sorted(set(owners.values())):
         devices = sorted(d for d, p in owners.items() if p == process)
         shards = [(path, d) for path, layout in layouts.items() for d in layout.devices if d in devices]
-        rows.append({"process": process, "host": hosts.get(process, "?"),
-                     "devices": ", ".join(map(str, devices)),
-                     "kind": ", ".join(sorted({(kinds or {}).get(d, "?") for d in devices})),
-                     "JAX device ids": ", ".join(str(jax_ids.get(d, d)) for d in devices),
-                     "addressable shards": len(shards),
-                     "bytes it holds": sum(layouts[path].bytes_per_device for path, _ in shards)})
+        rows.append(
+            {
+                "process": process,
+                "host": hosts.get(process, "?"),
+                "devices": ", ".join(map(str, devices)),
+                "kind": ", ".join(sorted({(kinds or {}).get(d, "?") for d in devices})),
+                "JAX device ids": ", ".join(str(jax_ids.get(d, d)) for d in devices),
+                "addressable shards": len(shards),
+                "bytes it holds": sum(layouts[path].bytes_per_device for path, _ in shards),
+            }
+        )
     return rows

@@ -32,11 +32,11 @@ import traceback
 import jax
 import numpy as np
 
-from ..options import add_config_options, config_from_args
-from ..config import plan as make_plan
 from ..errors import ConfigError
-from ..layout import compare_layouts
-from ..training import Lab, Trainer
+from ..sharding.layout import compare_layouts
+from ..training.config import plan as make_plan
+from ..training.options import add_config_options, config_from_args
+from ..training.trainer import Lab, Trainer
 
 LIFELINE_EXIT_CODE = 70
 LOOPBACK = ("127.0.0.1", "localhost", "[::1]")
@@ -50,17 +50,28 @@ def parse_args(argv=None) -> argparse.Namespace:
     plugins.import_from_argv(argv)  # a family from outside the package: the launcher passes its --family
     parser = argparse.ArgumentParser(
         prog="python -m sharding_lab.distributed.worker",
-        description="One process of a multi-process Sharding Lab run (start one per process).")
-    parser.add_argument("--coordinator", required=True, metavar="HOST:PORT",
-                        help="address of process 0, which runs the coordination service there")
+        description="One process of a multi-process Sharding Lab run (start one per process).",
+    )
+    parser.add_argument(
+        "--coordinator",
+        required=True,
+        metavar="HOST:PORT",
+        help="address of process 0, which runs the coordination service there",
+    )
     parser.add_argument("--num-processes", type=int, required=True)
     parser.add_argument("--process-id", type=int, required=True, help="0 .. num-processes-1")
-    parser.add_argument("--local-devices", default=None, metavar="IDS",
-                        help="accelerators this process uses, e.g. 0,1 (default: every one it sees)")
-    parser.add_argument("--init-timeout", type=int, default=120,
-                        help="seconds to wait for every process to join (default 120)")
-    parser.add_argument("--lifeline", action="store_true",
-                        help="exit when stdin closes; a 'stop' line on stdin asks for a stop")
+    parser.add_argument(
+        "--local-devices",
+        default=None,
+        metavar="IDS",
+        help="accelerators this process uses, e.g. 0,1 (default: every one it sees)",
+    )
+    parser.add_argument(
+        "--init-timeout", type=int, default=120, help="seconds to wait for every process to join (default 120)"
+    )
+    parser.add_argument(
+        "--lifeline", action="store_true", help="exit when stdin closes; a 'stop' line on stdin asks for a stop"
+    )
     add_config_options(parser)
     return parser.parse_args(argv)
 
@@ -109,8 +120,10 @@ def watch_stdin(requested: threading.Event) -> None:
 
 def device_table() -> list[dict]:
     """Every device of the run, in ``jax.devices()`` order (the order meshes are laid from)."""
-    return [{"index": i, "id": d.id, "process": d.process_index, "platform": d.platform,
-             "kind": d.device_kind} for i, d in enumerate(jax.devices())]
+    return [
+        {"index": i, "id": d.id, "process": d.process_index, "platform": d.platform, "kind": d.device_kind}
+        for i, d in enumerate(jax.devices())
+    ]
 
 
 def main(argv=None) -> int:
@@ -125,20 +138,33 @@ def main(argv=None) -> int:
         jax.config.update("jax_cpu_collectives_implementation", "gloo")
         local = [int(i) for i in args.local_devices.split(",")] if args.local_devices else None
         host = args.coordinator.rsplit(":", 1)[0]
-        jax.distributed.initialize(coordinator_address=args.coordinator,
-                                   num_processes=args.num_processes, process_id=args.process_id,
-                                   local_device_ids=local, initialization_timeout=args.init_timeout,
-                                   # a loopback coordinator listens on loopback only, not on every interface
-                                   coordinator_bind_address=args.coordinator if host in LOOPBACK else None)
+        jax.distributed.initialize(
+            coordinator_address=args.coordinator,
+            num_processes=args.num_processes,
+            process_id=args.process_id,
+            local_device_ids=local,
+            initialization_timeout=args.init_timeout,
+            # a loopback coordinator listens on loopback only, not on every interface
+            coordinator_bind_address=args.coordinator if host in LOOPBACK else None,
+        )
         me = jax.process_index()
-        emit("ready", process=me, processes=jax.process_count(), host=socket.gethostname(),
-             pid=os.getpid(), devices=device_table(), seconds=time.perf_counter() - started)
+        emit(
+            "ready",
+            process=me,
+            processes=jax.process_count(),
+            host=socket.gethostname(),
+            pid=os.getpid(),
+            devices=device_table(),
+            seconds=time.perf_counter() - started,
+        )
         lab = Lab(make_plan(config_from_args(args)))
         owners = {d.process_index for d in lab.plan.mesh.devices.flat}
         if owners != set(range(jax.process_count())):
-            raise ConfigError(f"the mesh uses devices of processes {sorted(owners)} only: every "
-                              f"process must own part of it — use all {jax.device_count()} devices",
-                              "mesh")
+            raise ConfigError(
+                f"the mesh uses devices of processes {sorted(owners)} only: every "
+                f"process must own part of it — use all {jax.device_count()} devices",
+                "mesh",
+            )
         trainer = Trainer(lab, host_batches=True)
         for progress in trainer.chunks(AgreedStop(requested)):
             prediction = lab.predict_dataset()  # every process takes part; process 0 reports it
@@ -146,15 +172,24 @@ def main(argv=None) -> int:
                 emit("progress", **dataclasses.asdict(progress), prediction=prediction.tolist())
         layouts = lab.actual_layouts(lab.load_batch(0))
         mine = {d.id for d in jax.local_devices()}
-        planned = {path: dataclasses.replace(layout, devices={d: r for d, r in layout.devices.items()
-                                                              if d in mine})
-                   for path, layout in lab.plan.layouts().items()}
-        emit("layout", process=me, problems=compare_layouts(planned, layouts),
-             layouts={path: {**layout.to_json(), "itemsize": layout.itemsize}
-                      for path, layout in layouts.items()})
+        planned = {
+            path: dataclasses.replace(layout, devices={d: r for d, r in layout.devices.items() if d in mine})
+            for path, layout in lab.plan.layouts().items()
+        }
+        emit(
+            "layout",
+            process=me,
+            problems=compare_layouts(planned, layouts),
+            layouts={path: {**layout.to_json(), "itemsize": layout.itemsize} for path, layout in layouts.items()},
+        )
         if me == 0:
-            emit("done", stop_reason=progress.stop_reason, steps=progress.step,
-                 elapsed=progress.elapsed, steps_per_s=progress.steps_per_s)
+            emit(
+                "done",
+                stop_reason=progress.stop_reason,
+                steps=progress.step,
+                elapsed=progress.elapsed,
+                steps_per_s=progress.steps_per_s,
+            )
         return 0
     except ConfigError as error:
         emit("error", process=args.process_id, message=str(error), config_error=True)

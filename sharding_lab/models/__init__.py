@@ -36,7 +36,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from flax import nnx
-from jax.sharding import NamedSharding, PartitionSpec as P
+from jax.sharding import NamedSharding
+from jax.sharding import PartitionSpec as P
 
 from ..errors import ConfigError
 
@@ -56,33 +57,43 @@ class Expect:
 
 # What each strategy communicates on paper (the scaling book's training chapter — data parallelism,
 # FSDP, Megatron tensor parallelism — and Korthikanti et al. 2022 for sequence parallelism). The
-# Communication and Compare pages hold the compiled step against these (sharding_lab.textbook).
+# Communication and Compare pages hold the compiled step against these (sharding_lab.program.textbook).
 REPLICATED_TEXTBOOK: tuple[Expect, ...] = ()  # every device computes the whole step: nothing to send
 DP_TEXTBOOK = (Expect(("all-reduce",), "gradients", "backward", "data"),)
-FSDP_TEXTBOOK = (Expect(("all-gather",), "weights", "forward", "data"),
-                 Expect(("reduce-scatter",), "gradients", "backward", "data"))
-MEGATRON_TEXTBOOK = (Expect(("all-reduce",), "activations", "forward", "model"),
-                     Expect(("all-reduce",), "activations", "backward", "model"))
+FSDP_TEXTBOOK = (
+    Expect(("all-gather",), "weights", "forward", "data"),
+    Expect(("reduce-scatter",), "gradients", "backward", "data"),
+)
+MEGATRON_TEXTBOOK = (
+    Expect(("all-reduce",), "activations", "forward", "model"),
+    Expect(("all-reduce",), "activations", "backward", "model"),
+)
 # Megatron-SP: each sublayer's all-reduce becomes an all-gather of the sequence-split residual
 # before it and a reduce-scatter after it, in both passes.
-SEQUENCE_TEXTBOOK = (Expect(("all-gather",), "activations", "forward", "model"),
-                     Expect(("reduce-scatter",), "activations", "forward", "model"),
-                     Expect(("all-gather",), "activations", "backward", "model"),
-                     Expect(("reduce-scatter",), "activations", "backward", "model"))
+SEQUENCE_TEXTBOOK = (
+    Expect(("all-gather",), "activations", "forward", "model"),
+    Expect(("reduce-scatter",), "activations", "forward", "model"),
+    Expect(("all-gather",), "activations", "backward", "model"),
+    Expect(("reduce-scatter",), "activations", "backward", "model"),
+)
 # Pipeline parallelism (GPipe, Huang et al. 2019; 1F1B, Narayanan et al. 2021): each stage sends its
 # microbatch's activations to the next stage and, in the backward pass, their gradients to the
 # previous one — point to point, never all-to-all; the data axis all-reduces gradients as DP does.
-PIPELINE_TEXTBOOK = (Expect(("collective-permute",), "activations", "forward", "stage"),
-                     Expect(("collective-permute",), "activations", "backward", "stage"),
-                     Expect(("all-reduce",), "gradients", "backward", "data"))
+PIPELINE_TEXTBOOK = (
+    Expect(("collective-permute",), "activations", "forward", "stage"),
+    Expect(("collective-permute",), "activations", "backward", "stage"),
+    Expect(("all-reduce",), "gradients", "backward", "data"),
+)
 
 
 # Expert parallelism (GShard, Lepikhin et al. 2020; Switch Transformer, Fedus et al. 2021): each token
 # goes to its experts' devices and comes back — an all-to-all of activations over the expert axis before
 # the experts and one after, in both passes; the replicated weights' gradients all-reduced as DP's.
-EXPERT_TEXTBOOK = (Expect(("all-to-all",), "activations", "forward", "expert"),
-                   Expect(("all-to-all",), "activations", "backward", "expert"),
-                   Expect(("all-reduce",), "gradients", "backward", "data"))
+EXPERT_TEXTBOOK = (
+    Expect(("all-to-all",), "activations", "forward", "expert"),
+    Expect(("all-to-all",), "activations", "backward", "expert"),
+    Expect(("all-reduce",), "gradients", "backward", "data"),
+)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -144,8 +155,13 @@ class ArraySpec:
 def param(value: jax.Array, shard: Shard, rule_name: str, *logical_axes: str | None) -> nnx.Param:
     """A parameter born sharded (``out_sharding=``, the blog's ``sharding=``), carrying its logical
     axes and rule name as metadata so the planner can read them back."""
-    return nnx.Param(value, out_sharding=shard(rule_name, *logical_axes), logical_axes=logical_axes,
-                     rule_name=rule_name, created=next(_creation_order))
+    return nnx.Param(
+        value,
+        out_sharding=shard(rule_name, *logical_axes),
+        logical_axes=logical_axes,
+        rule_name=rule_name,
+        created=next(_creation_order),
+    )
 
 
 _creation_order = itertools.count()  # nnx sorts attributes by name; plans list parameters as created
@@ -175,7 +191,7 @@ class activation_rules:  # noqa: N801  (a context manager, used like a function)
     return them and their live layout can be checked against the plan."""
 
     def __init__(self, mesh, specs: dict[str, P], record: list | None = None):
-        from ..data import place
+        from .data import place
 
         def fn(x, name):
             if name not in specs:
@@ -260,7 +276,7 @@ class ModelFamily:
     def probe_set(self, spec, seed: int) -> tuple[np.ndarray, np.ndarray]:
         """The rows of the dataset the Train page probes and draws (the first ``probe_rows``)."""
         x, y = self.make_dataset(spec, seed)
-        return (x, y) if self.probe_rows is None else (x[:self.probe_rows], y[:self.probe_rows])
+        return (x, y) if self.probe_rows is None else (x[: self.probe_rows], y[: self.probe_rows])
 
     def probe(self, model, x: jax.Array) -> jax.Array:
         """What the Train page draws while training (default: the model's output)."""
@@ -282,9 +298,18 @@ def _traced_parameters(family_type: type, spec) -> tuple[tuple[str, ArraySpec], 
     found = []
     for path, variable in nnx.to_flat_state(nnx.state(model, nnx.Param)):
         meta = variable.get_metadata()
-        found.append((meta["created"], "/".join(map(str, path)), ArraySpec(
-            tuple(variable.get_value().shape), tuple(meta["logical_axes"]), meta["rule_name"],
-            str(jnp.dtype(variable.get_value().dtype)))))
+        found.append(
+            (
+                meta["created"],
+                "/".join(map(str, path)),
+                ArraySpec(
+                    tuple(variable.get_value().shape),
+                    tuple(meta["logical_axes"]),
+                    meta["rule_name"],
+                    str(jnp.dtype(variable.get_value().dtype)),
+                ),
+            )
+        )
     return tuple((path, array) for _, path, array in sorted(found, key=lambda item: item[0]))
 
 
@@ -296,9 +321,14 @@ def register(family_type: type) -> type:
     ``--model``, links). A name another family already has is refused (ConfigError)."""
     taken = FAMILIES.get(family_type.name)
     if taken is not None and (type(taken).__module__, type(taken).__qualname__) != (
-            family_type.__module__, family_type.__qualname__):  # the same class imported again is no clash
-        raise ConfigError(f"model family name {family_type.name!r} is taken by {type(taken).__module__}: "
-                          f"give {family_type.__module__}.{family_type.__qualname__} another name", "model")
+        family_type.__module__,
+        family_type.__qualname__,
+    ):  # the same class imported again is no clash
+        raise ConfigError(
+            f"model family name {family_type.name!r} is taken by {type(taken).__module__}: "
+            f"give {family_type.__module__}.{family_type.__qualname__} another name",
+            "model",
+        )
     FAMILIES[family_type.name] = family_type()
     return family_type
 
@@ -314,10 +344,30 @@ def family_of(spec) -> ModelFamily:
     return family(type(spec).family)
 
 
-from . import mlp  # noqa: E402,F401  (registers the families)
-from . import transformer  # noqa: E402,F401
+# The lab's own families register themselves when imported; they import this module's interface first.
+from . import mlp, transformer  # noqa: E402,F401
 
-__all__ = ["ArraySpec", "ChoiceField", "NamedSize", "recording_activations", "DP_TEXTBOOK", "EXPERT_TEXTBOOK", "Expect", "FSDP_TEXTBOOK",
-           "MEGATRON_TEXTBOOK", "PIPELINE_TEXTBOOK", "REPLICATED_TEXTBOOK",
-           "SEQUENCE_TEXTBOOK", "FAMILIES", "ModelFamily", "Preset", "SizeField", "activation_rules", "constrain", "family",
-           "family_of", "param", "register"]
+__all__ = [
+    "ArraySpec",
+    "ChoiceField",
+    "NamedSize",
+    "recording_activations",
+    "DP_TEXTBOOK",
+    "EXPERT_TEXTBOOK",
+    "Expect",
+    "FSDP_TEXTBOOK",
+    "MEGATRON_TEXTBOOK",
+    "PIPELINE_TEXTBOOK",
+    "REPLICATED_TEXTBOOK",
+    "SEQUENCE_TEXTBOOK",
+    "FAMILIES",
+    "ModelFamily",
+    "Preset",
+    "SizeField",
+    "activation_rules",
+    "constrain",
+    "family",
+    "family_of",
+    "param",
+    "register",
+]

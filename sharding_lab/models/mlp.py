@@ -17,8 +17,19 @@ import numpy as np
 from flax import nnx
 
 from ..errors import ConfigError
-from . import (DP_TEXTBOOK, FSDP_TEXTBOOK, MEGATRON_TEXTBOOK, REPLICATED_TEXTBOOK, ArraySpec, Expect, ModelFamily,
-               Preset, SizeField, param, register)
+from . import (
+    DP_TEXTBOOK,
+    FSDP_TEXTBOOK,
+    MEGATRON_TEXTBOOK,
+    REPLICATED_TEXTBOOK,
+    ArraySpec,
+    Expect,
+    ModelFamily,
+    Preset,
+    SizeField,
+    param,
+    register,
+)
 from .ops import like_columns, matmul
 
 MAX_WIDTH = 16384
@@ -40,11 +51,14 @@ class ModelSpec:
             if not isinstance(value, int) or value < 1:
                 raise ConfigError(f"model size {name} must be a whole number ≥ 1, got {value!r}", "model")
             if value > MAX_WIDTH:
-                raise ConfigError(f"model size {name}={value} is larger than this lab allows "
-                                  f"({MAX_WIDTH}): pick a smaller width", "model")
+                raise ConfigError(
+                    f"model size {name}={value} is larger than this lab allows ({MAX_WIDTH}): pick a smaller width",
+                    "model",
+                )
         if not isinstance(self.hidden_layers, int) or not 0 <= self.hidden_layers <= MAX_HIDDEN_LAYERS:
-            raise ConfigError(f"hidden layers must be between 0 and {MAX_HIDDEN_LAYERS}, got "
-                              f"{self.hidden_layers!r}", "model")
+            raise ConfigError(
+                f"hidden layers must be between 0 and {MAX_HIDDEN_LAYERS}, got {self.hidden_layers!r}", "model"
+            )
 
 
 class MLP(nnx.Module):
@@ -56,8 +70,7 @@ class MLP(nnx.Module):
         self.b1 = param(jnp.zeros((spec.dmid,)), shard, "b1", "mlp")
         self.layers = [("w1", "b1")]
         for i in range(1, spec.hidden_layers + 1):
-            setattr(self, f"wh{i}", param(init(rngs.params(), (spec.dmid, spec.dmid)), shard, f"wh{i}",
-                                          "embed", "mlp"))
+            setattr(self, f"wh{i}", param(init(rngs.params(), (spec.dmid, spec.dmid)), shard, f"wh{i}", "embed", "mlp"))
             setattr(self, f"bh{i}", param(jnp.zeros((spec.dmid,)), shard, f"bh{i}", "mlp"))
             self.layers.append((f"wh{i}", f"bh{i}"))
         self.w2 = param(init(rngs.params(), (spec.dmid, spec.dout)), shard, "w2", "embed", "mlp")
@@ -86,32 +99,61 @@ def mse_loss(model, x, y):
 DP, FSDP, MEGATRON = DP_TEXTBOOK, FSDP_TEXTBOOK, MEGATRON_TEXTBOOK  # on paper (models/__init__.py)
 
 # Values are roles: "data" and "model" are replaced by the mesh's axes playing those roles.
-PRESETS: dict[str, Preset] = {p.name: p for p in [
-    Preset("seed", "Seed (the blog's rules)",
-           "The Flax example's MeshRules: batch split on data, hidden units (mlp) split on model, "
-           "embed replicated — so w2 (32×1) cannot split and JAX replicates it.",
-           {"embed": None, "mlp": "model", "data": "data"},
-           textbook=DP + (Expect(("all-gather", "all-reduce"), "activations", "forward", "model"),)),
-    Preset("replicated", "Replicated",
-           "Every device holds every parameter and the whole batch: no sharding at all.",
-           {"embed": None, "mlp": None, "data": None}, textbook=REPLICATED_TEXTBOOK),
-    Preset("dp", "Data parallel",
-           "The batch is split on data; every device keeps a full copy of the parameters.",
-           {"embed": None, "mlp": None, "data": "data"}, textbook=DP),
-    Preset("fsdp", "FSDP (fully sharded)",
-           "The batch and every parameter are split on data, so each device stores only its slice "
-           "of parameters and momentum.",
-           {"embed": None, "mlp": "data", "data": "data"}, (("w2", ("data", None)),), textbook=FSDP),
-    Preset("tp", "Tensor parallel",
-           "w1 is split by columns and w2 by rows on model, so the hidden layer lives in "
-           "slices; the batch is not split.",
-           {"embed": None, "mlp": "model", "data": None}, (("w2", ("model", None)),), textbook=MEGATRON),
-    Preset("fsdp_tp", "FSDP + tensor parallel",
-           "Hidden units split on model (w1 columns, w2 rows) and again on data, so each device "
-           "stores 1/(data×model) of the weights; the batch is split on data.",
-           {"embed": None, "mlp": ("model", "data"), "data": "data"},
-           (("w2", (("model", "data"), None)),), needs_two_axes=True, textbook=FSDP + MEGATRON),
-]}
+PRESETS: dict[str, Preset] = {
+    p.name: p
+    for p in [
+        Preset(
+            "seed",
+            "Seed (the blog's rules)",
+            "The Flax example's MeshRules: batch split on data, hidden units (mlp) split on model, "
+            "embed replicated — so w2 (32×1) cannot split and JAX replicates it.",
+            {"embed": None, "mlp": "model", "data": "data"},
+            textbook=DP + (Expect(("all-gather", "all-reduce"), "activations", "forward", "model"),),
+        ),
+        Preset(
+            "replicated",
+            "Replicated",
+            "Every device holds every parameter and the whole batch: no sharding at all.",
+            {"embed": None, "mlp": None, "data": None},
+            textbook=REPLICATED_TEXTBOOK,
+        ),
+        Preset(
+            "dp",
+            "Data parallel",
+            "The batch is split on data; every device keeps a full copy of the parameters.",
+            {"embed": None, "mlp": None, "data": "data"},
+            textbook=DP,
+        ),
+        Preset(
+            "fsdp",
+            "FSDP (fully sharded)",
+            "The batch and every parameter are split on data, so each device stores only its slice "
+            "of parameters and momentum.",
+            {"embed": None, "mlp": "data", "data": "data"},
+            (("w2", ("data", None)),),
+            textbook=FSDP,
+        ),
+        Preset(
+            "tp",
+            "Tensor parallel",
+            "w1 is split by columns and w2 by rows on model, so the hidden layer lives in "
+            "slices; the batch is not split.",
+            {"embed": None, "mlp": "model", "data": None},
+            (("w2", ("model", None)),),
+            textbook=MEGATRON,
+        ),
+        Preset(
+            "fsdp_tp",
+            "FSDP + tensor parallel",
+            "Hidden units split on model (w1 columns, w2 rows) and again on data, so each device "
+            "stores 1/(data×model) of the weights; the batch is split on data.",
+            {"embed": None, "mlp": ("model", "data"), "data": "data"},
+            (("w2", (("model", "data"), None)),),
+            needs_two_axes=True,
+            textbook=FSDP + MEGATRON,
+        ),
+    ]
+}
 
 
 @register
@@ -120,19 +162,26 @@ class MLPFamily(ModelFamily):
     title = "MLP (the seed)"
     Spec = ModelSpec
     Model = MLP
-    logical_axes = {"embed": "model input features (w1, w2 rows in the seed)",
-                    "mlp": "hidden units (w1 columns, b1)", "data": "batch rows"}
+    logical_axes = {
+        "embed": "model input features (w1, w2 rows in the seed)",
+        "mlp": "hidden units (w1 columns, b1)",
+        "data": "batch rows",
+    }
     presets = PRESETS
     default_preset = "seed"
     export_objects = (MLP, make_dataset, mse_loss)
-    size_fields = {"din": SizeField("din", 1, 4096, "--din", "input features"),
-                   "dmid": SizeField("dmid", 1, MAX_WIDTH, "--width", "hidden width (the seed: 32)"),
-                   "dout": SizeField("dout", 1, 4096, "--dout", "outputs"),
-                   "hidden_layers": SizeField("Extra hidden layers", 0, MAX_HIDDEN_LAYERS, "--hidden-layers")}
+    size_fields = {
+        "din": SizeField("din", 1, 4096, "--din", "input features"),
+        "dmid": SizeField("dmid", 1, MAX_WIDTH, "--width", "hidden width (the seed: 32)"),
+        "dout": SizeField("dout", 1, 4096, "--dout", "outputs"),
+        "hidden_layers": SizeField("Extra hidden layers", 0, MAX_HIDDEN_LAYERS, "--hidden-layers"),
+    }
 
     def batch(self, spec, batch_size: int) -> dict[str, ArraySpec]:
-        return {"x": ArraySpec((batch_size, spec.din), ("data", None), "x"),
-                "y": ArraySpec((batch_size, spec.dout), ("data", None), "y")}
+        return {
+            "x": ArraySpec((batch_size, spec.din), ("data", None), "x"),
+            "y": ArraySpec((batch_size, spec.dout), ("data", None), "y"),
+        }
 
     def activation_bytes(self, spec, batch_size: int) -> int:
         return 2 * 4 * batch_size * spec.dmid * (spec.hidden_layers + 1)  # forward and backward

@@ -8,7 +8,8 @@ gathered first (that *is* FSDP), and the output keeps the batch's rows and the w
 
 import jax
 import jax.numpy as jnp
-from jax.sharding import AxisType, PartitionSpec as P
+from jax.sharding import AxisType
+from jax.sharding import PartitionSpec as P
 
 
 def explicit_axes() -> bool:

@@ -17,14 +17,14 @@ from __future__ import annotations
 
 import importlib
 import importlib.metadata
-import os
 import re
 
+from .. import settings
 from ..errors import ConfigError
 from . import FAMILIES, ModelFamily, register
 
 ENTRY_POINT_GROUP = "sharding_lab.models"
-ENV_VARIABLE = "SHARDING_LAB_FAMILIES"
+ENV_VARIABLE = settings.FAMILIES.name
 _MODULE_NAME = r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$"
 _loaded_modules: set[str] = set()
 _problems: list[str] = []  # entry points or env modules that failed: said, never fatal to the app
@@ -43,16 +43,21 @@ def import_family_module(name: str) -> list[str]:
     except ConfigError:
         raise
     except ModuleNotFoundError as error:
-        raise ConfigError(f"cannot import model family module {name!r}: {error} (is it on PYTHONPATH, "
-                          f"or installed?)", "model") from None
+        raise ConfigError(
+            f"cannot import model family module {name!r}: {error} (is it on PYTHONPATH, or installed?)", "model"
+        ) from None
     except Exception as error:  # the user's module: any error it raises is reported in one line
-        raise ConfigError(f"importing model family module {name!r} failed: {type(error).__name__}: "
-                          f"{error}", "model") from None
+        raise ConfigError(
+            f"importing model family module {name!r} failed: {type(error).__name__}: {error}", "model"
+        ) from None
     _loaded_modules.add(name)
     found = [n for n, f in FAMILIES.items() if type(f).__module__ == name or before.get(n) is not type(f)]
     if not found:
-        raise ConfigError(f"module {name!r} registered no model family: decorate a ModelFamily subclass "
-                          f"with @sharding_lab.models.register", "model")
+        raise ConfigError(
+            f"module {name!r} registered no model family: decorate a ModelFamily subclass "
+            f"with @sharding_lab.models.register",
+            "model",
+        )
     return found
 
 
@@ -71,7 +76,7 @@ def load_installed() -> list[str]:
     entry points of installed packages (once each). What fails is kept in :func:`problems`
     rather than raised: one broken package must not take the app down."""
     global _entry_points_done
-    for name in filter(None, (n.strip() for n in os.environ.get(ENV_VARIABLE, "").split(","))):
+    for name in filter(None, (n.strip() for n in settings.FAMILIES.raw().split(","))):
         if name in _loaded_modules:
             continue
         try:
@@ -84,8 +89,11 @@ def load_installed() -> list[str]:
         for entry in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP):
             try:
                 loaded = entry.load()  # a module (its import registers) or a ModelFamily subclass
-                if (isinstance(loaded, type) and issubclass(loaded, ModelFamily)
-                        and type(FAMILIES.get(loaded.name)) is not loaded):
+                if (
+                    isinstance(loaded, type)
+                    and issubclass(loaded, ModelFamily)
+                    and type(FAMILIES.get(loaded.name)) is not loaded
+                ):
                     register(loaded)
             except Exception as error:  # noqa: BLE001 (an installed package's code: report, go on)
                 _problems.append(f"entry point {entry.name} = {entry.value}: {type(error).__name__}: {error}")

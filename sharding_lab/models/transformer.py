@@ -15,7 +15,8 @@ rematerialisation of each block (``remat``). ``named_sizes`` holds public models
 are computed from the abstract shapes, and training them is refused by the memory check.
 
 Activations are arrays too: the forward pass constrains the residual stream (``resid``), each
-norm's output as it enters a sublayer (``normed``), the attention scores, the attention output before its projection, the MLP's hidden units and the
+norm's output as it enters a sublayer (``normed``), the attention scores, the attention output before its
+projection, the MLP's hidden units and the
 logits with :func:`constrain`, and :meth:`TransformerFamily.activations` declares them.
 
 Two sequence axes: ``seq`` is the sequence of the residual stream (and of the tokens, targets and
@@ -42,22 +43,50 @@ import numpy as np
 from flax import nnx
 
 from ..errors import ConfigError
-from . import (DP_TEXTBOOK, FSDP_TEXTBOOK, MEGATRON_TEXTBOOK, REPLICATED_TEXTBOOK, SEQUENCE_TEXTBOOK, ArraySpec,
-               ChoiceField, ModelFamily, NamedSize, Preset, SizeField, constrain, param, recording_activations,
-               register)
-from . import EXPERT_TEXTBOOK, PIPELINE_TEXTBOOK  # noqa: E402  (the pp and ep presets)
+from . import (  # noqa: E402  (the pp and ep presets)
+    DP_TEXTBOOK,
+    EXPERT_TEXTBOOK,
+    FSDP_TEXTBOOK,
+    MEGATRON_TEXTBOOK,
+    PIPELINE_TEXTBOOK,
+    REPLICATED_TEXTBOOK,
+    SEQUENCE_TEXTBOOK,
+    ArraySpec,
+    ChoiceField,
+    ModelFamily,
+    NamedSize,
+    Preset,
+    SizeField,
+    constrain,
+    param,
+    recording_activations,
+    register,
+)
 
 # Limits that allow a real model to be *planned* (Llama 3 70B: 80 layers, embed 8192, mlp 28672,
 # vocab 128256, seq 8192); training such a size is refused by the memory check, not by these.
-LIMITS = {"layers": (1, 128), "embed_dim": (1, 16384), "heads": (1, 128), "kv_heads": (0, 128),
-          "head_dim": (1, 1024), "mlp_dim": (1, 65536), "vocab": (2, 262144), "seq": (4, 32768),
-          "experts": (0, 256), "top_k": (1, 256)}
+LIMITS = {
+    "layers": (1, 128),
+    "embed_dim": (1, 16384),
+    "heads": (1, 128),
+    "kv_heads": (0, 128),
+    "head_dim": (1, 1024),
+    "mlp_dim": (1, 65536),
+    "vocab": (2, 262144),
+    "seq": (4, 32768),
+    "experts": (0, 256),
+    "top_k": (1, 256),
+}
 # Options that are words, not numbers; the first of each is today's model (and the default).
-CHOICES = {"mlp_type": ("gelu", "swiglu"), "embeddings": ("untied", "tied"), "positions": ("learned", "rope"),
-           "remat": ("none", "full"),
-           # A mixture of experts' capacity factor, as a choice among the values papers use (Switch
-           # Transformer: 1.0 and 1.25; GShard: 2.0), so that every form and link handles it as a word.
-           "capacity_factor": ("1.25", "1.0", "1.5", "2.0")}
+CHOICES = {
+    "mlp_type": ("gelu", "swiglu"),
+    "embeddings": ("untied", "tied"),
+    "positions": ("learned", "rope"),
+    "remat": ("none", "full"),
+    # A mixture of experts' capacity factor, as a choice among the values papers use (Switch
+    # Transformer: 1.0 and 1.25; GShard: 2.0), so that every form and link handles it as a word.
+    "capacity_factor": ("1.25", "1.0", "1.5", "2.0"),
+}
 # The load-balancing loss's weight in the training loss (Switch Transformer's α = 10⁻²).
 AUX_LOSS_COEFFICIENT = 0.01
 
@@ -98,28 +127,40 @@ class TransformerSpec:
         for name, (low, high) in LIMITS.items():
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or not low <= value <= high:
-                raise ConfigError(f"transformer size {name} must be a whole number from {low} to {high:,}, "
-                                  f"got {value!r}", "model")
+                raise ConfigError(
+                    f"transformer size {name} must be a whole number from {low} to {high:,}, got {value!r}", "model"
+                )
         for name, choices in CHOICES.items():
             if getattr(self, name) not in choices:
-                raise ConfigError(f"transformer {name} must be one of {', '.join(choices)}, got "
-                                  f"{getattr(self, name)!r}", "model")
+                raise ConfigError(
+                    f"transformer {name} must be one of {', '.join(choices)}, got {getattr(self, name)!r}", "model"
+                )
         if self.seq % 2:
-            raise ConfigError(f"transformer seq must be even (a sequence and its reverse), got {self.seq}: "
-                              f"try {self.seq + 1}", "model")
+            raise ConfigError(
+                f"transformer seq must be even (a sequence and its reverse), got {self.seq}: try {self.seq + 1}",
+                "model",
+            )
         if self.heads % kv_heads_of(self):
             divisors = [k for k in range(1, self.heads + 1) if self.heads % k == 0]
             near = sorted(divisors, key=lambda k: abs(k - self.kv_heads))[:2]
-            raise ConfigError(f"transformer heads ({self.heads}) must be a multiple of kv_heads ({self.kv_heads}): "
-                              f"each K/V head serves the same number of query heads — try kv_heads "
-                              f"{' or '.join(map(str, sorted(near)))}, or 0 for one per query head", "model")
+            raise ConfigError(
+                f"transformer heads ({self.heads}) must be a multiple of kv_heads ({self.kv_heads}): "
+                f"each K/V head serves the same number of query heads — try kv_heads "
+                f"{' or '.join(map(str, sorted(near)))}, or 0 for one per query head",
+                "model",
+            )
         if self.experts and self.top_k > self.experts:
-            raise ConfigError(f"top_k ({self.top_k}) cannot exceed experts ({self.experts}): each token picks top_k "
-                              f"different experts — try top_k {min(2, self.experts)} or experts {self.top_k} or more",
-                              "model")
+            raise ConfigError(
+                f"top_k ({self.top_k}) cannot exceed experts ({self.experts}): each token picks top_k "
+                f"different experts — try top_k {min(2, self.experts)} or experts {self.top_k} or more",
+                "model",
+            )
         if self.positions == "rope" and self.head_dim % 2:
-            raise ConfigError(f"rotary positions turn pairs of features, so head_dim must be even, got "
-                              f"{self.head_dim}: try {self.head_dim + 1}", "model")
+            raise ConfigError(
+                f"rotary positions turn pairs of features, so head_dim must be even, got "
+                f"{self.head_dim}: try {self.head_dim + 1}",
+                "model",
+            )
 
 
 def kv_heads_of(spec) -> int:
@@ -134,7 +175,7 @@ def rms_norm(x, scale):
 
 def kernel(key, shape, fan_in):
     """A weight drawn from N(0, 1/fan_in): activations keep their scale through the layer."""
-    return jax.random.normal(key, shape) * fan_in ** -0.5
+    return jax.random.normal(key, shape) * fan_in**-0.5
 
 
 def rope(x, theta=10_000.0):
@@ -171,11 +212,11 @@ class Block(nnx.Module):
             # tokens to every expert, so it stays whole wherever the experts go.
             self.router = param(kernel(rngs.params(), (e, n), e), shard, "router", "embed", None)
             if self.gated:
-                self.expert_gate = param(kernel(rngs.params(), (n, e, m), e), shard, "expert_gate", "expert",
-                                         "embed", "mlp")
+                self.expert_gate = param(
+                    kernel(rngs.params(), (n, e, m), e), shard, "expert_gate", "expert", "embed", "mlp"
+                )
             self.expert_in = param(kernel(rngs.params(), (n, e, m), e), shard, "expert_in", "expert", "embed", "mlp")
-            self.expert_out = param(kernel(rngs.params(), (n, m, e), m), shard, "expert_out", "expert", "mlp",
-                                    "embed")
+            self.expert_out = param(kernel(rngs.params(), (n, m, e), m), shard, "expert_out", "expert", "mlp", "embed")
             return
         if self.gated:  # SwiGLU (Shazeer 2020): silu(x·gate) * (x·up), then down; Llama's MLP
             self.mlp_gate = param(kernel(rngs.params(), (e, m), e), shard, "mlp_gate", "embed", "mlp")
@@ -201,7 +242,7 @@ class Block(nnx.Module):
         # scores come out (batch, heads, seq, seq) as with one K/V head per query head.
         b, _, heads, d = q.shape
         groups = q.reshape(b, seq, k.shape[2], heads // k.shape[2], d)
-        scores = jnp.einsum("bskgd,btkd->bkgst", groups, k).reshape(b, heads, seq, seq) * d ** -0.5
+        scores = jnp.einsum("bskgd,btkd->bkgst", groups, k).reshape(b, heads, seq, seq) * d**-0.5
         causal = jnp.arange(seq)[:, None] >= jnp.arange(seq)[None, :]
         scores = constrain(jnp.where(causal, scores, -1e9), "attn_scores")
         probs = jax.nn.softmax(scores, axis=-1).reshape(b, k.shape[2], heads // k.shape[2], seq, seq)
@@ -218,8 +259,9 @@ class Block(nnx.Module):
         else:
             hidden = jax.nn.gelu(up)
         hidden = constrain(hidden, "mlp_hidden")
-        return (constrain(x + jnp.einsum("bsm,me->bse", hidden, self.mlp_out[...]), "resid"), NO_STATS) + \
-            ((None,) if routing else ())
+        return (constrain(x + jnp.einsum("bsm,me->bse", hidden, self.mlp_out[...]), "resid"), NO_STATS) + (
+            (None,) if routing else ()
+        )
 
 
 # -- mixture of experts ------------------------------------------------------------------------------
@@ -250,8 +292,9 @@ class Routing:
     capacity: int  # slots per expert per sequence
 
 
-jax.tree_util.register_dataclass(Routing, data_fields=["logits", "chosen", "kept", "aux_loss"],
-                                 meta_fields=["capacity"])
+jax.tree_util.register_dataclass(
+    Routing, data_fields=["logits", "chosen", "kept", "aux_loss"], meta_fields=["capacity"]
+)
 
 
 def expert_capacity(spec_or_block, tokens: int) -> int:
@@ -386,8 +429,9 @@ class Transformer(nnx.Module):
         self.tied = spec.embeddings == "tied"
         # Tied, the table is also the unembedding, and logits h·Eᵀ should start small: entries of
         # N(0, 1/embed), as for any kernel (GPT-2 draws them from N(0, 0.02²)); untied, N(0, 1).
-        self.embedding = param(kernel(rngs.params(), (v, e), e if self.tied else 1), shard, "embedding", "vocab",
-                               "embed")
+        self.embedding = param(
+            kernel(rngs.params(), (v, e), e if self.tied else 1), shard, "embedding", "vocab", "embed"
+        )
         self.learned_positions = spec.positions == "learned"
         if self.learned_positions:
             self.pos = param(kernel(rngs.params(), (spec.seq, e), 1), shard, "pos", "seq", "embed")
@@ -459,7 +503,7 @@ def make_dataset(spec, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
     a = rng.integers(0, spec.vocab, size=(n, half))
     x = np.concatenate([a, a[:, ::-1]], axis=1).astype(np.int32)
     y = np.full_like(x, -1)
-    y[:, half - 1:-1] = x[:, half:]
+    y[:, half - 1 : -1] = x[:, half:]
     return x, y
 
 
@@ -489,19 +533,41 @@ def partial_loss(logits, y, count):
 # `data`: a rule embed → data would split the residual stream over `data` twice. A preset names
 # every array the family can have; those a size lacks (pos under rope, unembed when tied, mlp_gate
 # without SwiGLU) are dropped when it is bound (config.preset_rules).
-_FSDP = (("embedding", (None, "data")), ("pos", (None, "data")), ("norm", ("data",)),
-         ("q", ("data", None, None)), ("k", ("data", None, None)), ("v", ("data", None, None)),
-         ("o", (None, None, "data")), ("mlp_gate", ("data", None)), ("mlp_in", ("data", None)),
-         ("mlp_out", (None, "data")), ("unembed", ("data", None)),
-         ("router", ("data", None)), ("expert_gate", (None, "data", None)), ("expert_in", (None, "data", None)),
-         ("expert_out", (None, None, "data")))
+_FSDP = (
+    ("embedding", (None, "data")),
+    ("pos", (None, "data")),
+    ("norm", ("data",)),
+    ("q", ("data", None, None)),
+    ("k", ("data", None, None)),
+    ("v", ("data", None, None)),
+    ("o", (None, None, "data")),
+    ("mlp_gate", ("data", None)),
+    ("mlp_in", ("data", None)),
+    ("mlp_out", (None, "data")),
+    ("unembed", ("data", None)),
+    ("router", ("data", None)),
+    ("expert_gate", (None, "data", None)),
+    ("expert_in", (None, "data", None)),
+    ("expert_out", (None, None, "data")),
+)
 # FSDP + Megatron: the tensor-parallel dimension on `model`, the other big one on `data`.
-_FSDP_TP = (("embedding", ("model", "data")), ("pos", (None, "data")), ("norm", ("data",)),
-            ("q", ("data", "model", None)), ("k", ("data", "model", None)), ("v", ("data", "model", None)),
-            ("o", ("model", None, "data")), ("mlp_gate", ("data", "model")), ("mlp_in", ("data", "model")),
-            ("mlp_out", ("model", "data")), ("unembed", ("data", "model")),
-            ("router", ("data", None)), ("expert_gate", (None, "data", "model")), ("expert_in", (None, "data", "model")),
-            ("expert_out", (None, "model", "data")))
+_FSDP_TP = (
+    ("embedding", ("model", "data")),
+    ("pos", (None, "data")),
+    ("norm", ("data",)),
+    ("q", ("data", "model", None)),
+    ("k", ("data", "model", None)),
+    ("v", ("data", "model", None)),
+    ("o", ("model", None, "data")),
+    ("mlp_gate", ("data", "model")),
+    ("mlp_in", ("data", "model")),
+    ("mlp_out", ("model", "data")),
+    ("unembed", ("data", "model")),
+    ("router", ("data", None)),
+    ("expert_gate", (None, "data", "model")),
+    ("expert_in", (None, "data", "model")),
+    ("expert_out", (None, "model", "data")),
+)
 # K/V heads go where the query heads go: each device then holds the K/V heads its query heads read.
 # When model does not divide kv_heads (llama3-8b's 8 on 16 ways) the plan warns and JAX replicates them.
 _MEGATRON = {"heads": "model", "kv_heads": "model", "mlp": "model", "vocab": "model"}
@@ -511,57 +577,111 @@ _MEGATRON = {"heads": "model", "kv_heads": "model", "mlp": "model", "vocab": "mo
 # (all-to-all). Once dispatched, the groups of tokens stay split over data only (`groups`).
 _EXPERTS = {"expert": "expert", "batch": ("data", "expert"), "groups": "data"}
 
-PRESETS: dict[str, Preset] = {p.name: p for p in [
-    Preset("replicated", "Replicated",
-           "Every device holds every weight and the whole batch, and computes the same step.", {},
-           textbook=REPLICATED_TEXTBOOK),
-    Preset("dp", "Data parallel",
-           "The batch's rows are split on data; every device keeps all the weights, and the "
-           "gradients are summed across data after the backward pass.", {"batch": "data", "groups": "data"},
-           textbook=DP_TEXTBOOK),
-    Preset("fsdp", "FSDP (fully sharded)",
-           "The batch and every weight are split on data (weights by per-parameter overrides), so "
-           "each device stores 1/data of the weights and optimizer state; the compiler must bring "
-           "the pieces together for each matmul.", {"batch": "data", "groups": "data"}, _FSDP,
-           textbook=FSDP_TEXTBOOK),
-    Preset("tp", "Tensor parallel (Megatron)",
-           "Heads, MLP units and vocab split on model: q/k/v and mlp_in by their output (heads, mlp), "
-           "o and mlp_out by their input — so each sublayer needs one all-reduce of activations.",
-           dict(_MEGATRON), textbook=MEGATRON_TEXTBOOK),
-    Preset("sp", "Megatron + sequence parallel",
-           "As tp, and the residual stream between sublayers split along its sequence on model: "
-           "each sublayer's all-reduce can become a reduce-scatter plus an all-gather, and norms run "
-           "on 1/model of the tokens.", {**_MEGATRON, "seq": "model"}, textbook=SEQUENCE_TEXTBOOK),
-    Preset("fsdp_tp", "FSDP + tensor parallel (2-D)",
-           "Megatron on model, the batch on data, and every weight's other big dimension split on "
-           "data too: each device stores 1/(data×model) of the weights.",
-           {**_MEGATRON, "batch": "data", "groups": "data"}, _FSDP_TP, needs_two_axes=True,
-           textbook=FSDP_TEXTBOOK + MEGATRON_TEXTBOOK),
-    Preset("pp", "Pipeline parallel (+ data)",
-           "The blocks split into stages on stage, the batch into microbatches that flow through them "
-           "(GPipe or 1F1B); each stage sends activations to the next and their gradients back. The "
-           "batch on data.", {"layers": "stage", "batch": "data"}, needs_two_axes=True, textbook=PIPELINE_TEXTBOOK),
-    Preset("pp_tp", "Pipeline + tensor parallel (3-D)",
-           "As pp on stage and data, and within each stage Megatron on model: heads, MLP units and vocab "
-           "split, one all-reduce of activations per sublayer (needs three axes).",
-           {"layers": "stage", "batch": "data", **_MEGATRON}, needs_two_axes=True,
-           textbook=PIPELINE_TEXTBOOK + MEGATRON_TEXTBOOK),
-    Preset("ep", "Expert parallel (+ data)",
-           "Each block's experts split on expert (needs Experts > 0), the batch on data and expert: each "
-           "device routes its own tokens, sends each to its expert's device and gets the outputs back — an "
-           "all-to-all there and one back. The router and every other weight replicated.", dict(_EXPERTS),
-           needs_two_axes=True, textbook=EXPERT_TEXTBOOK),
-    Preset("ep_dp", "Experts split, batch on data only",
-           "The experts split on expert as in ep, but the batch only on data, as dp splits it: every device "
-           "along expert holds the same tokens and runs its own experts on them, so no token travels — the "
-           "experts' outputs are summed across expert instead (and attention runs expert times over).",
-           {"expert": "expert", "batch": "data", "groups": "data"}, needs_two_axes=True,
-           textbook=DP_TEXTBOOK),
-    Preset("ep_tp", "Expert + tensor parallel (3-D)",
-           "As ep on data and expert, and Megatron on model: heads, vocab and each expert's hidden units "
-           "split (needs three axes).", {**_MEGATRON, **_EXPERTS}, needs_two_axes=True,
-           textbook=EXPERT_TEXTBOOK + MEGATRON_TEXTBOOK),
-]}
+PRESETS: dict[str, Preset] = {
+    p.name: p
+    for p in [
+        Preset(
+            "replicated",
+            "Replicated",
+            "Every device holds every weight and the whole batch, and computes the same step.",
+            {},
+            textbook=REPLICATED_TEXTBOOK,
+        ),
+        Preset(
+            "dp",
+            "Data parallel",
+            "The batch's rows are split on data; every device keeps all the weights, and the "
+            "gradients are summed across data after the backward pass.",
+            {"batch": "data", "groups": "data"},
+            textbook=DP_TEXTBOOK,
+        ),
+        Preset(
+            "fsdp",
+            "FSDP (fully sharded)",
+            "The batch and every weight are split on data (weights by per-parameter overrides), so "
+            "each device stores 1/data of the weights and optimizer state; the compiler must bring "
+            "the pieces together for each matmul.",
+            {"batch": "data", "groups": "data"},
+            _FSDP,
+            textbook=FSDP_TEXTBOOK,
+        ),
+        Preset(
+            "tp",
+            "Tensor parallel (Megatron)",
+            "Heads, MLP units and vocab split on model: q/k/v and mlp_in by their output (heads, mlp), "
+            "o and mlp_out by their input — so each sublayer needs one all-reduce of activations.",
+            dict(_MEGATRON),
+            textbook=MEGATRON_TEXTBOOK,
+        ),
+        Preset(
+            "sp",
+            "Megatron + sequence parallel",
+            "As tp, and the residual stream between sublayers split along its sequence on model: "
+            "each sublayer's all-reduce can become a reduce-scatter plus an all-gather, and norms run "
+            "on 1/model of the tokens.",
+            {**_MEGATRON, "seq": "model"},
+            textbook=SEQUENCE_TEXTBOOK,
+        ),
+        Preset(
+            "fsdp_tp",
+            "FSDP + tensor parallel (2-D)",
+            "Megatron on model, the batch on data, and every weight's other big dimension split on "
+            "data too: each device stores 1/(data×model) of the weights.",
+            {**_MEGATRON, "batch": "data", "groups": "data"},
+            _FSDP_TP,
+            needs_two_axes=True,
+            textbook=FSDP_TEXTBOOK + MEGATRON_TEXTBOOK,
+        ),
+        Preset(
+            "pp",
+            "Pipeline parallel (+ data)",
+            "The blocks split into stages on stage, the batch into microbatches that flow through them "
+            "(GPipe or 1F1B); each stage sends activations to the next and their gradients back. The "
+            "batch on data.",
+            {"layers": "stage", "batch": "data"},
+            needs_two_axes=True,
+            textbook=PIPELINE_TEXTBOOK,
+        ),
+        Preset(
+            "pp_tp",
+            "Pipeline + tensor parallel (3-D)",
+            "As pp on stage and data, and within each stage Megatron on model: heads, MLP units and vocab "
+            "split, one all-reduce of activations per sublayer (needs three axes).",
+            {"layers": "stage", "batch": "data", **_MEGATRON},
+            needs_two_axes=True,
+            textbook=PIPELINE_TEXTBOOK + MEGATRON_TEXTBOOK,
+        ),
+        Preset(
+            "ep",
+            "Expert parallel (+ data)",
+            "Each block's experts split on expert (needs Experts > 0), the batch on data and expert: each "
+            "device routes its own tokens, sends each to its expert's device and gets the outputs back — an "
+            "all-to-all there and one back. The router and every other weight replicated.",
+            dict(_EXPERTS),
+            needs_two_axes=True,
+            textbook=EXPERT_TEXTBOOK,
+        ),
+        Preset(
+            "ep_dp",
+            "Experts split, batch on data only",
+            "The experts split on expert as in ep, but the batch only on data, as dp splits it: every device "
+            "along expert holds the same tokens and runs its own experts on them, so no token travels — the "
+            "experts' outputs are summed across expert instead (and attention runs expert times over).",
+            {"expert": "expert", "batch": "data", "groups": "data"},
+            needs_two_axes=True,
+            textbook=DP_TEXTBOOK,
+        ),
+        Preset(
+            "ep_tp",
+            "Expert + tensor parallel (3-D)",
+            "As ep on data and expert, and Megatron on model: heads, vocab and each expert's hidden units "
+            "split (needs three axes).",
+            {**_MEGATRON, **_EXPERTS},
+            needs_two_axes=True,
+            textbook=EXPERT_TEXTBOOK + MEGATRON_TEXTBOOK,
+        ),
+    ]
+}
 
 
 @register
@@ -587,14 +707,28 @@ class TransformerFamily(ModelFamily):
     presets = PRESETS
     default_preset = "tp"
     export_objects = (Transformer, make_dataset, cross_entropy_loss)
-    export_helpers = (kv_heads_of, rms_norm, kernel, rope, Block, Routing, expert_capacity, top_k_experts, route,
-                      moe_mlp, unrolled_scan, rematerialised_blocks)
+    export_helpers = (
+        kv_heads_of,
+        rms_norm,
+        kernel,
+        rope,
+        Block,
+        Routing,
+        expert_capacity,
+        top_k_experts,
+        route,
+        moe_mlp,
+        unrolled_scan,
+        rematerialised_blocks,
+    )
     # The module's constants the copied source reads, written out with their values.
-    export_preamble = ("import dataclasses\nimport math\n\n"
-                       f"NO_STATS = {NO_STATS!r}  # a dense block's (load-balancing loss, dropped token choices)\n"
-                       f"AUX_LOSS_COEFFICIENT = {AUX_LOSS_COEFFICIENT!r}  # the load-balancing loss's weight\n"
-                       f"DISPATCH_SCOPE, EXPERTS_SCOPE, COMBINE_SCOPE = "
-                       f"{(DISPATCH_SCOPE, EXPERTS_SCOPE, COMBINE_SCOPE)!r}\n\n\n")
+    export_preamble = (
+        "import dataclasses\nimport math\n\n"
+        f"NO_STATS = {NO_STATS!r}  # a dense block's (load-balancing loss, dropped token choices)\n"
+        f"AUX_LOSS_COEFFICIENT = {AUX_LOSS_COEFFICIENT!r}  # the load-balancing loss's weight\n"
+        f"DISPATCH_SCOPE, EXPERTS_SCOPE, COMBINE_SCOPE = "
+        f"{(DISPATCH_SCOPE, EXPERTS_SCOPE, COMBINE_SCOPE)!r}\n\n\n"
+    )
     probe_rows = 64
     # The seed's momentum SGD at lr 0.01 barely moves a transformer in a few hundred steps; Adam does.
     train_defaults = {"optimizer": "adamw", "lr": 0.003, "steps": 300}
@@ -602,27 +736,54 @@ class TransformerFamily(ModelFamily):
         "layers": SizeField("Layers", *LIMITS["layers"], "--layers", "decoder blocks"),
         "embed_dim": SizeField("Embed", *LIMITS["embed_dim"], "--embed", "model width"),
         "heads": SizeField("Heads", *LIMITS["heads"], "--heads", "query heads"),
-        "kv_heads": SizeField("KV heads", *LIMITS["kv_heads"], "--kv-heads",
-                              "key/value heads; 0: one per query head. Fewer: grouped-query attention "
-                              "(heads must be a multiple)"),
+        "kv_heads": SizeField(
+            "KV heads",
+            *LIMITS["kv_heads"],
+            "--kv-heads",
+            "key/value heads; 0: one per query head. Fewer: grouped-query attention (heads must be a multiple)",
+        ),
         "head_dim": SizeField("Head dim", *LIMITS["head_dim"], "--head-dim"),
         "mlp_dim": SizeField("MLP dim", *LIMITS["mlp_dim"], "--mlp-dim", "MLP hidden units"),
         "vocab": SizeField("Vocab", *LIMITS["vocab"], "--vocab", "token ids"),
         "seq": SizeField("Seq", *LIMITS["seq"], "--seq", "sequence length (even)"),
-        "mlp_type": ChoiceField("MLP", CHOICES["mlp_type"], "--mlp-type",
-                                "gelu: up, GELU, down (GPT-2); swiglu: silu(gate)·up, down (Llama)"),
-        "embeddings": ChoiceField("Embeddings", CHOICES["embeddings"], "--embeddings",
-                                  "tied: the unembedding is the token embedding (GPT-2); untied: its own"),
-        "positions": ChoiceField("Positions", CHOICES["positions"], "--positions",
-                                 "learned: a (seq, embed) table (GPT-2); rope: rotary, no parameters (Llama)"),
-        "remat": ChoiceField("Remat", CHOICES["remat"], "--remat",
-                             "full: keep only each block's input, recompute the rest in the backward pass"),
-        "experts": SizeField("Experts", *LIMITS["experts"], "--experts",
-                             "0: a dense MLP; more: each block's MLP is a mixture of this many experts (presets ep…)"),
+        "mlp_type": ChoiceField(
+            "MLP",
+            CHOICES["mlp_type"],
+            "--mlp-type",
+            "gelu: up, GELU, down (GPT-2); swiglu: silu(gate)·up, down (Llama)",
+        ),
+        "embeddings": ChoiceField(
+            "Embeddings",
+            CHOICES["embeddings"],
+            "--embeddings",
+            "tied: the unembedding is the token embedding (GPT-2); untied: its own",
+        ),
+        "positions": ChoiceField(
+            "Positions",
+            CHOICES["positions"],
+            "--positions",
+            "learned: a (seq, embed) table (GPT-2); rope: rotary, no parameters (Llama)",
+        ),
+        "remat": ChoiceField(
+            "Remat",
+            CHOICES["remat"],
+            "--remat",
+            "full: keep only each block's input, recompute the rest in the backward pass",
+        ),
+        "experts": SizeField(
+            "Experts",
+            *LIMITS["experts"],
+            "--experts",
+            "0: a dense MLP; more: each block's MLP is a mixture of this many experts (presets ep…)",
+        ),
         "top_k": SizeField("Top-k", *LIMITS["top_k"], "--top-k", "experts each token is sent to (at most Experts)"),
-        "capacity_factor": ChoiceField("Capacity factor", CHOICES["capacity_factor"], "--capacity-factor",
-                                       "each expert takes at most this × its fair share of a sequence's tokens "
-                                       "(tokens × top-k / experts); choices past it are dropped"),
+        "capacity_factor": ChoiceField(
+            "Capacity factor",
+            CHOICES["capacity_factor"],
+            "--capacity-factor",
+            "each expert takes at most this × its fair share of a sequence's tokens "
+            "(tokens × top-k / experts); choices past it are dropped",
+        ),
     }
     # Public model cards' shapes. Norms are RMSNorm and nothing has a bias, as in Llama; GPT-2's
     # LayerNorm and biases (about 0.1 M parameters) are left out, so its count is 0.1% under the card's.
@@ -630,45 +791,93 @@ class TransformerFamily(ModelFamily):
         "default": NamedSize("Default (trains in seconds)", {}),
         "gpt2-small": NamedSize(
             "GPT-2 small (124M)",
-            dict(layers=12, embed_dim=768, heads=12, kv_heads=0, head_dim=64, mlp_dim=3072, vocab=50257, seq=1024,
-                 mlp_type="gelu", embeddings="tied", positions="learned"),
-            124e6, "https://huggingface.co/openai-community/gpt2 (config.json: n_layer 12, n_embd 768, "
-                   "n_head 12, n_positions 1024, vocab_size 50257; card: 124M parameters)"),
+            dict(
+                layers=12,
+                embed_dim=768,
+                heads=12,
+                kv_heads=0,
+                head_dim=64,
+                mlp_dim=3072,
+                vocab=50257,
+                seq=1024,
+                mlp_type="gelu",
+                embeddings="tied",
+                positions="learned",
+            ),
+            124e6,
+            "https://huggingface.co/openai-community/gpt2 (config.json: n_layer 12, n_embd 768, "
+            "n_head 12, n_positions 1024, vocab_size 50257; card: 124M parameters)",
+        ),
         "llama3-8b": NamedSize(
             "Llama 3 8B",
-            dict(layers=32, embed_dim=4096, heads=32, kv_heads=8, head_dim=128, mlp_dim=14336, vocab=128256,
-                 seq=8192, mlp_type="swiglu", embeddings="untied", positions="rope"),
-            8.03e9, "https://huggingface.co/meta-llama/Meta-Llama-3-8B (config.json: num_hidden_layers 32, "
-                    "hidden_size 4096, intermediate_size 14336, num_attention_heads 32, num_key_value_heads 8, "
-                    "vocab_size 128256, max_position_embeddings 8192, tie_word_embeddings false; 8.03B params)"),
+            dict(
+                layers=32,
+                embed_dim=4096,
+                heads=32,
+                kv_heads=8,
+                head_dim=128,
+                mlp_dim=14336,
+                vocab=128256,
+                seq=8192,
+                mlp_type="swiglu",
+                embeddings="untied",
+                positions="rope",
+            ),
+            8.03e9,
+            "https://huggingface.co/meta-llama/Meta-Llama-3-8B (config.json: num_hidden_layers 32, "
+            "hidden_size 4096, intermediate_size 14336, num_attention_heads 32, num_key_value_heads 8, "
+            "vocab_size 128256, max_position_embeddings 8192, tie_word_embeddings false; 8.03B params)",
+        ),
         "llama3-70b": NamedSize(
             "Llama 3 70B",
-            dict(layers=80, embed_dim=8192, heads=64, kv_heads=8, head_dim=128, mlp_dim=28672, vocab=128256,
-                 seq=8192, mlp_type="swiglu", embeddings="untied", positions="rope"),
-            70.6e9, "https://huggingface.co/meta-llama/Meta-Llama-3-70B (config.json: num_hidden_layers 80, "
-                    "hidden_size 8192, intermediate_size 28672, num_attention_heads 64, num_key_value_heads 8, "
-                    "vocab_size 128256, tie_word_embeddings false; 70.6B params)"),
+            dict(
+                layers=80,
+                embed_dim=8192,
+                heads=64,
+                kv_heads=8,
+                head_dim=128,
+                mlp_dim=28672,
+                vocab=128256,
+                seq=8192,
+                mlp_type="swiglu",
+                embeddings="untied",
+                positions="rope",
+            ),
+            70.6e9,
+            "https://huggingface.co/meta-llama/Meta-Llama-3-70B (config.json: num_hidden_layers 80, "
+            "hidden_size 8192, intermediate_size 28672, num_attention_heads 64, num_key_value_heads 8, "
+            "vocab_size 128256, tie_word_embeddings false; 70.6B params)",
+        ),
     }
-    explicit_refusal = ("the transformer needs Auto axes: under Explicit axes every einsum of attention "
-                        "and the MLP must state its output sharding, which this model does not yet do — "
-                        "choose Axis type Auto")
+    explicit_refusal = (
+        "the transformer needs Auto axes: under Explicit axes every einsum of attention "
+        "and the MLP must state its output sharding, which this model does not yet do — "
+        "choose Axis type Auto"
+    )
 
     def batch(self, spec, batch_size: int) -> dict[str, ArraySpec]:
-        return {"x": ArraySpec((batch_size, spec.seq), ("batch", "seq"), "x", "int32"),
-                "y": ArraySpec((batch_size, spec.seq), ("batch", "seq"), "y", "int32")}
+        return {
+            "x": ArraySpec((batch_size, spec.seq), ("batch", "seq"), "x", "int32"),
+            "y": ArraySpec((batch_size, spec.seq), ("batch", "seq"), "y", "int32"),
+        }
 
     def activations(self, spec, batch_size: int) -> dict[str, ArraySpec]:
         b, s = batch_size, spec.seq
-        return {"resid": ArraySpec((b, s, spec.embed_dim), ("batch", "seq", "embed"), "resid"),
-                "normed": ArraySpec((b, s, spec.embed_dim), ("batch", "inner_seq", "embed"), "normed"),
-                "attn_scores": ArraySpec((b, spec.heads, s, s), ("batch", "heads", "inner_seq", None),
-                                         "attn_scores"),
-                "attn_out": ArraySpec((b, s, spec.heads, spec.head_dim),
-                                      ("batch", "inner_seq", "heads", "head_dim"), "attn_out"),
-                **({} if spec.experts else {
-                    "mlp_hidden": ArraySpec((b, s, spec.mlp_dim), ("batch", "inner_seq", "mlp"), "mlp_hidden")}),
-                "logits": ArraySpec((b, s, spec.vocab), ("batch", "inner_seq", "vocab"), "logits"),
-                **(self.expert_activations(spec, batch_size) if spec.experts else {})}
+        return {
+            "resid": ArraySpec((b, s, spec.embed_dim), ("batch", "seq", "embed"), "resid"),
+            "normed": ArraySpec((b, s, spec.embed_dim), ("batch", "inner_seq", "embed"), "normed"),
+            "attn_scores": ArraySpec((b, spec.heads, s, s), ("batch", "heads", "inner_seq", None), "attn_scores"),
+            "attn_out": ArraySpec(
+                (b, s, spec.heads, spec.head_dim), ("batch", "inner_seq", "heads", "head_dim"), "attn_out"
+            ),
+            **(
+                {}
+                if spec.experts
+                else {"mlp_hidden": ArraySpec((b, s, spec.mlp_dim), ("batch", "inner_seq", "mlp"), "mlp_hidden")}
+            ),
+            "logits": ArraySpec((b, s, spec.vocab), ("batch", "inner_seq", "vocab"), "logits"),
+            **(self.expert_activations(spec, batch_size) if spec.experts else {}),
+        }
 
     def expert_activations(self, spec, batch_size: int) -> dict[str, ArraySpec]:
         """The mixture of experts' constrained arrays (:func:`moe_mlp`): the router's logits, and the
@@ -676,12 +885,14 @@ class TransformerFamily(ModelFamily):
         units are the experts' (``mlp_hidden`` is the dense MLP's)."""
         b, s, e, n = batch_size, spec.seq, spec.embed_dim, spec.experts
         c = expert_capacity(spec, s)
-        return {"router_logits": ArraySpec((b, s, n), ("batch", "inner_seq", None), "router_logits"),
-                "routed": ArraySpec((n, b, c, e), (None, "batch", None, "embed"), "routed"),
-                "dispatched": ArraySpec((n, b, c, e), ("expert", "groups", None, "embed"), "dispatched"),
-                "expert_hidden": ArraySpec((n, b, c, spec.mlp_dim), ("expert", "groups", None, "mlp"), "expert_hidden"),
-                "expert_outputs": ArraySpec((n, b, c, e), ("expert", "groups", None, "embed"), "expert_outputs"),
-                "returned": ArraySpec((n, b, c, e), (None, "batch", None, "embed"), "returned")}
+        return {
+            "router_logits": ArraySpec((b, s, n), ("batch", "inner_seq", None), "router_logits"),
+            "routed": ArraySpec((n, b, c, e), (None, "batch", None, "embed"), "routed"),
+            "dispatched": ArraySpec((n, b, c, e), ("expert", "groups", None, "embed"), "dispatched"),
+            "expert_hidden": ArraySpec((n, b, c, spec.mlp_dim), ("expert", "groups", None, "mlp"), "expert_hidden"),
+            "expert_outputs": ArraySpec((n, b, c, e), ("expert", "groups", None, "embed"), "expert_outputs"),
+            "returned": ArraySpec((n, b, c, e), (None, "batch", None, "embed"), "returned"),
+        }
 
     def activation_bytes(self, spec, batch_size: int) -> int:
         """Float32 bytes the backward pass keeps, per step, summed over the batch: per block the
@@ -690,8 +901,15 @@ class TransformerFamily(ModelFamily):
         (and the gate's under SwiGLU); then the embedding's one-hot, the final norm and the logits
         with their softmax. With full remat a block keeps only its input, and one block's worth is
         recomputed at a time in the backward pass."""
-        b, s, e, h, d, m, v = (batch_size, spec.seq, spec.embed_dim, spec.heads, spec.head_dim, spec.mlp_dim,
-                               spec.vocab)
+        b, s, e, h, d, m, v = (
+            batch_size,
+            spec.seq,
+            spec.embed_dim,
+            spec.heads,
+            spec.head_dim,
+            spec.mlp_dim,
+            spec.vocab,
+        )
         mlp = 3 if spec.mlp_type == "swiglu" else 2
         if spec.experts:  # router logits and probabilities, the dispatch and combine tensors, each expert's
             # slots before, inside (pre- and post-activation) and after it, and the returned outputs
@@ -699,8 +917,7 @@ class TransformerFamily(ModelFamily):
             mlp_bytes = 2 * b * s * n + 2 * b * s * n * c + 3 * n * b * c * e + mlp * n * b * c * m
         else:
             mlp_bytes = mlp * b * s * m
-        per_block = (4 * b * s * e + 2 * b * s * (h + kv_heads_of(spec)) * d + 2 * b * h * s * s
-                     + mlp_bytes)
+        per_block = 4 * b * s * e + 2 * b * s * (h + kv_heads_of(spec)) * d + 2 * b * h * s * s + mlp_bytes
         blocks = spec.layers * b * s * e + per_block if spec.remat == "full" else spec.layers * per_block
         return 4 * (blocks + b * s * v + 2 * b * s * e + 2 * b * s * v)
 

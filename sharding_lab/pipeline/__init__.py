@@ -21,9 +21,10 @@ import dataclasses
 
 from ..errors import ConfigError, nearest_divisible
 from ..models import family_of
-from ..rules import Rules, axis_names, split_ways
+from ..sharding.rules import Rules, axis_names, split_ways
 from .model import LAYERS, pipelined_family
-from .schedule import SCHEDULES, Schedule, build as build_schedule
+from .schedule import SCHEDULES, Schedule
+from .schedule import build as build_schedule
 
 MAX_MICROBATCHES = 64
 # The named scopes of the step's sends (jax.named_scope): they reach the compiled program's op
@@ -36,8 +37,11 @@ def stage_axis(rules: Rules) -> str | None:
     """The mesh axis the blocks are split over (None: not pipelined)."""
     names = axis_names(rules.target(LAYERS))
     if len(names) > 1:
-        raise ConfigError(f"rule layers → {'+'.join(names)}: pipeline stages run along one mesh axis — "
-                          f"map layers to one axis (e.g. {names[0]})", "rules")
+        raise ConfigError(
+            f"rule layers → {'+'.join(names)}: pipeline stages run along one mesh axis — "
+            f"map layers to one axis (e.g. {names[0]})",
+            "rules",
+        )
     return names[0] if names else None
 
 
@@ -69,28 +73,52 @@ def validate(config, rules: Rules) -> None:
         return
     layers = getattr(config.model, "layers", None)
     if layers is None or LAYERS not in config.family.logical_axes:
-        raise ConfigError(f"the {config.family.name} model has no blocks to divide into stages: "
-                          "choose the transformer for pipeline parallelism", "rules")
+        raise ConfigError(
+            f"the {config.family.name} model has no blocks to divide into stages: "
+            "choose the transformer for pipeline parallelism",
+            "rules",
+        )
     stages = config.mesh.axis_sizes.get(axis, 1)
     if layers % stages:
         depths = nearest_divisible(layers, stages)
         fits, up = " or ".join(map(str, depths)), depths[-1]  # the fix offered: the next depth the stages share
-        raise ConfigError(f"{stages} pipeline stages (mesh axis {axis!r}) cannot share {layers} layers equally: "
-                          f"make the layers a multiple of {stages} (Layers, --layers: e.g. {fits}) or the "
-                          f"{axis!r} axis smaller", "pipeline",
-                          fix=dataclasses.replace(config, model=dataclasses.replace(config.model, layers=up)),
-                          fix_label=f"Make it {up} layers ({up // stages} per stage)")
+        raise ConfigError(
+            f"{stages} pipeline stages (mesh axis {axis!r}) cannot share {layers} layers equally: "
+            f"make the layers a multiple of {stages} (Layers, --layers: e.g. {fits}) or the "
+            f"{axis!r} axis smaller",
+            "pipeline",
+            fix=dataclasses.replace(config, model=dataclasses.replace(config.model, layers=up)),
+            fix_label=f"Make it {up} layers ({up // stages} per stage)",
+        )
     batch = config.batch_size
     if batch % m:
         fits = " or ".join(map(str, nearest_divisible(batch, m)))
-        raise ConfigError(f"{m} microbatches cannot split a batch of {batch}: use a batch {m} divides "
-                          f"(e.g. {fits}) or microbatches that divide {batch}", "pipeline")
+        raise ConfigError(
+            f"{m} microbatches cannot split a batch of {batch}: use a batch {m} divides "
+            f"(e.g. {fits}) or microbatches that divide {batch}",
+            "pipeline",
+        )
     ways = split_ways(rules.target("batch"), config.mesh.axis_sizes)
     if (batch // m) % ways:
-        raise ConfigError(f"each of {m} microbatches has {batch // m} rows, which the batch's {ways}-way split "
-                          f"cannot divide: use a microbatch count that divides {batch // ways}, or a batch of "
-                          f"{m * ways * max(1, batch // (m * ways))}", "pipeline")
+        raise ConfigError(
+            f"each of {m} microbatches has {batch // m} rows, which the batch's {ways}-way split "
+            f"cannot divide: use a microbatch count that divides {batch // ways}, or a batch of "
+            f"{m * ways * max(1, batch // (m * ways))}",
+            "pipeline",
+        )
 
 
-__all__ = ["BACKWARD_SCOPE", "FORWARD_SCOPE", "GRADIENT_SCOPE", "LAYERS", "MAX_MICROBATCHES", "SCHEDULES", "Schedule", "family_for", "pipelined_family", "schedule_of", "stage_axis",
-           "validate"]
+__all__ = [
+    "BACKWARD_SCOPE",
+    "FORWARD_SCOPE",
+    "GRADIENT_SCOPE",
+    "LAYERS",
+    "MAX_MICROBATCHES",
+    "SCHEDULES",
+    "Schedule",
+    "family_for",
+    "pipelined_family",
+    "schedule_of",
+    "stage_axis",
+    "validate",
+]

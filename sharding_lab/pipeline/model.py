@@ -34,8 +34,11 @@ class StackedBlocks(nnx.Module):
         names = []
         for path, variable in nnx.to_flat_state(nnx.state(first, nnx.Param)):
             if len(path) != 1:
-                raise ConfigError(f"pipeline parallelism needs each block's weights as its direct "
-                                  f"attributes; {'/'.join(map(str, path))} is nested", "rules")
+                raise ConfigError(
+                    f"pipeline parallelism needs each block's weights as its direct "
+                    f"attributes; {'/'.join(map(str, path))} is nested",
+                    "rules",
+                )
             name, meta = path[0], variable.get_metadata()
             stacked = jnp.stack([getattr(block, name)[...] for block in blocks])
             setattr(self, name, param(stacked, shard, meta["rule_name"], LAYERS, *meta["logical_axes"]))
@@ -70,8 +73,10 @@ def pipelined_family(base_type: type) -> ModelFamily:
 
     class Pipelined(base_type):
         pipelined = True
-        export_refusal = ("the export script does not cover pipeline parallelism yet: it would copy "
-                          "a step without the schedule — choose a preset without a stage axis")
+        export_refusal = (
+            "the export script does not cover pipeline parallelism yet: it would copy "
+            "a step without the schedule — choose a preset without a stage axis"
+        )
 
         def build(self, spec, shard, rngs):
             model = super().build(spec, shard, rngs)

@@ -27,8 +27,10 @@ from __future__ import annotations
 import dataclasses
 import functools
 
-SCHEDULES = {"gpipe": "GPipe (all forwards, then all backwards)",
-             "1f1b": "1F1B (one forward, one backward in the steady state)"}
+SCHEDULES = {
+    "gpipe": "GPipe (all forwards, then all backwards)",
+    "1f1b": "1F1B (one forward, one backward in the steady state)",
+}
 IDLE, FORWARD, BACKWARD = 0, 1, 2
 
 
@@ -66,9 +68,11 @@ class Schedule:
 
     @property
     def size_text(self) -> str:
-        """"4 stages × 8 microbatches" — "1 stage", "1 microbatch" when there is one."""
-        return (f"{self.stages} stage{'s' if self.stages != 1 else ''} × "
-                f"{self.microbatches} microbatch{'es' if self.microbatches != 1 else ''}")
+        """ "4 stages × 8 microbatches" — "1 stage", "1 microbatch" when there is one."""
+        return (
+            f"{self.stages} stage{'s' if self.stages != 1 else ''} × "
+            f"{self.microbatches} microbatch{'es' if self.microbatches != 1 else ''}"
+        )
 
     @property
     def bubble_fraction(self) -> float:
@@ -87,8 +91,12 @@ class Schedule:
 
     @functools.cached_property
     def _ticks(self) -> dict[tuple[str, int, int], int]:
-        return {(cell.kind, s, cell.microbatch): t for t, row in enumerate(self.grid)
-                for s, cell in enumerate(row) if cell is not None}
+        return {
+            (cell.kind, s, cell.microbatch): t
+            for t, row in enumerate(self.grid)
+            for s, cell in enumerate(row)
+            if cell is not None
+        }
 
     # -- what each stage keeps ---------------------------------------------------------------
     def held(self, stage: int) -> list[int]:
@@ -96,8 +104,9 @@ class Schedule:
         the tick the input arrives (stage 0: its forward) up to and including its backward."""
         counts = []
         for t in range(self.ticks):
-            counts.append(sum(self._arrival(stage, k) <= t <= self.tick_of("B", stage, k)
-                              for k in range(self.microbatches)))
+            counts.append(
+                sum(self._arrival(stage, k) <= t <= self.tick_of("B", stage, k) for k in range(self.microbatches))
+            )
         return counts
 
     def peak_held(self) -> list[int]:
@@ -121,8 +130,7 @@ class Schedule:
                     continue  # the last stage makes its own gradient from the loss
                 events = []  # (tick, 0 = free before 1 = take, microbatch)
                 for k in range(self.microbatches):
-                    take = (self._arrival(s, k) if buffer == "act"
-                            else self.tick_of("B", s + 1, k) + 1)
+                    take = self._arrival(s, k) if buffer == "act" else self.tick_of("B", s + 1, k) + 1
                     events += [(take, 1, k), (self.tick_of("B", s, k) + 1, 0, k)]
                 free, used = [], 0
                 for _tick, event, k in sorted(events):
@@ -144,15 +152,28 @@ class Schedule:
     # -- the timeline the app draws ----------------------------------------------------------
     def timeline(self) -> list[dict]:
         """One row per stage and tick: ``{"stage", "tick", "kind": "F"/"B"/"idle", "microbatch"}``."""
-        return [{"stage": s, "tick": t, "kind": cell.kind if cell else "idle",
-                 "microbatch": cell.microbatch if cell else None}
-                for t, row in enumerate(self.grid) for s, cell in enumerate(row)]
+        return [
+            {
+                "stage": s,
+                "tick": t,
+                "kind": cell.kind if cell else "idle",
+                "microbatch": cell.microbatch if cell else None,
+            }
+            for t, row in enumerate(self.grid)
+            for s, cell in enumerate(row)
+        ]
 
     def to_json(self) -> dict:
-        return {"schedule": self.name, "stages": self.stages, "microbatches": self.microbatches,
-                "ticks": self.ticks, "bubble_fraction": self.bubble_fraction,
-                "textbook_bubble": self.textbook_bubble, "peak_microbatches_held": self.peak_held(),
-                "grid": [["idle" if c is None else f"{c.kind}{c.microbatch}" for c in row] for row in self.grid]}
+        return {
+            "schedule": self.name,
+            "stages": self.stages,
+            "microbatches": self.microbatches,
+            "ticks": self.ticks,
+            "bubble_fraction": self.bubble_fraction,
+            "textbook_bubble": self.textbook_bubble,
+            "peak_microbatches_held": self.peak_held(),
+            "grid": [["idle" if c is None else f"{c.kind}{c.microbatch}" for c in row] for row in self.grid],
+        }
 
 
 @functools.lru_cache(maxsize=64)
@@ -170,8 +191,11 @@ def build(name: str, stages: int, microbatches: int) -> Schedule:
             work = orders[s][position[s]] if position[s] < len(orders[s]) else None
             if work is not None:
                 k = work.microbatch
-                need = (("F", s - 1, k) if s > 0 else None) if work.kind == "F" else \
-                    (("B", s + 1, k) if s < stages - 1 else ("F", s, k))
+                need = (
+                    (("F", s - 1, k) if s > 0 else None)
+                    if work.kind == "F"
+                    else (("B", s + 1, k) if s < stages - 1 else ("F", s, k))
+                )
                 if need is not None and done.get(need, t) >= t:
                     work = None
             row.append(work)

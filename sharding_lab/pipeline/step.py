@@ -33,10 +33,12 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from flax import nnx
-from jax.sharding import NamedSharding, PartitionSpec as P
+from jax.sharding import NamedSharding
+from jax.sharding import PartitionSpec as P
 
-from ..rules import axis_names
-from . import BACKWARD_SCOPE, FORWARD_SCOPE, GRADIENT_SCOPE, schedule as schedules, schedule_of
+from ..sharding.rules import axis_names
+from . import BACKWARD_SCOPE, FORWARD_SCOPE, GRADIENT_SCOPE, schedule_of
+from . import schedule as schedules
 from .schedule import BACKWARD, FORWARD, IDLE
 
 
@@ -45,8 +47,10 @@ def tables(table: schedules.Schedule) -> dict[str, np.ndarray]:
     (microbatch), ``act`` / ``grad`` (the slot the work reads), ``recv_act`` / ``recv_grad`` (the
     slot an arriving activation / gradient goes to at the tick's end; -1: nothing arrives)."""
     p, ticks = table.stages, table.ticks
-    out = {name: np.full((ticks, p), fill, np.int32) for name, fill in
-           (("kind", IDLE), ("mb", 0), ("act", 0), ("grad", 0), ("recv_act", -1), ("recv_grad", -1))}
+    out = {
+        name: np.full((ticks, p), fill, np.int32)
+        for name, fill in (("kind", IDLE), ("mb", 0), ("act", 0), ("grad", 0), ("recv_act", -1), ("recv_grad", -1))
+    }
     slots = table.slots
     for t, row in enumerate(table.grid):
         for s, cell in enumerate(row):
@@ -84,7 +88,7 @@ def microbatches(a: jax.Array, m: int) -> jax.Array:
 
 
 def make_pipelined_step(plan, graphdef):
-    """The pipelined counterpart of :func:`sharding_lab.training.make_train_step`: the same
+    """The pipelined counterpart of :func:`sharding_lab.training.trainer.make_train_step`: the same
     signature ``(state, x, y) → (state, loss)``, the same loss and gradients."""
     config, mesh = plan.config, plan.mesh
     family, axis, m = config.family, config.stage_axis, config.microbatches
@@ -186,9 +190,14 @@ def make_pipelined_step(plan, graphdef):
         xm = jax.lax.with_sharding_constraint(microbatches(x, m), NamedSharding(mesh, rows))
         ym = jax.lax.with_sharding_constraint(microbatches(y, m), NamedSharding(mesh, rows))
         count = family.target_count(y)
-        piped = jax.shard_map(lambda b, r, xm, ym, c: run(b, r, xm, ym, c, model_def), mesh=mesh,
-                              in_specs=(P(axis), P(), rows, rows, P()), out_specs=(P(axis), P(), P()),
-                              axis_names=set(manual), check_vma=not alone)
+        piped = jax.shard_map(
+            lambda b, r, xm, ym, c: run(b, r, xm, ym, c, model_def),
+            mesh=mesh,
+            in_specs=(P(axis), P(), rows, rows, P()),
+            out_specs=(P(axis), P(), P()),
+            axis_names=set(manual),
+            check_vma=not alone,
+        )
         d_blocks, d_rest, loss = piped(blocks, rest, xm, ym, count)
         optimizer.update(model, _join(d_blocks, d_rest))
         return nnx.state((model, optimizer)), loss

@@ -117,6 +117,7 @@ def all_slots_taken():
 
 # --- numbers out of range ---------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("value", [0, -3, 65, 10_000])
 def test_mesh_size_out_of_range_is_clamped_by_the_widget(layout_page, value):
     at = layout_page
@@ -155,7 +156,7 @@ def test_huge_model_lays_out_without_allocating(layout_page):
 
 def test_backend_knows_a_huge_model_does_not_fit():
     """~2.2 billion parameters: the backend's estimate refuses it on any ordinary server."""
-    from sharding_lab.config import check_memory, estimated_bytes
+    from sharding_lab.training.config import check_memory, estimated_bytes
 
     huge = sl.plan(sl.LabConfig(model=sl.ModelSpec(1, 16_384, 1, 8)))
     assert estimated_bytes(huge) > 40 * 2**30
@@ -175,12 +176,16 @@ def test_train_page_refuses_a_run_over_the_memory_limit(train_page, monkeypatch)
     assert any("Too big to train here" in e and "GiB" in e for e in texts(at.error)), texts(at.error)
     assert at.button(key="train").disabled  # said before pressing, and nothing to press
     # beside the estimate, XLA's own figures for the same step, as the backend reports them
-    from sharding_lab.communication import analyze
-    from sharding_lab.layout import format_bytes
+    from sharding_lab.program.communication import analyze
+    from sharding_lab.sharding.layout import format_bytes
+
     plan = sl.plan(settings.config_from_state(at.session_state))
     memory = analyze(plan).memory
-    assert any(f"{format_bytes(memory['argument'])} of arguments" in c and
-               f"{format_bytes(memory['temp'])} of temporaries" in c for c in texts(at.caption)), texts(at.caption)
+    assert any(
+        f"{format_bytes(memory['argument'])} of arguments" in c
+        and f"{format_bytes(memory['temp'])} of temporaries" in c
+        for c in texts(at.caption)
+    ), texts(at.caption)
     job = at.session_state["job_slot"].job
     try:
         assert not at.exception
@@ -218,6 +223,7 @@ def test_batch_the_data_axis_does_not_divide(layout_page):
 
 
 # --- axis names ---------------------------------------------------------------------------------
+
 
 @pytest.mark.parametrize("name", ["", "   "])
 def test_empty_axis_name(layout_page, name):
@@ -273,6 +279,7 @@ def test_axis_name_is_validated_by_the_backend_too():
 
 
 # --- the Train button -------------------------------------------------------------------------
+
 
 def test_rapid_train_clicks_start_one_job(train_page):
     at = train_page
@@ -397,6 +404,7 @@ def test_train_page_shows_its_place_in_the_queue_then_stops(train_page, all_slot
 
 # --- jobs nobody watches, jobs that run too long -------------------------------------------------
 
+
 def long_config(steps: int = 200_000) -> sl.LabConfig:
     return sl.LabConfig(mesh=sl.MeshSpec((8,), ("data",)), preset="dp", steps=steps)
 
@@ -452,14 +460,27 @@ def test_abandoned_session_on_the_page(train_page, monkeypatch):
 # --- nothing a user types is ever run as code --------------------------------------------------
 
 DANGEROUS_CALLS = {"eval", "exec", "compile", "__import__", "execfile", "input"}
-DANGEROUS_ATTRS = {("os", "system"), ("os", "popen"), ("pickle", "loads"), ("pickle", "load"),
-                   ("marshal", "loads"), ("yaml", "load"), ("subprocess", "run"), ("subprocess", "Popen"),
-                   ("subprocess", "call"), ("subprocess", "check_output"), ("importlib", "import_module")}
+DANGEROUS_ATTRS = {
+    ("os", "system"),
+    ("os", "popen"),
+    ("pickle", "loads"),
+    ("pickle", "load"),
+    ("marshal", "loads"),
+    ("yaml", "load"),
+    ("subprocess", "run"),
+    ("subprocess", "Popen"),
+    ("subprocess", "call"),
+    ("subprocess", "check_output"),
+    ("importlib", "import_module"),
+}
 
 
 def app_sources() -> list[Path]:
-    files = [ROOT / "app.py", *sorted((ROOT / "app_pages").glob("*.py")),
-             *sorted((ROOT / "sharding_lab").rglob("*.py"))]
+    files = [
+        ROOT / "app.py",
+        *sorted((ROOT / "app_pages").glob("*.py")),
+        *sorted((ROOT / "sharding_lab").rglob("*.py")),
+    ]
     assert len(files) > 10
     return files
 
@@ -485,8 +506,11 @@ def test_no_eval_exec_or_shell_in_the_app():
             func = node.func
             if isinstance(func, ast.Name) and func.id in DANGEROUS_CALLS:
                 found.append(f"{path.name}:{node.lineno} {func.id}(")
-            if (isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name)
-                    and (func.value.id, func.attr) in DANGEROUS_ATTRS):
+            if (
+                isinstance(func, ast.Attribute)
+                and isinstance(func.value, ast.Name)
+                and (func.value.id, func.attr) in DANGEROUS_ATTRS
+            ):
                 found.append(f"{path.name}:{node.lineno} {func.value.id}.{func.attr}(")
                 if any(k.arg == "shell" for k in node.keywords):
                     found.append(f"{path.name}:{node.lineno} shell=")
@@ -495,7 +519,7 @@ def test_no_eval_exec_or_shell_in_the_app():
 
 def test_user_text_is_parsed_not_evaluated():
     """Rule targets typed as text (the CLI's --rule) are parsed against a fixed grammar."""
-    from sharding_lab.rules import parse_target
+    from sharding_lab.sharding.rules import parse_target
 
     assert parse_target("data+model") == ("data", "model")
     marker = "sharding_lab_abuse_marker"
@@ -515,8 +539,9 @@ CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 @pytest.mark.browser
 @pytest.mark.skipif(not Path(CHROMIUM).exists(), reason="Debian's chromium is not installed")
 def test_html_in_an_axis_name_is_shown_as_text_in_the_browser():
-    from tools import loadtest
     from playwright.sync_api import sync_playwright
+
+    from tools import loadtest
 
     with loadtest.Server() as server, sync_playwright() as p:
         browser = p.chromium.launch(executable_path=loadtest.CHROMIUM, args=loadtest.CHROMIUM_FLAGS)

@@ -128,8 +128,11 @@ def test_train_page_trains_the_seed_config(train_page):
         except AssertionError:  # no chart until the first losses (queued or compiling)
             seen.append(0)
         else:
-            seen.append(len(loss["data"][0]["x"]["bdata"]) if isinstance(loss["data"][0]["x"], dict)
-                        else len(loss["data"][0]["x"]))
+            seen.append(
+                len(loss["data"][0]["x"]["bdata"])
+                if isinstance(loss["data"][0]["x"], dict)
+                else len(loss["data"][0]["x"])
+            )
         if any("layout verified on 8 devices" in s.value for s in app.success):
             break
         time.sleep(0.3)
@@ -158,6 +161,7 @@ def plotly_values(values) -> list:
         import base64
 
         import numpy as np
+
         return np.frombuffer(base64.b64decode(values["bdata"]), dtype=values["dtype"]).tolist()
     return list(values)
 
@@ -210,8 +214,7 @@ def test_cost_panel_reads_in_the_step_s_own_unit_and_says_what_it_leaves_out():
     assert metrics["Predicted step"] == "14 µs" and metrics["Bound"] == "latency"
     costs = next(df.value for df in at.dataframe if "wire bytes" in df.value.columns)
     largest = max(costs["bytes"] / costs["count"])
-    assert any(f"largest collective moves {largest:,.0f} bytes" in c.value and "Latency" in c.value
-               for c in at.caption)
+    assert any(f"largest collective moves {largest:,.0f} bytes" in c.value and "Latency" in c.value for c in at.caption)
     assert cost.format_seconds(4.1e-10) == "410 ps" and cost.format_seconds(1.25e-3) == "1.25 ms"
     assert cost.format_seconds(2500.0) == "2,500 s" and cost.format_seconds(0.0) == "0 s"
 
@@ -237,8 +240,9 @@ def test_compare_page_predicts_each_strategy_s_step_on_the_chosen_chip():
     table = next(df.value for df in at.dataframe if "predicted step" in df.value.columns).set_index("strategy")
     assert list(table.index) == ["dp", "fsdp", "tp"]
     # the same numbers from the backend directly: the page's model (width 1024, 2 extra layers) per preset
-    base = sl.LabConfig(mesh=sl.MeshSpec((2, 4), ("data", "model")), model=sl.ModelSpec(1, 1024, 1, 2),
-                        steps=1, seed=0, chunk=1)
+    base = sl.LabConfig(
+        mesh=sl.MeshSpec((2, 4), ("data", "model")), model=sl.ModelSpec(1, 1024, 1, 2), steps=1, seed=0, chunk=1
+    )
     want = {name: cost.predict(dataclasses.replace(base, preset=name), "tpu-v5e", "bf16") for name in table.index}
     for name, p in want.items():
         assert table.loc[name, "predicted step"] == cost.format_seconds(p.step_s)
@@ -362,8 +366,11 @@ def test_wording_a_new_user_met():
     assert all(v.endswith(" GB/s") or v.endswith(" TB/s") for v in links["bandwidth"])
     assert not any(str(c).endswith("B/s") for c in links.columns if c != "bandwidth")
     at = page("app_pages/compare.py")
-    formats = {name: c["type_config"].get("format") for name, c in json.loads(at.dataframe[0].proto.columns).items()
-               if "type_config" in c}
+    formats = {
+        name: c["type_config"].get("format")
+        for name, c in json.loads(at.dataframe[0].proto.columns).items()
+        if "type_config" in c
+    }
     assert formats["steps / s"] == "%.1f" and formats["final loss"] == "%.4g"
     assert formats["bytes sent / device / step"] == "localized"
 
@@ -389,11 +396,12 @@ def test_an_edit_while_a_run_trains_is_named_against_what_the_run_keeps():
 
 
 def test_an_option_named_in_an_error_does_not_break_after_its_first_hyphen():
-    """"(Layers, --layers: e.g. 4)" wrapped as "-" / "-layers" in a narrow error box (seen in Chromium, a code
+    """ "(Layers, --layers: e.g. 4)" wrapped as "-" / "-layers" in a narrow error box (seen in Chromium, a code
     span too): the option is set as code with non-breaking hyphens."""
     at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=TIMEOUT)
     at.query_params.update({"model": "transformer", "mesh": "2x4", "preset": "pp"})
     at.run()
     errors = [e.value for e in at.error if "pipeline stages" in e.value]
-    assert errors and all("`\u2011\u2011layers`" in e and "--layers" not in e and "\\-\\-layers" not in e
-                          for e in errors)
+    assert errors and all(
+        "`\u2011\u2011layers`" in e and "--layers" not in e and "\\-\\-layers" not in e for e in errors
+    )

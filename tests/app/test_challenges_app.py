@@ -3,11 +3,11 @@ against the sidebar's configuration, a solution that fills in the sidebar, progr
 and the teacher's counts."""
 
 from streamlit.testing.v1 import AppTest
+from test_app import ROOT, TIMEOUT
 
 import sharding_lab as sl
-from sharding_lab import challenges
 from sharding_lab.app import classroom
-from test_app import ROOT, TIMEOUT
+from sharding_lab.lessons import challenges
 
 PAGE = "app_pages/challenges.py"
 

@@ -12,9 +12,8 @@ import pytest
 from streamlit.testing.v1 import AppTest
 
 import sharding_lab as sl
-from sharding_lab.app import classroom, jobs, scheduler
+from sharding_lab.app import classroom, jobs, scheduler, settings, ui  # noqa: F401
 from sharding_lab.app import links as share
-from sharding_lab.app import settings, ui  # noqa: F401
 
 ROOT = Path(__file__).resolve().parents[2]
 TIMEOUT = 120
@@ -57,6 +56,7 @@ def watch(job_list, seconds: float) -> list[list[str]]:
 
 # --- the queue ---------------------------------------------------------------------------------
 
+
 def test_many_queued_runs_released_at_once_all_start_and_finish(all_slots_taken):
     """Every slot frees up in the same instant with more runs waiting than slots: each run must
     leave the queue, train and finish — none left 'starting' (the frozen session of the load test)."""
@@ -94,6 +94,7 @@ def test_many_queued_runs_released_at_once_all_start_and_finish(all_slots_taken)
 
 # --- a run that cannot start ---------------------------------------------------------------------
 
+
 def test_a_run_that_waits_past_the_start_limit_says_so(all_slots_taken, monkeypatch):
     monkeypatch.setattr(jobs, "START_LIMIT_S", 0.5)
     job = jobs.TrainingJob(small_config())
@@ -122,6 +123,7 @@ def test_a_run_stuck_before_its_first_step_is_reported_failed(monkeypatch):
 
 # --- the teacher view ----------------------------------------------------------------------------
 
+
 def app_with(query: dict, token: str | None, monkeypatch) -> AppTest:
     if token is None:
         monkeypatch.delenv("SHARDING_LAB_TEACHER_TOKEN", raising=False)
@@ -144,13 +146,16 @@ def assert_no_teacher_page(at: AppTest) -> None:
     assert "Teacher view" not in [t.value for t in at.title]
 
 
-@pytest.mark.parametrize("query,token", [
-    ({"teacher": TOKEN}, None),             # no token on this server: no teacher view at all
-    ({}, TOKEN),                            # a student's link
-    ({"teacher": "guess"}, TOKEN),          # a wrong token
-    ({"teacher": TOKEN[:-1]}, TOKEN),       # almost right is wrong
-    ({"teacher": ""}, ""),                  # an empty token set on the server opens nothing
-])
+@pytest.mark.parametrize(
+    "query,token",
+    [
+        ({"teacher": TOKEN}, None),  # no token on this server: no teacher view at all
+        ({}, TOKEN),  # a student's link
+        ({"teacher": "guess"}, TOKEN),  # a wrong token
+        ({"teacher": TOKEN[:-1]}, TOKEN),  # almost right is wrong
+        ({"teacher": ""}, ""),  # an empty token set on the server opens nothing
+    ],
+)
 def test_teacher_page_absent_without_the_right_token(query, token, monkeypatch):
     at = app_with(query, token, monkeypatch)
     assert_no_teacher_page(at)
@@ -198,10 +203,12 @@ def test_teacher_key_is_neither_a_setting_nor_a_link_problem():
 
 def test_classroom_counts_are_thread_safe_and_forget_old_sessions():
     classroom.reset()
+
     def student(i):
         for j in range(200):
             classroom.seen(f"s{i}")
             classroom.record_solved(f"s{i}", f"c{j % 3}")
+
     threads = [threading.Thread(target=student, args=(i,)) for i in range(8)]
     for t in threads:
         t.start()
@@ -249,8 +256,9 @@ def test_a_second_server_start_loads_its_programs_from_the_disk_cache_even_moved
         if where == "moved":
             shutil.copytree(tmp_path / "jax", tmp_path / "moved")
         env = dict(os.environ, SHARDING_LAB_CACHE_DIR=str(tmp_path / where), SHARDING_LAB_DEVICES="8")
-        out = subprocess.run([sys.executable, "-c", CACHE_PROBE], cwd=ROOT, env=env, capture_output=True,
-                             text=True, timeout=120)
+        out = subprocess.run(
+            [sys.executable, "-c", CACHE_PROBE], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120
+        )
         assert out.returncode == 0, out.stderr[-2000:]
         assert str(tmp_path / where) in out.stdout
         runs.append(sorted(p.name for p in (tmp_path / where).iterdir()))
@@ -268,8 +276,8 @@ def test_cache_can_be_switched_off(monkeypatch):
 
 
 def test_warm_up_compiles_the_default_configuration_in_the_background():
-    from sharding_lab import training
     from sharding_lab.app import warm
+    from sharding_lab.training import trainer as training
 
     config = sl.LabConfig(mesh=sl.MeshSpec((4, 2), ("warm_a", "warm_b")), preset="seed")
     key = training.program_key(config, config.chunk)
@@ -283,7 +291,7 @@ def test_the_class_warm_up_covers_every_preset_and_mesh_shape_the_sidebar_offers
     """Each family's defaults × every preset × every 1–3-axis shape over the 8 devices, less what cannot
     run — counted independently here by planning every combination."""
     from sharding_lab.app import warm
-    from sharding_lab.mesh import default_axes
+    from sharding_lab.sharding.mesh import default_axes
 
     shapes = warm.class_meshes(8)
     assert shapes[0] == (2, 4) and len(shapes) == len(set(shapes)) == 15  # 1 + 4 + 10 factorisations of 8
@@ -295,8 +303,9 @@ def test_the_class_warm_up_covers_every_preset_and_mesh_shape_the_sidebar_offers
         for shape in shapes:
             for preset in fam.presets:
                 try:
-                    sl.plan(sl.LabConfig(mesh=sl.MeshSpec(shape, default_axes(len(shape))), preset=preset,
-                                         model=fam.Spec()))
+                    sl.plan(
+                        sl.LabConfig(mesh=sl.MeshSpec(shape, default_axes(len(shape))), preset=preset, model=fam.Spec())
+                    )
                     expected += 1
                 except sl.ConfigError:
                     pass
@@ -346,8 +355,13 @@ def test_the_warm_command_splits_the_layouts_over_processes_into_one_cache(tmp_p
     from sharding_lab.app import warm
 
     env = dict(os.environ, SHARDING_LAB_CACHE_DIR=str(tmp_path), SHARDING_LAB_WARM="default")
-    done = subprocess.run([sys.executable, "-m", "sharding_lab.app.warm", "--jobs", "2"], env=env,
-                          capture_output=True, text=True, timeout=240)
+    done = subprocess.run(
+        [sys.executable, "-m", "sharding_lab.app.warm", "--jobs", "2"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
     assert done.returncode == 0, done.stderr[-2000:]
     assert "in 2 processes" in done.stdout and "compiling 1 configurations" in done.stdout
     assert "compiling 0 configurations" in done.stdout and any(tmp_path.iterdir())
@@ -413,8 +427,9 @@ def test_the_warm_command_lets_go_of_the_programs_jax_keeps_in_memory():
 
     before = jax.jit(lambda x: x * 3)
     before(1.0)
-    configs = [sl.LabConfig(mesh=sl.MeshSpec((2, 4), ("rel_a", "rel_b")), preset=p, steps=100)
-               for p in ("dp", "tp", "fsdp")]
+    configs = [
+        sl.LabConfig(mesh=sl.MeshSpec((2, 4), ("rel_a", "rel_b")), preset=p, steps=100) for p in ("dp", "tp", "fsdp")
+    ]
     warm._warm(configs[:1], wait_for_students=False, release_every=2)
     assert before._cache_size() == 1  # not yet: one layout of two
     warm._warm(configs, wait_for_students=False, release_every=2)

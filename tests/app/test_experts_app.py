@@ -16,7 +16,9 @@ def test_train_page_shows_where_the_tokens_went():
     at.selectbox(key="model").select("transformer").run()
     at.selectbox(key="preset").select("ep").run()  # 2×4 (data, model): the experts on `model`
     assert not at.exception
-    assert any("dense (experts 0): set Experts" in e.value.replace("\\", "") for e in at.error), [e.value for e in at.error]
+    assert any("dense (experts 0): set Experts" in e.value.replace("\\", "") for e in at.error), [
+        e.value for e in at.error
+    ]
     for key, value in (("layers", 1), ("seq", 16), ("experts", 4)):
         at.number_input(key=key).set_value(value).run()
     assert not at.exception and not at.error

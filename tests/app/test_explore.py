@@ -1,11 +1,11 @@
-"""Explore by clicking (AppTest half; the clicks themselves are in tests/browser/test_explore_browser.py):
+"""Explore by clicking (AppTest half; the clicks themselves are in tests/e2e/test_explore_browser.py):
 focus a device from a link or the control, what it holds, what a change moved, going back."""
 
 from streamlit.testing.v1 import AppTest
+from test_app import ROOT, TIMEOUT, chart_spec
 
 import sharding_lab as sl
-from sharding_lab.layout import describe_change, holdings
-from test_app import ROOT, TIMEOUT, chart_spec
+from sharding_lab.sharding.layout import describe_change, holdings
 
 
 def open_with(**query) -> AppTest:
@@ -29,8 +29,11 @@ def test_a_link_with_focus_opens_that_device_and_what_it_holds():
     assert row["slice"] == "[0:1, 8:16]"  # device 5 = mesh (1, 1): columns 8:16 of w1, split 4 ways over model
     assert row["same block on"] == "1"  # device 1 = (0, 1) holds the same columns
     mesh = chart_spec(at, "mesh_picture")
-    bright = {t["meta"]["device"] for t in mesh["data"] if t.get("meta", {}).get("device") is not None
-              and t.get("opacity", 1) > 0.5}
+    bright = {
+        t["meta"]["device"]
+        for t in mesh["data"]
+        if t.get("meta", {}).get("device") is not None and t.get("opacity", 1) > 0.5
+    }
     assert bright == {5}
     assert "focus=5" in "&".join(f"{k}={v}" for k, v in at.query_params.items())  # the link keeps it
 
@@ -73,6 +76,8 @@ def test_holdings_and_changes_from_the_backend():
     assert rows["batch/x"]["same block on"] == "1, 2, 3"  # rows 0:16 live on data=0: devices 0–3
     assert rows["params/w2"]["bytes"] == 32 * 4
     other = sl.plan(sl.LabConfig(preset="tp")).layouts()
-    assert describe_change(plan.layouts()["batch/x"], other["batch/x"], {"data": 2, "model": 4},
-                           {"data": 2, "model": 4}) == "batch/x: rows now whole, was split 2 ways over `data`"
+    assert (
+        describe_change(plan.layouts()["batch/x"], other["batch/x"], {"data": 2, "model": 4}, {"data": 2, "model": 4})
+        == "batch/x: rows now whole, was split 2 ways over `data`"
+    )
     assert describe_change(plan.layouts()["params/w1"], other["params/w1"], {}, {}) is None

@@ -1,10 +1,11 @@
 """The Plotly figures draw blocks per device for any rank, with consistent device colours."""
 
+from jax.sharding import PartitionSpec as P
+
 import sharding_lab as sl
 from sharding_lab.app import figures
-from sharding_lab.layout import planned_layout
-from sharding_lab.mesh import device_ids, mesh_coords
-from jax.sharding import PartitionSpec as P
+from sharding_lab.sharding.layout import planned_layout
+from sharding_lab.sharding.mesh import device_ids, mesh_coords
 
 
 def _stripes(fig):
@@ -65,8 +66,7 @@ def test_a_whole_shard_map_block_is_its_click_target():
     mesh = sl.build_mesh(sl.MeshSpec((2, 4), ("data", "model")))
     layout = planned_layout("params/w1", (32, 64), mesh, P("data", None), P("data", None))  # 2 blocks, 4 copies
     fig = figures.shard_map_figure(layout, mesh_coords(mesh), ("data", "model"))
-    points = [p for t in fig.data if t.meta and t.meta.get("targets")
-              for p in zip(t.x, t.y, t.customdata, t.hovertext)]
+    points = [p for t in fig.data if t.meta and t.meta.get("targets") for p in zip(t.x, t.y, t.customdata, t.hovertext)]
     for stripe in _stripes(fig):
         x0, x1, y0, y1 = min(stripe.x), max(stripe.x), min(stripe.y), max(stripe.y)
         inside = [(x, y, c, h) for x, y, c, h in points if x0 < x < x1 and y0 < y < y1]
@@ -95,14 +95,19 @@ def test_batch_sweep_axis_reads_in_time_units_and_every_line_is_named():
     line (the scaling book's critical batch) had no label."""
     from sharding_lab.app.cost_view import sweep_figure
 
-    rows = [{"strategy": s, "per_device_batch": b, "compute_s": 2e-8 * b, "comm_s": 3e-6}
-            for s in ("dp", "fsdp") for b in (8, 32, 128, 512)]
+    rows = [
+        {"strategy": s, "per_device_batch": b, "compute_s": 2e-8 * b, "comm_s": 3e-6}
+        for s in ("dp", "fsdp")
+        for b in (8, 32, 128, 512)
+    ]
     fig = sweep_figure(rows, {"rows_per_device": 240})
     axis = fig.layout.yaxis
     assert "µs" not in (axis.title.text or "")
-    assert list(axis.ticktext) == ["100 ns", "1 µs", "10 µs", "100 µs"][:len(axis.ticktext)]
-    assert all(min(t) >= axis.tickvals[0] and max(t) <= axis.tickvals[-1] for t in
-               ([r["compute_s"] for r in rows], [r["comm_s"] for r in rows]))
+    assert list(axis.ticktext) == ["100 ns", "1 µs", "10 µs", "100 µs"][: len(axis.ticktext)]
+    assert all(
+        min(t) >= axis.tickvals[0] and max(t) <= axis.tickvals[-1]
+        for t in ([r["compute_s"] for r in rows], [r["comm_s"] for r in rows])
+    )
     dotted = [t for t in fig.data if t.line.dash == "dot"]
     assert len(dotted) == 1 and "240 rows" in dotted[0].name and dotted[0].showlegend is not False
 

@@ -23,8 +23,9 @@ def test_train_page_draws_the_schedule_the_step_runs():
     at.selectbox(key="model").select("transformer").run()
     at.selectbox(key="preset").select("pp").run()  # 2×4 (data, model): the stages on `model`, 4 of them
     assert not at.exception
-    assert any("4 pipeline stages (mesh axis 'model') cannot share 2 layers" in e.value.replace("\\", "")
-               for e in at.error)  # shown escaped: the message is plain text
+    assert any(
+        "4 pipeline stages (mesh axis 'model') cannot share 2 layers" in e.value.replace("\\", "") for e in at.error
+    )  # shown escaped: the message is plain text
     at.button(key="apply_fix").click().run()  # the fix offered: 4 layers, one per stage
     assert at.session_state["layers"] == 4 and at.session_state["preset"] == "pp"
     at.number_input(key="microbatches").set_value(8).run()
@@ -33,8 +34,9 @@ def test_train_page_draws_the_schedule_the_step_runs():
         at.selectbox(key="schedule").select(schedule).run()
         table = build(schedule, 4, 8)
         drawn = timeline(at)
-        assert drawn["text"] == [["" if row[s] is None else f"{row[s].kind}{row[s].microbatch}" for row in table.grid]
-                                 for s in range(4)]
+        assert drawn["text"] == [
+            ["" if row[s] is None else f"{row[s].kind}{row[s].microbatch}" for row in table.grid] for s in range(4)
+        ]
         assert at.metric[0].value == "27.3%"  # 3/11 of the stage-ticks idle, counted in the table
     held = at.dataframe[0].value
     assert list(held["held, gpipe"]) == [8, 8, 8, 8] and list(held["held, 1f1b"]) == table.peak_held()
@@ -45,15 +47,24 @@ def test_a_pipeline_of_one_stage_says_it_sends_nothing():
     at.query_params.update(model="transformer", mesh="1x1x8", preset="pp_tp")
     at.switch_page("app_pages/train.py").run()
     assert not at.exception and not at.error
-    assert json.loads(next(c for c in at.get("plotly_chart") if c.proto.id.endswith("-pipeline_timeline"))
-                      .proto.spec)["layout"]["title"]["text"].startswith("GPipe: 1 stage × 4 microbatches")
-    assert any(i.value.startswith("**One stage:** the mesh axis `y`") and "no stage sends to another" in i.value
-               for i in at.info)
+    assert json.loads(next(c for c in at.get("plotly_chart") if c.proto.id.endswith("-pipeline_timeline")).proto.spec)[
+        "layout"
+    ]["title"]["text"].startswith("GPipe: 1 stage × 4 microbatches")
+    assert any(
+        i.value.startswith("**One stage:** the mesh axis `y`") and "no stage sends to another" in i.value
+        for i in at.info
+    )
 
 
 def test_share_link_carries_microbatches_and_schedule_only_for_a_pipeline():
-    state = {**settings.defaults(), "model": "transformer", "preset": "pp", "layers": 4, "microbatches": 8,
-             "schedule": "1f1b"}
+    state = {
+        **settings.defaults(),
+        "model": "transformer",
+        "preset": "pp",
+        "layers": 4,
+        "microbatches": 8,
+        "schedule": "1f1b",
+    }
     query = links.to_query(state)
     assert query["mb"] == "8" and query["schedule"] == "1f1b"
     updates, problems = links.from_query(query)
@@ -73,7 +84,6 @@ def test_lesson_says_where_the_pipeline_is_shown():
     at.number_input(key="layers").set_value(4).run()
     assert not at.exception and not at.error
     assert "does not run" in at.info[0].value and "Train page" in at.info[0].value
-
 
 
 def test_train_page_trains_a_pipeline_live():

@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from sharding_lab import targets
+from sharding_lab.hardware import targets
 
 ROOT = Path(__file__).resolve().parents[2]
 TPU = targets.availability(targets.parse("v5e-8"))
@@ -15,8 +15,18 @@ pytestmark = pytest.mark.skipif(not TPU[0], reason=TPU[1])
 
 def test_the_plan_page_searches_shows_the_table_and_loads_a_candidate():
     at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=240)
-    at.query_params.update({"model": "transformer", "layers": "3", "embed_dim": "64", "heads": "4",
-                            "head_dim": "16", "mlp_dim": "128", "vocab": "64", "seq": "32"})
+    at.query_params.update(
+        {
+            "model": "transformer",
+            "layers": "3",
+            "embed_dim": "64",
+            "heads": "4",
+            "head_dim": "16",
+            "mlp_dim": "128",
+            "vocab": "64",
+            "seq": "32",
+        }
+    )
     at.run()
     at.switch_page("app_pages/plan.py")
     at.run()
@@ -54,16 +64,22 @@ def test_the_plan_page_searches_shows_the_table_and_loads_a_candidate():
 def test_the_pareto_axis_labels_only_powers_of_ten_over_many_decades():
     """Over more than two decades Plotly's log axis labels 2 and 5 of each decade too, and they crowd;
     within two, its own ticks stay."""
-    from sharding_lab import search
     from sharding_lab.app.plan_view import pareto_figure
     from sharding_lab.models.transformer import TransformerSpec
+    from sharding_lab.search import search
 
     base = search.base_config(TransformerSpec(seq=32), "v5e-8", 128)
 
     def found(*gigabytes):
-        results = [search.Result(search.Candidate((8,), ("data",), preset, "none"), hbm_per_chip=gb * 1e9,
-                                 fits=gb < 16, step_s=0.01 * (i + 1))
-                   for i, (preset, gb) in enumerate(zip(("dp", "fsdp", "tp"), gigabytes))]
+        results = [
+            search.Result(
+                search.Candidate((8,), ("data",), preset, "none"),
+                hbm_per_chip=gb * 1e9,
+                fits=gb < 16,
+                step_s=0.01 * (i + 1),
+            )
+            for i, (preset, gb) in enumerate(zip(("dp", "fsdp", "tp"), gigabytes))
+        ]
         return search.Search(base, "mixed", 128, results)
 
     assert pareto_figure(found(0.002, 1.0, 40.0)).layout.yaxis.dtick == 1  # 2 MB .. 40 GB: four decades
@@ -94,8 +110,11 @@ def test_the_sidebar_s_transformer_is_planned_as_the_sidebar_has_it_a_named_size
     batch = at.session_state["batch"]
 
     def boxes():
-        return (at.selectbox(key="plan_target").value, at.number_input(key="plan_seq").value,
-                at.number_input(key="plan_batch_tokens").value)
+        return (
+            at.selectbox(key="plan_target").value,
+            at.number_input(key="plan_seq").value,
+            at.number_input(key="plan_batch_tokens").value,
+        )
 
     assert boxes() == ("v5e-8", 64, batch * 64)
     at.selectbox(key="plan_size").set_value("llama3-8b").run()

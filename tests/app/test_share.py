@@ -2,31 +2,66 @@
 
 import pytest
 from streamlit.testing.v1 import AppTest
+from test_app import ROOT, TIMEOUT, chart_spec, device_blocks
 
 from sharding_lab.app import links as share
-from sharding_lab.app import ui
 from sharding_lab.app import settings
-from test_app import ROOT, TIMEOUT, chart_spec, device_blocks
 
 
 def test_round_trip_of_a_custom_configuration():
-    state = dict(settings.defaults(), preset="custom", n_axes=3, size_0=2, size_1=2, size_2=2,
-                 name_0="x", name_1="y", name_2="z", rule_embed="replicated", rule_mlp="z+x",
-                 rule_data="x", ovr_w2_0="z", ovr_w2_1="(rule)", axis_type="Explicit", lr=0.05, steps=1500)
+    state = dict(
+        settings.defaults(),
+        preset="custom",
+        n_axes=3,
+        size_0=2,
+        size_1=2,
+        size_2=2,
+        name_0="x",
+        name_1="y",
+        name_2="z",
+        rule_embed="replicated",
+        rule_mlp="z+x",
+        rule_data="x",
+        ovr_w2_0="z",
+        ovr_w2_1="(rule)",
+        axis_type="Explicit",
+        lr=0.05,
+        steps=1500,
+    )
     updates, problems = share.from_query(share.to_query(state))
     assert problems == []
-    for key in ("n_axes", "size_2", "name_2", "preset", "rule_mlp", "rule_data", "ovr_w2_0",
-                "axis_type", "lr", "steps"):
+    for key in (
+        "n_axes",
+        "size_2",
+        "name_2",
+        "preset",
+        "rule_mlp",
+        "rule_data",
+        "ovr_w2_0",
+        "axis_type",
+        "lr",
+        "steps",
+    ):
         assert updates[key] == state[key], key
     assert "ovr_w2_1" not in updates
 
 
-@pytest.mark.parametrize("query,ignored", [
-    ({"mesh": "9x9x9x9"}, "mesh"), ({"mesh": "2x0"}, "mesh"), ({"mesh": "2x4", "axes": "a b,c"}, "axes"),
-    ({"preset": "__import__('os').system('x')"}, "preset"), ({"lr": "nan"}, "lr"), ({"lr": "1e9"}, "lr"),
-    ({"steps": "12.5"}, "steps"), ({"opt": "lion"}, "opt"), ({"type": "magic"}, "type"),
-    ({"preset": "custom", "rules": "mlp:<b>"}, "rules"), ({"zzz": "1"}, "zzz"),
-])
+@pytest.mark.parametrize(
+    "query,ignored",
+    [
+        ({"mesh": "9x9x9x9"}, "mesh"),
+        ({"mesh": "2x0"}, "mesh"),
+        ({"mesh": "2x4", "axes": "a b,c"}, "axes"),
+        ({"preset": "__import__('os').system('x')"}, "preset"),
+        ({"lr": "nan"}, "lr"),
+        ({"lr": "1e9"}, "lr"),
+        ({"steps": "12.5"}, "steps"),
+        ({"opt": "lion"}, "opt"),
+        ({"type": "magic"}, "type"),
+        ({"preset": "custom", "rules": "mlp:<b>"}, "rules"),
+        ({"zzz": "1"}, "zzz"),
+    ],
+)
 def test_bad_values_are_reported_and_skipped(query, ignored):
     updates, problems = share.from_query(query)
     assert any(ignored in p for p in problems)
@@ -51,8 +86,14 @@ def test_link_restores_mesh_preset_and_numbers():
 
 
 def test_link_restores_custom_rules():
-    at = run_with({"mesh": "8x1", "preset": "custom", "rules": "embed:replicated,mlp:data,data:data",
-                   "ovr": "w2.0:data,w2.1:replicated"})
+    at = run_with(
+        {
+            "mesh": "8x1",
+            "preset": "custom",
+            "rules": "embed:replicated,mlp:data,data:data",
+            "ovr": "w2.0:data,w2.1:replicated",
+        }
+    )
     assert at.selectbox(key="preset").value == "custom"
     w2 = device_blocks(chart_spec(at, "map_params/w2"))
     assert w2 == {d: [[4 * d, 4 * d + 4], [0, 1]] for d in range(8)}

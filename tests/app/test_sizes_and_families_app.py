@@ -22,30 +22,43 @@ def test_size_select_sets_the_sizes_and_shows_the_count_beside_the_card():
     assert at.session_state["named_size"] == "default"  # today's transformer is the default size
     at.selectbox(key="named_size").select("llama3-8b").run()
     assert not at.exception and not at.error
-    assert (at.session_state["layers"], at.session_state["kv_heads"], at.session_state["mlp_type"],
-            at.session_state["positions"]) == (32, 8, "swiglu", "rope")
+    assert (
+        at.session_state["layers"],
+        at.session_state["kv_heads"],
+        at.session_state["mlp_type"],
+        at.session_state["positions"],
+    ) == (32, 8, "swiglu", "rope")
     captions = [c.value for c in at.sidebar.caption]
     assert "8,030,261,248 parameters (the model card: 8.03 B, +0.0%)" in captions
     assert at.query_params["size"] == "llama3-8b"
     # Editing a size makes it custom; the count follows the shapes.
     at.number_input(key="layers").set_value(2).run()
     assert at.session_state["named_size"] == "custom"
-    assert any(c.startswith(f"{sl.family('transformer').parameter_count(settings.model_spec(at.session_state)):,} "
-                            "parameters") for c in (c.value for c in at.sidebar.caption))
+    assert any(
+        c.startswith(f"{sl.family('transformer').parameter_count(settings.model_spec(at.session_state)):,} parameters")
+        for c in (c.value for c in at.sidebar.caption)
+    )
     assert "size" not in at.query_params
 
 
 def test_links_carry_the_size_and_the_word_options_and_report_bad_ones():
-    state = {**settings.defaults(), "model": "transformer", "preset": "tp",
-             **settings.named_size_values(sl.family("transformer"), "gpt2-small"), "remat": "full"}
+    state = {
+        **settings.defaults(),
+        "model": "transformer",
+        "preset": "tp",
+        **settings.named_size_values(sl.family("transformer"), "gpt2-small"),
+        "remat": "full",
+    }
     query = links.to_query(state)
     assert query["size"] == "gpt2-small" and query["embeddings"] == "tied" and query["remat"] == "full"
     updates, problems = links.from_query(query)
     assert problems == [] and updates["vocab"] == 50257 and updates["remat"] == "full"
     updates, problems = links.from_query({"model": "transformer", "size": "llama9", "mlp_type": "relu"})
     assert "size" not in updates and "mlp_type" not in updates
-    assert problems == ["size='llama9' ignored: one of default, gpt2-small, llama3-8b, llama3-70b",
-                        "mlp_type='relu' ignored: one of gelu, swiglu"]
+    assert problems == [
+        "size='llama9' ignored: one of default, gpt2-small, llama3-8b, llama3-70b",
+        "mlp_type='relu' ignored: one of gelu, swiglu",
+    ]
     updates, problems = links.from_query({"model": "transformer", "size": "llama3-70b"})
     assert problems == [] and updates["layers"] == 80 and updates["embed_dim"] == 8192
 

@@ -5,7 +5,7 @@ from pathlib import Path
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from sharding_lab import targets
+from sharding_lab.hardware import targets
 
 ROOT = Path(__file__).resolve().parents[2]
 TPU = targets.availability(targets.parse("v5e-8"))
@@ -75,8 +75,8 @@ def test_compare_compiles_every_strategy_for_the_sidebar_s_target():
     import re
 
     import sharding_lab as sl
-    from sharding_lab.communication import COLLECTIVES, analyze
-    from sharding_lab.compare import strategy_config
+    from sharding_lab.lessons.compare import strategy_config
+    from sharding_lab.program.communication import COLLECTIVES, analyze
 
     at = on_v5e_8("compare")
     assert not at.exception
@@ -87,8 +87,7 @@ def test_compare_compiles_every_strategy_for_the_sidebar_s_target():
     assert "On TPU v5e" in text
     table = next(df.value for df in at.dataframe if "collectives / step" in df.value.columns)
     dp = int(table.set_index("strategy").loc["dp", "collectives / step"])
-    base = sl.LabConfig(mesh=sl.MeshSpec((2, 4), ("data", "model")), model=sl.ModelSpec(1, 1024, 1, 2),
-                        target="v5e-8")
+    base = sl.LabConfig(mesh=sl.MeshSpec((2, 4), ("data", "model")), model=sl.ModelSpec(1, 1024, 1, 2), target="v5e-8")
     hlo = analyze(sl.plan(strategy_config(base, "dp"))).hlo
     ops = "|".join(COLLECTIVES)
     assert ":T(" in hlo and dp == len(re.findall(rf"\s(?:{ops})(?:-start)?\(", hlo))
@@ -107,9 +106,10 @@ def test_the_lesson_s_transformer_chapter_compiles_for_the_target_with_the_mlp_s
 
 @needs_tpu
 def test_a_challenge_s_solution_keeps_the_target_where_it_holds_there_and_says_why_where_not():
-    """"Show me a solution" once put every learner back on the simulated host, silently. Now a solution that
+    """ "Show me a solution" once put every learner back on the simulated host, silently. Now a solution that
     holds on the sidebar's slice keeps it (checked there), and one the TPU compiler breaks — quiet-forward:
     XLA:TPU sums the loss inside the forward pass — goes back to the host and says why."""
+
     def solve(challenge_id):
         at = on_v5e_8("challenges")
         at.button(key=f"solution_{challenge_id}").click().run()

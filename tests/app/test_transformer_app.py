@@ -33,7 +33,9 @@ def test_layout_page_shows_the_transformer_and_its_activations():
     at.radio(key="map_group").set_value("Parameters").run()
     q = json.loads(next(c for c in at.get("plotly_chart") if c.proto.id.endswith("-map_params/blocks/0/q")).proto.spec)
     # tp splits heads (dim 1 of (embed, heads, head_dim)) 4 ways over `model`: device d holds head d % 4.
-    assert {t["meta"]["device"]: t["meta"]["ranges"][1] for t in q["data"] if "device" in (t.get("meta") or {})} == {d: [d % 4, d % 4 + 1] for d in range(8)}
+    assert {t["meta"]["device"]: t["meta"]["ranges"][1] for t in q["data"] if "device" in (t.get("meta") or {})} == {
+        d: [d % 4, d % 4 + 1] for d in range(8)
+    }
     at.selectbox(key="preset").select("sp").run()
     assert not at.exception and not at.error
 
@@ -54,8 +56,16 @@ def test_train_page_trains_the_transformer():
 
 
 def test_share_link_round_trips_the_transformer():
-    state = {**settings.defaults(), "model": "transformer", "preset": "custom", "rule_heads": "model",
-             "rule_seq": "model", "ovr_q_0": "data", "layers": 3, "embed_dim": 128}
+    state = {
+        **settings.defaults(),
+        "model": "transformer",
+        "preset": "custom",
+        "rule_heads": "model",
+        "rule_seq": "model",
+        "ovr_q_0": "data",
+        "layers": 3,
+        "embed_dim": 128,
+    }
     query = links.to_query(state)
     assert query["model"] == "transformer" and query["embed_dim"] == "128" and "embed" not in query
     updates, problems = links.from_query(query)
@@ -85,7 +95,6 @@ def test_a_transformer_link_opens_the_lesson_at_its_chapter():
     assert any("Live views of the transformer configured in the sidebar" in c.value for c in at.caption)
 
 
-
 def test_a_collective_permute_is_drawn_as_its_directed_pairs():
     """Issue 23: transformer + fsdp, "#2 collective-permute [32, 16]" was offered as six "groups",
     group 1 drawn as a swap 1↔4 (device 4 sends to 2) and captioned "exchange data". The picture's
@@ -94,15 +103,18 @@ def test_a_collective_permute_is_drawn_as_its_directed_pairs():
     import re
 
     import sharding_lab as sl
-    from sharding_lab.communication import analyze
     from sharding_lab.models.transformer import TransformerSpec
+    from sharding_lab.program.communication import analyze
 
     at = transformer_on("app_pages/communication.py")
     at.selectbox(key="preset").select("fsdp").run()
     assert not at.exception and not at.error
     table = at.dataframe[0].value
-    index = next(i for i, (op, shape) in enumerate(zip(table["op"], table["shape"]))
-                 if op == "collective-permute" and shape == "[32, 16]")
+    index = next(
+        i
+        for i, (op, shape) in enumerate(zip(table["op"], table["shape"]))
+        if op == "collective-permute" and shape == "[32, 16]"
+    )
     at.selectbox(key="comm_selected").select(index).run()
     assert not at.exception and not at.error
     assert not [r for r in at.radio if r.key == "comm_group"]  # no "groups": one op, one set of pairs
@@ -113,7 +125,9 @@ def test_a_collective_permute_is_drawn_as_its_directed_pairs():
     config = sl.LabConfig(model=TransformerSpec(), preset="fsdp", optimizer="adamw", lr=0.003, steps=300)
     hlo = analyze(sl.plan(config)).hlo
     permutes = [line for line in hlo.splitlines() if re.search(r"= f32\[32,16\]\S* collective-permute\(", line)]
-    expected = {tuple(map(int, p)) for p in re.findall(r"\{(\d+),(\d+)\}", permutes[0].split("source_target_pairs=")[1])}
+    expected = {
+        tuple(map(int, p)) for p in re.findall(r"\{(\d+),(\d+)\}", permutes[0].split("source_target_pairs=")[1])
+    }
     expected = {(s, t) for s, t in expected if s != t}  # mesh 2×4: positions are device ids 0..7
     assert drawn == expected
     caption = " ".join(c.value for c in at.caption)
@@ -128,7 +142,7 @@ def test_picking_the_transformer_says_which_settings_it_changed():
     """Issue 23: switching to the transformer silently set preset, optimizer, lr and steps."""
     at = transformer_on("app_pages/train.py")
     assert not at.exception and not at.error
-    expected = ("preset seed → tp, optimizer seed-sgd → adamw, learning rate 0.01 → 0.003, steps 3000 → 300")
+    expected = "preset seed → tp, optimizer seed-sgd → adamw, learning rate 0.01 → 0.003, steps 3000 → 300"
     assert any(expected in i.value for i in at.sidebar.info)
     assert any(expected in c.value for c in at.caption)  # on the Train page, beside steps and lr
     at.number_input(key="lr").set_value(0.001).run()  # the learner takes over: the note has done its job

@@ -20,7 +20,7 @@ def core_modules() -> list[str]:
 
 def test_core_modules_import_without_streamlit_or_plotly():
     modules = core_modules()
-    assert "sharding_lab.training" in modules and "sharding_lab.distributed.worker" in modules
+    assert "sharding_lab.training.trainer" in modules and "sharding_lab.distributed.worker" in modules
     # A finder that refuses streamlit and plotly, as on a machine without them.
     program = (
         "import sys, importlib\n"
@@ -31,7 +31,8 @@ def test_core_modules_import_without_streamlit_or_plotly():
         "sys.meta_path.insert(0, Refuse())\n"
         f"for name in {modules!r}:\n"
         "    importlib.import_module(name)\n"
-        "print('ok', len(sys.modules))\n")
+        "print('ok', len(sys.modules))\n"
+    )
     done = subprocess.run([sys.executable, "-c", program], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.startswith("ok")
@@ -47,7 +48,8 @@ def test_the_app_layer_does_need_streamlit():
         "        if name.split('.')[0] in ('streamlit', 'plotly'):\n"
         "            raise ImportError(name)\n"
         "sys.meta_path.insert(0, Refuse())\n"
-        "import sharding_lab.app.ui\n")
+        "import sharding_lab.app.ui\n"
+    )
     done = subprocess.run([sys.executable, "-c", program], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert done.returncode != 0
 
@@ -64,8 +66,11 @@ def _imports_of(path: Path, module: str) -> set[str]:
     found = set()
     for node in ast.walk(ast.parse(path.read_text())):
         if isinstance(node, ast.ImportFrom):
-            base = (".".join(package[: len(package) - node.level + 1] + ([node.module] if node.module else []))
-                    if node.level else node.module or "")
+            base = (
+                ".".join(package[: len(package) - node.level + 1] + ([node.module] if node.module else []))
+                if node.level
+                else node.module or ""
+            )
             found |= {base} | {f"{base}.{alias.name}" for alias in node.names}
         elif isinstance(node, ast.Import):
             found |= {alias.name for alias in node.names}
@@ -75,8 +80,10 @@ def _imports_of(path: Path, module: str) -> set[str]:
 def test_imports_run_one_way():
     """No module of sharding_lab/ imports one that (through others) imports it back — a package and its
     own submodules aside (an ``__init__`` re-exporting its children is not a cycle)."""
-    files = {".".join(p.relative_to(ROOT).with_suffix("").parts).removesuffix(".__init__"): p
-             for p in (ROOT / "sharding_lab").rglob("*.py")}
+    files = {
+        ".".join(p.relative_to(ROOT).with_suffix("").parts).removesuffix(".__init__"): p
+        for p in (ROOT / "sharding_lab").rglob("*.py")
+    }
 
     def related(a, b):
         return a == b or a.startswith(b + ".") or b.startswith(a + ".")
@@ -86,7 +93,7 @@ def test_imports_run_one_way():
 
     def visit(module, stack):
         if module in stack:
-            cycles.append(stack[stack.index(module):] + [module])
+            cycles.append(stack[stack.index(module) :] + [module])
             return
         if module in done:
             return
@@ -96,5 +103,30 @@ def test_imports_run_one_way():
 
     for module in sorted(graph):
         visit(module, [])
-    assert "sharding_lab.options" in graph and "sharding_lab.options" in graph["sharding_lab.cli"]
+    assert (
+        "sharding_lab.training.options" in graph and "sharding_lab.training.options" in graph["sharding_lab.cli.main"]
+    )
     assert not cycles, " ; ".join(" → ".join(c) for c in cycles[:3])
+
+
+def test_packages_import_one_way():
+    """The folders are layers: no subpackage of sharding_lab/ imports one that (through others) imports it
+    back, so each folder can be read knowing only the ones below it."""
+    files = {
+        ".".join(p.relative_to(ROOT).with_suffix("").parts).removesuffix(".__init__"): p
+        for p in (ROOT / "sharding_lab").rglob("*.py")
+    }
+    layer = {m: m.split(".")[1] for m in files if m.count(".") >= 1 and not m.endswith("__main__")}
+    below: dict[str, set[str]] = {}
+    for module, name in layer.items():
+        deps = {layer[d] for d in _imports_of(files[module], module) if d in layer}
+        below.setdefault(name, set()).update(deps - {name})
+
+    def reaches(start, goal, seen=()):
+        return any(
+            dep == goal or (dep not in seen and reaches(dep, goal, (*seen, dep))) for dep in below.get(start, ())
+        )
+
+    assert "training" in below["cli"] and "hardware" in below["training"]
+    upward = sorted((a, b) for a in below for b in below[a] if reaches(b, a))
+    assert not upward, f"folders that import each other: {upward}"

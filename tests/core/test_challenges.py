@@ -11,8 +11,9 @@ import shlex
 import pytest
 
 import sharding_lab as sl
-from sharding_lab import challenges, cli
 from sharding_lab.app import settings
+from sharding_lab.cli import main as cli
+from sharding_lab.lessons import challenges
 
 IDS = list(challenges.CHALLENGES)
 
@@ -27,7 +28,7 @@ def test_catalogue_is_core_code():
     """No Streamlit or Plotly: test_boundary imports every core module with both refused."""
     from test_boundary import core_modules
 
-    assert "sharding_lab.challenges" in core_modules()
+    assert "sharding_lab.lessons.challenges" in core_modules()
 
 
 def test_catalogue_is_complete_and_graded():
@@ -71,12 +72,14 @@ def test_why_is_built_from_what_was_computed():
     seed = sl.plan(sl.LabConfig())
     # the seed's w1 (1×32) is split 4 ways over `model`
     assert challenges.check("eighth", seed) == (
-        False, "w1 (1×32) is laid out as `P(None, 'model')`: each device holds 8 of its 32 entries — 1/4, not 1/8.")
+        False,
+        "w1 (1×32) is laid out as `P(None, 'model')`: each device holds 8 of its 32 entries — 1/4, not 1/8.",
+    )
     # the fallback the plan warns about is the reason, in the plan's own words
     solved, why = challenges.check("no-fallback", seed)
     assert not solved and seed.warnings[0] in why
     # the forward collective named is the compiled step's own
-    from sharding_lab.communication import analyze
+    from sharding_lab.program.communication import analyze
 
     forward = [c for c in analyze(seed).collectives if c.phase == "forward"]
     solved, why = challenges.check("quiet-forward", seed)
@@ -109,6 +112,7 @@ def test_other_ways_to_solve_count_too():
 
 # --- the command line ----------------------------------------------------------------------------
 
+
 def test_cli_list_json(capsys):
     code, out, _ = in_process(capsys, "challenge", "list", "--json")
     assert code == 0
@@ -124,8 +128,10 @@ def test_cli_check_default_and_solution(capsys):
     assert code == 0 and out.count("\n") == 1
     argv = shlex.split(out)
     code, out, _ = in_process(capsys, "challenge", "check", "eighth", *argv, "--json")
-    assert code == 0 and json.loads(out) == {"solved": True, "why": challenges.check(
-        "eighth", sl.plan(challenges.config_from_argv(argv)))[1]}
+    assert code == 0 and json.loads(out) == {
+        "solved": True,
+        "why": challenges.check("eighth", sl.plan(challenges.config_from_argv(argv)))[1],
+    }
     code, out, _ = in_process(capsys, "challenge", "check", "eighth", *argv)
     assert code == 0 and out.startswith("solved: ")
 
@@ -135,13 +141,16 @@ def test_cli_solution_is_shell_quoted(capsys):
     assert code == 0 and shlex.split(out) == list(challenges.get("no-fallback").solution)
 
 
-@pytest.mark.parametrize("args,fragment", [
-    (("check", "no-such-thing"), "unknown challenge 'no-such-thing'"),
-    (("solution", "x;rm -rf /"), "unknown challenge"),
-    (("check", "eighth", "--mesh", "3x3"), "needs 9 devices"),
-    (("check", "eighth", "--mesh", "banana"), "mesh shape 'banana'"),
-    (("check", "eighth", "--preset", "nope"), "unknown preset 'nope'"),
-])
+@pytest.mark.parametrize(
+    "args,fragment",
+    [
+        (("check", "no-such-thing"), "unknown challenge 'no-such-thing'"),
+        (("solution", "x;rm -rf /"), "unknown challenge"),
+        (("check", "eighth", "--mesh", "3x3"), "needs 9 devices"),
+        (("check", "eighth", "--mesh", "banana"), "mesh shape 'banana'"),
+        (("check", "eighth", "--preset", "nope"), "unknown preset 'nope'"),
+    ],
+)
 def test_cli_errors_are_one_line_exit_2(capsys, args, fragment):
     code, out, err = in_process(capsys, "challenge", *args)
     assert code == 2 and out == ""

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from sharding_lab import cli
+from sharding_lab.cli import main as cli
 
 ROOT = Path(__file__).resolve().parents[2]
 SEED_ARGS = ["--mesh", "2x4", "--axes", "data,model", "--preset", "seed"]
@@ -16,9 +16,14 @@ PATHS = ("params/w1", "params/b1", "params/w2", "opt/momentum/w1", "batch/x", "b
 
 
 def run_cli(*args):
-    return subprocess.run([sys.executable, "-m", "sharding_lab", *args], cwd=ROOT, text=True,
-                          capture_output=True, timeout=180,
-                          env={**os.environ, "SHARDING_LAB_DEVICES": "8"})
+    return subprocess.run(
+        [sys.executable, "-m", "sharding_lab", *args],
+        cwd=ROOT,
+        text=True,
+        capture_output=True,
+        timeout=180,
+        env={**os.environ, "SHARDING_LAB_DEVICES": "8"},
+    )
 
 
 def in_process(capsys, *args):
@@ -43,15 +48,16 @@ def planned():
 
 def check_plan_contract(out):
     assert out["config"]["mesh"] == [2, 4] and out["config"]["preset"] == "seed"
-    assert out["mesh"] == {"shape": [2, 4], "axes": ["data", "model"],
-                           "device_ids": [[0, 1, 2, 3], [4, 5, 6, 7]]}
+    assert out["mesh"] == {"shape": [2, 4], "axes": ["data", "model"], "device_ids": [[0, 1, 2, 3], [4, 5, 6, 7]]}
     assert isinstance(out["warnings"], list) and any("w2" in w for w in out["warnings"])
     for path in PATHS:
         layout = out["layout"][path]
         assert set(layout) == {"shape", "requested_spec", "spec", "devices"}, path
         assert set(layout["devices"]) == {str(d) for d in range(8)}, path
-        assert all(len(ranges) == len(layout["shape"]) and all(len(r) == 2 for r in ranges)
-                   for ranges in layout["devices"].values()), path
+        assert all(
+            len(ranges) == len(layout["shape"]) and all(len(r) == 2 for r in ranges)
+            for ranges in layout["devices"].values()
+        ), path
     w1, w2 = out["layout"]["params/w1"], out["layout"]["params/w2"]
     assert w1["shape"] == [1, 32] and w1["spec"] == [None, "model"]
     assert w1["devices"]["5"] == [[0, 1], [8, 16]]
@@ -82,15 +88,25 @@ def test_bad_config_exits_2_with_one_line_error():
     assert "Traceback" not in proc.stderr
 
 
-@pytest.mark.parametrize("args,words", [
-    (["--mesh", "2y4"], ["'2y4'", "2x4"]),
-    (["--mesh", "8", "--preset", "fsdp_tp"], ["fsdp_tp", "two"]),
-    (["--rule", "mlp=nope"], ["'nope'"]),
-    (["--rule", "hidden=model"], ["hidden", "embed"]),
-    (["--rule", "mlp"], ["NAME=VALUE"]),
-    (["--mesh", "4x2", "--batch", "30"], ["batch/x", "28 or 32"]),
-], ids=["mesh 2y4", "fsdp_tp on one axis", "unknown mesh axis", "unknown logical axis",
-        "rule without =", "batch 30 on data 4"])
+@pytest.mark.parametrize(
+    "args,words",
+    [
+        (["--mesh", "2y4"], ["'2y4'", "2x4"]),
+        (["--mesh", "8", "--preset", "fsdp_tp"], ["fsdp_tp", "two"]),
+        (["--rule", "mlp=nope"], ["'nope'"]),
+        (["--rule", "hidden=model"], ["hidden", "embed"]),
+        (["--rule", "mlp"], ["NAME=VALUE"]),
+        (["--mesh", "4x2", "--batch", "30"], ["batch/x", "28 or 32"]),
+    ],
+    ids=[
+        "mesh 2y4",
+        "fsdp_tp on one axis",
+        "unknown mesh axis",
+        "unknown logical axis",
+        "rule without =",
+        "batch 30 on data 4",
+    ],
+)
 def test_bad_options_are_one_line_errors_in_process(capsys, args, words):
     code, out, err = in_process(capsys, "layout", *args)
     assert code == 2 and out == ""
@@ -113,8 +129,18 @@ def test_layout_prints_a_readable_table(capsys):
 
 
 def test_rule_and_override_options(capsys):
-    code, out, _ = in_process(capsys, "train", *SEED_ARGS, "--rule", "mlp=model+data",
-                              "--override", "w2=model:none", "--steps", "200", "--json")
+    code, out, _ = in_process(
+        capsys,
+        "train",
+        *SEED_ARGS,
+        "--rule",
+        "mlp=model+data",
+        "--override",
+        "w2=model:none",
+        "--steps",
+        "200",
+        "--json",
+    )
     assert code == 0
     result = json.loads(out)
     assert result["config"]["preset"] is None

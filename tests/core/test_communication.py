@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 
 import sharding_lab as sl
-from sharding_lab import cli
-from sharding_lab.communication import analyze, group_axes, parse_collectives, parse_replica_groups
-from sharding_lab.mesh import MeshSpec
+from sharding_lab.cli import main as cli
+from sharding_lab.program.communication import analyze, group_axes, parse_collectives, parse_replica_groups
+from sharding_lab.sharding.mesh import MeshSpec
 
 SNIPPET = (Path(__file__).parent / "data" / "collectives.hlo").read_text()
 MESH_2x4 = ((2, 4), ("data", "model"))
@@ -111,8 +111,9 @@ def test_fsdp_gathers_the_weights_and_reduces_the_gradients_over_data():
     assert reduced >= PARAM_BYTES / 8
 
 
-@pytest.mark.parametrize("mesh,preset,optimizer", [((2, 4), "seed", "seed-sgd"), ((2, 4), "fsdp", "adamw"),
-                                                   ((1, 8), "tp", "sgd")])
+@pytest.mark.parametrize(
+    "mesh,preset,optimizer", [((2, 4), "seed", "seed-sgd"), ((2, 4), "fsdp", "adamw"), ((1, 8), "tp", "sgd")]
+)
 def test_compiled_arguments_are_exactly_params_optimizer_and_batch(mesh, preset, optimizer):
     memory = report(mesh, preset, optimizer).memory
     assert memory["argument"] == memory["params"] + memory["optimizer"] + memory["batch"]
@@ -126,8 +127,19 @@ def test_fsdp_stores_fewer_parameter_bytes_than_dp():
 def test_comm_cli_json(capsys):
     assert cli.main(["comm", "--mesh", "2x4", "--preset", "dp", "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
-    assert set(out) == {"collectives", "total_bytes", "total_wire_bytes", "memory", "textbook", "agrees",
-                        "differences", "weight_gather_batch", "target", "dtype", "compilers"}
+    assert set(out) == {
+        "collectives",
+        "total_bytes",
+        "total_wire_bytes",
+        "memory",
+        "textbook",
+        "agrees",
+        "differences",
+        "weight_gather_batch",
+        "target",
+        "dtype",
+        "compilers",
+    }
     assert (out["target"], out["dtype"], out["compilers"]) == ("cpu", "f32", None)
     assert set(out["memory"]) == {"argument", "output", "temp", "params", "optimizer", "batch"}
     (collective,) = out["collectives"]
@@ -143,14 +155,16 @@ def test_comm_cli_json(capsys):
 
 # --- what the page analyses is what the trainer runs --------------------------------------------
 
+
 def trainer_chunk_collectives(plan, chunk=100):
     """The collectives of the trainer's own compiled chunk (a scan of ``chunk`` steps), compiled on
     abstract state — compiled separately from :func:`analyze`, through the trainer's code path."""
     import jax
     import jax.numpy as jnp
-    from jax.sharding import NamedSharding, PartitionSpec as P
+    from jax.sharding import NamedSharding
+    from jax.sharding import PartitionSpec as P
 
-    from sharding_lab.training import abstract_state, chunk_program
+    from sharding_lab.training.trainer import abstract_state, chunk_program
 
     config = plan.config
     _, state = abstract_state(plan)
@@ -159,8 +173,11 @@ def trainer_chunk_collectives(plan, chunk=100):
     x_all = jax.ShapeDtypeStruct(x_host.shape, x_host.dtype, sharding=replicated)
     y_all = jax.ShapeDtypeStruct(y_host.shape, y_host.dtype, sharding=replicated)
     with jax.set_mesh(plan.mesh):
-        compiled = chunk_program(plan, chunk).lower(state, jax.random.key(0), jnp.int32(0), jnp.int32(chunk),
-                                                    x_all, y_all).compile()
+        compiled = (
+            chunk_program(plan, chunk)
+            .lower(state, jax.random.key(0), jnp.int32(0), jnp.int32(chunk), x_all, y_all)
+            .compile()
+        )
     return parse_collectives(compiled.as_text(), config.mesh.shape, config.mesh.axes)
 
 
@@ -188,6 +205,7 @@ def test_seed_on_2x4_runs_the_w2_gradient_gathers():
 
 # --- what each collective costs on the wire and what it carries ---------------------------------
 
+
 def test_dp_over_eight_devices_sends_two_sevenths_eighths_of_the_gradients():
     """Hand-derived: DP on 1×8 (all 8 devices on `data`): one ring all-reduce of every gradient (and
     the loss) over 8 devices; each device sends 2·7/8 of it."""
@@ -200,7 +218,7 @@ def test_dp_over_eight_devices_sends_two_sevenths_eighths_of_the_gradients():
 
 
 def test_wire_formulas_per_op():
-    from sharding_lab.communication import Collective
+    from sharding_lab.program.communication import Collective
 
     def wire(op, n, size):
         return Collective(op, "f32", ((1,),), size, ("data",), "forward", (), 1, n).wire_bytes
@@ -212,9 +230,16 @@ def test_wire_formulas_per_op():
     assert wire("all-reduce", 1, 96) == 0
 
 
-CASES = [(mesh, axes, preset) for mesh, axes in (((2, 4), ("data", "model")), ((1, 8), ("data", "model")),
-                                                  ((1, 8), ("model", "data")), ((8,), ("data",)))
-         for preset in sl.PRESETS]
+CASES = [
+    (mesh, axes, preset)
+    for mesh, axes in (
+        ((2, 4), ("data", "model")),
+        ((1, 8), ("data", "model")),
+        ((1, 8), ("model", "data")),
+        ((8,), ("data",)),
+    )
+    for preset in sl.PRESETS
+]
 
 
 @pytest.mark.parametrize("mesh,axes,preset", CASES, ids=[f"{'x'.join(map(str, m))}-{a[0]}-{p}" for m, a, p in CASES])
@@ -240,7 +265,7 @@ WIDE = sl.ModelSpec(1024, 1024, 1024, 2)
 
 
 def fsdp_comparison(batch):
-    from sharding_lab.textbook import compare
+    from sharding_lab.program.textbook import compare
 
     plan = sl.plan(sl.LabConfig(mesh=MeshSpec((8,), ("data",)), preset="fsdp", model=WIDE, batch_size=batch))
     return compare(plan)
@@ -249,8 +274,10 @@ def fsdp_comparison(batch):
 def test_fsdp_at_a_small_batch_gathers_activations_not_weights():
     """The issue's measurement: FSDP, 1024-wide, batch 32 — XLA gathers [32, 1024] activations."""
     comparison = fsdp_comparison(32)
-    assert any(d.startswith("XLA:CPU all-gathered activations (3 × 32×1024) instead of the weights")
-               for d in comparison.differences)
+    assert any(
+        d.startswith("XLA:CPU all-gathered activations (3 × 32×1024) instead of the weights")
+        for d in comparison.differences
+    )
     assert not any("As the textbook" in a and "weights" in a for a in comparison.agrees)
 
 
@@ -263,13 +290,14 @@ def test_fsdp_at_a_large_batch_gathers_the_weights_and_all_reduces_full_gradient
 
 
 def test_the_batch_from_which_xla_gathers_weights_is_found_by_compiling():
-    from sharding_lab.textbook import weight_gather_batch
+    from sharding_lab.program.textbook import weight_gather_batch
 
     config = sl.LabConfig(mesh=MeshSpec((8,), ("data",)), preset="fsdp", model=WIDE, batch_size=256)
     assert weight_gather_batch(config) == 1024  # 256 and 512 gather activations; 1024 gathers weights
 
 
 # --- the ring schedule the animation draws -------------------------------------------------------
+
 
 @pytest.mark.parametrize("n", [2, 3, 4, 8])
 @pytest.mark.parametrize("op", ["all-gather", "reduce-scatter", "all-reduce"])
@@ -278,8 +306,8 @@ def test_ring_schedule_replayed_with_numbers_gives_the_collective(op, n):
     result is numpy's sum / concatenation, and what one device sends is the wire formula."""
     import numpy as np
 
-    from sharding_lab.communication import Collective
-    from sharding_lab.ring import schedule
+    from sharding_lab.program.communication import Collective
+    from sharding_lab.program.ring import schedule
 
     rng = np.random.default_rng(n)
     values = rng.normal(size=(n, n))  # values[d, b]: device d's value of block b
@@ -328,8 +356,14 @@ def test_moves_names_only_arrays_the_moved_block_fits_with_their_own_shapes():
                 if second:  # "params/x (block of full)": the block is what moved
                     assert tuple(int(d) for d in first.split("×")) == moved, name
                 for path in re.findall(path_re, paths):
-                    for expanded in ([path] if "{" not in path else
-                                     [re.sub(r"\{[0-9,]+\}", n, path) for n in re.search(r"\{([0-9,]+)\}", path).group(1).split(",")]):
+                    for expanded in (
+                        [path]
+                        if "{" not in path
+                        else [
+                            re.sub(r"\{[0-9,]+\}", n, path)
+                            for n in re.search(r"\{([0-9,]+)\}", path).group(1).split(",")
+                        ]
+                    ):
                         assert shapes[expanded] == stated, (name, expanded, shapes[expanded])
                         assert all(f % m == 0 for m, f in zip(moved, stated)), (name, expanded)
                         assert (stated == moved) == bool(whole) or second, name
@@ -339,11 +373,12 @@ def test_moves_names_only_arrays_the_moved_block_fits_with_their_own_shapes():
     # a block only q, k and v fit, one op each: named, not "one of"
     assert named[("collective-permute", ((16, 4, 16),))] == (
         "params/blocks/{0,1}/q, params/blocks/{0,1}/k, params/blocks/{0,1}/v (64×4×16), a 16×4×16 block each, "
-        "one per op: weights",)
+        "one per op: weights",
+    )
 
 
 def test_a_permute_s_pairs_fall_into_cycles_not_swaps():
-    from sharding_lab.ring import permute_chains
+    from sharding_lab.program.ring import permute_chains
 
     # the issue's pairs: two cycles of three, nobody swaps
     chains = permute_chains([(1, 4), (2, 1), (3, 5), (4, 2), (5, 6), (6, 3)])
@@ -357,16 +392,19 @@ def test_a_permute_s_pairs_fall_into_cycles_not_swaps():
 
 
 def test_parameter_lists_fold_layers_and_group_a_folder_s_names():
-    from sharding_lab.moves import group_paths
+    from sharding_lab.program.moves import group_paths
 
     layers = [f"params/blocks/{i}/{leaf}" for i in range(12) for leaf in ("q", "k", "v", "o")]
     assert group_paths(layers + ["params/embedding", "params/pos"]) == (
-        "params/embedding, params/pos, params/blocks/{0…11}/{k, o, q, v}")
+        "params/embedding, params/pos, params/blocks/{0…11}/{k, o, q, v}"
+    )
     # a folded path as moves writes it, expanded and merged with the same names given one by one
     assert group_paths(["params/blocks/{0,1}/q", "params/blocks/1/k", "params/blocks/0/k"]) == (
-        "params/blocks/{0,1}/k, params/blocks/{0,1}/q")
+        "params/blocks/{0,1}/k, params/blocks/{0,1}/q"
+    )
     assert group_paths(["params/blocks/2/q", "params/blocks/10/q", "params/w1"]) == (
-        "params/w1, params/blocks/{2,10}/q")
+        "params/w1, params/blocks/{2,10}/q"
+    )
 
 
 def test_what_a_collective_carries_is_said_once_per_kind_and_names_every_parameter():
@@ -376,18 +414,28 @@ def test_what_a_collective_carries_is_said_once_per_kind_and_names_every_paramet
     import re
 
     from sharding_lab.models.transformer import TransformerSpec
-    from sharding_lab.moves import phrase
+    from sharding_lab.program.moves import phrase
 
     def paths(text):
         found = set()
         for path in re.findall(r"params/(?:[\w/]|\{[0-9,]+\})+", text):
             numbers = re.search(r"\{([0-9,]+)\}", path)
-            found |= {path[:numbers.start()] + n + path[numbers.end():] for n in numbers.group(1).split(",")} \
-                if numbers else {path}
+            found |= (
+                {path[: numbers.start()] + n + path[numbers.end() :] for n in numbers.group(1).split(",")}
+                if numbers
+                else {path}
+            )
         return found
 
-    plan = sl.plan(sl.LabConfig(model=TransformerSpec(), mesh=sl.MeshSpec((2, 4), ("data", "model")),
-                                preset="fsdp_tp", optimizer="adamw", lr=0.003))
+    plan = sl.plan(
+        sl.LabConfig(
+            model=TransformerSpec(),
+            mesh=sl.MeshSpec((2, 4), ("data", "model")),
+            preset="fsdp_tp",
+            optimizer="adamw",
+            lr=0.003,
+        )
+    )
     several = 0
     for c in analyze(plan).collectives:
         said = phrase(c.moves)
@@ -395,13 +443,22 @@ def test_what_a_collective_carries_is_said_once_per_kind_and_names_every_paramet
         assert said.count("optimizer state") <= 1 and said.count("gradient") <= 1, said
         several += sum(1 for m in set(c.moves) if m.startswith(("updated", "gradient of"))) > 1
     assert several  # the layout has collectives that carry several parameters of one kind
-    assert phrase(["gradient of params/b1", "gradient of params/w1", "loss"]) == "gradients of params/b1, params/w1 · loss"
+    assert (
+        phrase(["gradient of params/b1", "gradient of params/w1", "loss"]) == "gradients of params/b1, params/w1 · loss"
+    )
 
 
 def test_a_block_of_eight_rows_is_an_8_block():
     from sharding_lab.models.transformer import TransformerSpec
 
-    plan = sl.plan(sl.LabConfig(model=TransformerSpec(), mesh=sl.MeshSpec((2, 4), ("data", "model")),
-                                preset="fsdp_tp", optimizer="adamw", lr=0.003))
+    plan = sl.plan(
+        sl.LabConfig(
+            model=TransformerSpec(),
+            mesh=sl.MeshSpec((2, 4), ("data", "model")),
+            preset="fsdp_tp",
+            optimizer="adamw",
+            lr=0.003,
+        )
+    )
     said = " ".join(m for c in analyze(plan).collectives for m in c.moves)
     assert "an 8×64 block" in said and "a 8×" not in said and "a 16×32 block" in said

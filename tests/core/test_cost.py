@@ -12,12 +12,15 @@ from pathlib import Path
 import jax
 import jax.numpy as jnp
 import pytest
-from jax.sharding import NamedSharding, PartitionSpec as P
+from jax.sharding import NamedSharding
+from jax.sharding import PartitionSpec as P
 
 import sharding_lab as sl
-from sharding_lab import cli, cost, devices
-from sharding_lab.chips import CHIPS, axis_links
-from sharding_lab.communication import parse_collectives
+from sharding_lab import cost
+from sharding_lab.cli import main as cli
+from sharding_lab.hardware import devices
+from sharding_lab.hardware.chips import CHIPS, axis_links
+from sharding_lab.program.communication import parse_collectives
 
 ROOT = Path(__file__).resolve().parents[2]
 WIDE = sl.ModelSpec(din=256, dmid=1024, dout=256)
@@ -133,14 +136,53 @@ def dataclass_mesh(config, shape):
 
 
 def test_cost_json_schema():
-    proc = subprocess.run([sys.executable, "-m", "sharding_lab", "cost", "--mesh", "2x4", "--preset", "dp",
-                           "--din", "64", "--width", "256", "--dout", "64", "--batch", "64",
-                           "--chip", "tpu-v5e", "--json"], cwd=ROOT, text=True, capture_output=True,
-                          timeout=180, env={**os.environ, "SHARDING_LAB_DEVICES": "8"})
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "sharding_lab",
+            "cost",
+            "--mesh",
+            "2x4",
+            "--preset",
+            "dp",
+            "--din",
+            "64",
+            "--width",
+            "256",
+            "--dout",
+            "64",
+            "--batch",
+            "64",
+            "--chip",
+            "tpu-v5e",
+            "--json",
+        ],
+        cwd=ROOT,
+        text=True,
+        capture_output=True,
+        timeout=180,
+        env={**os.environ, "SHARDING_LAB_DEVICES": "8"},
+    )
     assert proc.returncode == 0, proc.stderr
     out = json.loads(proc.stdout)
-    for key in ("chip", "dtype", "flops", "hbm_bytes", "wire_bytes", "compute_s", "memory_s", "comm_s",
-                "step_s", "bound", "mfu", "fits", "per_axis", "compiled_on", "extrapolated"):
+    for key in (
+        "chip",
+        "dtype",
+        "flops",
+        "hbm_bytes",
+        "wire_bytes",
+        "compute_s",
+        "memory_s",
+        "comm_s",
+        "step_s",
+        "bound",
+        "mfu",
+        "fits",
+        "per_axis",
+        "compiled_on",
+        "extrapolated",
+    ):
         assert key in out, key
     assert {"name", "peak_flops", "hbm_bytes_per_s", "hbm_bytes"} <= set(out["chip"])
     assert out["chip"]["name"] == "TPU v5e" and out["dtype"] == "bf16" and out["extrapolated"] is False
@@ -149,9 +191,14 @@ def test_cost_json_schema():
     assert set(out["per_axis"]) == {"data"} and out["compiled_on"] == [[2, 4]]
 
 
-@pytest.mark.parametrize("args, needle", [(["--chip", "tpu-v9"], "unknown chip 'tpu-v9'"),
-                                          (["--dtype", "int4"], "unknown dtype 'int4'"),
-                                          (["--target-mesh", "16x16x2"], "target mesh")])
+@pytest.mark.parametrize(
+    "args, needle",
+    [
+        (["--chip", "tpu-v9"], "unknown chip 'tpu-v9'"),
+        (["--dtype", "int4"], "unknown dtype 'int4'"),
+        (["--target-mesh", "16x16x2"], "target mesh"),
+    ],
+)
 def test_bad_input_is_one_line_and_exit_2(capsys, args, needle):
     code = cli.main(["cost", "--mesh", "2x4", *args])
     out, err = capsys.readouterr()
@@ -174,10 +221,14 @@ def test_a_loop_over_layers_is_counted_as_many_times_as_it_runs():
     from 2 to 4 layers: README); compile_step compiles the loop unrolled by 2 as well and
     counts the body per layer: each block added costs what an unrolled block costs plus the recomputed
     forward (between 1.2 and 1.5 times)."""
+
     def predicted(layers, remat):
         model = dataclasses.replace(sl.family("transformer").Spec(), layers=layers, remat=remat)
-        return cost.predict(sl.LabConfig(mesh=sl.MeshSpec((2, 4), ("data", "model")), preset="tp", model=model,
-                                         optimizer="adamw"), "h100", "f32")
+        return cost.predict(
+            sl.LabConfig(mesh=sl.MeshSpec((2, 4), ("data", "model")), preset="tp", model=model, optimizer="adamw"),
+            "h100",
+            "f32",
+        )
 
     looped, looped4 = predicted(2, "full"), predicted(4, "full")
     plain, plain4 = predicted(2, "none"), predicted(4, "none")
@@ -185,8 +236,9 @@ def test_a_loop_over_layers_is_counted_as_many_times_as_it_runs():
     assert 1.2 < block_looped / block_plain < 1.5, (block_looped, block_plain)
     # every collective of the loop counted 4 times: as many per block as the unrolled step's (tp: 2 all-reduces
     # forward and back, + the recomputed forward's)
-    looped_count, looped4_count, plain_count, plain4_count = (sum(r["count"] for r in p.comm)
-                                                              for p in (looped, looped4, plain, plain4))
+    looped_count, looped4_count, plain_count, plain4_count = (
+        sum(r["count"] for r in p.comm) for p in (looped, looped4, plain, plain4)
+    )
     assert looped4_count - looped_count >= plain4_count - plain_count > 0
     assert any("loop of 4" in n and "unrolled by 2" in n for n in looped4.notes)
     assert not any("loop" in n for n in plain4.notes)

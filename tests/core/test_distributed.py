@@ -18,9 +18,9 @@ import psutil
 import pytest
 
 import sharding_lab as sl
-from sharding_lab import cli
-from sharding_lab.distributed import launcher as distributed
+from sharding_lab.cli import main as cli
 from sharding_lab.distributed import WorkerFailed
+from sharding_lab.distributed import launcher as distributed
 
 ROOT = Path(__file__).resolve().parents[2]
 SEED_ARGS = ["--mesh", "2x4", "--axes", "data,model", "--preset", "seed"]
@@ -28,8 +28,9 @@ SEED_ARGS = ["--mesh", "2x4", "--axes", "data,model", "--preset", "seed"]
 
 def children() -> list[psutil.Process]:
     """This test process's live descendants (zombies excluded)."""
-    return [p for p in psutil.Process().children(recursive=True)
-            if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
+    return [
+        p for p in psutil.Process().children(recursive=True) if p.is_running() and p.status() != psutil.STATUS_ZOMBIE
+    ]
 
 
 def workers_left() -> list[psutil.Process]:
@@ -38,8 +39,9 @@ def workers_left() -> list[psutil.Process]:
 
 def assert_gone(pids, within: float = 5.0) -> None:
     deadline = time.monotonic() + within
-    while time.monotonic() < deadline and any(psutil.pid_exists(p) and psutil.Process(p).status()
-                                              != psutil.STATUS_ZOMBIE for p in pids):
+    while time.monotonic() < deadline and any(
+        psutil.pid_exists(p) and psutil.Process(p).status() != psutil.STATUS_ZOMBIE for p in pids
+    ):
         time.sleep(0.1)
     alive = [p for p in pids if psutil.pid_exists(p) and psutil.Process(p).status() != psutil.STATUS_ZOMBIE]
     assert not alive, f"worker processes left behind: {alive}"
@@ -48,14 +50,30 @@ def assert_gone(pids, within: float = 5.0) -> None:
 
 # --- no processes started -------------------------------------------------------------------
 
-@pytest.mark.parametrize("config", [
-    sl.LabConfig(),
-    sl.LabConfig(mesh=sl.MeshSpec((2, 2, 2), ("x", "y", "z"), "explicit"), preset="fsdp_tp",
-                 optimizer="adamw", lr=0.003, batch_size=16, steps=77, chunk=50, seed=3),
-    sl.LabConfig(preset=None, rules=sl.Rules(embed=None, mlp=("model", "data"), data="data",
-                                             overrides=(("w2", ("model", None)),)),
-                 model=sl.ModelSpec(2, 64, 3, 2), decay=0.8),
-], ids=["seed", "explicit 3-axis adamw", "custom rules"])
+
+@pytest.mark.parametrize(
+    "config",
+    [
+        sl.LabConfig(),
+        sl.LabConfig(
+            mesh=sl.MeshSpec((2, 2, 2), ("x", "y", "z"), "explicit"),
+            preset="fsdp_tp",
+            optimizer="adamw",
+            lr=0.003,
+            batch_size=16,
+            steps=77,
+            chunk=50,
+            seed=3,
+        ),
+        sl.LabConfig(
+            preset=None,
+            rules=sl.Rules(embed=None, mlp=("model", "data"), data="data", overrides=(("w2", ("model", None)),)),
+            model=sl.ModelSpec(2, 64, 3, 2),
+            decay=0.8,
+        ),
+    ],
+    ids=["seed", "explicit 3-axis adamw", "custom rules"],
+)
 def test_worker_options_rebuild_the_same_config(config):
     parser = argparse.ArgumentParser()
     cli.add_config_options(parser)
@@ -83,8 +101,9 @@ def test_process_counts_must_share_the_mesh_evenly():
 def test_gathered_layouts_are_merged_and_renumbered_by_mesh_position():
     report = {"shape": [4], "requested_spec": ["data"], "spec": ["data"], "itemsize": 4}
     merged = distributed.merge_layouts(
-        {0: {"a": {**report, "devices": {"0": [[0, 2]]}}},
-         1: {"a": {**report, "devices": {"2048": [[2, 4]]}}}}, {0: 0, 2048: 1})
+        {0: {"a": {**report, "devices": {"0": [[0, 2]]}}}, 1: {"a": {**report, "devices": {"2048": [[2, 4]]}}}},
+        {0: 0, 2048: 1},
+    )
     assert merged["a"].devices == {0: ((0, 2),), 1: ((2, 4),)}
     assert merged["a"].spec == ("data",) and merged["a"].bytes_per_device == 8
     assert distributed.describe_exit(-signal.SIGKILL) == "was killed by SIGKILL"
@@ -103,11 +122,17 @@ def test_host_loaded_batches_train_exactly_like_device_sampled_ones():
 
 # --- real processes ------------------------------------------------------------------------
 
+
 def test_two_processes_train_the_seed_like_one_and_gather_the_same_layout(capsys):
     # 1000 steps (loss ~0.058; 3000 reach ~0.036): the check is that two processes compute what one does
-    proc = subprocess.run([sys.executable, "-m", "sharding_lab", "train", *SEED_ARGS, "--steps", "1000",
-                           "--processes", "2", "--json"], cwd=ROOT, text=True, capture_output=True,
-                          timeout=150, env={**os.environ, "SHARDING_LAB_DEVICES": "8"})
+    proc = subprocess.run(
+        [sys.executable, "-m", "sharding_lab", "train", *SEED_ARGS, "--steps", "1000", "--processes", "2", "--json"],
+        cwd=ROOT,
+        text=True,
+        capture_output=True,
+        timeout=150,
+        env={**os.environ, "SHARDING_LAB_DEVICES": "8"},
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     two = json.loads(proc.stdout)
     assert cli.main(["layout", *SEED_ARGS, "--steps", "1000", "--json"]) == 0
@@ -138,8 +163,12 @@ def test_a_killed_worker_ends_the_run_with_a_clear_error_within_seconds():
             killed_at.append(time.monotonic())
 
     with pytest.raises(WorkerFailed) as failure:
-        distributed.run(sl.LabConfig(steps=200_000), 2, on_progress=kill_worker_1,
-                        on_status=lambda state, info: pids.extend(info.get("pids", [])))
+        distributed.run(
+            sl.LabConfig(steps=200_000),
+            2,
+            on_progress=kill_worker_1,
+            on_status=lambda state, info: pids.extend(info.get("pids", [])),
+        )
     took = time.monotonic() - killed_at[0]
     message = str(failure.value)
     assert took < 30, took
@@ -156,13 +185,19 @@ def test_a_hung_worker_is_not_waited_for():
             frozen.append(time.monotonic())
 
     with pytest.raises(WorkerFailed, match="no word from the processes for 4 s"):
-        distributed.run(sl.LabConfig(steps=200_000), 2, on_progress=freeze_worker_1, silence_limit_s=4,
-                        on_status=lambda state, info: pids.extend(info.get("pids", [])))
+        distributed.run(
+            sl.LabConfig(steps=200_000),
+            2,
+            on_progress=freeze_worker_1,
+            silence_limit_s=4,
+            on_status=lambda state, info: pids.extend(info.get("pids", [])),
+        )
     assert time.monotonic() - frozen[0] < 30
     assert_gone(pids)
 
 
 # --- the app -------------------------------------------------------------------------------
+
 
 def test_train_page_runs_two_processes_stops_them_and_shows_who_owns_what():
     from streamlit.testing.v1 import AppTest

@@ -12,11 +12,11 @@ import numpy as np
 import pytest
 
 import sharding_lab as sl
-from sharding_lab.communication import analyze
-from sharding_lab.experts import fixed_batch, lab_routing, router_choices
-from sharding_lab.mesh import MeshSpec
 from sharding_lab.models.transformer import TransformerSpec, expert_capacity
-from sharding_lab.training import Lab, Trainer
+from sharding_lab.program.communication import analyze
+from sharding_lab.sharding.experts import fixed_batch, lab_routing, router_choices
+from sharding_lab.sharding.mesh import MeshSpec
+from sharding_lab.training.trainer import Lab, Trainer
 
 SPEC = TransformerSpec(layers=1, embed_dim=32, heads=2, head_dim=16, mlp_dim=64, seq=16, experts=8)
 MESH = MeshSpec((2, 4), ("data", "expert"))
@@ -38,16 +38,23 @@ def lab():
 
 
 def all_to_alls(report, phase):
-    return {c.moves[0].removeprefix("activations: ").rsplit(", ", 1)[0]: c for c in report.collectives
-            if c.op == "all-to-all" and c.phase == phase}
+    return {
+        c.moves[0].removeprefix("activations: ").rsplit(", ", 1)[0]: c
+        for c in report.collectives
+        if c.op == "all-to-all" and c.phase == phase
+    }
 
 
 def test_the_compiled_step_dispatches_and_combines_by_all_to_all_over_expert(report):
     forward, backward = all_to_alls(report, "forward"), all_to_alls(report, "backward")
-    assert set(forward) == {"tokens to their experts' devices (dispatch)",
-                            "expert outputs back to their tokens' devices (combine)"}
-    assert set(backward) == {"gradient of the expert outputs to their experts (the combine, reversed)",
-                             "gradient of the dispatched tokens back to their devices (the dispatch, reversed)"}
+    assert set(forward) == {
+        "tokens to their experts' devices (dispatch)",
+        "expert outputs back to their tokens' devices (combine)",
+    }
+    assert set(backward) == {
+        "gradient of the expert outputs to their experts (the combine, reversed)",
+        "gradient of the dispatched tokens back to their devices (the dispatch, reversed)",
+    }
     for c in [*forward.values(), *backward.values()]:
         assert c.axes == ("expert",) and c.group_size == 4 and c.count == 1
         assert c.wire_bytes == round(3 / 4 * c.bytes)
@@ -76,7 +83,7 @@ def test_the_routing_picture_counts_the_routers_own_top_k(lab):
     model, _ = nnx.merge(lab.graphdef, lab.state)
     x = fixed_batch(lab.config)
     logits = np.asarray(router_choices(lab.plan, model, x)[0].logits)  # (batch, seq, experts)
-    top = np.argsort(-logits, axis=-1, kind="stable")[..., :SPEC.top_k]
+    top = np.argsort(-logits, axis=-1, kind="stable")[..., : SPEC.top_k]
     rows = {d: r[0] for d, r in lab.plan.layouts()["batch/x"].devices.items()}
     capacity = expert_capacity(SPEC, SPEC.seq)
     kept = np.zeros(top.shape, bool)
@@ -102,12 +109,15 @@ def test_training_with_experts_lowers_the_loss_and_reports_balance(lab):
     assert 1.0 <= picture.aux_loss < 2.0 and 0 <= picture.dropped < picture.routed
 
 
-@pytest.mark.parametrize("changes, words", [
-    (dict(model=TransformerSpec(experts=0)), "dense (experts 0): set Experts"),
-    (dict(model=TransformerSpec(experts=6)), "make Experts (--experts) a multiple of 4 (e.g. 4 or 8)"),
-    (dict(model=TransformerSpec(experts=4, top_k=5)), "top_k (5) cannot exceed experts (4)"),
-    (dict(mesh=MeshSpec((8,), ("expert",))), "needs two different mesh axes"),
-])
+@pytest.mark.parametrize(
+    "changes, words",
+    [
+        (dict(model=TransformerSpec(experts=0)), "dense (experts 0): set Experts"),
+        (dict(model=TransformerSpec(experts=6)), "make Experts (--experts) a multiple of 4 (e.g. 4 or 8)"),
+        (dict(model=TransformerSpec(experts=4, top_k=5)), "top_k (5) cannot exceed experts (4)"),
+        (dict(mesh=MeshSpec((8,), ("expert",))), "needs two different mesh axes"),
+    ],
+)
 def test_bad_expert_configurations_say_how_to_fix_them(changes, words):
     with pytest.raises(sl.ConfigError) as error:
         sl.plan(config(**changes))
@@ -123,9 +133,11 @@ def test_a_dense_model_keeps_its_parameters_and_its_loss():
 
 
 def test_the_token_exchange_challenge_wants_tokens_to_travel():
-    from sharding_lab import challenges
+    from sharding_lab.lessons import challenges
 
     solved, why = challenges.check("token-exchange", sl.plan(config(preset="ep_dp")))
     assert not solved and "no token travels to its expert and back" in why
     solved, why = challenges.check("token-exchange", sl.plan(config()))
-    assert solved and why.startswith("Each device holds 2 of the 8 experts; the forward pass runs 2 × all-to-all over `expert`")
+    assert solved and why.startswith(
+        "Each device holds 2 of the 8 experts; the forward pass runs 2 × all-to-all over `expert`"
+    )

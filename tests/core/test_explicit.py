@@ -6,8 +6,8 @@ import dataclasses
 import pytest
 
 import sharding_lab as sl
-from sharding_lab.explicit import lesson
-from sharding_lab.mesh import MeshSpec
+from sharding_lab.lessons.explicit import lesson
+from sharding_lab.sharding.mesh import MeshSpec
 
 
 def explicit(config: sl.LabConfig) -> sl.LabConfig:
@@ -54,8 +54,9 @@ def test_explicit_refusal_carries_a_fix_that_plans():
     assert tuple(fixed.arrays["params/w2"].spec) in ((), (None,), (None, None))
     # only w2 changed: every other array keeps the seed's layout
     auto = sl.plan(sl.LabConfig(preset="seed"))
-    assert {p: a.spec for p, a in fixed.arrays.items() if "w2" not in p} == \
-        {p: a.spec for p, a in auto.arrays.items() if "w2" not in p}
+    assert {p: a.spec for p, a in fixed.arrays.items() if "w2" not in p} == {
+        p: a.spec for p, a in auto.arrays.items() if "w2" not in p
+    }
 
 
 def test_lesson_on_fsdp_shows_jax_errors_and_fixes():

@@ -10,8 +10,8 @@ import sys
 import pytest
 
 import sharding_lab as sl
-from sharding_lab.export import export_script
-from sharding_lab.mesh import MeshSpec
+from sharding_lab.export.script import export_script
+from sharding_lab.sharding.mesh import MeshSpec
 
 # Every preset on 2×4; on 1×8 (a size-1 data axis) the two whose specs name both axes — each case is a fresh
 # Python process that imports JAX and compiles (~5 s), and the export's code path does not depend on the mesh.
@@ -23,16 +23,29 @@ def _moe_config():
     """An ep configuration: SwiGLU experts, the blocks rematerialised (their statistics come out of the scan)."""
     from sharding_lab.models.transformer import TransformerSpec
 
-    spec = TransformerSpec(layers=1, embed_dim=32, heads=2, head_dim=16, mlp_dim=64, seq=16, experts=8,
-                           mlp_type="swiglu", remat="full")
-    return sl.LabConfig(mesh=MeshSpec((2, 4), ("data", "expert")), preset="ep", model=spec, optimizer="adamw",
-                        lr=0.003, batch_size=16, steps=20)
+    spec = TransformerSpec(
+        layers=1, embed_dim=32, heads=2, head_dim=16, mlp_dim=64, seq=16, experts=8, mlp_type="swiglu", remat="full"
+    )
+    return sl.LabConfig(
+        mesh=MeshSpec((2, 4), ("data", "expert")),
+        preset="ep",
+        model=spec,
+        optimizer="adamw",
+        lr=0.003,
+        batch_size=16,
+        steps=20,
+    )
 
 
 CONFIGS = {
     **{f"{'x'.join(map(str, m))}-{p}": sl.LabConfig(mesh=MeshSpec(m), preset=p) for m, p in CASES},
-    "explicit-adamw-hidden": sl.LabConfig(mesh=MeshSpec((2, 4), axis_type="explicit"), preset="fsdp",
-                                          optimizer="adamw", model=sl.ModelSpec(hidden_layers=1), steps=1500),
+    "explicit-adamw-hidden": sl.LabConfig(
+        mesh=MeshSpec((2, 4), axis_type="explicit"),
+        preset="fsdp",
+        optimizer="adamw",
+        model=sl.ModelSpec(hidden_layers=1),
+        steps=1500,
+    ),
     "moe": _moe_config(),
 }
 
@@ -42,8 +55,14 @@ def run_script(folder, config) -> subprocess.CompletedProcess:
     script = folder / "exported.py"
     script.write_text(export_script(config))
     assert "sharding_lab" not in script.read_text().split('"""', 2)[2]  # standalone
-    return subprocess.run([sys.executable, str(script)], cwd=folder, capture_output=True, text=True,
-                          timeout=240, env={"PATH": "/usr/bin:/bin", "JAX_PLATFORMS": "cpu", "XLA_FLAGS": os.environ["XLA_FLAGS"]})
+    return subprocess.run(
+        [sys.executable, str(script)],
+        cwd=folder,
+        capture_output=True,
+        text=True,
+        timeout=240,
+        env={"PATH": "/usr/bin:/bin", "JAX_PLATFORMS": "cpu", "XLA_FLAGS": os.environ["XLA_FLAGS"]},
+    )
 
 
 @pytest.fixture(scope="module")
@@ -96,7 +115,7 @@ def test_export_refuses_what_cannot_run():
 
 
 def test_export_cli_writes_the_script(capsys):
-    from sharding_lab import cli
+    from sharding_lab.cli import main as cli
 
     assert cli.main(["export", "--mesh", "1x8", "--preset", "tp", "--optimizer", "sgd"]) == 0
     script = capsys.readouterr().out
@@ -118,8 +137,8 @@ def test_exported_mixture_of_experts_runs_standalone(runs):
 def test_scripts_are_written_from_many_threads_at_once():
     """The app serves each session in its own thread: students exporting at the same moment must each get
     their script. (CPython 3.11's ast.parse, under inspect.getsource, fails when threads parse at once —
-    "AST constructor recursion depth mismatch"; sharding_lab.source serialises it.)"""
-    from sharding_lab import source
+    "AST constructor recursion depth mismatch"; sharding_lab.export.source serialises it.)"""
+    from sharding_lab.export import source
 
     configs = [config for name, config in CONFIGS.items() if name.startswith("2x4")] + [CONFIGS["moe"]]
     for _ in range(4):

@@ -5,10 +5,11 @@ import json
 import jax
 import jax.numpy as jnp
 import pytest
-from jax.sharding import NamedSharding, PartitionSpec as P
+from jax.sharding import NamedSharding
+from jax.sharding import PartitionSpec as P
 
 from sharding_lab import MeshSpec, actual_layout, build_mesh, compare_layouts, planned_layout
-from sharding_lab.mesh import default_axes, mesh_coords
+from sharding_lab.sharding.mesh import default_axes, mesh_coords
 
 
 @pytest.fixture(scope="module")
@@ -31,8 +32,7 @@ def test_rank3_fully_sharded_blocks(cube):
 
 def test_rank3_partly_replicated_groups(cube):
     layout = planned_layout("t", (2, 4, 3), cube, P(None, "y"), P(None, "y"))
-    assert layout.replica_groups() == {((0, 2), (0, 2), (0, 3)): [0, 1, 4, 5],
-                                       ((0, 2), (2, 4), (0, 3)): [2, 3, 6, 7]}
+    assert layout.replica_groups() == {((0, 2), (0, 2), (0, 3)): [0, 1, 4, 5], ((0, 2), (2, 4), (0, 3)): [2, 3, 6, 7]}
     assert layout.bytes_per_device == 2 * 2 * 3 * 4
 
 
@@ -42,8 +42,12 @@ def test_scalar_is_replicated_everywhere(cube):
     assert layout.shard_shape == () and layout.bytes_per_device == 8
     assert layout.replica_groups() == {(): list(range(8))}
     assert layout.replicated
-    assert layout.to_json() == {"shape": [], "requested_spec": [], "spec": [],
-                                "devices": {str(d): [] for d in range(8)}}
+    assert layout.to_json() == {
+        "shape": [],
+        "requested_spec": [],
+        "spec": [],
+        "devices": {str(d): [] for d in range(8)},
+    }
 
 
 def test_to_json_round_trips_through_json_text(cube):
@@ -80,7 +84,7 @@ def test_compare_layouts_reports_each_kind_of_difference(cube):
 def test_a_size_1_axis_is_not_said_to_split_1_ways():
     """Issue 23: on an 8×1 mesh the seed's rules read "columns split 1 ways along `model`"."""
     import sharding_lab as sl
-    from sharding_lab.layout import describe, describe_change
+    from sharding_lab.sharding.layout import describe, describe_change
 
     plan = sl.plan(sl.LabConfig(mesh=sl.MeshSpec((8, 1), ("data", "model"))))
     layouts, sizes = plan.layouts(), plan.config.mesh.axis_sizes

@@ -4,7 +4,7 @@ parameters it belongs to, on every mesh and preset."""
 import pytest
 
 from sharding_lab import PRESETS, Lab, LabConfig, MeshSpec
-from sharding_lab.mesh import default_axes
+from sharding_lab.sharding.mesh import default_axes
 
 MESHES = {
     "2x4": MeshSpec((2, 4), ("data", "model")),
@@ -14,10 +14,16 @@ MESHES = {
 }
 PARAMS = ("w1", "b1", "w2")
 EXPECTED_PATHS = {
-    "sgd": {*(f"params/{p}" for p in PARAMS), *(f"opt/trace/{p}" for p in PARAMS),
-            "opt/step", "batch/x", "batch/y"},
-    "adamw": {*(f"params/{p}" for p in PARAMS), *(f"opt/mu/{p}" for p in PARAMS),
-              *(f"opt/nu/{p}" for p in PARAMS), "opt/count", "opt/step", "batch/x", "batch/y"},
+    "sgd": {*(f"params/{p}" for p in PARAMS), *(f"opt/trace/{p}" for p in PARAMS), "opt/step", "batch/x", "batch/y"},
+    "adamw": {
+        *(f"params/{p}" for p in PARAMS),
+        *(f"opt/mu/{p}" for p in PARAMS),
+        *(f"opt/nu/{p}" for p in PARAMS),
+        "opt/count",
+        "opt/step",
+        "batch/x",
+        "batch/y",
+    },
 }
 BUFFERS = {"sgd": ("trace",), "adamw": ("mu", "nu")}
 SCALARS = {"sgd": ("opt/step",), "adamw": ("opt/count", "opt/step")}

@@ -13,24 +13,36 @@ import pytest
 from flax import nnx
 
 import sharding_lab as sl
-from sharding_lab import cli
-from sharding_lab.communication import analyze
+from sharding_lab.cli import main as cli
 from sharding_lab.models.transformer import TransformerSpec, cross_entropy_loss
 from sharding_lab.pipeline import family_for, schedule_of
 from sharding_lab.pipeline.schedule import SCHEDULES, build
 from sharding_lab.pipeline.step import microbatches
-from sharding_lab.textbook import compare
+from sharding_lab.program.communication import analyze
+from sharding_lab.program.textbook import compare
 
 SMALL = TransformerSpec(layers=2, embed_dim=16, heads=2, head_dim=8, mlp_dim=32, vocab=16, seq=8)
 STEPS = 3
 
 
 def config(preset="pp", schedule="gpipe", m=4, mesh=((2, 2), ("stage", "data")), **changes) -> sl.LabConfig:
-    return sl.LabConfig(mesh=sl.MeshSpec(*mesh), preset=preset, model=SMALL, optimizer="adamw", lr=0.01,
-                        batch_size=16, steps=STEPS, chunk=STEPS, microbatches=m, schedule=schedule, **changes)
+    return sl.LabConfig(
+        mesh=sl.MeshSpec(*mesh),
+        preset=preset,
+        model=SMALL,
+        optimizer="adamw",
+        lr=0.01,
+        batch_size=16,
+        steps=STEPS,
+        chunk=STEPS,
+        microbatches=m,
+        schedule=schedule,
+        **changes,
+    )
 
 
 # --- the schedules (pure Python) --------------------------------------------------------------
+
 
 @pytest.mark.parametrize("name", list(SCHEDULES))
 @pytest.mark.parametrize("p,m", [(1, 3), (2, 1), (2, 4), (3, 5), (4, 2), (4, 8)])
@@ -42,8 +54,7 @@ def test_schedule_keeps_its_rules_and_its_bubble(name, p, m):
         for k in range(m):  # and only once what it needs was done at an earlier tick
             if s > 0:
                 assert table.tick_of("F", s, k) > table.tick_of("F", s - 1, k)
-            assert table.tick_of("B", s, k) > (table.tick_of("B", s + 1, k) if s < p - 1
-                                               else table.tick_of("F", s, k))
+            assert table.tick_of("B", s, k) > (table.tick_of("B", s + 1, k) if s < p - 1 else table.tick_of("F", s, k))
     idle = sum(cell is None for row in table.grid for cell in row)
     assert table.bubble_fraction == idle / (table.ticks * p)
     # With equal ticks, both schedules take 2(m+p−1) ticks: the textbook bubble, here counted.
@@ -74,6 +85,7 @@ def test_slots_never_hold_two_microbatches_at_once(name):
 
 # --- the stacked model ------------------------------------------------------------------------
 
+
 def test_stacked_model_is_the_same_model():
     """Same seed, same weights; embed → blocks → head is the forward pass; the microbatches' loss
     shares add up to the batch's loss. (Computed in one jit: op by op it takes a minute.)"""
@@ -87,12 +99,18 @@ def test_stacked_model_is_the_same_model():
         piped = piped_family.build(SMALL, no_shard, nnx.Rngs(0))
         h = piped.blocks.apply(piped.blocks.weights(), piped.embed(x))
         count = piped_family.target_count(y)
-        return {"stacked": piped.blocks.weights(),
-                "plain": [{n: getattr(b, n)[...] for n in piped.blocks.names} for b in plain.blocks],
-                "piped_out": piped(x), "plain_out": plain(x), "parts_out": piped.head(h),
-                "shares": sum(piped_family.partial_loss(piped, hm, ym, count)
-                              for hm, ym in zip(microbatches(h, 4), microbatches(y, 4))),
-                "loss": cross_entropy_loss(plain, x, y)}
+        return {
+            "stacked": piped.blocks.weights(),
+            "plain": [{n: getattr(b, n)[...] for n in piped.blocks.names} for b in plain.blocks],
+            "piped_out": piped(x),
+            "plain_out": plain(x),
+            "parts_out": piped.head(h),
+            "shares": sum(
+                piped_family.partial_loss(piped, hm, ym, count)
+                for hm, ym in zip(microbatches(h, 4), microbatches(y, 4))
+            ),
+            "loss": cross_entropy_loss(plain, x, y),
+        }
 
     out = compute(x, y)
     for i, block in enumerate(out["plain"]):
@@ -107,6 +125,7 @@ def test_stacked_model_is_the_same_model():
 
 # --- the pipelined step, trained --------------------------------------------------------------
 
+
 @pytest.fixture(scope="module")
 def unpipelined():
     """The unpipelined step (dp) trained once: (its Lab, its TrainResult), what the pipelines must match."""
@@ -117,7 +136,9 @@ def test_pipelined_step_trains_like_the_unpipelined_one(unpipelined):
     """GPipe and 1F1B — and 1F1B with Megatron inside each stage — give the unpipelined step's losses
     and weights (the same sums, in another order), and every stage holds only its own blocks."""
     dp_lab, dp = unpipelined
-    three_d = dict(preset="pp_tp", schedule="1f1b", mesh=((2, 2, 2), ("stage", "data", "model")))  # + Megatron within a stage
+    three_d = dict(
+        preset="pp_tp", schedule="1f1b", mesh=((2, 2, 2), ("stage", "data", "model"))
+    )  # + Megatron within a stage
     for changes in (dict(schedule="gpipe"), dict(schedule="1f1b"), three_d):
         lab, result = sl.train(config(**changes))
         np.testing.assert_allclose(result.losses, dp.losses, rtol=2e-5)
@@ -152,47 +173,75 @@ def test_compiled_step_sends_what_the_schedule_sends():
         plan = sl.plan(config(schedule=schedule))
         table = schedule_of(plan.config)
         report = analyze(plan)
-        sends = {"forward": sum(any(c is not None and c.kind == "F" for c in row[:-1]) for row in table.grid),
-                 "backward": sum(any(c is not None and c.kind == "B" for c in row[1:]) for row in table.grid)}
+        sends = {
+            "forward": sum(any(c is not None and c.kind == "F" for c in row[:-1]) for row in table.grid),
+            "backward": sum(any(c is not None and c.kind == "B" for c in row[1:]) for row in table.grid),
+        }
         permutes = [c for c in report.collectives if c.op == "collective-permute"]
         assert all(c.axes == ("stage",) for c in permutes)
         rows = 16 // 4 // 2  # a microbatch's rows on one data shard
         for phase, what in (("forward", "activations"), ("backward", "gradient of activations")):
             found = [c for c in permutes if c.phase == phase]
             assert sum(c.count for c in found) == sends[phase], (schedule, phase)
-            assert all(m.startswith(f"{what} ({rows} × {SMALL.seq} × {SMALL.embed_dim})") for c in found for m in c.moves)
-        data_reduces = [c for c in report.collectives if c.op == "all-reduce" and "data" in c.axes and c.phase == "backward"]
+            assert all(
+                m.startswith(f"{what} ({rows} × {SMALL.seq} × {SMALL.embed_dim})") for c in found for m in c.moves
+            )
+        data_reduces = [
+            c for c in report.collectives if c.op == "all-reduce" and "data" in c.axes and c.phase == "backward"
+        ]
         assert sum(c.count for c in data_reduces) <= 2
         assert not any("collective-permute" in d for d in compare(plan, report).differences)
-
 
 
 def test_tensor_parallel_inside_the_stages_is_compiled_in_both_passes():
     plan = sl.plan(config("pp_tp", m=2, mesh=((2, 2, 2), ("stage", "data", "model"))))
     comparison = compare(plan, analyze(plan))
     for phase in ("forward", "backward"):
-        assert any(a.startswith("As the textbook:") and f"activations over `model` in the {phase} pass" in a
-                   for a in comparison.agrees), comparison
-        assert any(a.startswith("As the textbook:") and f"collective-permute of activations over `stage` in the "
-                   f"{phase} pass" in a for a in comparison.agrees)
+        assert any(
+            a.startswith("As the textbook:") and f"activations over `model` in the {phase} pass" in a
+            for a in comparison.agrees
+        ), comparison
+        assert any(
+            a.startswith("As the textbook:")
+            and f"collective-permute of activations over `stage` in the {phase} pass" in a
+            for a in comparison.agrees
+        )
 
 
 # --- errors and the command line ----------------------------------------------------------------
 
-@pytest.mark.parametrize("changes, words", [
-    (dict(mesh=((4, 2), ("stage", "data"))), "4 pipeline stages (mesh axis 'stage') cannot share 2 layers"),
-    (dict(m=3), "3 microbatches cannot split a batch of 16"),
-    (dict(m=16), "each of 16 microbatches has 1 rows"),
-    (dict(schedule="zigzag"), "unknown schedule 'zigzag'"),
-])
+
+@pytest.mark.parametrize(
+    "changes, words",
+    [
+        (dict(mesh=((4, 2), ("stage", "data"))), "4 pipeline stages (mesh axis 'stage') cannot share 2 layers"),
+        (dict(m=3), "3 microbatches cannot split a batch of 16"),
+        (dict(m=16), "each of 16 microbatches has 1 rows"),
+        (dict(schedule="zigzag"), "unknown schedule 'zigzag'"),
+    ],
+)
 def test_a_pipeline_that_cannot_work_is_refused_with_the_fix(changes, words):
     with pytest.raises(sl.ConfigError, match=re.escape(words)):
         sl.plan(config(**changes))
 
 
 def test_command_line_reports_the_bubble_of_the_schedule_it_runs(capsys):
-    args = ["layout", "--model", "transformer", "--preset", "pp", "--mesh", "4x2", "--axes", "stage,data",
-            "--layers", "4", "--microbatches", "8", "--json"]
+    args = [
+        "layout",
+        "--model",
+        "transformer",
+        "--preset",
+        "pp",
+        "--mesh",
+        "4x2",
+        "--axes",
+        "stage,data",
+        "--layers",
+        "4",
+        "--microbatches",
+        "8",
+        "--json",
+    ]
     for schedule in SCHEDULES:
         assert cli.main(args + ["--schedule", schedule]) == 0
         out = json.loads(capsys.readouterr().out)
@@ -204,7 +253,7 @@ def test_command_line_reports_the_bubble_of_the_schedule_it_runs(capsys):
 
 
 def test_small_bubble_challenge_needs_1f1b_to_keep_memory_down():
-    from sharding_lab import challenges
+    from sharding_lab.lessons import challenges
 
     challenge = challenges.get("small-bubble")
     config = challenges.config_from_argv(challenge.solution)
@@ -217,7 +266,9 @@ def test_small_bubble_challenge_needs_1f1b_to_keep_memory_down():
 
 
 def test_export_says_it_does_not_cover_a_pipeline(capsys):
-    assert cli.main(["export", "--model", "transformer", "--preset", "pp", "--mesh", "2x2", "--axes", "stage,data"]) == 2
+    assert (
+        cli.main(["export", "--model", "transformer", "--preset", "pp", "--mesh", "2x2", "--axes", "stage,data"]) == 2
+    )
     assert "does not cover pipeline parallelism" in capsys.readouterr().err
 
 

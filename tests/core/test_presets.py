@@ -3,7 +3,7 @@
 import pytest
 
 from sharding_lab import PRESETS, ConfigError, Lab, LabConfig, MeshSpec, plan, train
-from sharding_lab.mesh import default_axes
+from sharding_lab.sharding.mesh import default_axes
 
 MESHES = {
     "2x4": MeshSpec((2, 4), ("data", "model")),
@@ -12,8 +12,16 @@ MESHES = {
     "2x2x2": MeshSpec((2, 2, 2), default_axes(3)),
 }
 CASES = [(preset, mesh) for preset in PRESETS for mesh in MESHES]
-SEED_PATHS = {"params/w1", "params/b1", "params/w2", "opt/momentum/w1", "opt/momentum/b1",
-              "opt/momentum/w2", "batch/x", "batch/y"}
+SEED_PATHS = {
+    "params/w1",
+    "params/b1",
+    "params/w2",
+    "opt/momentum/w1",
+    "opt/momentum/b1",
+    "opt/momentum/w2",
+    "batch/x",
+    "batch/y",
+}
 
 
 def effective(spec, sizes):

@@ -3,7 +3,7 @@
 import pytest
 from jax.sharding import PartitionSpec as P
 
-from sharding_lab import ConfigError, MeshSpec, Rules, bind_preset
+from sharding_lab import MeshSpec, Rules, bind_preset
 
 W = ("embed", "mlp")  # logical axes of w1 and w2
 
@@ -33,11 +33,14 @@ def test_tp_and_fsdp_override_w2_rows():
     assert bind_preset("fsdp", mesh).spec("w2", W) == P("x")
 
 
-@pytest.mark.parametrize("axes,data,model", [
-    pytest.param(("x", "y"), "x", "y", id="x,y"),
-    pytest.param(("x", "data"), "data", "x", id="x,data"),
-    pytest.param(("model", "x"), "x", "model", id="model,x"),
-])
+@pytest.mark.parametrize(
+    "axes,data,model",
+    [
+        pytest.param(("x", "y"), "x", "y", id="x,y"),
+        pytest.param(("x", "data"), "data", "x", id="x,data"),
+        pytest.param(("model", "x"), "x", "model", id="model,x"),
+    ],
+)
 def test_two_distinct_axes_get_two_distinct_roles(axes, data, model):
     mesh = MeshSpec((2, 4), axes)
     assert bind_preset("seed", mesh).data == data
@@ -57,9 +60,16 @@ def test_tuple_targets_split_one_dimension_over_two_axes():
     assert rules.spec("x", ("data", None)) == P("data")
 
 
-@pytest.mark.parametrize("target,normalised", [
-    (["model", "data"], ("model", "data")), (("model",), "model"), ((), None),
-    ("none", None), (("model", None), "model")])
+@pytest.mark.parametrize(
+    "target,normalised",
+    [
+        (["model", "data"], ("model", "data")),
+        (("model",), "model"),
+        ((), None),
+        ("none", None),
+        (("model", None), "model"),
+    ],
+)
 def test_targets_are_normalised(target, normalised):
     assert Rules(mlp=target).mlp == normalised
 

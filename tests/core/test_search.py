@@ -10,14 +10,36 @@ import threading
 
 import pytest
 
-from sharding_lab import cli, search, targets
+from sharding_lab.cli import main as cli
+from sharding_lab.hardware import targets
 from sharding_lab.models import family
+from sharding_lab.search import search
 
 TPU = targets.availability(targets.parse("v5e-8"))
 pytestmark = pytest.mark.skipif(not TPU[0], reason=TPU[1])
 
-SMALL = ["--model", "transformer", "--layers", "3", "--embed", "64", "--heads", "4", "--head-dim", "16",
-         "--mlp-dim", "128", "--vocab", "64", "--seq", "32", "--target", "v5e-8", "--batch-tokens", "128"]
+SMALL = [
+    "--model",
+    "transformer",
+    "--layers",
+    "3",
+    "--embed",
+    "64",
+    "--heads",
+    "4",
+    "--head-dim",
+    "16",
+    "--mlp-dim",
+    "128",
+    "--vocab",
+    "64",
+    "--seq",
+    "32",
+    "--target",
+    "v5e-8",
+    "--batch-tokens",
+    "128",
+]
 NARROW = ["--presets", "dp,fsdp,tp", "--remats", "none", "--workers", "1"]
 
 
@@ -42,8 +64,16 @@ def small_base():
 
 def test_meshes_are_the_factorisations_of_the_chip_count():
     assert search.mesh_shapes(8) == [((8,), ("data",)), ((2, 4), ("data", "model")), ((4, 2), ("data", "model"))]
-    assert [m for m, _ in search.mesh_shapes(256)] == [(256,), (2, 128), (4, 64), (8, 32), (16, 16), (32, 8),
-                                                      (64, 4), (128, 2)]
+    assert [m for m, _ in search.mesh_shapes(256)] == [
+        (256,),
+        (2, 128),
+        (4, 64),
+        (8, 32),
+        (16, 16),
+        (32, 8),
+        (64, 4),
+        (128, 2),
+    ]
     # three axes, every size > 1: 8 = 2·2·2; 16 = 2·2·4 in 3 orders
     assert search.three_axis_count(8) == 1 and search.three_axis_count(16) == 3
     base = small_base()
@@ -56,7 +86,8 @@ def test_skips_match_a_hand_count(planned):
     # tp on the 1-axis mesh is 8 ways for 4 heads; one 3-axis mesh (2x2x2) has no third role to play.
     assert planned["skipped"] == {search.SKIP_THREE_AXES: 1, search.SKIP_BATCH: 2, search.SKIP_HEADS: 1}
     assert sorted((c["mesh"], c["preset"]) for c in planned["candidates"]) == sorted(
-        (m, p) for m in ("2x4", "4x2") for p in ("dp", "fsdp", "tp"))
+        (m, p) for m in ("2x4", "4x2") for p in ("dp", "fsdp", "tp")
+    )
     for row in planned["candidates"]:
         assert set(row) >= {"mesh", "axes", "preset", "remat", "hbm_per_chip", "fits", "step_s", "bound", "mfu"}
         assert row["axes"] == ["data", "model"] and row["remat"] == "none"
@@ -71,8 +102,12 @@ def test_the_layer_extension_matches_a_full_compile(planned):
     # and independently: FLOPs of 1, 2 and 3 layers from the compiler, on a line
     base = small_base()
     config = search.Candidate((2, 4), ("data", "model"), "tp", "none").config(base)
-    f = [search.compiled_figures(dataclasses.replace(config, model=dataclasses.replace(config.model, layers=n)),
-                                 "mixed").flops for n in (1, 2, 3)]
+    f = [
+        search.compiled_figures(
+            dataclasses.replace(config, model=dataclasses.replace(config.model, layers=n)), "mixed"
+        ).flops
+        for n in (1, 2, 3)
+    ]
     assert abs((f[2] - f[1]) - (f[1] - f[0])) / (f[2] - f[1]) < 0.01
 
 
@@ -81,7 +116,8 @@ def test_best_is_the_fastest_fitting_candidate(planned):
     fitting = [c for c in planned["candidates"] if c["fits"]]
     assert best["fits"] and all(best["step_s"] <= c["step_s"] for c in fitting)
     assert {k: best[k] for k in ("mesh", "preset", "remat")} in [
-        {k: c[k] for k in ("mesh", "preset", "remat")} for c in planned["candidates"]]
+        {k: c[k] for k in ("mesh", "preset", "remat")} for c in planned["candidates"]
+    ]
     assert "fastest layout that fits" in planned["why"] and best["mesh"] in planned["why"]
 
 
@@ -100,14 +136,17 @@ def test_text_output_is_a_table():
     assert "mesh" in out and "← best" in out and "layer extension checked" in out and "re-run the best" in out
 
 
-@pytest.mark.parametrize("args, words", [
-    (["--batch-tokens", "100"], "multiple of the sequence length"),
-    (["--target", "cpu"], "plan searches TPU slices"),
-    (["--presets", "nope"], "unknown preset"),
-    (["--remats", "half"], "unknown remat"),
-    (["--dtype", "f8"], "unknown dtype"),
-    (["--check-layers", "2"], "--check-layers must be more than 2"),
-])
+@pytest.mark.parametrize(
+    "args, words",
+    [
+        (["--batch-tokens", "100"], "multiple of the sequence length"),
+        (["--target", "cpu"], "plan searches TPU slices"),
+        (["--presets", "nope"], "unknown preset"),
+        (["--remats", "half"], "unknown remat"),
+        (["--dtype", "f8"], "unknown dtype"),
+        (["--check-layers", "2"], "--check-layers must be more than 2"),
+    ],
+)
 def test_bad_input_exits_2_with_one_line(args, words):
     code, out, err = run_cli("plan", *SMALL, *args)
     assert code == 2 and out == ""
@@ -117,8 +156,7 @@ def test_bad_input_exits_2_with_one_line(args, words):
 def test_when_dp_cannot_fit_the_best_is_not_dp():
     # 1.07e9 parameters (two 262,144 × 2,048 tables): replicated with AdamW, 16 bytes each (f32 weight, two
     # moments, gradient) = 17.2 GB > the v5e's 16 GB. Split 8 ways (fsdp) it fits.
-    spec = family("transformer").Spec(layers=1, embed_dim=2048, heads=4, head_dim=16, mlp_dim=256, vocab=262144,
-                                      seq=32)
+    spec = family("transformer").Spec(layers=1, embed_dim=2048, heads=4, head_dim=16, mlp_dim=256, vocab=262144, seq=32)
     base = search.base_config(spec, "v5e-8", 32 * 8)
     found = search.search(base, "mixed", ("dp", "fsdp"), ("none",))
     params = family("transformer").parameter_count(spec)
@@ -151,13 +189,17 @@ def test_a_scanned_remat_full_step_is_costed_per_layer():
 
     spec = family("transformer").Spec(layers=4, embed_dim=64, heads=4, head_dim=16, mlp_dim=128, vocab=64, seq=32)
     base = search.base_config(spec, "v5e-8", 32 * 8)
-    full, none = (canonical(search.Candidate((2, 4), ("data", "model"), "tp", r).config(base)) for r in ("full", "none"))
+    full, none = (
+        canonical(search.Candidate((2, 4), ("data", "model"), "tp", r).config(base)) for r in ("full", "none")
+    )
     looped = compile_step(full, "mixed")
     with unrolled_scan():
         unrolled = _compile_once(full, "mixed")
     plain = _compile_once(none, "mixed")
     assert abs(looped.flops / unrolled.flops - 1) < 0.01, (looped.flops, unrolled.flops)
-    wire = [(sum(c.bytes * c.count for c in x.collectives), sum(c.count for c in x.collectives)) for x in (looped, unrolled)]
+    wire = [
+        (sum(c.bytes * c.count for c in x.collectives), sum(c.count for c in x.collectives)) for x in (looped, unrolled)
+    ]
     assert wire[0] == wire[1]  # tp: the same all-reduces, 4 blocks' worth
     assert 1.15 < looped.flops / plain.flops < 1.34  # the blocks' forward again (measured 1.24); not the head's
     assert "loop of 4" in looped.loop_note
@@ -166,29 +208,36 @@ def test_a_scanned_remat_full_step_is_costed_per_layer():
 def test_the_search_compiles_in_worker_processes_with_the_same_figures(planned, monkeypatch):
     """--workers 2: the candidates compiled in two processes come back with the figures of one process."""
     monkeypatch.setattr(search, "_results", {})  # nothing cached here: every candidate goes to a worker
-    code, out, _ = run_cli("plan", *SMALL, "--presets", "tp", "--remats", "full,none", "--workers", "2", "--json",
-                           "--no-check")
+    code, out, _ = run_cli(
+        "plan", *SMALL, "--presets", "tp", "--remats", "full,none", "--workers", "2", "--json", "--no-check"
+    )
     assert code == 0
     rows = json.loads(out)["candidates"]
     pooled = {(c["mesh"], c["preset"]): c for c in rows if c["remat"] == "none"}
     assert set(pooled) == {(c["mesh"], c["preset"]) for c in planned["candidates"] if c["preset"] == "tp"}
     for c in (c for c in planned["candidates"] if c["preset"] == "tp"):
-        assert pooled[c["mesh"], c["preset"]]["step_s"] == c["step_s"] and pooled[c["mesh"], c["preset"]]["fits"] == c["fits"]
+        assert (
+            pooled[c["mesh"], c["preset"]]["step_s"] == c["step_s"]
+            and pooled[c["mesh"], c["preset"]]["fits"] == c["fits"]
+        )
     # remat full: compiled at full depth, its two compiles in two workers — cost's own figures (one mesh
     # compiled again here: each costs two compiles)
     base = small_base()
     for row in (r for r in rows if r["remat"] == "full" and r["mesh"] == "2x4"):
-        config = search.Candidate(tuple(map(int, row["mesh"].split("x"))), tuple(row["axes"]), "tp", "full").config(base)
+        config = search.Candidate(tuple(map(int, row["mesh"].split("x"))), tuple(row["axes"]), "tp", "full").config(
+            base
+        )
         alone = search._prediction_of(config, "mixed", [search.full_depth(config, "mixed")])
-        assert row["compiled_layers"] == [3] and row["step_s"] == alone.step_s and row["hbm_per_chip"] == alone.hbm_needed
+        assert (
+            row["compiled_layers"] == [3] and row["step_s"] == alone.step_s and row["hbm_per_chip"] == alone.hbm_needed
+        )
 
 
 def test_in_workers_a_step_without_remat_is_probed_at_full_depth():
     """Workers probe a remat-none candidate at full depth, unrolled, only to the compiler's memory check: one
     the compiler refuses there is reported with the compiler's own sentence for all its layers (here 3:
     32 sequences of 2,048 tokens per chip, logits over 65,536 tokens), not extended from 1 and 2."""
-    spec = family("transformer").Spec(layers=3, embed_dim=64, heads=4, head_dim=16, mlp_dim=128, vocab=65536,
-                                      seq=2048)
+    spec = family("transformer").Spec(layers=3, embed_dim=64, heads=4, head_dim=16, mlp_dim=128, vocab=65536, seq=2048)
     base = search.base_config(spec, "v5e-8", 2048 * 8 * 32)
     found = search.search(base, "mixed", ("dp",), ("none",), check=False, workers=2)
     rows = [r for r in found.results if r.candidate.mesh == (8,)]
@@ -200,7 +249,7 @@ def test_in_workers_a_step_without_remat_is_probed_at_full_depth():
 def test_a_compile_worker_that_dies_is_one_sentence_not_a_hang():
     import time
 
-    from sharding_lab import search_workers
+    from sharding_lab.search import pool as search_workers
 
     worker = search_workers.Worker(search_workers.context())
     config = search.Candidate((2, 4), ("data", "model"), "tp", "none").config(small_base())

@@ -5,7 +5,6 @@ Checked against what the compilers themselves produce: op counts read straight f
 refusal, and the two programs a CPU-vs-TPU sentence is about.
 """
 
-import dataclasses
 import json
 import os
 import re
@@ -17,11 +16,12 @@ from pathlib import Path
 import pytest
 
 import sharding_lab as sl
-from sharding_lab import cli, targets
-from sharding_lab.communication import COLLECTIVES, analyze
-from sharding_lab.compilers import compare_compilers, summary
+from sharding_lab.cli import main as cli
 from sharding_lab.errors import ConfigError
-from sharding_lab.mesh import MeshSpec
+from sharding_lab.hardware import targets
+from sharding_lab.program.communication import COLLECTIVES, analyze
+from sharding_lab.program.compilers import compare_compilers, summary
+from sharding_lab.sharding.mesh import MeshSpec
 
 ROOT = Path(__file__).resolve().parents[2]
 TPU = targets.availability(targets.parse("v5e-8"))
@@ -53,6 +53,7 @@ def run(capsys, *args):
 
 # --- names ------------------------------------------------------------------------------------
 
+
 def test_target_names_follow_the_clouds():
     assert targets.parse("v5e-8").torus == (2, 4) and targets.parse("v5e-256").devices == 256
     assert targets.parse("V6E-16").name == "v6e-16"
@@ -68,25 +69,34 @@ def test_a_compiler_that_is_not_installed_is_said_so_not_raised():
     """A machine without the CUDA plugin has no ``jax_plugins`` package at all (finding a dotted name under
     it then raises): its GPU targets are listed as unavailable with the install line, the app still starts.
     Run in a process whose imports cannot see ``jax_plugins`` or ``nvidia``, as on such a machine."""
-    program = ("import sys\n"
-               "class Hide:\n"
-               "    def find_spec(self, name, path=None, target=None):\n"
-               "        if name.split('.')[0] in ('jax_plugins', 'nvidia'):\n"
-               "            raise ModuleNotFoundError(f'No module named {name.split(\".\")[0]!r}')\n"
-               "sys.meta_path.insert(0, Hide())\n"
-               "import json\n"
-               "from sharding_lab import targets\n"
-               "names = targets.available_names()\n"
-               "print(json.dumps([names['h100-8'], names['cpu']]))\n")
+    program = (
+        "import sys\n"
+        "class Hide:\n"
+        "    def find_spec(self, name, path=None, target=None):\n"
+        "        if name.split('.')[0] in ('jax_plugins', 'nvidia'):\n"
+        "            raise ModuleNotFoundError(f'No module named {name.split(\".\")[0]!r}')\n"
+        "sys.meta_path.insert(0, Hide())\n"
+        "import json\n"
+        "from sharding_lab.hardware import targets\n"
+        "names = targets.available_names()\n"
+        "print(json.dumps([names['h100-8'], names['cpu']]))\n"
+    )
     done = subprocess.run([sys.executable, "-c", program], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr[-2000:]
     gpu, cpu = json.loads(done.stdout)
-    assert "requirements-targets-gpu.txt" in gpu and cpu == ""
+    assert "sharding-lab[gpu]" in gpu and cpu == ""
 
 
-@pytest.mark.parametrize("name, words", [("v9-8", "unknown target"), ("v5e-12", "not 12"),
-                                          ("v5p-6", "TensorCores"), ("h100-4", "whole 8-GPU nodes"),
-                                          ("tpu", "unknown target")])
+@pytest.mark.parametrize(
+    "name, words",
+    [
+        ("v9-8", "unknown target"),
+        ("v5e-12", "not 12"),
+        ("v5p-6", "TensorCores"),
+        ("h100-4", "whole 8-GPU nodes"),
+        ("tpu", "unknown target"),
+    ],
+)
 def test_bad_target_names_say_what_exists(name, words):
     with pytest.raises(ConfigError, match=words):
         targets.parse(name)
@@ -113,12 +123,21 @@ def test_training_needs_the_chips(capsys):
 
 # --- the TPU program --------------------------------------------------------------------------
 
+
 @needs_tpu
-@pytest.mark.parametrize("model, preset", [("mlp", p) for p in ("seed", "replicated", "dp", "fsdp", "tp", "fsdp_tp")]
-                         + [("transformer", "tp"), ("transformer", "fsdp")])
+@pytest.mark.parametrize(
+    "model, preset",
+    [("mlp", p) for p in ("seed", "replicated", "dp", "fsdp", "tp", "fsdp_tp")]
+    + [("transformer", "tp"), ("transformer", "fsdp")],
+)
 def test_listed_collectives_are_the_tpu_programs(model, preset):
-    config = sl.LabConfig(mesh=MESH_2X4, preset=preset, model=sl.family(model).Spec(), target="v5e-8",
-                          **({"optimizer": "adamw"} if model == "transformer" else {}))
+    config = sl.LabConfig(
+        mesh=MESH_2X4,
+        preset=preset,
+        model=sl.family(model).Spec(),
+        target="v5e-8",
+        **({"optimizer": "adamw"} if model == "transformer" else {}),
+    )
     report = analyze(sl.plan(config))
     assert report.target == "v5e-8" and report.dtype == "mixed"
     assert ":T(" in report.hlo  # the TPU compiler's tiled layouts: its module, not XLA:CPU's
@@ -127,12 +146,33 @@ def test_listed_collectives_are_the_tpu_programs(model, preset):
 
 @needs_tpu
 def test_v5e_256_data_parallel_all_reduces_over_all_256_chips(capsys):
-    code, out, _ = run(capsys, "comm", "--target", "v5e-256", "--mesh", "256", "--axes", "data", "--preset", "dp",
-                       "--din", "1024", "--width", "1024", "--dout", "1024", "--batch", "2048", "--json")
+    code, out, _ = run(
+        capsys,
+        "comm",
+        "--target",
+        "v5e-256",
+        "--mesh",
+        "256",
+        "--axes",
+        "data",
+        "--preset",
+        "dp",
+        "--din",
+        "1024",
+        "--width",
+        "1024",
+        "--dout",
+        "1024",
+        "--batch",
+        "2048",
+        "--json",
+    )
     data = json.loads(out)
     assert code == 0 and data["target"] == "v5e-256"
-    assert any(c["op"] == "all-reduce" and c["group_size"] == 256 and any("gradient" in m for m in c["moves"])
-               for c in data["collectives"])
+    assert any(
+        c["op"] == "all-reduce" and c["group_size"] == 256 and any("gradient" in m for m in c["moves"])
+        for c in data["collectives"]
+    )
 
 
 @needs_tpu
@@ -185,7 +225,7 @@ def _expanded(text: str) -> set[str]:
                 options = [str(n) for n in range(int(first), int(last) + 1)]
             else:
                 options = [part.strip() for part in inner.split(",")]
-            pending += [path[:group.start()] + option + path[group.end():] for option in options]
+            pending += [path[: group.start()] + option + path[group.end() :] for option in options]
     return paths
 
 
@@ -194,8 +234,9 @@ def test_a_transformer_s_compiler_sentences_name_real_parameters_grouped():
     """Every parameter a CPU-vs-TPU sentence names is one of the plan's (it once said "params/blocks/",
     cut at a folded "{0,1}"), the names each sentence gives are the ones its programs' collectives move
     (read from ``moves`` by a plain regex), and 2 layers × 8 parameters are grouped, not listed one by one."""
-    config = sl.LabConfig(mesh=MESH_2X4, preset="fsdp_tp", model=sl.family("transformer").Spec(), target="v5e-8",
-                          optimizer="adamw")
+    config = sl.LabConfig(
+        mesh=MESH_2X4, preset="fsdp_tp", model=sl.family("transformer").Spec(), target="v5e-8", optimizer="adamw"
+    )
     plan = sl.plan(config)
     real = {path for path in plan.layouts() if path.startswith("params/")}
     diff = compare_compilers(plan)
@@ -225,24 +266,49 @@ def test_the_dtype_changes_the_tpu_program():
 
 # --- fits: the compiler's answer --------------------------------------------------------------
 
-BIG = ["--axes", "data", "--preset", "dp", "--din", "16384", "--width", "16384", "--dout", "16384",
-       "--hidden-layers", "4", "--optimizer", "adamw", "--batch", "64", "--json"]
+BIG = [
+    "--axes",
+    "data",
+    "--preset",
+    "dp",
+    "--din",
+    "16384",
+    "--width",
+    "16384",
+    "--dout",
+    "16384",
+    "--hidden-layers",
+    "4",
+    "--optimizer",
+    "adamw",
+    "--batch",
+    "64",
+    "--json",
+]
 
 
 def cost_in_a_subprocess(target: str, mesh: str) -> tuple[dict, int]:
     """``python -m sharding_lab cost …`` as its own process: (its JSON, its peak resident memory in KiB)."""
     # VmHWM, this process's own peak: ru_maxrss would carry over the peak of the (large) pytest process it
     # was forked from, which Linux keeps across exec.
-    program = ("import runpy, sys\n"
-               f"sys.argv = ['sharding_lab', 'cost', '--target', {target!r}, '--mesh', {mesh!r}, *{BIG!r}]\n"
-               "try:\n"
-               "    runpy.run_module('sharding_lab', run_name='__main__')\n"
-               "except SystemExit:\n"
-               "    pass\n"
-               "peak = next(line for line in open('/proc/self/status') if line.startswith('VmHWM:'))\n"
-               "print(peak.split()[1], file=sys.stderr)\n")
-    done = subprocess.run([sys.executable, "-c", program], cwd=ROOT, capture_output=True, text=True, timeout=300,
-                          env={**os.environ, "SHARDING_LAB_DEVICES": "8"})
+    program = (
+        "import runpy, sys\n"
+        f"sys.argv = ['sharding_lab', 'cost', '--target', {target!r}, '--mesh', {mesh!r}, *{BIG!r}]\n"
+        "try:\n"
+        "    runpy.run_module('sharding_lab', run_name='__main__')\n"
+        "except SystemExit:\n"
+        "    pass\n"
+        "peak = next(line for line in open('/proc/self/status') if line.startswith('VmHWM:'))\n"
+        "print(peak.split()[1], file=sys.stderr)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", program],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "SHARDING_LAB_DEVICES": "8"},
+    )
     assert done.returncode == 0, done.stderr[-2000:]
     return json.loads(done.stdout), int(done.stderr.strip().splitlines()[-1])
 
@@ -272,8 +338,27 @@ def test_one_chip_slices_are_one_host_of_one_chip():  # a TPU host bound of 2×2
 
 @needs_tpu
 def test_cost_on_a_target_uses_its_chip_and_its_compiler(capsys):
-    code, out, _ = run(capsys, "cost", "--target", "v5e-8", "--mesh", "8", "--axes", "data", "--preset", "dp",
-                       "--din", "1024", "--width", "1024", "--dout", "1024", "--batch", "256", "--json")
+    code, out, _ = run(
+        capsys,
+        "cost",
+        "--target",
+        "v5e-8",
+        "--mesh",
+        "8",
+        "--axes",
+        "data",
+        "--preset",
+        "dp",
+        "--din",
+        "1024",
+        "--width",
+        "1024",
+        "--dout",
+        "1024",
+        "--batch",
+        "256",
+        "--json",
+    )
     p = json.loads(out)
     assert code == 0 and p["chip"]["id"] == "tpu-v5e" and p["extrapolated"] is False and p["dtype"] == "mixed"
     assert p["target"] == "v5e-8" and p["compile_s"] > 0 and p["fits"] is True
@@ -285,6 +370,7 @@ def test_cost_on_a_target_uses_its_chip_and_its_compiler(capsys):
 
 
 # --- placement on the torus --------------------------------------------------------------------
+
 
 @needs_tpu
 def test_a_16x16_mesh_on_v5e_256_runs_each_axis_around_a_closed_ring():
@@ -300,15 +386,31 @@ def test_a_16x16_mesh_on_v5e_256_runs_each_axis_around_a_closed_ring():
 
 @needs_tpu
 def test_a_mesh_that_splits_a_torus_dimension_is_warned_about():
-    plan = sl.plan(sl.LabConfig(mesh=MeshSpec((64, 4), ("data", "model")), preset="dp", batch_size=64,
-                                target="v5e-256"))
+    plan = sl.plan(
+        sl.LabConfig(mesh=MeshSpec((64, 4), ("data", "model")), preset="dp", batch_size=64, target="v5e-256")
+    )
     assert any("splits a physical dimension" in w for w in plan.warnings)
 
 
 # --- GPUs ---------------------------------------------------------------------------------------
 
-FSDP_1024 = ["--mesh", "8", "--axes", "data", "--preset", "fsdp", "--din", "1024", "--width", "1024",
-             "--dout", "1024", "--batch", "1024", "--json"]
+FSDP_1024 = [
+    "--mesh",
+    "8",
+    "--axes",
+    "data",
+    "--preset",
+    "fsdp",
+    "--din",
+    "1024",
+    "--width",
+    "1024",
+    "--dout",
+    "1024",
+    "--batch",
+    "1024",
+    "--json",
+]
 
 
 @needs_gpu
@@ -337,10 +439,15 @@ def test_without_the_gpu_every_matmul_is_a_triton_gemm_fusion_as_the_note_says()
     """The half of targets.GPU_KERNEL_NOTE checkable here: no GPU to autotune on, XLA:GPU writes the step's
     matmuls as Triton GEMM fusions and calls no cuBLAS (the other half, cuBLASLt on a real H200, was measured
     there by tools/h200_check.py)."""
-    from sharding_lab.training import compile_train_step
+    from sharding_lab.training.trainer import compile_train_step
 
-    config = sl.LabConfig(mesh=MeshSpec((8,), ("data",)), preset="dp", target="h100-8",
-                          model=sl.ModelSpec(1024, 1024, 1024), batch_size=1024)  # tiny matmuls fuse into loops
+    config = sl.LabConfig(
+        mesh=MeshSpec((8,), ("data",)),
+        preset="dp",
+        target="h100-8",
+        model=sl.ModelSpec(1024, 1024, 1024),
+        batch_size=1024,
+    )  # tiny matmuls fuse into loops
     hlo = compile_train_step(sl.plan(config), "bf16").as_text()
     matmuls = len(re.findall(r"= \S+ dot\(", hlo))
     assert matmuls == 5  # forward 2, backward 3 (no gradient of the input)
@@ -358,15 +465,28 @@ def test_on_a_tpu_target_hbm_needed_is_the_compilers_peak_not_the_sum_that_count
     Here (a small scanned step): HBM needed is that peak, on a TPU target only; the sum describes another
     figure (for so small a program the peak is the larger: it holds the program's own scoped memory)."""
     from sharding_lab.cost.compiled import _compile_once, canonical, hbm_needed
-    from sharding_lab.training import compile_train_step
+    from sharding_lab.training.trainer import compile_train_step
 
-    spec = sl.family("transformer").Spec(layers=2, embed_dim=64, heads=4, head_dim=16, mlp_dim=128, vocab=64,
-                                         seq=32, remat="full")
-    config = canonical(sl.LabConfig(mesh=sl.MeshSpec((2, 4), ("data", "model")), preset="fsdp", model=spec,
-                                    optimizer="adamw", batch_size=64, target="v5e-8"))
+    spec = sl.family("transformer").Spec(
+        layers=2, embed_dim=64, heads=4, head_dim=16, mlp_dim=128, vocab=64, seq=32, remat="full"
+    )
+    config = canonical(
+        sl.LabConfig(
+            mesh=sl.MeshSpec((2, 4), ("data", "model")),
+            preset="fsdp",
+            model=spec,
+            optimizer="adamw",
+            batch_size=64,
+            target="v5e-8",
+        )
+    )
     memory = compile_train_step(sl.plan(config), "mixed").memory_analysis()
-    total = (memory.argument_size_in_bytes + memory.output_size_in_bytes + memory.temp_size_in_bytes
-             - memory.alias_size_in_bytes)
+    total = (
+        memory.argument_size_in_bytes
+        + memory.output_size_in_bytes
+        + memory.temp_size_in_bytes
+        - memory.alias_size_in_bytes
+    )
     assert memory.peak_memory_in_bytes > 0 and memory.peak_memory_in_bytes != total
     assert hbm_needed(memory, "v5e-8") == memory.peak_memory_in_bytes and hbm_needed(memory, "cpu") == total
     assert _compile_once(config, "mixed").hbm_needed == memory.peak_memory_in_bytes  # what cost and plan use

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 import sharding_lab as sl
-from sharding_lab.third_way import Setup, compile_three, run_three
+from sharding_lab.lessons.third_way import Setup, compile_three, run_three
 
 MESHES = [sl.MeshSpec((8,), ("data",)), sl.MeshSpec((2, 4), ("data", "model"))]
 

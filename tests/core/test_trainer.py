@@ -9,9 +9,7 @@ import pytest
 from sharding_lab import Lab, LabConfig, Trainer
 
 
-@pytest.mark.parametrize("steps,chunk,sizes", [(250, 100, [100, 100, 50]),
-                                               (300, 100, [100, 100, 100]),
-                                               (7, 100, [7])])
+@pytest.mark.parametrize("steps,chunk,sizes", [(250, 100, [100, 100, 50]), (300, 100, [100, 100, 100]), (7, 100, [7])])
 def test_progress_streams_one_report_per_chunk(steps, chunk, sizes):
     reports = []
     result = Trainer(Lab(LabConfig()), steps=steps, chunk=chunk).run(on_progress=reports.append)

@@ -4,8 +4,8 @@ the collectives XLA compiles for tp and sp, the exported script, a big block pla
 
 import dataclasses
 import json
-import re
 import os
+import re
 import subprocess
 import sys
 import time
@@ -14,18 +14,21 @@ import numpy as np
 import pytest
 
 import sharding_lab as sl
-from sharding_lab import cli
-from sharding_lab.communication import analyze
-from sharding_lab.export import export_script
-from sharding_lab.mesh import MeshSpec, default_axes
+from sharding_lab.cli import main as cli
+from sharding_lab.export.script import export_script
 from sharding_lab.models.transformer import TransformerSpec
+from sharding_lab.program.communication import analyze
+from sharding_lab.sharding.mesh import MeshSpec, default_axes
 
 TINY = TransformerSpec(layers=1, embed_dim=32, heads=4, head_dim=8, mlp_dim=64, vocab=16, seq=16)
 BIG = TransformerSpec(layers=4, embed_dim=4096, heads=32, head_dim=128, mlp_dim=16384, vocab=32000, seq=2048)
 # The pipeline presets (pp, pp_tp) need a layer count their stages divide: tests/core/test_pipeline.py;
 # the expert presets (ep, ep_dp, ep_tp) a mixture of experts: tests/core/test_experts.py.
-PRESETS = [name for name, p in sl.family("transformer").presets.items()
-           if "layers" not in p.logical and "expert" not in p.logical]
+PRESETS = [
+    name
+    for name, p in sl.family("transformer").presets.items()
+    if "layers" not in p.logical and "expert" not in p.logical
+]
 # 2×4 trains; 2×2×2 checks the layouts only (marked slow). 1×8's activations are checked below
 # (test_activation_layouts_are_read_from_the_program) and its size-1 axis by the MLP's presets.
 MESHES = [(2, 4), pytest.param((2, 2, 2), marks=pytest.mark.slow)]
@@ -33,8 +36,17 @@ STEPS = 40
 
 
 def tiny(mesh=(2, 4), preset="tp", **changes) -> sl.LabConfig:
-    return sl.LabConfig(mesh=MeshSpec(mesh, default_axes(len(mesh))), preset=preset, model=TINY, optimizer="adamw", lr=0.01,
-                        batch_size=16, steps=STEPS, chunk=STEPS, **changes)
+    return sl.LabConfig(
+        mesh=MeshSpec(mesh, default_axes(len(mesh))),
+        preset=preset,
+        model=TINY,
+        optimizer="adamw",
+        lr=0.01,
+        batch_size=16,
+        steps=STEPS,
+        chunk=STEPS,
+        **changes,
+    )
 
 
 @pytest.mark.parametrize("mesh", MESHES, ids=["2x4", "2x2x2"])
@@ -53,7 +65,13 @@ def test_every_preset_trains_and_lands_where_planned(mesh):
         planned = lab.plan.layouts()
         assert set(actual) == set(planned)  # params/, opt/, batch/ and act/ — nothing unchecked
         assert {p for p in actual if p.startswith("act/")} == {
-            "act/resid", "act/normed", "act/attn_scores", "act/attn_out", "act/mlp_hidden", "act/logits"}
+            "act/resid",
+            "act/normed",
+            "act/attn_scores",
+            "act/attn_out",
+            "act/mlp_hidden",
+            "act/logits",
+        }
         assert lab.verify_layout() == [], preset
 
 
@@ -68,10 +86,24 @@ def test_activation_layouts_are_read_from_the_program():
 def test_parameter_paths_and_shared_rule_names():
     params = sl.family("transformer").parameters(TINY)
     assert list(params)[:4] == ["embedding", "pos", "blocks/0/attn_norm", "blocks/0/q"]
-    assert params["blocks/0/q"].shape == (32, 4, 8) and params["blocks/0/q"].logical_axes == ("embed", "heads", "head_dim")
+    assert params["blocks/0/q"].shape == (32, 4, 8) and params["blocks/0/q"].logical_axes == (
+        "embed",
+        "heads",
+        "head_dim",
+    )
     assert params["blocks/0/o"].logical_axes == ("heads", "head_dim", "embed")
-    assert {a.rule_name for a in params.values()} == {"embedding", "pos", "norm", "q", "k", "v", "o", "mlp_in",
-                                                      "mlp_out", "unembed"}
+    assert {a.rule_name for a in params.values()} == {
+        "embedding",
+        "pos",
+        "norm",
+        "q",
+        "k",
+        "v",
+        "o",
+        "mlp_in",
+        "mlp_out",
+        "unembed",
+    }
     plan = sl.plan(tiny((2, 4), "tp"))
     assert plan.arrays["params/blocks/0/q"].spec == sl.Rules(heads="model").spec("q", ("embed", "heads", "head_dim"))
     assert "opt/mu/blocks/0/q" in plan.arrays and "opt/nu/blocks/0/mlp_out" in plan.arrays
@@ -80,8 +112,11 @@ def test_parameter_paths_and_shared_rule_names():
 def test_tp_all_reduces_the_residual_stream_over_model_in_the_forward_pass():
     report = analyze(sl.plan(tiny((2, 4), "tp")))
     resid = (16, TINY.seq, TINY.embed_dim)
-    forward = [c for c in report.collectives if c.op == "all-reduce" and c.phase == "forward"
-               and c.axes == ("model",) and c.shape == (resid,)]
+    forward = [
+        c
+        for c in report.collectives
+        if c.op == "all-reduce" and c.phase == "forward" and c.axes == ("model",) and c.shape == (resid,)
+    ]
     # Megatron: one all-reduce after attention, one after the MLP (one block here). XLA may merge one
     # with another all-reduce into a tuple, so at least one stands alone; together they are 2 or more.
     assert forward
@@ -96,8 +131,11 @@ def test_sp_gathers_the_sequence_and_xla_on_cpu_keeps_all_reduces():
     still all-reduced whole — the CPU pipeline makes no reduce-scatter (README: the transformer)."""
     report = analyze(sl.plan(tiny((2, 4), "sp")))
     resid = (16, TINY.seq, TINY.embed_dim)
-    gathers = sum(c.count for c in report.collectives if c.op == "all-gather" and c.phase == "forward"
-                  and c.axes == ("model",) and c.shape == (resid,))
+    gathers = sum(
+        c.count
+        for c in report.collectives
+        if c.op == "all-gather" and c.phase == "forward" and c.axes == ("model",) and c.shape == (resid,)
+    )
     assert gathers >= 3  # before attention, before the MLP, before the unembedding
     assert any(c.op == "all-reduce" and c.axes == ("model",) and resid in c.shape for c in report.collectives)
     assert not [c for c in report.collectives if c.op == "reduce-scatter"]
@@ -107,7 +145,7 @@ def test_every_preset_is_held_against_its_textbook_strategy():
     """Each transformer preset says what it sends on paper, and the comparison follows the compiled
     step: an agreement for each textbook collective the report contains, a difference for each it
     lacks (sp's reduce-scatters on this CPU backend, for one)."""
-    from sharding_lab.textbook import compare
+    from sharding_lab.program.textbook import compare
 
     for preset in PRESETS:
         plan = sl.plan(tiny((2, 4), preset))
@@ -116,20 +154,27 @@ def test_every_preset_is_held_against_its_textbook_strategy():
         assert comparison.textbook, preset  # never an empty "Textbook vs compiled" section
         for expect in plan.config.family.presets[preset].textbook:
             axis = {"data": "data", "model": "model"}[expect.role]
-            compiled = [c for c in report.collectives if c.op in expect.ops and axis in c.axes
-                        and c.phase == expect.phase]
+            compiled = [
+                c for c in report.collectives if c.op in expect.ops and axis in c.axes and c.phase == expect.phase
+            ]
             said = f"{' or '.join(expect.ops)} of {expect.carries} over `{axis}` in the {expect.phase} pass"
             if not compiled:  # then no sentence may claim it
-                assert not any(expect.ops[0] in a and f"{expect.carries} over `{axis}` in the {expect.phase}" in a
-                               for a in comparison.agrees), (preset, said)
+                assert not any(
+                    expect.ops[0] in a and f"{expect.carries} over `{axis}` in the {expect.phase}" in a
+                    for a in comparison.agrees
+                ), (preset, said)
         if preset == "replicated":
             assert comparison.agrees == ["As the textbook: the compiled step moves nothing between devices."]
         if preset == "tp":
-            assert any(a.startswith("As the textbook:") and "activations over `model` in the forward pass" in a
-                       for a in comparison.agrees)
+            assert any(
+                a.startswith("As the textbook:") and "activations over `model` in the forward pass" in a
+                for a in comparison.agrees
+            )
         if preset == "sp" and not [c for c in report.collectives if c.op == "reduce-scatter"]:
-            assert ("The textbook runs reduce-scatter of activations over `model` in the forward pass; this "
-                    "compiled step has none.") in comparison.differences
+            assert (
+                "The textbook runs reduce-scatter of activations over `model` in the forward pass; this "
+                "compiled step has none."
+            ) in comparison.differences
 
 
 def test_exported_transformer_script_runs_standalone(tmp_path):
@@ -137,16 +182,23 @@ def test_exported_transformer_script_runs_standalone(tmp_path):
     script = tmp_path / "exported.py"
     script.write_text(export_script(dataclasses.replace(config, steps=30)))
     assert "sharding_lab" not in script.read_text().split('"""', 2)[2]
-    done = subprocess.run([sys.executable, str(script)], cwd=tmp_path, capture_output=True, text=True,
-                          timeout=240, env={"PATH": "/usr/bin:/bin", "JAX_PLATFORMS": "cpu", "XLA_FLAGS": os.environ["XLA_FLAGS"]})
+    done = subprocess.run(
+        [sys.executable, str(script)],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=240,
+        env={"PATH": "/usr/bin:/bin", "JAX_PLATFORMS": "cpu", "XLA_FLAGS": os.environ["XLA_FLAGS"]},
+    )
     assert done.returncode == 0, done.stderr[-2000:]
     layout: dict = {}
     for line in done.stdout.splitlines():
         match = re.match(r"^layout (\S+) device (\d+): (.*)$", line)
         if match:
             layout.setdefault(match.group(1), {})[int(match.group(2))] = tuple(
-                tuple(map(int, r.split(":"))) for r in match.group(3).split())
-    planned = {p: l.devices for p, l in sl.plan(config).layouts().items() if not p.startswith("act/")}
+                tuple(map(int, r.split(":"))) for r in match.group(3).split()
+            )
+    planned = {p: a.devices for p, a in sl.plan(config).layouts().items() if not p.startswith("act/")}
     assert layout == planned
     last = done.stdout.strip().splitlines()[-1]
     assert last.startswith("final_loss=") and float(last.split("=")[1]) < np.log(TINY.vocab)
@@ -173,13 +225,42 @@ def test_big_block_plans_in_seconds_and_training_is_refused():
     assert plan.arrays["params/blocks/3/mlp_in"].shape == (4096, 16384)
     assert layouts["params/blocks/0/q"].shard_shape == (2048, 8, 128)  # embed on data, heads on model
     with pytest.raises(sl.ConfigError, match="GiB"):
-        sl.config.check_memory(plan)
+        sl.training.config.check_memory(plan)
 
 
 def test_cli_train_json_has_initial_loss_and_the_family_defaults(capsys):
-    argv = ["train", "--model", "transformer", "--mesh", "1x8", "--preset", "sp", "--layers", "1", "--embed", "32",
-            "--heads", "4", "--head-dim", "8", "--mlp-dim", "64", "--vocab", "16", "--seq", "16", "--batch", "16",
-            "--steps", "60", "--chunk", "60", "--lr", "0.01", "--json"]
+    argv = [
+        "train",
+        "--model",
+        "transformer",
+        "--mesh",
+        "1x8",
+        "--preset",
+        "sp",
+        "--layers",
+        "1",
+        "--embed",
+        "32",
+        "--heads",
+        "4",
+        "--head-dim",
+        "8",
+        "--mlp-dim",
+        "64",
+        "--vocab",
+        "16",
+        "--seq",
+        "16",
+        "--batch",
+        "16",
+        "--steps",
+        "60",
+        "--chunk",
+        "60",
+        "--lr",
+        "0.01",
+        "--json",
+    ]
     assert cli.main(argv) == 0
     out = json.loads(capsys.readouterr().out)
     assert out["config"]["optimizer"] == "adamw"  # the transformer's default, not the seed's SGD

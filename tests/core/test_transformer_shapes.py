@@ -19,15 +19,26 @@ import pytest
 from flax import nnx
 
 import sharding_lab as sl
-from sharding_lab import cli
-from sharding_lab.communication import analyze
-from sharding_lab.mesh import MeshSpec
-from sharding_lab.models.transformer import Transformer, TransformerSpec, cross_entropy_loss
+from sharding_lab.cli import main as cli
+from sharding_lab.models.transformer import Transformer, TransformerSpec
+from sharding_lab.program.communication import analyze
+from sharding_lab.sharding.mesh import MeshSpec
 
 ROOT = Path(__file__).resolve().parents[2]
 FAMILY = sl.family("transformer")
-SMALL = TransformerSpec(layers=2, embed_dim=32, heads=4, kv_heads=2, head_dim=8, mlp_dim=64, vocab=16, seq=16,
-                        mlp_type="swiglu", embeddings="tied", positions="rope")
+SMALL = TransformerSpec(
+    layers=2,
+    embed_dim=32,
+    heads=4,
+    kv_heads=2,
+    head_dim=8,
+    mlp_dim=64,
+    vocab=16,
+    seq=16,
+    mlp_type="swiglu",
+    embeddings="tied",
+    positions="rope",
+)
 
 
 def decoder_count(layers, d_model, d_ff, heads, kv_heads, head_dim, vocab, tied, gated, positions=0):
@@ -61,39 +72,79 @@ def test_named_sizes_have_the_cards_parameter_counts():
 
 
 def test_llama3_8b_plans_abstractly_and_training_is_refused_before_allocating():
-    config = sl.LabConfig(mesh=MeshSpec((2, 4)), preset="fsdp_tp", model=FAMILY.named_spec("llama3-8b"),
-                          optimizer="adamw", batch_size=8)
+    config = sl.LabConfig(
+        mesh=MeshSpec((2, 4)), preset="fsdp_tp", model=FAMILY.named_spec("llama3-8b"), optimizer="adamw", batch_size=8
+    )
     plan = sl.plan(config)
     q, k = plan.layouts()["params/blocks/31/q"], plan.layouts()["params/blocks/31/k"]
     assert q.shape == (4096, 32, 128) and q.shard_shape == (2048, 8, 128)
     assert k.shape == (4096, 8, 128) and k.shard_shape == (2048, 2, 128)  # kv heads on model, 8 / 4
     assert "params/pos" not in plan.arrays and "params/unembed" in plan.arrays  # rope, untied
     with pytest.raises(sl.ConfigError, match=r"needs about [\d.]+ GiB across 8 devices"):
-        sl.config.check_memory(plan)
+        sl.training.config.check_memory(plan)
 
 
 def test_cli_layout_of_llama3_8b_is_quick_and_train_exits_2_with_one_line():
     start = time.perf_counter()
-    done = subprocess.run([sys.executable, "-m", "sharding_lab", "layout", "--model", "transformer", "--size",
-                           "llama3-8b", "--mesh", "2x4", "--preset", "fsdp_tp", "--json"], cwd=ROOT, text=True,
-                          capture_output=True, timeout=120, env={**os.environ, "JAX_PLATFORMS": "cpu"})
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "sharding_lab",
+            "layout",
+            "--model",
+            "transformer",
+            "--size",
+            "llama3-8b",
+            "--mesh",
+            "2x4",
+            "--preset",
+            "fsdp_tp",
+            "--json",
+        ],
+        cwd=ROOT,
+        text=True,
+        capture_output=True,
+        timeout=120,
+        env={**os.environ, "JAX_PLATFORMS": "cpu"},
+    )
     elapsed = time.perf_counter() - start
     assert done.returncode == 0, done.stderr[-2000:]
     out = json.loads(done.stdout)
     assert out["config"]["model"]["kv_heads"] == 8 and out["config"]["model"]["mlp_type"] == "swiglu"
     assert out["layout"]["params/blocks/0/mlp_gate"]["shape"] == [4096, 14336]
     assert elapsed < 60, elapsed  # about 3 s on an idle 2-core machine: nothing is allocated or compiled
-    refused = subprocess.run([sys.executable, "-m", "sharding_lab", "train", "--model", "transformer", "--size",
-                              "llama3-8b", "--mesh", "2x4", "--preset", "fsdp_tp"], cwd=ROOT, text=True,
-                             capture_output=True, timeout=120, env={**os.environ, "JAX_PLATFORMS": "cpu"})
+    refused = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "sharding_lab",
+            "train",
+            "--model",
+            "transformer",
+            "--size",
+            "llama3-8b",
+            "--mesh",
+            "2x4",
+            "--preset",
+            "fsdp_tp",
+        ],
+        cwd=ROOT,
+        text=True,
+        capture_output=True,
+        timeout=120,
+        env={**os.environ, "JAX_PLATFORMS": "cpu"},
+    )
     assert refused.returncode == 2
     assert refused.stderr.startswith("error: this run needs about") and refused.stderr.count("\n") == 1
 
 
 def test_bad_sizes_and_options_get_one_sentence(capsys):
-    for argv, said in ((["--kv-heads", "3"], "must be a multiple of kv_heads (3)"),
-                       (["--size", "llama4"], "unknown size 'llama4' for the transformer model: choose one of"),
-                       (["--positions", "rope", "--head-dim", "15"], "head_dim must be even")):
+    for argv, said in (
+        (["--kv-heads", "3"], "must be a multiple of kv_heads (3)"),
+        (["--size", "llama4"], "unknown size 'llama4' for the transformer model: choose one of"),
+        (["--positions", "rope", "--head-dim", "15"], "head_dim must be even"),
+    ):
         assert cli.main(["layout", "--model", "transformer", *argv]) == 2
         err = capsys.readouterr().err
         assert said in err and err.count("\n") == 1, err
@@ -102,13 +153,18 @@ def test_bad_sizes_and_options_get_one_sentence(capsys):
 def test_size_options_round_trip_through_argv():
     parser = argparse.ArgumentParser()
     cli.add_config_options(parser)
-    for model in (FAMILY.named_spec("llama3-8b"), dataclasses.replace(FAMILY.named_spec("gpt2-small"), remat="full"),
-                  SMALL, TransformerSpec()):
+    for model in (
+        FAMILY.named_spec("llama3-8b"),
+        dataclasses.replace(FAMILY.named_spec("gpt2-small"), remat="full"),
+        SMALL,
+        TransformerSpec(),
+    ):
         config = sl.LabConfig(mesh=MeshSpec((2, 4)), preset="tp", model=model, optimizer="adamw")
         args = cli.config_to_args(config)
         assert cli.config_from_args(parser.parse_args(args)) == config
-    args = cli.config_to_args(sl.LabConfig(preset="tp", model=dataclasses.replace(
-        FAMILY.named_spec("gpt2-small"), remat="full")))
+    args = cli.config_to_args(
+        sl.LabConfig(preset="tp", model=dataclasses.replace(FAMILY.named_spec("gpt2-small"), remat="full"))
+    )
     assert args[args.index("--size") + 1] == "gpt2-small" and args[args.index("--remat") + 1] == "full"
     assert "--layers" not in args  # the name says it
     # A size option given with --size changes it.
@@ -153,8 +209,12 @@ def test_swiglu_tied_and_rope_are_what_they_say():
     # SwiGLU, written out: down(silu(x·gate) * (x·up)).
     block, h = model.blocks[0], jax.random.normal(jax.random.key(2), (2, 16, 32))
     expected = jax.nn.silu(h @ block.mlp_gate[...]) * (h @ block.mlp_in[...]) @ block.mlp_out[...]
-    got = jnp.einsum("bsm,me->bse", jax.nn.silu(jnp.einsum("bse,em->bsm", h, block.mlp_gate[...]))
-                     * jnp.einsum("bse,em->bsm", h, block.mlp_in[...]), block.mlp_out[...])
+    got = jnp.einsum(
+        "bsm,me->bse",
+        jax.nn.silu(jnp.einsum("bse,em->bsm", h, block.mlp_gate[...]))
+        * jnp.einsum("bse,em->bsm", h, block.mlp_in[...]),
+        block.mlp_out[...],
+    )
     np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-5)
     # Rotary positions: q·k after rotation depends only on the distance between the positions.
     from sharding_lab.models.transformer import rope
@@ -175,31 +235,87 @@ def test_kv_heads_follow_the_query_heads_and_an_indivisible_split_is_explained()
     assert not tp.warnings
     # 2 K/V heads cannot be split 4 ways: the plan says so (JAX would silently replicate them).
     two = sl.plan(sl.LabConfig(mesh=MeshSpec((2, 4)), preset="tp", model=SMALL, optimizer="adamw"))
-    assert any(w.startswith("params/blocks/0/k (32, 2, 8): dimension 1 (size 2) cannot be split 4 ways over "
-                            "'model', so JAX silently lays it out as P() (replicated)") for w in two.warnings)
+    assert any(
+        w.startswith(
+            "params/blocks/0/k (32, 2, 8): dimension 1 (size 2) cannot be split 4 ways over "
+            "'model', so JAX silently lays it out as P() (replicated)"
+        )
+        for w in two.warnings
+    )
     assert not any("/q " in w for w in two.warnings)
 
 
 def test_comm_compiles_a_small_gqa_swiglu_remat_step(capsys):
-    argv = ["comm", "--model", "transformer", "--mesh", "2x4", "--preset", "fsdp_tp", "--layers", "2", "--embed", "32",
-            "--heads", "4", "--kv-heads", "2", "--head-dim", "8", "--mlp-dim", "64", "--vocab", "16", "--seq", "16",
-            "--mlp-type", "swiglu", "--positions", "rope", "--embeddings", "tied", "--remat", "full", "--json"]
+    argv = [
+        "comm",
+        "--model",
+        "transformer",
+        "--mesh",
+        "2x4",
+        "--preset",
+        "fsdp_tp",
+        "--layers",
+        "2",
+        "--embed",
+        "32",
+        "--heads",
+        "4",
+        "--kv-heads",
+        "2",
+        "--head-dim",
+        "8",
+        "--mlp-dim",
+        "64",
+        "--vocab",
+        "16",
+        "--seq",
+        "16",
+        "--mlp-type",
+        "swiglu",
+        "--positions",
+        "rope",
+        "--embeddings",
+        "tied",
+        "--remat",
+        "full",
+        "--json",
+    ]
     assert cli.main(argv) == 0
     out = json.loads(capsys.readouterr().out)
     assert out["collectives"] and out["memory"]["params"] > 0
 
 
-REMAT = TransformerSpec(layers=4, embed_dim=32, heads=4, kv_heads=2, head_dim=8, mlp_dim=128, vocab=16, seq=64,
-                        mlp_type="swiglu", positions="rope")
+REMAT = TransformerSpec(
+    layers=4,
+    embed_dim=32,
+    heads=4,
+    kv_heads=2,
+    head_dim=8,
+    mlp_dim=128,
+    vocab=16,
+    seq=64,
+    mlp_type="swiglu",
+    positions="rope",
+)
 
 
 def test_full_remat_shrinks_the_compiled_temporaries_and_keeps_the_loss():
     """XLA's own memory analysis of the trainer's step: with every block rematerialised the
     temporaries shrink (4 blocks, scores 8×4×64×64 each: 12.7 MB → 4.8 MB on one device), and
     training gives the same losses at the same seed."""
-    configs = {remat: sl.LabConfig(mesh=MeshSpec((1, 1)), preset="replicated", optimizer="adamw", lr=0.01,
-                                   model=dataclasses.replace(REMAT, remat=remat), batch_size=8, steps=5, chunk=5)
-               for remat in ("none", "full")}
+    configs = {
+        remat: sl.LabConfig(
+            mesh=MeshSpec((1, 1)),
+            preset="replicated",
+            optimizer="adamw",
+            lr=0.01,
+            model=dataclasses.replace(REMAT, remat=remat),
+            batch_size=8,
+            steps=5,
+            chunk=5,
+        )
+        for remat in ("none", "full")
+    }
     temp = {remat: analyze(sl.plan(config)).memory["temp"] for remat, config in configs.items()}
     assert temp["full"] < 0.5 * temp["none"], temp
     losses = {}
@@ -216,15 +332,28 @@ def test_full_remat_shrinks_the_compiled_temporaries_and_keeps_the_loss():
 
 
 def test_exported_script_of_the_new_options_runs_standalone(tmp_path):
-    config = sl.LabConfig(mesh=MeshSpec((2, 4)), preset="fsdp_tp", model=dataclasses.replace(SMALL, remat="full"),
-                          optimizer="adamw", lr=0.01, batch_size=16, steps=30)
-    from sharding_lab.export import export_script
+    config = sl.LabConfig(
+        mesh=MeshSpec((2, 4)),
+        preset="fsdp_tp",
+        model=dataclasses.replace(SMALL, remat="full"),
+        optimizer="adamw",
+        lr=0.01,
+        batch_size=16,
+        steps=30,
+    )
+    from sharding_lab.export.script import export_script
 
     script = tmp_path / "exported.py"
     script.write_text(export_script(config))
     assert "sharding_lab" not in script.read_text().split('"""', 2)[2]
-    done = subprocess.run([sys.executable, str(script)], cwd=tmp_path, capture_output=True, text=True, timeout=240,
-                          env={"PATH": "/usr/bin:/bin", "JAX_PLATFORMS": "cpu", "XLA_FLAGS": os.environ["XLA_FLAGS"]})
+    done = subprocess.run(
+        [sys.executable, str(script)],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=240,
+        env={"PATH": "/usr/bin:/bin", "JAX_PLATFORMS": "cpu", "XLA_FLAGS": os.environ["XLA_FLAGS"]},
+    )
     assert done.returncode == 0, done.stderr[-2000:]
     last = done.stdout.strip().splitlines()[-1]
     assert last.startswith("final_loss=") and float(last.split("=")[1]) < np.log(16)

@@ -10,31 +10,50 @@ from sharding_lab import ConfigError, LabConfig, MeshSpec, ModelSpec, Rules, pla
 
 # id → (config, field, words the message must contain)
 CASES = {
-    "mesh 3x3 on 8 devices": (LabConfig(mesh=MeshSpec((3, 3))), "mesh",
-                              ["3×3", "needs 9 devices", "8", "2×4"]),
-    "one name for two axes": (LabConfig(mesh=MeshSpec((2, 4), ("data",))), "mesh",
-                              ["2 axes", "1 names", "one name per axis"]),
+    "mesh 3x3 on 8 devices": (LabConfig(mesh=MeshSpec((3, 3))), "mesh", ["3×3", "needs 9 devices", "8", "2×4"]),
+    "one name for two axes": (
+        LabConfig(mesh=MeshSpec((2, 4), ("data",))),
+        "mesh",
+        ["2 axes", "1 names", "one name per axis"],
+    ),
     "empty axis name": (LabConfig(mesh=MeshSpec((2, 4), ("data", ""))), "mesh", ["empty"]),
-    "duplicate axis names": (LabConfig(mesh=MeshSpec((2, 4), ("data", "data"))), "mesh",
-                             ["'data'", "twice"]),
-    "axis name with a space": (LabConfig(mesh=MeshSpec((2, 4), ("data", "a b"))), "mesh",
-                               ["'a b'", "not allowed", "letters"]),
-    "axis name with markup": (LabConfig(mesh=MeshSpec((2, 4), ("<script>", "model"))), "mesh",
-                              ["'<script>'", "not allowed"]),
-    "unknown mesh axis in a rule": (LabConfig(preset=None, rules=Rules(mlp="nope")), "rules",
-                                    ["mlp", "'nope'", "data, model"]),
+    "duplicate axis names": (LabConfig(mesh=MeshSpec((2, 4), ("data", "data"))), "mesh", ["'data'", "twice"]),
+    "axis name with a space": (
+        LabConfig(mesh=MeshSpec((2, 4), ("data", "a b"))),
+        "mesh",
+        ["'a b'", "not allowed", "letters"],
+    ),
+    "axis name with markup": (
+        LabConfig(mesh=MeshSpec((2, 4), ("<script>", "model"))),
+        "mesh",
+        ["'<script>'", "not allowed"],
+    ),
+    "unknown mesh axis in a rule": (
+        LabConfig(preset=None, rules=Rules(mlp="nope")),
+        "rules",
+        ["mlp", "'nope'", "data, model"],
+    ),
     "mesh axis twice in one array": (
-        LabConfig(preset=None, rules=Rules(embed="model", mlp="model")), "rules",
-        ["w1", "'model'", "twice"]),
+        LabConfig(preset=None, rules=Rules(embed="model", mlp="model")),
+        "rules",
+        ["w1", "'model'", "twice"],
+    ),
     "override rank above array rank": (
         LabConfig(preset=None, rules=Rules(mlp="model", overrides=(("b1", ("model", None)),))),
-        "rules", ["b1", "2 dimensions", "rank 1"]),
+        "rules",
+        ["b1", "2 dimensions", "rank 1"],
+    ),
     "override of an unknown array": (
-        LabConfig(preset=None, rules=Rules(overrides=(("w9", ("model",)),))), "rules",
-        ["'w9'", "w1"]),
+        LabConfig(preset=None, rules=Rules(overrides=(("w9", ("model",)),))),
+        "rules",
+        ["'w9'", "w1"],
+    ),
     "no rules at all": (LabConfig(preset=None, rules=None), "rules", ["preset"]),
-    "batch 30 on data axis of 4": (LabConfig(mesh=MeshSpec((4, 2)), preset="dp", batch_size=30),
-                                   "batch", ["batch/x", "30", "4", "28", "32"]),
+    "batch 30 on data axis of 4": (
+        LabConfig(mesh=MeshSpec((4, 2)), preset="dp", batch_size=30),
+        "batch",
+        ["batch/x", "30", "4", "28", "32"],
+    ),
     "steps 0": (LabConfig(steps=0), "steps", ["steps", "0"]),
     "steps negative": (LabConfig(steps=-5), "steps", ["steps", "-5"]),
     "lr 0": (LabConfig(lr=0.0), "optimizer", ["learning rate", "> 0", "0.01"]),
@@ -42,8 +61,7 @@ CASES = {
     "lr nan": (LabConfig(lr=math.nan), "optimizer", ["learning rate", "nan"]),
     "decay 1.0": (LabConfig(decay=1.0), "optimizer", ["decay", "1.0", "[0, 1)"]),
     "model width 0": (LabConfig(model=ModelSpec(dmid=0)), "model", ["dmid", "0"]),
-    "unknown optimizer": (LabConfig(optimizer="rmsprop"), "optimizer",
-                          ["'rmsprop'", "seed-sgd", "adamw"]),
+    "unknown optimizer": (LabConfig(optimizer="rmsprop"), "optimizer", ["'rmsprop'", "seed-sgd", "adamw"]),
     "unknown preset": (LabConfig(preset="zero3"), "rules", ["'zero3'", "fsdp_tp"]),
 }
 
@@ -115,7 +133,7 @@ def test_batch_feature_dimension_error_does_not_blame_the_batch_size():
 
 
 def test_a_run_that_would_not_fit_in_memory_is_refused_before_allocating(monkeypatch):
-    from sharding_lab.config import check_memory, estimated_bytes
+    from sharding_lab.training.config import check_memory, estimated_bytes
 
     config = LabConfig(model=ModelSpec(dmid=4096, hidden_layers=4), preset="dp", optimizer="adamw")
     planned = plan(config)  # laying it out is free

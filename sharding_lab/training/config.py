@@ -1,0 +1,362 @@
+"""Config and plan: everything a run needs, validated, and where every array will live.
+
+:class:`LabConfig` is plain, hashable data (mesh spec, rules, model, optimizer, data and
+training settings). :func:`plan` checks it — every mistake becomes a :class:`ConfigError` naming the
+fix, every silent JAX fallback becomes a warning — and returns a :class:`Plan` with the mesh and
+the planned layout of every parameter, optimizer buffer and batch array. Nothing is allocated and
+nothing is compiled (except a one-op program for a dimension JAX will not split).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import math
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import psutil
+from jax.sharding import NamedSharding
+from jax.sharding import PartitionSpec as P
+
+from .. import settings
+from ..errors import ConfigError, nearest_divisible
+from ..hardware import targets
+from ..hardware.devices import available_count
+from ..models import family_of
+from ..models.data import DEFAULT_BATCH
+from ..models.mlp import ModelSpec
+from ..pipeline import family_for, stage_axis
+from ..pipeline import validate as validate_pipeline
+from ..sharding.experts import validate as validate_experts
+from ..sharding.layout import ArrayLayout, divides, format_spec, planned_layout, realized_spec
+from ..sharding.mesh import MeshSpec, build_mesh, device_grid
+from ..sharding.rules import Rules, axis_names, bind_preset, split_ways
+from .optimizer import OPTIMIZER_BUFFERS, OPTIMIZER_SCALARS, OPTIMIZERS
+
+MAX_STEPS = 200_000
+MAX_BATCH = 65_536
+
+
+@dataclasses.dataclass(frozen=True)
+class LabConfig:
+    mesh: MeshSpec = MeshSpec()
+    preset: str | None = "seed"
+    rules: Rules | None = None  # used when preset is None (custom rules)
+    model: ModelSpec = ModelSpec()
+    optimizer: str = "seed-sgd"
+    lr: float = 0.01
+    decay: float = 0.9
+    batch_size: int = DEFAULT_BATCH
+    steps: int = 3000
+    seed: int = 0
+    chunk: int = 100
+    target: str = (
+        "cpu"  # what the step is compiled for (sharding_lab.hardware.targets): cpu trains, others compile only
+    )
+    microbatches: int = 1  # pipeline parallelism only (rules with layers → a mesh axis)
+    schedule: str = "gpipe"  # pipeline schedule: "gpipe" or "1f1b"
+
+    @property
+    def family(self):
+        """The model family of ``model`` (:mod:`sharding_lab.models`) — its pipelined form (blocks
+        stacked, :mod:`sharding_lab.pipeline`) when the rules map ``layers`` to a mesh axis."""
+        return _family(self.model, self.preset, self.rules, self.mesh)
+
+    @property
+    def stage_axis(self) -> str | None:
+        """The mesh axis of the pipeline stages (None: not pipelined)."""
+        try:
+            return stage_axis(self.resolved_rules())
+        except ConfigError:
+            return None
+
+    def resolved_rules(self) -> Rules:
+        if self.preset is not None:
+            return preset_rules(self.preset, self.mesh, self.model)
+        if self.rules is None:
+            raise ConfigError("no rules given: choose a preset or set the rules", "rules")
+        return self.rules
+
+    def to_json(self) -> dict:
+        rules = self.resolved_rules()
+        return {
+            "mesh": list(self.mesh.shape),
+            "axes": list(self.mesh.axes),
+            "axis_type": self.mesh.axis_type,
+            "preset": self.preset,
+            "rules": {
+                **{k: _jsonable(rules.target(k)) for k in self.family.logical_axes},
+                "overrides": {n: [_jsonable(t) for t in d] for n, d in rules.overrides},
+            },
+            "model": dataclasses.asdict(self.model),
+            "model_family": self.family.name,
+            "optimizer": self.optimizer,
+            "lr": self.lr,
+            "decay": self.decay,
+            "batch_size": self.batch_size,
+            "steps": self.steps,
+            "seed": self.seed,
+            "target": self.target,
+            **(
+                {
+                    "pipeline": {
+                        "stage_axis": self.stage_axis,
+                        "microbatches": self.microbatches,
+                        "schedule": self.schedule,
+                    }
+                }
+                if self.stage_axis
+                else {}
+            ),
+        }
+
+
+def preset_rules(preset: str, mesh: MeshSpec, model) -> Rules:
+    """The family's preset bound to ``mesh``, keeping only the overrides of arrays ``model`` has:
+    a preset names every array its family can have (the transformer's ``pos`` or ``unembed``,
+    absent from some sizes), and an override of an absent array would be refused."""
+    rules = bind_preset(preset, mesh, family_of(model).name)
+    names = {a.rule_name for a in family_of(model).parameters(model).values()}
+    return Rules(rules.logical(), tuple((n, d) for n, d in rules.overrides if n in names))
+
+
+@functools.lru_cache(maxsize=256)
+def _family(model, preset, rules, mesh):
+    try:
+        resolved = bind_preset(preset, mesh, family_of(model).name) if preset is not None else rules
+        return family_for(model, resolved) if resolved is not None else family_of(model)
+    except ConfigError:  # a bad preset or layers rule: plan() says so
+        return family_of(model)
+
+
+def _jsonable(target):
+    return list(target) if isinstance(target, tuple) else target
+
+
+@dataclasses.dataclass(frozen=True)
+class ArrayPlan:
+    path: str
+    shape: tuple[int, ...]
+    logical_axes: tuple
+    requested: P
+    spec: P
+    dtype: str = "float32"
+
+
+@dataclasses.dataclass
+class Plan:
+    config: LabConfig
+    rules: Rules
+    mesh: jax.sharding.Mesh
+    arrays: dict[str, ArrayPlan]
+    warnings: list[str]
+
+    def layouts(self) -> dict[str, ArrayLayout]:
+        return {
+            path: planned_layout(path, a.shape, self.mesh, a.requested, a.spec, np.dtype(a.dtype).itemsize)
+            for path, a in self.arrays.items()
+        }
+
+    def activation_specs(self) -> dict[str, P]:
+        """Activation name → the PartitionSpec the forward pass constrains it to."""
+        return {path[4:]: a.spec for path, a in self.arrays.items() if path.startswith("act/")}
+
+    def spec(self, path: str) -> P:
+        return self.arrays[path].spec
+
+    def unused_axes(self) -> tuple[str, ...]:
+        """Mesh axes (of size > 1) that split no array: along them every array is replicated, and
+        their devices repeat each other's work. Presets bind two roles (data, model), so a third
+        axis is one of these unless a rule names it."""
+        used = {name for a in self.arrays.values() for target in a.spec for name in axis_names(target)}
+        return tuple(a for a, n in self.config.mesh.axis_sizes.items() if n > 1 and a not in used)
+
+
+def _array_paths(config: LabConfig) -> dict[str, tuple[tuple[int, ...], tuple, str, str]]:
+    """layout path → (shape, logical axes, rule name) for every array a run holds: parameters,
+    optimizer state (each buffer laid out like its parameter), the batch and the activations the
+    forward pass constrains."""
+    family = config.family
+    arrays = {}
+    params = family.parameters(config.model)
+    for path, a in params.items():
+        arrays[f"params/{path}"] = (a.shape, a.logical_axes, a.rule_name, a.dtype)
+    for buffer in OPTIMIZER_BUFFERS.get(config.optimizer, ()):
+        for path, a in params.items():
+            arrays[f"opt/{buffer}/{path}"] = (a.shape, a.logical_axes, a.rule_name, a.dtype)
+    for scalar in OPTIMIZER_SCALARS.get(config.optimizer, ()):
+        arrays[f"opt/{scalar}"] = ((), (), scalar, "int32")
+    for name, a in family.batch(config.model, config.batch_size).items():
+        arrays[f"batch/{name}"] = (a.shape, a.logical_axes, name, a.dtype)
+    for name, a in family.activations(config.model, config.batch_size).items():
+        arrays[f"act/{name}"] = (a.shape, a.logical_axes, name, a.dtype)
+    return arrays
+
+
+def _check_numbers(config: LabConfig) -> None:
+    if not isinstance(config.steps, int) or not 1 <= config.steps <= MAX_STEPS:
+        raise ConfigError(f"steps must be between 1 and {MAX_STEPS:,}, got {config.steps!r}", "steps")
+    if not isinstance(config.batch_size, int) or not 1 <= config.batch_size <= MAX_BATCH:
+        raise ConfigError(f"batch size must be between 1 and {MAX_BATCH:,}, got {config.batch_size!r}", "batch")
+    if not isinstance(config.chunk, int) or config.chunk < 1:
+        raise ConfigError(f"chunk must be a whole number ≥ 1, got {config.chunk!r}", "steps")
+    if not (isinstance(config.lr, (int, float)) and math.isfinite(config.lr) and config.lr > 0):
+        raise ConfigError(f"learning rate must be a number > 0, got {config.lr!r}: try 0.01", "optimizer")
+    if not (isinstance(config.decay, (int, float)) and 0 <= config.decay < 1):
+        raise ConfigError(f"momentum decay must be in [0, 1), got {config.decay!r}: try 0.9", "optimizer")
+    if config.optimizer not in OPTIMIZERS:
+        raise ConfigError(f"unknown optimizer {config.optimizer!r}: choose one of {', '.join(OPTIMIZERS)}", "optimizer")
+
+
+def plan(config: LabConfig) -> Plan:
+    """Validate ``config`` and lay out every array; raises ConfigError with the fix."""
+    target = targets.parse(config.target)
+    if target.compile_only:
+        targets.check(target)  # its compiler is installed, else how to install it
+        config.mesh.validate(target.devices)
+        targets.check_mesh_size(target, config.mesh.size)
+    else:
+        config.mesh.validate(available_count())
+    config.model.validate()
+    _check_numbers(config)
+    if config.mesh.axis_type == "explicit" and config.family.explicit_refusal:
+        raise ConfigError(config.family.explicit_refusal, "mesh")
+    rules = config.resolved_rules()
+    validate_pipeline(config, rules)
+    validate_experts(config, rules)
+    arrays = _array_paths(config)
+    rules.validate(
+        config.mesh,
+        {name: logical for path, (_, logical, name, _) in arrays.items() if not path.startswith("opt/")},
+        tuple(config.family.logical_axes),
+    )
+    mesh = build_mesh(config.mesh, config.target)
+    explicit = config.mesh.axis_type == "explicit"
+    warnings, planned = [], {}
+    split_note = device_grid(config.mesh, config.target)[1] if target.compile_only else None
+    if split_note:  # an axis splits a torus dimension
+        warnings.append(split_note)
+    if stage_axis(rules) is None and (config.microbatches != 1 or config.schedule != "gpipe"):
+        warnings.append(
+            f"microbatches ({config.microbatches}) and schedule ({config.schedule}) apply to "
+            "pipeline parallelism only (rules with layers → a mesh axis, e.g. preset pp): "
+            "this step runs the whole batch at once"
+        )
+    batch_first = sorted(arrays.items(), key=lambda item: not item[0].startswith("batch/"))
+    for path, (shape, logical, name, dtype) in batch_first:
+        requested = rules.spec(name, logical) if logical else P()
+        spec = requested
+        if not divides(shape, requested, mesh):
+            bad = [
+                (i, dim, target)
+                for i, (dim, target) in enumerate(zip(shape, requested))
+                if dim % split_ways(target, config.mesh.axis_sizes)
+            ]
+            i, dim, target = bad[0]
+            ways = split_ways(target, config.mesh.axis_sizes)
+            sizes = " or ".join(map(str, nearest_divisible(dim, ways)))
+            what = f"{path} {shape}: dimension {i} (size {dim}) cannot be split {ways} ways over {_describe(target)}"
+            if path.startswith("batch/") and i == 0:
+                raise ConfigError(f"{what}: use a batch size that {ways} divides, e.g. {sizes}", "batch")
+            if path.startswith("batch/"):
+                raise ConfigError(
+                    f"{what}: a batch's feature dimension cannot be split here — map it to replicated", "rules"
+                )
+            if explicit:
+                raise _explicit_refusal(
+                    config, rules, mesh, what, path, name, logical, shape, requested, i, ways, sizes
+                )
+            spec = realized_spec(mesh, shape, requested)
+            if path.startswith("params/"):
+                warnings.append(
+                    f"{what}, so JAX silently lays it out as {_fmt(spec)} instead of "
+                    f"{_fmt(requested)}; sizes that divide: {sizes}"
+                )
+        planned[path] = ArrayPlan(path, shape, logical, requested, spec, dtype)
+    return Plan(config, rules, mesh, {path: planned[path] for path in arrays}, warnings)
+
+
+def _explicit_refusal(config, rules, mesh, what, path, name, logical, shape, requested, dim, ways, sizes):
+    """The ConfigError for a dimension an Explicit mesh axis does not divide: JAX's own words (it
+    refuses to make such an array, where Auto axes silently replicate the dimension) and the fix
+    that always works — replicate that dimension with a per-parameter override — as a config."""
+    try:  # what JAX says when asked to create the array this way (abstractly: nothing allocated)
+        with jax.set_mesh(mesh):
+            jax.eval_shape(lambda: jnp.zeros(shape, out_sharding=NamedSharding(mesh, requested)))
+        refusal = "it refuses to create it"
+    except Exception as error:  # noqa: BLE001  (its message is the lesson, whatever its type)
+        refusal = f"{type(error).__name__}: {str(error).split('. Got shape')[0].splitlines()[0]}"
+    targets = list(rules.targets(name, logical))
+    targets[dim] = None
+    fix = dataclasses.replace(config, preset=None, rules=rules.with_override(name, tuple(targets)))
+    label = f"{name}'s dimension {dim}"
+    try:  # another dimension may need the same: offer one button that fixes them all
+        plan(fix)
+    except ConfigError as further:
+        if further.fix is None:
+            fix = None
+        else:
+            fix, label = further.fix, f"{label}, {further.fix_label.removeprefix('Replicate ')}"
+    return ConfigError(
+        f"{what}. With Explicit axes JAX refuses to make such an array ({refusal}); Auto axes "
+        f"would silently replicate that dimension instead. Replicate it (a per-parameter override), "
+        f"or give it a size that is a multiple of {ways} (e.g. {sizes})",
+        "rules",
+        fix=fix,
+        fix_label=f"Replicate {label}" if fix is not None else "",
+        fix_help="Sets a per-parameter override in the rules table (the preset becomes Custom).",
+    )
+
+
+def memory_limit_bytes() -> int:
+    """What a run may use on this machine: SHARDING_LAB_MEMORY_LIMIT_MB, else half of free memory."""
+    configured = settings.MEMORY_LIMIT_MB.get()
+    if configured > 0:
+        return configured * 2**20
+    return psutil.virtual_memory().available // 2
+
+
+def estimated_bytes(plan: Plan) -> int:
+    """Memory a training run needs, summed over the devices (simulated devices share host RAM):
+    parameters, optimizer state and batch as laid out, plus gradients (one more copy of the
+    parameters) and activations (batch × width per layer, forward and backward)."""
+    layouts = plan.layouts()
+    held = sum(
+        layout.bytes_per_device * len(layout.devices) for path, layout in layouts.items() if not path.startswith("act/")
+    )
+    grads = sum(
+        layout.bytes_per_device * len(layout.devices) for path, layout in layouts.items() if path.startswith("params/")
+    )
+    config = plan.config
+    activations = config.family.activation_bytes(config.model, config.batch_size) * config.mesh.size
+    return held + grads + activations
+
+
+def check_memory(plan: Plan) -> None:
+    """Before allocating: refuse a run that would not fit in this machine's memory."""
+    need, limit = estimated_bytes(plan), memory_limit_bytes()
+    if need > limit:
+        layouts = plan.layouts()
+        largest = max((layouts[p] for p in plan.arrays if p.startswith("params/")), key=lambda a: a.total_bytes)
+        whole = largest.bytes_per_device == largest.total_bytes  # sharding would help only then
+        raise ConfigError(
+            f"this run needs about {need / 2**30:.1f} GiB across {plan.config.mesh.size} devices (a cautious "
+            f"estimate: activations counted on every device) but only "
+            f"{limit / 2**30:.1f} GiB may be used here: choose a smaller model (width, layers) or batch"
+            + (
+                f", a leaner optimizer than {plan.config.optimizer}, or shard the parameters (fsdp, tp)"
+                if whole
+                else f" or a leaner optimizer than {plan.config.optimizer}"
+            ),
+            "model",
+        )
+
+
+def _describe(target) -> str:
+    return " × ".join(f"'{n}'" for n in axis_names(target))
+
+
+def _fmt(spec: P) -> str:
+    return format_spec(spec) + ("" if len(spec) else " (replicated)")

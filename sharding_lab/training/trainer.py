@@ -1,0 +1,562 @@
+"""Training: build the sharded model and optimizer, then run the seed's loop fast.
+
+:func:`build` creates the model and its optimizer state inside one ``jit`` under the mesh, as the
+seed's ``create_model`` does, so every array is born with its sharding. :class:`Trainer` then runs
+the seed's math — MSE loss, gradients, momentum update — but many steps per compiled call (a
+``lax.scan`` over a *chunk*, sampling each batch on device), reporting after every chunk and
+stopping between chunks on request or when the loss stops being a number.
+
+With ``host_batches=True`` the same steps take their batches from host memory instead: before each
+chunk every JAX process loads only the rows of each batch that its own devices hold
+(``jax.make_array_from_process_local_data``) — the way data reaches a model trained by several
+processes (:mod:`sharding_lab.worker`). The batches are the very ones the device sampler draws, so
+both ways give the same losses.
+
+Every chunk's result is waited on before the next is dispatched: XLA's CPU collectives can abort
+the process when many collective programs are in flight at once.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import functools
+import math
+import threading
+import time
+from typing import Callable, Iterator
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from flax import nnx
+from jax.sharding import NamedSharding
+from jax.sharding import PartitionSpec as P
+
+from ..errors import ConfigError
+from ..models import activation_rules
+from ..models.data import place, sample_batch
+from ..pipeline import family_for
+from ..sharding.layout import ArrayLayout, actual_layout, compare_layouts
+from .config import LabConfig, Plan, check_memory
+from .config import plan as make_plan
+from .optimizer import buffer_name, make_optimizer
+
+FINAL_LOSS_WINDOW = 100
+
+
+@dataclasses.dataclass
+class Progress:
+    """What one chunk reports: ``losses`` are this chunk's per-step losses."""
+
+    step: int
+    total_steps: int
+    losses: list[float]
+    elapsed: float
+    steps_per_s: float
+    done: bool = False
+    stop_reason: str | None = None
+
+
+@dataclasses.dataclass
+class TrainResult:
+    losses: np.ndarray
+    steps: int
+    elapsed: float
+    steps_per_s: float
+    stop_reason: str  # "finished", "stopped" or "diverged: ..."
+
+    @property
+    def final_loss(self) -> float:
+        tail = self.losses[-FINAL_LOSS_WINDOW:]
+        return float(np.mean(tail)) if len(tail) else float("nan")
+
+    @property
+    def diverged(self) -> bool:
+        return self.stop_reason.startswith("diverged")
+
+
+class Lab:
+    """A live run: the plan, the sharded model + optimizer state, and the data on the devices."""
+
+    def __init__(self, config_or_plan: LabConfig | Plan):
+        self.plan = config_or_plan if isinstance(config_or_plan, Plan) else make_plan(config_or_plan)
+        refuse_compile_only(self.plan.config)
+        check_memory(self.plan)  # refuse before allocating what would not fit
+        config = self.plan.config
+        with jax.set_mesh(self.plan.mesh):
+            model, optimizer = _create(
+                config.model, self.plan.rules, config.optimizer, config.lr, config.decay, config.seed
+            )
+        self.graphdef, self.state = nnx.split((model, optimizer))
+        self.x_host, self.y_host = config.family.make_dataset(config.model, config.seed)
+        replicated = NamedSharding(self.plan.mesh, P())
+        self.x_all, self.y_all = jax.device_put((self.x_host, self.y_host), replicated)
+        self.steps_done = 0
+        self._predict_all = None
+        self._activations = None
+
+    @property
+    def config(self) -> LabConfig:
+        return self.plan.config
+
+    def live_arrays(self) -> dict[str, jax.Array]:
+        """Layout path → live array, for parameters and optimizer state."""
+        model_state, opt_state = self.state[0], self.state[1]
+        arrays = {f"params/{'/'.join(map(str, path))}": v[...] for path, v in nnx.to_flat_state(model_state)}
+        arrays.update({buffer_name(path): v[...] for path, v in nnx.to_flat_state(opt_state)})
+        return arrays
+
+    def sample_batch(self, step: int = 0) -> tuple[jax.Array, jax.Array]:
+        """The batch the trainer would draw at ``step``, as a live sharded array pair."""
+        fn = _batch_fn(self.plan.mesh, self.config.batch_size, batch_shardings(self.plan))
+        return fn(jax.random.key(self.config.seed), jnp.int32(step), self.x_all, self.y_all)
+
+    def load_batches(self, start: int, count: int) -> tuple[jax.Array, jax.Array]:
+        """The batches of steps ``start .. start+count-1`` stacked, shape (count, batch, features),
+        built from host memory: this process loads only the batch rows its devices hold."""
+        idx = np.asarray(
+            _indices_fn(self.config.batch_size, count, self.x_host.shape[0])(
+                jax.random.key(self.config.seed), jnp.int32(start)
+            )
+        )  # the device sampler's indices
+        return tuple(
+            _from_process_rows(host, idx, NamedSharding(self.plan.mesh, P(None, *self.plan.spec(path))))
+            for host, path in ((self.x_host, "batch/x"), (self.y_host, "batch/y"))
+        )
+
+    def load_batch(self, step: int = 0) -> tuple[jax.Array, jax.Array]:
+        """One step's batch, loaded from host memory as :meth:`load_batches` does."""
+        idx = np.asarray(
+            _indices_fn(self.config.batch_size, 1, self.x_host.shape[0])(
+                jax.random.key(self.config.seed), jnp.int32(step)
+            )
+        )[0]
+        return tuple(
+            _from_process_rows(host, idx, NamedSharding(self.plan.mesh, self.plan.spec(path)))
+            for host, path in ((self.x_host, "batch/x"), (self.y_host, "batch/y"))
+        )
+
+    def actual_layouts(self, batch: tuple[jax.Array, jax.Array] | None = None) -> dict[str, ArrayLayout]:
+        """Where the live arrays are (this process's shards only, when there are several). The
+        batch is ``batch`` if given, else one drawn by the device sampler; the activations are
+        those the forward pass produced on that batch (:meth:`live_activations`)."""
+        arrays = self.live_arrays()
+        arrays["batch/x"], arrays["batch/y"] = batch if batch is not None else self.sample_batch()
+        layouts = {
+            path: actual_layout(path, array, self.plan.arrays[path].requested if path in self.plan.arrays else P())
+            for path, array in arrays.items()
+        }
+        for name, values in self.live_activations(arrays["batch/x"], arrays["batch/y"]).items():
+            path = f"act/{name}"
+            found = [actual_layout(path, value, self.plan.arrays[path].requested) for value in values]
+            # Every place the forward pass constrains this activation (the residual stream: after
+            # the embedding and after each sublayer) must agree; the first that does not is shown.
+            layouts[path] = next((f for f in found if f.devices != found[0].devices), found[0])
+        return layouts
+
+    def live_activations(self, x: jax.Array, y: jax.Array) -> dict[str, list[jax.Array]]:
+        """Activation name → the live arrays the forward pass (the family's loss, as in the train
+        step) produced at each of its ``constrain`` calls on batch (x, y). The program returns them
+        with unpinned outputs, so each comes back in the layout the compiled program gave it."""
+        specs = self.plan.activation_specs()
+        if not specs:
+            return {}
+        if self._activations is None:
+            graphdef, family, mesh = self.graphdef, self.config.family, self.plan.mesh
+
+            def forward(state, x, y):
+                record: list = []
+                with activation_rules(mesh, specs, record):
+                    family.loss(nnx.merge(graphdef, state)[0], x, y)
+                # The names ride in the output's structure (dict keys), in the order of the calls.
+                return {f"{i:04d} {name}": value for i, (name, value) in enumerate(record)}
+
+            self._activations = jax.jit(forward)
+        with jax.set_mesh(self.plan.mesh):
+            values = self._activations(self.state, x, y)
+        found: dict[str, list[jax.Array]] = {}
+        for key in sorted(values):
+            found.setdefault(key.split(" ", 1)[1], []).append(values[key])
+        return found
+
+    def verify_layout(self) -> list[str]:
+        """Differences between the planned and the live layout (empty: JAX did as planned)."""
+        return compare_layouts(self.plan.layouts(), self.actual_layouts())
+
+    def predict(self, x: np.ndarray) -> np.ndarray:
+        """The family's probe (the MLP: its prediction) on host inputs ``x``."""
+        return self._probe(jnp.asarray(x, self.x_host.dtype))
+
+    def predict_dataset(self) -> np.ndarray:
+        """The probe on the whole dataset (or its first ``family.probe_rows`` rows), gathered whole
+        onto every device — so any process can read it (every process must call this together)."""
+        rows = self.config.family.probe_rows
+        return self._probe(self.x_all if rows is None else self.x_all[:rows])
+
+    def _probe(self, x) -> np.ndarray:
+        if self._predict_all is None:
+            graphdef, family = self.graphdef, self.config.family
+            self._predict_all = jax.jit(
+                lambda state, x: family.probe(nnx.merge(graphdef, state)[0], x),
+                out_shardings=NamedSharding(self.plan.mesh, P()),
+            )
+        with jax.set_mesh(self.plan.mesh):
+            return np.asarray(self._predict_all(self.state, x))
+
+
+def refuse_compile_only(config: LabConfig) -> None:
+    """A run needs the chips it is laid on: only the simulated host (target ``cpu``, or accelerators JAX
+    really sees) trains; a TPU slice or GPU node target is compiled for, never run."""
+    if config.target != "cpu":
+        raise ConfigError(
+            f"training on {config.target} needs those chips, and this machine compiles for them "
+            f"only: every view that compiles (Communication, Compare, cost) works on {config.target}; "
+            "to train, choose the target cpu",
+            "target",
+        )
+
+
+@nnx.jit(static_argnums=(0, 1, 2, 3, 4, 5))
+def _create(model_spec, rules, optimizer, lr, decay, seed):
+    """Model and optimizer created inside jit, under the mesh: every array is born sharded."""
+    model = family_for(model_spec, rules).build(model_spec, lambda name, *axes: rules.spec(name, axes), nnx.Rngs(seed))
+    return model, make_optimizer(optimizer, model, lr, decay)
+
+
+@functools.lru_cache(maxsize=64)
+def _batch_fn(mesh, batch_size, shardings):
+    @jax.jit
+    def batch(key, step, x_all, y_all):
+        return sample_batch(jax.random.fold_in(key, step), x_all, y_all, batch_size, shardings)
+
+    return batch
+
+
+@functools.lru_cache(maxsize=16)
+def _indices_fn(batch_size: int, count: int, n_points: int):
+    """key, start → (count, batch_size) row indices: for each step, the rows ``sample_batch`` draws."""
+
+    @jax.jit
+    def indices(key, start):
+        return jax.vmap(lambda i: jax.random.randint(jax.random.fold_in(key, start + i), (batch_size,), 0, n_points))(
+            jnp.arange(count)
+        )
+
+    return indices
+
+
+def process_rows(sharding: NamedSharding, shape: tuple[int, ...], dim: int) -> np.ndarray:
+    """The indices along ``dim`` that this process's devices hold, in order (all of them when the
+    dimension is not split across processes)."""
+    index_map = sharding.addressable_devices_indices_map(shape)
+    return np.array(sorted({i for index in index_map.values() for i in range(*index[dim].indices(shape[dim])[:2])}))
+
+
+def _from_process_rows(host: np.ndarray, idx: np.ndarray, sharding: NamedSharding) -> jax.Array:
+    """The global array ``host[idx]`` (batch rows along ``idx``'s last dimension), of which this
+    process builds and loads only the rows its devices hold."""
+    shape = idx.shape + host.shape[1:]
+    rows = process_rows(sharding, shape, idx.ndim - 1)
+    return jax.make_array_from_process_local_data(sharding, host[idx[..., rows]], shape)
+
+
+def program_key(config: LabConfig, chunk: int, host_batches: bool = False) -> tuple:
+    """What a compiled chunk depends on: equal keys share one program (across runs and sessions)."""
+    return (
+        config.mesh,
+        config.resolved_rules(),
+        config.model,
+        config.optimizer,
+        config.lr,
+        config.decay,
+        config.batch_size,
+        chunk,
+        host_batches,
+        config.microbatches,
+        config.schedule,
+    )
+
+
+# --- the one train step ---------------------------------------------------------------------
+
+
+def layout_paths(state) -> object:
+    """The state's tree with each leaf replaced by its layout path (``params/w1``, ``opt/mu/w1``)."""
+
+    def path_of(path, _leaf):
+        keys = [getattr(p, "key", getattr(p, "idx", getattr(p, "name", None))) for p in path]
+        part, names = keys[0], tuple(k for k in keys[1:] if k != "value")
+        return "params/" + "/".join(map(str, names)) if part == 0 else buffer_name(names)
+
+    return jax.tree_util.tree_map_with_path(path_of, state)
+
+
+def abstract_state(plan: Plan):
+    """(graphdef, state of ShapeDtypeStructs carrying the planned shardings): a run, unallocated."""
+    config = plan.config
+    with jax.set_mesh(plan.mesh):
+        model, optimizer = nnx.eval_shape(
+            lambda: _create(config.model, plan.rules, config.optimizer, config.lr, config.decay, config.seed)
+        )
+    graphdef, state = nnx.split((model, optimizer))
+    shardings = jax.tree.map(lambda path: NamedSharding(plan.mesh, plan.arrays[path].spec), layout_paths(state))
+    return graphdef, jax.tree.map(
+        lambda leaf, sharding: jax.ShapeDtypeStruct(leaf.shape, leaf.dtype, sharding=sharding), state, shardings
+    )
+
+
+def batch_shardings(plan: Plan) -> tuple[NamedSharding, NamedSharding]:
+    return tuple(NamedSharding(plan.mesh, plan.spec(path)) for path in ("batch/x", "batch/y"))
+
+
+def make_train_step(plan: Plan, graphdef, compute_dtype=None):
+    """The one training step — loss, gradients, optimizer update — that the trainer runs (inside
+    its chunk), the Communication and Compare pages compile, and the export script copies.
+
+    ``state`` is ``nnx.state((model, optimizer))``; the activations the family constrains are laid
+    out as the plan says. With ``compute_dtype`` (bf16) the step is *mixed precision*, as large runs
+    train: the weights and optimizer state stay in the state's dtype (f32) and the update happens
+    there, while the forward and backward passes run on a ``compute_dtype`` copy of the weights.
+
+    A pipelined configuration (rules with ``layers`` → a mesh axis) gets the pipelined step instead
+    (:mod:`sharding_lab.pipeline.step`): the same signature, loss and gradients, its microbatches
+    scheduled over the stages (its math in the state's dtype: mixed precision is not applied to it)."""
+    if plan.config.stage_axis is not None:
+        from ..pipeline.step import make_pipelined_step
+
+        return make_pipelined_step(plan, graphdef)
+    family, mesh, activations = plan.config.family, plan.mesh, plan.activation_specs()
+
+    def value_and_grad(model, x, y):
+        if compute_dtype is None:
+            return nnx.value_and_grad(family.loss)(model, x, y)
+        graph, params, rest = nnx.split(model, nnx.Param, ...)
+
+        def low(a):
+            return a.astype(compute_dtype) if jnp.issubdtype(a.dtype, jnp.floating) else a
+
+        def loss_of(params):  # the cast inside: its transpose hands back f32 gradients
+            return family.loss(nnx.merge(graph, jax.tree.map(low, params), rest), low(x), low(y))
+
+        return jax.value_and_grad(loss_of)(params)
+
+    def train_step(state, x, y):
+        model, optimizer = nnx.merge(graphdef, state)
+        with activation_rules(mesh, activations):
+            loss, grads = value_and_grad(model, x, y)
+        optimizer.update(model, grads)
+        return nnx.state((model, optimizer)), loss
+
+    return train_step
+
+
+def output_shardings(plan: Plan, state) -> tuple:
+    """What every step's outputs are pinned to: each array the layout it was born with, the loss
+    replicated. Unpinned, XLA may hand arrays back in a layout of its choosing — and compile a
+    different program (on 2×4 with the seed's rules: 2 more all-gathers)."""
+    return (jax.tree.map(lambda a: a.sharding, state), NamedSharding(plan.mesh, P()))
+
+
+COMPUTE_DTYPES = {"bf16": jnp.bfloat16, "f32": jnp.float32, "mixed": jnp.float32}  # mixed: f32 state, bf16 math
+
+
+def step_program(plan: Plan, dtype: str = "f32"):
+    """The trainer's one step for ``plan``'s mesh and target in a compute dtype: ``(jitted step, state,
+    x, y)`` with the arguments abstract (``jax.ShapeDtypeStruct``, nothing allocated) — what the cost is
+    read from (:func:`lower_train_step`) and what ``tools/h200_check.py`` runs on a real GPU.
+
+    Every float leaf of the state and the batch is cast to ``dtype`` (ints — step counters, tokens —
+    kept), so parameters, gradients, optimizer state and activations are all ``dtype`` ("pure" bf16);
+    ``mixed`` keeps the state in f32 and computes in bf16 (:func:`make_train_step`). The state is
+    donated as in the trainer's chunks."""
+    target = COMPUTE_DTYPES[dtype]
+    graphdef, state = abstract_state(plan)
+
+    def kind(dtype):  # float → the compute dtype; integers stay as they are
+        return target if jnp.issubdtype(dtype, jnp.floating) else dtype
+
+    state = jax.tree.map(lambda leaf: jax.ShapeDtypeStruct(leaf.shape, kind(leaf.dtype), sharding=leaf.sharding), state)
+    (sx, sy), arrays = batch_shardings(plan), plan.arrays
+    x = jax.ShapeDtypeStruct(arrays["batch/x"].shape, kind(np.dtype(arrays["batch/x"].dtype)), sharding=sx)
+    y = jax.ShapeDtypeStruct(arrays["batch/y"].shape, kind(np.dtype(arrays["batch/y"].dtype)), sharding=sy)
+    step = make_train_step(plan, graphdef, jnp.bfloat16 if dtype == "mixed" else None)
+    return jax.jit(step, out_shardings=output_shardings(plan, state), donate_argnums=0), state, x, y
+
+
+def lower_train_step(plan: Plan, dtype: str = "f32"):
+    """:func:`step_program` lowered on its abstract inputs (a ``jax.stages.Lowered``)."""
+    fn, state, x, y = step_program(plan, dtype)
+    with jax.set_mesh(plan.mesh):
+        return fn.lower(state, x, y)
+
+
+_compiler_options: list[dict] = []
+
+
+@contextlib.contextmanager
+def compiler_options(**options):
+    """Extra options for every :func:`compile_lowered` inside the block — XLA debug options such as
+    ``xla_dump_to``: the search's workers have the compiler write its buffer assignment to a folder they
+    watch, to know when it has passed its memory check, before the TPU compiler's code generation (minutes)."""
+    _compiler_options.append(options)
+    try:
+        yield
+    finally:
+        _compiler_options.pop()
+
+
+def compile_lowered(lowered, target: str):
+    """``lowered.compile()``; a step too big for the target's memory raises :class:`CompileRefused`
+    carrying the compiler's own sentence (the TPU compiler checks HBM; nothing is allocated)."""
+    try:
+        return lowered.compile(compiler_options=_compiler_options[-1]) if _compiler_options else lowered.compile()
+    except Exception as error:  # the accelerator compilers refuse what does not fit: JaxRuntimeError
+        if "RESOURCE_EXHAUSTED" not in str(error):
+            raise
+        raise CompileRefused(target, str(error)) from None
+
+
+def compile_train_step(plan: Plan, dtype: str = "f32"):
+    """:func:`lower_train_step`, compiled by the target's compiler: a ``jax.stages.Compiled``."""
+    return compile_lowered(lower_train_step(plan, dtype), plan.config.target)
+
+
+class CompileRefused(ConfigError):
+    """The target's compiler refused the step: it does not fit in the chip's memory."""
+
+    def __init__(self, target: str, compiler_text: str):
+        reason = next(
+            (line.strip() for line in compiler_text.splitlines() if "RESOURCE_EXHAUSTED" in line),
+            compiler_text.strip().splitlines()[0],
+        )
+        reason = reason[reason.index("RESOURCE_EXHAUSTED") :] if "RESOURCE_EXHAUSTED" in reason else reason
+        super().__init__(f"does not fit on {target}: the compiler says {reason}", "model")
+        self.reason = reason
+
+
+_programs: dict[tuple, Callable] = {}
+_programs_lock = threading.Lock()
+
+
+def chunk_program(plan: Plan, chunk: int, host_batches: bool = False):
+    """The cached compiled chunk for ``plan``'s configuration (built on first use)."""
+    key = program_key(plan.config, chunk, host_batches)
+    with _programs_lock:
+        if key not in _programs:
+            if len(_programs) >= 64:
+                _programs.pop(next(iter(_programs)))
+            _programs[key] = _chunk_program(plan, chunk, host_batches)
+        return _programs[key]
+
+
+def _chunk_program(plan: Plan, chunk: int, host_batches: bool = False):
+    """A jitted function (state, key, start, n_active, x_all, y_all) → (state, losses) running
+    ``chunk`` steps — or, with ``host_batches``, (state, xs, ys, n_active) → (state, losses), the
+    chunk's batches loaded from the hosts (``xs[i]`` is step i's batch).
+
+    Steps at index ≥ ``n_active`` compute but keep the old state, so the last, shorter chunk
+    reuses the same program instead of compiling another.
+    """
+    graphdef, state = abstract_state(plan)
+    train_step = make_train_step(plan, graphdef)
+    batch_size, shardings = plan.config.batch_size, batch_shardings(plan)
+
+    def masked_step(state, x, y, keep):
+        new_state, loss = train_step(state, x, y)
+        return jax.tree.map(lambda new, old: jnp.where(keep, new, old), new_state, state), loss
+
+    def run_chunk(state, key, start, n_active, x_all, y_all):
+        def one_step(state, i):
+            x, y = sample_batch(jax.random.fold_in(key, start + i), x_all, y_all, batch_size, shardings)
+            return masked_step(state, x, y, i < n_active)
+
+        return jax.lax.scan(one_step, state, jnp.arange(chunk))
+
+    def run_loaded_chunk(state, xs, ys, n_active):
+        def one_step(state, batch):
+            x, y, i = batch
+            return masked_step(state, place(x, shardings[0]), place(y, shardings[1]), i < n_active)
+
+        return jax.lax.scan(one_step, state, (xs, ys, jnp.arange(chunk)))
+
+    return jax.jit(
+        run_loaded_chunk if host_batches else run_chunk, donate_argnums=0, out_shardings=output_shardings(plan, state)
+    )
+
+
+class Trainer:
+    """Runs ``steps`` training steps on a :class:`Lab` in chunks, streaming :class:`Progress`."""
+
+    def __init__(self, lab: Lab, steps: int | None = None, chunk: int | None = None, host_batches: bool = False):
+        self.lab = lab
+        self.steps = steps if steps is not None else lab.config.steps
+        self.chunk = max(1, min(chunk or lab.config.chunk, self.steps))
+        self.host_batches = host_batches
+        self._program = chunk_program(lab.plan, self.chunk, host_batches)
+        self.losses: list[float] = []
+
+    def chunks(self, stop: threading.Event | None = None) -> Iterator[Progress]:
+        """Yield one Progress per chunk; the last one has ``done=True`` and a ``stop_reason``.
+
+        ``stop`` is anything with ``is_set()``, asked once before each chunk (several processes
+        pass an object that agrees on the answer: :class:`sharding_lab.worker.AgreedStop`)."""
+        lab, key = self.lab, jax.random.key(self.lab.config.seed)
+        start_time, done = time.perf_counter(), 0
+        reason, unreported = "finished", []
+        with jax.set_mesh(lab.plan.mesh):
+            while done < self.steps:
+                if stop is not None and stop.is_set():
+                    reason = "stopped"
+                    break
+                n_active = min(self.chunk, self.steps - done)
+                if self.host_batches:
+                    xs, ys = lab.load_batches(lab.steps_done, self.chunk)
+                    state, losses = self._program(lab.state, xs, ys, jnp.int32(n_active))
+                else:
+                    state, losses = self._program(
+                        lab.state, key, jnp.int32(lab.steps_done), jnp.int32(n_active), lab.x_all, lab.y_all
+                    )
+                unreported = np.asarray(losses)[:n_active].tolist()  # blocks: one program in flight
+                lab.state = state
+                lab.steps_done += n_active
+                done += n_active
+                self.losses.extend(unreported)
+                bad = [i for i, loss in enumerate(unreported) if not math.isfinite(loss)]
+                if bad:
+                    reason = _diverged(lab.config, lab.steps_done - n_active + bad[0], unreported[bad[0]])
+                    break
+                if done < self.steps:
+                    elapsed = time.perf_counter() - start_time
+                    yield Progress(done, self.steps, unreported, elapsed, done / elapsed)
+                    unreported = []
+        elapsed = time.perf_counter() - start_time
+        yield Progress(
+            done, self.steps, unreported, elapsed, done / elapsed if elapsed else 0.0, done=True, stop_reason=reason
+        )
+
+    def run(
+        self, on_progress: Callable[[Progress], None] | None = None, stop: threading.Event | None = None
+    ) -> TrainResult:
+        last = None
+        for last in self.chunks(stop):
+            if on_progress is not None:
+                on_progress(last)
+        return self.result(last)
+
+    def result(self, last: Progress) -> TrainResult:
+        """The run's result, from the last Progress :meth:`chunks` yielded."""
+        return TrainResult(np.asarray(self.losses), last.step, last.elapsed, last.steps_per_s, last.stop_reason)
+
+
+def _diverged(config: LabConfig, step: int, value: float) -> str:
+    return (
+        f"diverged: the loss became {value} at step {step} — learning rate {config.lr} is "
+        f"too large for {config.optimizer}; try {min(config.lr / 10, 0.01):g} or smaller"
+    )
+
+
+def train(config: LabConfig, on_progress=None, stop=None) -> tuple[Lab, TrainResult]:
+    """Plan, build and train ``config`` in one call."""
+    lab = Lab(config)
+    return lab, Trainer(lab).run(on_progress, stop)
