@@ -13,6 +13,9 @@ import markdown
 import pytest
 import yaml
 
+from sharding_lab import settings
+from tools import settings_table
+
 ROOT = Path(__file__).resolve().parents[2]
 README = ROOT / "README.md"
 DOCS = ROOT / "docs"
@@ -81,8 +84,12 @@ def test_every_docs_page_and_picture_is_one_click_from_the_readme():
     assert sorted(p.name for p in DOCS.glob("*.md")) == sorted(p.name for p in pages), "a page is not in the nav"
     unlinked = [p.name for p in pages if p not in linked]
     assert not unlinked, f"README.md does not link these docs pages: {unlinked}"
-    pictures_shown = {(page.parent / link).resolve() for page in pages for link in relative_links(page)
-                      if link.endswith((".png", ".svg", ".jpg"))}
+    pictures_shown = {
+        (page.parent / link).resolve()
+        for page in pages
+        for link in relative_links(page)
+        if link.endswith((".png", ".svg", ".jpg"))
+    }
     for picture in DOCS.glob("*.png"):
         assert picture.resolve() in pictures_shown | linked, f"{picture.name} is shown by no page"
 
@@ -90,8 +97,14 @@ def test_every_docs_page_and_picture_is_one_click_from_the_readme():
 def test_the_docs_site_builds_in_strict_mode(tmp_path):
     """`mkdocs build --strict`: a link to a missing page or anchor, or a page outside the nav, is an error."""
     env = dict(os.environ, NO_MKDOCS_2_WARNING="1")
-    built = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(tmp_path / "site")],
-                           cwd=ROOT, capture_output=True, text=True, env=env, timeout=240)
+    built = subprocess.run(
+        [sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(tmp_path / "site")],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=240,
+    )
     assert built.returncode == 0, built.stdout + built.stderr
     assert "WARNING" not in built.stderr, built.stderr
     for page in nav_pages():
@@ -100,26 +113,22 @@ def test_the_docs_site_builds_in_strict_mode(tmp_path):
     assert "Measurements log" in (tmp_path / "site" / "index.html").read_text(encoding="utf-8")
 
 
-def settings_read_by_the_code() -> set[str]:
-    """The SHARDING_LAB_* names the code reads: sharding_lab/settings.py once it exists (every variable is
-    read there), else every module of the package and app.py; plus the launch scripts' own."""
-    settings = ROOT / "sharding_lab" / "settings.py"
-    sources = [settings] if settings.is_file() else [*(ROOT / "sharding_lab").rglob("*.py"), ROOT / "app.py"]
-    sources += [ROOT / "run_app.sh", ROOT / "run_tests.sh"]
-    return {name for source in sources for name in SETTING.findall(source.read_text(encoding="utf-8"))}
+def test_the_configuration_table_is_the_settings_module():
+    """docs/configuration.md's table is sharding_lab/settings.py's list: every variable, its default and what it
+    does, in the module's order (rewrite it with `python -m tools.settings_table --write`)."""
+    page = (DOCS / "configuration.md").read_text(encoding="utf-8")
+    assert settings_table.table_in_page(page) == settings_table.render()
+    documented = SETTING.findall(settings_table.table_in_page(page))
+    assert {s.name for s in settings.ALL} <= set(documented)
+    assert len(settings.ALL) >= 10  # the module's list was read, not an empty one
 
 
-def test_the_configuration_table_names_every_setting_and_only_those():
-    table = [line for line in (DOCS / "configuration.md").read_text(encoding="utf-8").splitlines()
-             if line.startswith("| `SHARDING_LAB_")]
-    documented = [SETTING.search(line).group() for line in table]
-    assert len(documented) == len(set(documented)), "a variable has two rows"
-    assert set(documented) == settings_read_by_the_code(), (
-        f"not documented: {sorted(settings_read_by_the_code() - set(documented))}; "
-        f"documented but not read: {sorted(set(documented) - settings_read_by_the_code())}")
-    for line in table:
-        cells = [cell.strip() for cell in line.strip("|").split("|")]
-        assert len(cells) == 3 and all(cells), f"a row needs a name, a default and what it does: {line}"
+def test_the_launch_scripts_read_only_documented_settings():
+    """run_app.sh and run_tests.sh read their own variables (e.g. the GPU compiler's switch): those are in the
+    settings module too, so they are in the table."""
+    defined = {s.name for s in settings.ALL}
+    for script in ("run_app.sh", "run_tests.sh"):
+        assert set(SETTING.findall((ROOT / script).read_text(encoding="utf-8"))) <= defined, script
 
 
 @pytest.mark.parametrize("page", ["architecture.md", "measurements.md"])
@@ -127,3 +136,14 @@ def test_docs_name_nothing_outside_the_repository(page):
     """Paths that leave the checkout (a sibling folder, the machine it was written on) would not exist for a reader."""
     text = (DOCS / page).read_text(encoding="utf-8")
     assert not re.search(r"\.\./shared|/work/", text)
+
+
+REPOSITORY_PATH = re.compile(r"(?<![\w/.])((?:sharding_lab|tests|tools|app_pages|examples|scripts)/[\w./-]*\w/?)")
+
+
+@pytest.mark.parametrize("page", ["README.md", *sorted(p.name for p in DOCS.glob("*.md"))])
+def test_every_path_the_docs_name_exists(page):
+    """A module, test or tool the docs name by its path is there (the folders move: the docs must follow)."""
+    text = (ROOT / page if page == "README.md" else DOCS / page).read_text(encoding="utf-8")
+    missing = sorted({path for path in REPOSITORY_PATH.findall(text) if not (ROOT / path).exists()})
+    assert not missing, f"{page} names paths that do not exist: {missing}"
