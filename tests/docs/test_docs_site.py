@@ -138,6 +138,7 @@ def test_docs_name_nothing_outside_the_repository(page):
     assert not re.search(r"\.\./shared|/work/", text)
 
 
+RUN_MODULE = re.compile(r"python -m ((?:sharding_lab|tools)(?:\.\w+)*)")
 REPOSITORY_PATH = re.compile(r"(?<![\w/.])((?:sharding_lab|tests|tools|app_pages|examples|scripts)/[\w./-]*\w/?)")
 
 
@@ -147,3 +148,6 @@ def test_every_path_the_docs_name_exists(page):
     text = (ROOT / page if page == "README.md" else DOCS / page).read_text(encoding="utf-8")
     missing = sorted({path for path in REPOSITORY_PATH.findall(text) if not (ROOT / path).exists()})
     assert not missing, f"{page} names paths that do not exist: {missing}"
+    for module in set(RUN_MODULE.findall(text)):
+        path = ROOT / module.replace(".", "/")
+        assert path.with_suffix(".py").is_file() or (path / "__main__.py").is_file(), f"{page}: python -m {module}"
