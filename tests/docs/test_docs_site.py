@@ -151,3 +151,34 @@ def test_every_path_the_docs_name_exists(page):
     for module in set(RUN_MODULE.findall(text)):
         path = ROOT / module.replace(".", "/")
         assert path.with_suffix(".py").is_file() or (path / "__main__.py").is_file(), f"{page}: python -m {module}"
+
+
+def code_tree() -> list[str]:
+    """The paths architecture.md's "Layout of the code" draws, from each line's indentation (two spaces a level)."""
+    text = (DOCS / "architecture.md").read_text(encoding="utf-8")
+    block = text[text.index("## Layout of the code") :].split("```")[1]
+    paths, parents = [], []
+    for line in block.splitlines():
+        name = line.strip().split(" ")[0] if line.strip() else ""
+        indent = len(line) - len(line.lstrip())
+        if not name or indent >= 20 or not (name.endswith("/") or "." in name):
+            continue  # a blank line or the rest of a description
+        parents = parents[: indent // 2]
+        paths.append("".join(parents) + name)
+        if name.endswith("/"):
+            parents.append(name)
+    return paths
+
+
+def test_the_architecture_page_draws_the_code_as_it_is():
+    """Every file and folder the code's layout names exists, and every subpackage of sharding_lab/ is in it."""
+    drawn = code_tree()
+    assert "sharding_lab/training/trainer.py" in drawn  # the parse found the nesting
+    missing = [path for path in drawn if not (ROOT / path).exists()]
+    assert not missing, f"docs/architecture.md draws paths that do not exist: {missing}"
+    packages = {
+        f"sharding_lab/{p.parent.relative_to(ROOT / 'sharding_lab')}/"
+        for p in (ROOT / "sharding_lab").rglob("__init__.py")
+    }
+    packages.discard("sharding_lab/./")
+    assert packages <= set(drawn), f"subpackages missing from docs/architecture.md: {sorted(packages - set(drawn))}"
