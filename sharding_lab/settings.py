@@ -64,8 +64,8 @@ PLATFORM = _define(
 FAST_COMPILE = _define(
     "FAST_COMPILE",
     "on",
-    "XLA:CPU compiles with the cheaper settings that give the same numbers (`--xla_cpu_use_fusion_emitters=false "
-    "--xla_backend_optimization_level=1`; a flag already in `XLA_FLAGS` wins); `off`: XLA's own defaults.",
+    "XLA:CPU compiles with the cheaper settings that give the same numbers (`--xla_backend_optimization_level=1 "
+    "--xla_llvm_disable_expensive_passes=true`; a flag already in `XLA_FLAGS` wins); `off`: XLA's own defaults.",
     _switch,
 )
 MEMORY_LIMIT_MB = _define(
