@@ -282,7 +282,7 @@ def _warm(configs, wait_for_students: bool = True, report=None, release_every: i
             break
         _set_progress(current=f"{config.family.name} {config.preset} on {config.mesh.label()}")
         try:
-            _compile_run(config)
+            compile_run(config)
         except Exception:  # noqa: BLE001 - warming is a bonus; a student's own run reports its errors
             _set_progress(skipped=progress().get("skipped", 0) + 1)
         _set_progress(done=i + 1, seconds=time.perf_counter() - started)
@@ -322,7 +322,7 @@ def _release() -> None:
     gc.collect()
 
 
-def _compile_run(config) -> None:
+def compile_run(config) -> None:
     """One short run compiles what a student's first run would: the model's creation, the 100-step
     chunk (the same program as a full run's), the prediction and the layout check."""
     from ..training.trainer import Lab, Trainer
