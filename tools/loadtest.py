@@ -1,5 +1,6 @@
 #!/usr/bin/env python
-"""Load test: N students at once against ONE `streamlit run app.py` on 127.0.0.1.
+"""Load test: N students at once against ONE `streamlit run app.py` on 127.0.0.1 — or, with ``--url``, a
+server already running, such as the load balancer in front of several replicas (deploy/compose.yaml).
 
 Each session is its own browser context (own cookies, own Streamlit session) in one headless
 Chromium. Session i picks its own configuration in the sidebar — a preset and a mesh shape no other
@@ -20,13 +21,19 @@ longer "—"), the same from the accepted click, time to finish, busy retries, e
 box, "Traceback", an error alert such as "Training failed") and cross-talk (the page must show this
 session's own mesh, preset, step count and device count — on the Train page caption, the progress
 bar, the verdict, and the sidebar widgets at the end). The server's peak RSS (itself and its
-children, sampled every 0.2 s) is reported with the table.
+children, sampled every 0.2 s) is reported with the table. Also, from the app's hidden tab mark, the server
+that drew each of the session's pages: a session seen on two servers (its load balancer was not sticky) fails
+the run. ``--solve``: after its run, three sessions in four solve a challenge; ``--teacher-token``: the
+teacher view is read before and after, and its counts must have grown by exactly what the sessions solved.
 
     .venv/bin/python -m tools.loadtest --sessions 20 --steps 300
     .venv/bin/python -m tools.loadtest --sessions 8 --max-jobs 2 --json artifacts/load.json
     .venv/bin/python -m tools.loadtest --url http://127.0.0.1:8501/ --sessions 5   # a server already running
+    .venv/bin/python -m tools.loadtest --url http://127.0.0.1:8080/ --sessions 40 --steps 100 --solve \
+        --teacher-token "$SHARDING_LAB_TEACHER_TOKEN"                            # replicas behind nginx
 
-Exit status 0 when every session finished with no error and no cross-talk, 1 otherwise.
+Exit status 0 when every session finished with no error, no cross-talk and no change of server, and the
+teacher's counts (when read) were exact; 1 otherwise.
 """
 
 from __future__ import annotations

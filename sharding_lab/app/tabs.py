@@ -22,7 +22,7 @@ from sharding_lab.app import links
 
 KEY = "lab_tab"
 BOOT = secrets.token_hex(4)  # this server process: a restart under the same name is a move too
-MAX_MARK = 4000  # characters: a link's query is well under 1,000
+MAX_MARK = 20_000  # characters: a link's query is well under 1,000; a longer mark is not one this app wrote
 _MARK = re.compile(r"(?P<server>[\w.:-]{1,128})\|(?P<boot>[0-9a-f]{8})\|(?P<id>[0-9a-f]{16})\|(?P<query>.*)", re.DOTALL)
 
 
@@ -49,10 +49,10 @@ def keep_mark(server: str) -> None:
     st.html(f"<style>.st-key-{KEY} {{display: none}}</style>")
     if KEY in state:  # a later run of this session: the mark is ours, brought up to date
         state[KEY] = ours
-        st.sidebar.text_input("Tab", key=KEY, label_visibility="collapsed", max_chars=MAX_MARK)
+        st.sidebar.text_input("Tab", key=KEY, label_visibility="collapsed")
         return
-    shown = st.sidebar.text_input("Tab", value=ours, key=KEY, label_visibility="collapsed", max_chars=MAX_MARK)
-    mark = _MARK.fullmatch(shown or "")
+    shown = st.sidebar.text_input("Tab", value=ours, key=KEY, label_visibility="collapsed")
+    mark = _MARK.fullmatch(shown) if shown and len(shown) <= MAX_MARK else None
     if shown == ours or not mark or (mark["server"], mark["boot"]) == (server, BOOT):
         return
     state.classroom_id = mark["id"]
