@@ -268,6 +268,11 @@ def test_two_replicas_behind_the_load_balancer_share_the_class_and_survive_one_s
             # The student clicks on: the page says it moved, and where from; the tab is now on the other replica.
             click_until(student, "Layout", "This page moved to another server")
             assert victim_name in student.inner_text("body")
+            # The mark is drawn after the page (the notice first): wait for the new server's.
+            student.wait_for_function(
+                "victim => !document.querySelector('.st-key-lab_tab input').value.startsWith(victim + '|')",
+                arg=victim_name,
+            )
             server, tab_id = mark(student)
             assert server != victim_name and tab_id in tab_ids  # the same tab, counted once
             # Its settings came with it (the query of the link it was showing), and so did its solved challenge.
