@@ -14,8 +14,8 @@ import threading
 import plotly.graph_objects as go
 
 import sharding_lab as sl
+from sharding_lab import search
 from sharding_lab.app import settings
-from sharding_lab.search import search
 from sharding_lab.units import format_bytes
 
 
