@@ -164,7 +164,8 @@ def trainer_chunk_collectives(plan, chunk=100):
     from jax.sharding import NamedSharding
     from jax.sharding import PartitionSpec as P
 
-    from sharding_lab.training.trainer import abstract_state, chunk_program
+    from sharding_lab.training.step import abstract_state
+    from sharding_lab.training.trainer import chunk_program
 
     config = plan.config
     _, state = abstract_state(plan)
