@@ -27,6 +27,7 @@ from ..hardware.chips import Chip, Link, axis_links, group_link
 from ..hardware.chips import chip as get_chip
 from ..program.communication import Collective
 from ..training.config import LabConfig
+from ..units import format_seconds, time_unit  # noqa: F401 (cost re-exports them)
 from .compiled import Compiled, canonical, compile_step, dtype_name, recount
 from .extrapolation import check_target, extrapolate
 
@@ -431,24 +432,6 @@ def parse_target(text: str | None) -> tuple[int, ...] | None:
     from ..sharding.mesh import parse_mesh_shape
 
     return parse_mesh_shape(text)
-
-
-_UNITS = (("s", 1.0), ("ms", 1e-3), ("µs", 1e-6), ("ns", 1e-9), ("ps", 1e-12))
-
-
-def time_unit(seconds: float) -> tuple[str, float]:
-    """The unit a duration reads best in (its value between 1 and 1000): ('µs', 1e-6)."""
-    return next(((unit, scale) for unit, scale in _UNITS if seconds >= scale), _UNITS[-1])
-
-
-def format_seconds(seconds: float) -> str:
-    """A duration with three significant digits in its own unit: '412 ns', '1.25 ms'. A tiny
-    model's step is a few nanoseconds on a big chip; '0.00 µs' would hide it."""
-    if seconds <= 0:
-        return "0 s"
-    unit, scale = time_unit(seconds)
-    value = seconds / scale
-    return f"{value:.3g} {unit}" if value < 1000 else f"{value:,.0f} {unit}"
 
 
 def describe(p: Prediction) -> str:
