@@ -114,7 +114,7 @@ def matmul_traffic(hlo_text: str, itemsize: int) -> float:
 
 def loop_layers(config: LabConfig) -> int:
     """The trip count of the loop over layers in ``config``'s step, 0 when it has none: the transformer
-    with ``remat=full`` runs its blocks as a ``lax.scan`` (:func:`~sharding_lab.models.transformer.
+    with ``remat=full`` runs its blocks as a ``lax.scan`` (:func:`~sharding_lab.models.remat.
     rematerialised_blocks`); a pipelined step places its blocks otherwise."""
     layers = getattr(config.model, "layers", 0)
     if getattr(config.model, "remat", "none") != "full" or not isinstance(layers, int) or layers < 2:
@@ -136,7 +136,7 @@ def compile_step(config: LabConfig, dtype: str = "bf16") -> Compiled:
     difference is one block's FLOPs, HBM traffic and collectives, and each figure is
     ``f = f₁ + (L − 1)·(f₂ − f₁)/(1 + L mod 2)`` (an odd L leaves one more block outside the 2-block loop).
     HBM needed stays the real program's."""
-    from ..models.transformer import unrolled_scan
+    from ..models.remat import unrolled_scan
 
     layers = loop_layers(config)
     one = compile_once(config, dtype)
