@@ -105,8 +105,10 @@ class Result:
     refused: str | None = None
     step_s: float | None = None
     bound: str | None = None
-    mfu: float | None = None
+    mfu: float | None = None  # model FLOPs utilisation (the model's own FLOPs: sharding_lab.models.flops)
+    hfu: float | None = None  # hardware FLOPs utilisation (the compiled program's FLOPs)
     terms: dict | None = None  # compute_s, memory_s, comm_s, latency_s
+    links: dict | None = None  # mesh axis → its link, bandwidth and where it runs (hardware.placement)
     per_chip_tokens: int | None = None
     data_ways: int = 1
     compile_s: float = 0.0
@@ -129,6 +131,8 @@ class Result:
             "step_s": self.step_s,
             "bound": self.bound,
             "mfu": self.mfu,
+            "hfu": self.hfu,
+            "links": self.links,
             "skipped": self.skipped,
             "why_skipped": self.detail or None,
             "refused": self.refused,
@@ -422,8 +426,8 @@ def prediction(config: LabConfig, dtype: str):
 
 def _prediction_of(config: LabConfig, dtype: str, runs):
     """The Prediction of one compile (``runs`` of one) or of 1 and 2 layers extended to the model's depth."""
-    from ..cost.roofline import Prediction, _comm_rows
-    from ..hardware.chips import axis_links
+    from ..cost.collectives import links_for, rows
+    from ..cost.roofline import Prediction, model_flops_fields
     from ..hardware.chips import chip as get_chip
 
     on = targets.parse(config.target)
@@ -448,14 +452,15 @@ def _prediction_of(config: LabConfig, dtype: str, runs):
         flops,
         traffic,
         needed,
-        axis_links(chip, mesh, axes),
-        _comm_rows(chip, mesh, axes, keyed),
+        links_for(chip, mesh, axes, on.name),
+        rows(chip, mesh, axes, keyed, on.name),
         [mesh],
         False,
         notes,
         target=on.name,
         compile_s=compile_s,
         refused=refused,
+        **model_flops_fields(config, mesh),
     )
 
 
@@ -463,10 +468,14 @@ def _fill(result: Result, p) -> None:
     result.compile_s = p.compile_s
     result.refused = p.refused
     result.fits = p.fits
-    result.hbm_per_chip = result.step_s = result.bound = result.mfu = result.terms = None
+    result.hbm_per_chip = result.step_s = result.bound = result.mfu = result.hfu = result.terms = None
+    result.links = {
+        a: {"link": link.name, "bytes_per_s": link.bytes_per_s if link.name != "none" else None, "where": link.why}
+        for a, link in p.links.items()
+    }
     if not p.refused:
         result.hbm_per_chip = p.hbm_needed
-        result.step_s, result.bound, result.mfu = p.step_s, p.bound, p.mfu
+        result.step_s, result.bound, result.mfu, result.hfu = p.step_s, p.bound, p.mfu, p.hfu
         result.terms = {"compute_s": p.compute_s, "memory_s": p.memory_s, "comm_s": p.comm_s, "latency_s": p.latency_s}
 
 
@@ -852,8 +861,8 @@ def why(s: Search) -> str:
         f"The fastest layout that fits is {_label(best.candidate)}: a predicted step of "
         f"{format_seconds(best.step_s)}, {best.bound}-bound (compute {format_seconds(t['compute_s'])}, "
         f"HBM traffic {format_seconds(t['memory_s'])}, communication {format_seconds(t['comm_s'])} + "
-        f"latency {format_seconds(t['latency_s'])}), MFU {best.mfu:.0%}, "
-        f"{_gb(best.hbm_per_chip)} of HBM per chip."
+        f"latency {format_seconds(t['latency_s'])}), {_utilisation(best)}, "
+        f"{_gb(best.hbm_per_chip)} of HBM per chip. " + _links_sentence(best)
     ]
     if len(s.fitting) > 1:
         second = s.fitting[1]
@@ -874,6 +883,22 @@ def why(s: Search) -> str:
         f"{len(costed)} compiled, " + (f"{len(refused)} of them do not fit." if refused else "all of them fit.")
     )
     return " ".join(words)
+
+
+def _utilisation(r: Result) -> str:
+    """'MFU 44% (the model's own FLOPs: …) and HFU 61% (…)': both, named (sharding_lab.cost.roofline)."""
+    hfu = f"HFU {r.hfu:.0%} (the compiled program's FLOPs, recompute included)"
+    return hfu if r.mfu is None else f"MFU {r.mfu:.0%} (the model's own FLOPs: 6·N per token + attention) and {hfu}"
+
+
+def _links_sentence(r: Result) -> str:
+    """Where its axes run, as every page says it (hardware.placement.describe), and whose figures these are."""
+    return (
+        "Its axes: "
+        + "; ".join(v["where"] for v in (r.links or {}).values())
+        + ". Collective times are the scaling book's count on that placement; FLOPs, HBM traffic and memory are "
+        "the compiler's."
+    )
 
 
 def _gb(value: float) -> str:
@@ -921,7 +946,7 @@ def table(s: Search) -> str:
     rows = sorted(s.costed, key=lambda r: (not r.fits, r.step_s if r.step_s is not None else math.inf))
     head = (
         f"{'mesh':<8} {'axes':<12} {'preset':<11} {'remat':<6} {'HBM/chip':>10} {'fits':<5} {'step':>10} "
-        f"{'bound':<14} {'MFU':>6}  {'compiled':<16}"
+        f"{'bound':<14} {'MFU':>6} {'HFU':>6}  {'compiled':<16}"
     )
     lines = [head, "-" * len(head)]
     best = s.best
@@ -935,7 +960,8 @@ def table(s: Search) -> str:
         lines.append(
             f"{c.mesh_text:<8} {','.join(c.axes):<12} {c.preset:<11} {c.remat:<6} {hbm:>10} "
             f"{'yes' if r.fits else 'no':<5} {step:>10} {r.bound or '-':<14} "
-            f"{(f'{r.mfu:.0%}' if r.mfu is not None else '-'):>6}  {depth_text(r, s):<16}{mark}"
+            f"{(f'{r.mfu:.0%}' if r.mfu is not None else '-'):>6} {(f'{r.hfu:.0%}' if r.hfu is not None else '-'):>6}  "
+            f"{depth_text(r, s):<16}{mark}"
         )
     for reason, count in s.skipped().items():
         lines.append(f"skipped {count:>3}: {reason}")

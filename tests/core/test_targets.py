@@ -18,7 +18,7 @@ import pytest
 import sharding_lab as sl
 from sharding_lab.cli import main as cli
 from sharding_lab.errors import ConfigError
-from sharding_lab.hardware import targets
+from sharding_lab.hardware import placement, targets
 from sharding_lab.program.communication import COLLECTIVES, analyze
 from sharding_lab.program.compilers import compare_compilers, summary
 from sharding_lab.sharding.mesh import MeshSpec
@@ -375,10 +375,11 @@ def test_cost_on_a_target_uses_its_chip_and_its_compiler(capsys):
 @needs_tpu
 def test_a_16x16_mesh_on_v5e_256_runs_each_axis_around_a_closed_ring():
     mesh = sl.build_mesh(MeshSpec((16, 16), ("data", "model")), "v5e-256")
-    place = targets.axis_placement("v5e-256", mesh)
+    place = placement.axis_placements("v5e-256", (16, 16), ("data", "model"))
     for axis in ("data", "model"):
-        assert place[axis]["max_hops"] == 1 and place[axis]["ring_closes"] and len(place[axis]["dims"]) == 1
-    assert {place["data"]["dims"][0], place["model"]["dims"][0]} == {"x", "y"}
+        (dim,) = place[axis].dims
+        assert (dim.chips, dim.stride, dim.closed, place[axis].neighbour_hops) == (16, 1, True, 1)
+    assert {place["data"].dims[0].dim, place["model"].dims[0].dim} == {"x", "y"}
     # every chip once, at its own torus coordinates
     coords = [targets.coords(d) for d in mesh.devices.flat]
     assert len(set(coords)) == 256
@@ -429,9 +430,8 @@ def test_the_gpu_compiler_reduce_scatters_fsdp_gradients_where_xla_cpu_does_not(
 
 @needs_gpu
 def test_gpu_nodes_put_inner_axes_on_nvlink_and_outer_ones_on_the_network():
-    mesh = sl.build_mesh(MeshSpec((2, 8), ("data", "model")), "h100-16")
-    place = targets.axis_placement("h100-16", mesh)
-    assert place["data"]["link"] == "network" and place["model"]["link"] == "NVLink"
+    place = placement.axis_placements("h100-16", (2, 8), ("data", "model"))
+    assert place["data"].link == "network" and place["model"].link == "NVLink"
 
 
 @needs_gpu
