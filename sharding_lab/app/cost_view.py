@@ -18,9 +18,9 @@ from ..cost.compiled import canonical  # steps, seed, chunk fixed: the step does
 from ..errors import ConfigError
 from ..hardware import targets
 from ..hardware.chips import CHIPS
-from ..sharding.layout import format_bytes
 from ..sharding.mesh import parse_mesh_shape
 from ..training.config import Plan
+from ..units import format_bytes, format_flops, format_rate  # noqa: F401 (pages read them here)
 
 COLORS = {"compute": "#4C78A8", "memory": "#72B7B2", "communication": "#F58518", "latency": "#E45756"}
 
@@ -30,19 +30,6 @@ COLORS = {"compute": "#4C78A8", "memory": "#72B7B2", "communication": "#F58518",
 # around 1 GB per device. A megabyte is a generous line for "latency-bound, not bandwidth-bound".
 SMALL_COLLECTIVE_BYTES = 1e6
 BOUND_LABELS = {"compute": "compute", "memory": "memory", "communication": "comms", "latency": "latency"}
-
-
-def format_rate(bytes_per_s: float | None) -> str:
-    """'450 GB/s', not 450000000000: decimal units, as the chips' data sheets give them."""
-    return "—" if not bytes_per_s else format_bytes(bytes_per_s) + "/s"
-
-
-def format_flops(flops_per_s: float) -> str:
-    """'989 TFLOP/s' (decimal units, three significant digits)."""
-    for unit, size in (("PFLOP/s", 1e15), ("TFLOP/s", 1e12), ("GFLOP/s", 1e9)):
-        if flops_per_s >= size:
-            return f"{flops_per_s / size:.3g} {unit}"
-    return f"{flops_per_s:,.0f} FLOP/s"
 
 
 def breakdown_figure(prediction: cost.Prediction) -> go.Figure:

@@ -14,8 +14,9 @@ import threading
 import plotly.graph_objects as go
 
 import sharding_lab as sl
+from sharding_lab import search
 from sharding_lab.app import settings
-from sharding_lab.search import search
+from sharding_lab.units import format_bytes
 
 
 @dataclasses.dataclass
@@ -95,7 +96,7 @@ def rows(found: search.Search) -> list[dict]:
 def _bytes(value: float | None) -> str:
     if value is None:
         return "refused"
-    return f"{value / 1e9:.2f} GB" if value >= 1e8 else f"{value / 1e6:.2f} MB"
+    return format_bytes(value)
 
 
 def plotted(found: search.Search) -> list[search.Result]:

@@ -159,12 +159,12 @@ def main(argv=None) -> int:
         "less than starting a process; 1: all in this process)",
     )
     plan_parser.add_argument("--json", action="store_true", help="print one JSON object")
-    from ..lessons import challenges
+    from . import challenge
 
-    challenges.add_parser(commands, add_config_options)
+    challenge.add_parser(commands, add_config_options)
     args = parser.parse_args(argv)
     if args.command == "challenge":
-        return challenges.main(args)
+        return challenge.main(args)
     try:
         if args.command == "plan":
             return _print_plan(args)
@@ -193,8 +193,8 @@ def main(argv=None) -> int:
 
 def _print_plan(args) -> int:
     """``python -m sharding_lab plan``: the search (:mod:`sharding_lab.search.search`), as a table or JSON."""
+    from .. import search
     from ..cost.compiled import dtype_name
-    from ..search import search
 
     dtype = dtype_name(args.dtype)
     config = config_from_args(args)

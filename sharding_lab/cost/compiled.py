@@ -139,11 +139,11 @@ def compile_step(config: LabConfig, dtype: str = "bf16") -> Compiled:
     from ..models.transformer import unrolled_scan
 
     layers = loop_layers(config)
-    one = _compile_once(config, dtype)
+    one = compile_once(config, dtype)
     if not layers or one.refused:
         return one
     with unrolled_scan(2):
-        two = _compile_once(config, dtype)
+        two = compile_once(config, dtype)
     return loop_figures(one, two, layers)
 
 
@@ -193,7 +193,7 @@ def extend_loop(one: Compiled, two: Compiled, layers: int) -> Compiled:
     )
 
 
-def _compile_once(config: LabConfig, dtype: str) -> Compiled:
+def compile_once(config: LabConfig, dtype: str) -> Compiled:
     """One compile of the step, its figures as the compiler reports them."""
     from ..training.trainer import CompileRefused, compile_lowered, lower_train_step
 

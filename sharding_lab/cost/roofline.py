@@ -34,6 +34,7 @@ from ..hardware import targets
 from ..hardware.chips import Chip, Link
 from ..hardware.chips import chip as get_chip
 from ..training.config import LabConfig
+from ..units import format_seconds, time_unit  # noqa: F401 (cost re-exports them)
 from .collectives import links_for, rows
 from .compiled import canonical, compile_step, dtype_name
 from .extrapolation import check_target, extrapolate
@@ -223,6 +224,21 @@ def _finite(value):
     return value
 
 
+def keyed_prediction(
+    config: LabConfig, dtype: str, totals: tuple, keyed: dict, notes=(), compile_s: float = 0.0, refused=None
+) -> Prediction:
+    """The roofline on ``config``'s TPU target of a step's ``totals`` (FLOPs, HBM traffic, HBM needed) and its
+    collectives ``keyed`` by (op, axes) as ``Compiled.by_key`` gives them — from one compile or several extended
+    to the model's depth (:mod:`sharding_lab.search.costing`). The chip's peak note first, then ``notes``."""
+    on = targets.parse(config.target)
+    chip = dataclasses.replace(get_chip(on.chip), torus=on.torus)
+    mesh, axes = tuple(config.mesh.shape), tuple(config.mesh.axes)
+    notes = [n for n in [chip.flops(dtype)[1]] if n] + list(notes)
+    links, timed = links_for(chip, mesh, axes, on.name), rows(chip, mesh, axes, keyed, on.name)
+    at = {"target": on.name, "compile_s": compile_s, "refused": refused, **model_flops_fields(config, mesh)}
+    return Prediction(chip, dtype, mesh, axes, *totals, links, timed, [mesh], False, notes, **at)
+
+
 def predict(
     config: LabConfig,
     chip_id: str | None = "h100",
@@ -409,21 +425,3 @@ def parse_target(text: str | None) -> tuple[int, ...] | None:
     from ..sharding.mesh import parse_mesh_shape
 
     return parse_mesh_shape(text)
-
-
-_UNITS = (("s", 1.0), ("ms", 1e-3), ("µs", 1e-6), ("ns", 1e-9), ("ps", 1e-12))
-
-
-def time_unit(seconds: float) -> tuple[str, float]:
-    """The unit a duration reads best in (its value between 1 and 1000): ('µs', 1e-6)."""
-    return next(((unit, scale) for unit, scale in _UNITS if seconds >= scale), _UNITS[-1])
-
-
-def format_seconds(seconds: float) -> str:
-    """A duration with three significant digits in its own unit: '412 ns', '1.25 ms'. A tiny
-    model's step is a few nanoseconds on a big chip; '0.00 µs' would hide it."""
-    if seconds <= 0:
-        return "0 s"
-    unit, scale = time_unit(seconds)
-    value = seconds / scale
-    return f"{value:.3g} {unit}" if value < 1000 else f"{value:,.0f} {unit}"

@@ -1,8 +1,9 @@
 """Several JAX processes training one mesh, as on several hosts.
 
 :mod:`.launcher` starts and watches ``python -m sharding_lab.distributed.worker`` processes on this
-machine; :mod:`.worker` is one of them; :mod:`.protocol` is what they say to each other (JSON lines)
-and how a configuration becomes a worker's command line and back.
+machine (their configuration as command-line options: :mod:`sharding_lab.training.options`); :mod:`.worker`
+is one of them, reporting in JSON lines; :mod:`.results` is what a run gives back.
 """
 
-from .launcher import DistributedResult, WorkerFailed, check_processes, process_choices, process_table, run  # noqa: F401
+from .launcher import check_processes, process_choices, run  # noqa: F401
+from .results import DistributedResult, WorkerFailed, process_table  # noqa: F401

@@ -21,6 +21,7 @@ from ..models import Expect
 from ..sharding.rules import preset_roles
 from ..training.config import LabConfig, Plan
 from ..training.config import plan as make_plan
+from ..units import format_bytes
 from .communication import Collective, CommReport, analyze
 from .moves import category, phrase
 
@@ -35,10 +36,6 @@ class Comparison:
 
     def to_json(self) -> dict:
         return {"textbook": self.textbook, "agrees": self.agrees, "differences": self.differences}
-
-
-def _mb(n: float) -> str:
-    return f"{n / 1e6:.2f} MB" if n >= 1e5 else f"{n:,.0f} bytes"
 
 
 def _carries(c: Collective, what: str) -> bool:
@@ -97,8 +94,8 @@ def _weights_missing(report: CommReport, axis: str, plan: Plan, crossover: int |
     sentence = (
         f"{_who(plan)} all-gathered activations "
         f"({', '.join(f'{c.count} × {_shape(c)}' for c in gathered)}) instead of the "
-        f"weights: {_mb(moved)} of gathered results per step where gathering every weight would "
-        f"give {_mb(weights)}"
+        f"weights: {format_bytes(moved)} of gathered results per step where gathering every weight would "
+        f"give {format_bytes(weights)}"
         + (f" — {weights / moved:.0f}× fewer bytes at batch {plan.config.batch_size}" if moved < weights else "")
         + "."
     )
@@ -123,9 +120,9 @@ def _scatter_missing(report: CommReport, axis: str, plan: Plan):
         ), []
     full = sum(c.bytes for c in reduced)
     return (
-        f"{_who(plan)} all-reduced the gradients over `{axis}` ({_mb(full)} per device) where the textbook "
+        f"{_who(plan)} all-reduced the gradients over `{axis}` ({format_bytes(full)} per device) where the textbook "
         f"reduce-scatters them: every device materialises the full gradients, not the 1/{n} slice "
-        f"({_mb(full / n)}) FSDP is meant to keep — no gradient memory saved here."
+        f"({format_bytes(full / n)}) FSDP is meant to keep — no gradient memory saved here."
     ), reduced
 
 
@@ -167,7 +164,7 @@ def compare(plan: Plan, report: CommReport | None = None, crossover: int | None 
             agrees.append(
                 f"As the textbook: {_counts(found)} of "
                 f"{expect.carries} over `{axis}` in the {expect.phase} pass "
-                f"({_mb(sum(c.wire_bytes * c.count for c in found))} sent per device)."
+                f"({format_bytes(sum(c.wire_bytes * c.count for c in found))} sent per device)."
             )
         elif expect.carries == "weights":
             sentence, found = _weights_missing(report, axis, plan, crossover)

@@ -17,6 +17,7 @@ import jax.numpy as jnp
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
+from ..units import format_bytes  # noqa: F401 (callers read it here too)
 from .rules import axis_names, split_ways, trim
 
 Ranges = tuple[tuple[int, int], ...]
@@ -276,12 +277,3 @@ def describe_change(
     if not parts:
         return f"{name}: the same split, on other devices (the mesh changed)"
     return f"{name}: " + "; ".join(parts)
-
-
-def format_bytes(n: float) -> str:
-    """'2.1 kB', '35.4 GB' (decimal units, three significant digits): a tiny model needs kilobytes,
-    a real one gigabytes, and a fixed unit would print one of them as 0.00."""
-    for unit, size in (("TB", 1e12), ("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
-        if n >= size:
-            return f"{n / size:.3g} {unit}"
-    return f"{n:,.0f} B"

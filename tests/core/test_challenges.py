@@ -14,6 +14,7 @@ import sharding_lab as sl
 from sharding_lab.app import settings
 from sharding_lab.cli import main as cli
 from sharding_lab.lessons import challenges
+from sharding_lab.lessons.challenges import checks
 
 IDS = list(challenges.CHALLENGES)
 
@@ -32,7 +33,7 @@ def test_catalogue_is_core_code():
 
 
 def test_catalogue_is_complete_and_graded():
-    assert len([c for c in challenges.CHALLENGES.values() if c.run is not challenges._megatron_sublayers]) >= 8
+    assert len([c for c in challenges.CHALLENGES.values() if c.run is not checks.megatron_sublayers]) >= 8
     levels = [c.level for c in challenges.CHALLENGES.values()]
     assert levels == sorted(levels), "listed from easy to hard"
     assert set(levels) == {1, 2, 3}
