@@ -119,7 +119,7 @@ def placed_rows(chip: Chip, mesh: tuple[int, ...], axes: tuple[str, ...], keyed:
     count (the bandwidth term is linear in the bytes; the latency is paid per op)."""
     out = []
     for (op, group_axes), row in keyed.items():
-        where = placing.group_placement(target, mesh, axes, group_axes)
+        where = _part(placing.group_placement(target, mesh, axes, group_axes), row)
         count = max(1, row["count"])
         one = collective_time(chip, where, op, row["bytes"] / count) if row["bytes"] > 0 and where.size > 1 else None
         seconds = one.bandwidth_s * count if one else 0.0
@@ -141,6 +141,19 @@ def placed_rows(chip: Chip, mesh: tuple[int, ...], axes: tuple[str, ...], keyed:
             }
         )
     return out
+
+
+def _part(where: placing.Placement, row: dict) -> placing.Placement:
+    """The part of an axis that crosses slices a collective really spans: the compiler writes a cross-slice
+    collective as an op within each slice plus the runtime's transfer between slices
+    (:mod:`sharding_lab.program.megascale`), each over a group of that part's size only."""
+    n = getattr(row.get("example"), "group_size", where.size)
+    if where.slices > 1 and n != where.size:
+        if n == where.slices:
+            return dataclasses.replace(where, size=n, dims=())
+        if n == where.per_slice:
+            return dataclasses.replace(where, size=n, slices=1)
+    return where
 
 
 def _idealised_rows(chip: Chip, mesh: tuple[int, ...], axes: tuple[str, ...], keyed: dict) -> list[dict]:

@@ -16,6 +16,9 @@ Targets are named as the clouds name them:
   (besides accelerators JAX really sees);
 - ``v5e-N`` / ``v6e-N``: N chips on a 2-D torus (8 = 2×4 … 256 = 16×16);
 - ``v5p-N``: N TensorCores = N/2 chips (megacore: one JAX device per chip) on a 3-D torus;
+- ``v5e-256x2`` (any TPU slice, ``x`` and 2–64): that many slices joined over the data-centre network
+  (``get_topology_desc(num_slices=…)``; the devices carry ``slice_index``, :func:`slice_axis` says which mesh axis
+  crosses them);
 - ``h100-8`` / ``h200-8`` (and ``-16``, ``-32``…): 8 GPUs a node over NVLink, nodes over the network.
 
 This module is the only one that knows topology names, imports libtpu's or the CUDA plugin's

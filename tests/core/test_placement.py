@@ -222,3 +222,26 @@ def test_f32_peaks_are_the_default_precisions_with_highest_beside_them():
     assert CHIPS["tpu-v5e"].flops("f32")[0] == CHIPS["tpu-v5e"].flops("bf16")[0]  # one bf16 pass
     assert CHIPS["tpu-v5e"].peak_flops["f32_highest"] == pytest.approx(1.97e14 / 6)  # six (measured 31 TFLOP/s)
     assert math.isclose(CHIPS["h100"].flops("f32")[0], 494.7e12)  # TF32, dense
+
+
+@needs_tpu
+def test_a_two_slice_step_all_reduces_every_gradient_over_dcn():
+    """Compiled for two v5e-8 slices, a data-parallel step's cross-slice gradient sum is no HLO collective but
+    the runtime's transfers (program.megascale): read back as all-reduces over dcn, timed over DCN (2 slices: each
+    chip sends its N bytes once, at 3.125 GB/s); the batch is split over dcn and data (the dcn axis joins it)."""
+    import sharding_lab as sl
+    from sharding_lab import cost
+    from sharding_lab.sharding.mesh import MeshSpec
+
+    transformer = family("transformer")
+    spec = transformer.Spec()
+    config = sl.LabConfig(
+        mesh=MeshSpec((2, 8), ("dcn", "data")), preset="dp", model=spec, batch_size=16, target="v5e-8x2"
+    )
+    assert config.resolved_rules().target("batch") == ("dcn", "data")
+    p = cost.predict(config, None, "mixed")
+    across = [r for r in p.comm if r["axes"] == ("dcn",)]
+    assert across and {(r["op"], r["link"], r["group_size"]) for r in across} == {("all-reduce", "DCN", 2)}
+    assert 0 < sum(r["bytes"] for r in across) <= 4 * transformer.parameter_count(spec)  # at most every f32 gradient
+    assert sum(r["seconds"] for r in across) == pytest.approx(sum(r["bytes"] for r in across) / 3.125e9)
+    assert all(r["link"] == "ICI" for r in p.comm if r["axes"] == ("data",))

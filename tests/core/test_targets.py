@@ -364,6 +364,16 @@ def test_cost_on_a_target_uses_its_chip_and_its_compiler(capsys):
     # a 1024×1024 gradient all-reduced over 8 chips in one ring: the ring formula on the compiled bytes
     (row,) = [r for r in p["collectives"] if r["bytes"] > 1e6]
     assert row["wire_bytes"] == pytest.approx(2 * 7 / 8 * row["bytes"])
+    # where the 8 chips lie (2×4, no wraparound): one direction of a link on each dimension, 1 + 3 hops a pass
+    assert p["axis_links"]["data"]["why"].startswith("data: 8 chips over ICI, a line of 2 along x × a line of 4")
+    assert row["bytes_per_s"] == pytest.approx(2 * 4.5e10) and row["hops"] == 2 * (1 + 3)
+    assert row["latency_s"] == pytest.approx(row["count"] * 8e-6)
+    # MFU: the MLP's matmuls (2·N forward, 2·N weight and 2·(N − din·width) input gradients a row) ÷ 8 chips;
+    # HFU: the compiled FLOPs — the optimizer and the elementwise ops too
+    n = 2 * 1024 * 1024
+    model = 256 * (6 * n - 2 * 1024 * 1024)
+    assert p["mfu"] == pytest.approx(model / 8 / (p["step_s"] * 1.97e14))
+    assert p["hfu"] == pytest.approx(p["compute_s"] / p["step_s"]) and 0 < p["mfu"] < p["hfu"] <= 1
     code, _, err = run(capsys, "cost", "--target", "v5e-8", "--chip", "h100", "--mesh", "8")
     assert code == 2 and "the target's chips are tpu-v5e" in err
 
