@@ -63,6 +63,11 @@ def describe(p: Prediction) -> str:
             f"  model FLOPs {p.model_flops_detail['total']:,.4g} a step = {p.model_flops_detail['formula']}; "
             f"÷ {math.prod(p.mesh)} devices = {p.model_flops:,.4g} each"
         )
+    if targets.parse(p.target).kind == "tpu":
+        lines.append(
+            "  whose figures: FLOPs, HBM traffic, HBM needed and the collectives are the compiler's; each "
+            "collective's time is the scaling book's count on where its devices lie (hardware.placement)"
+        )
     lines += [f"  note: {note}" for note in p.notes]
     return "\n".join(lines)
 

@@ -27,15 +27,6 @@ from . import targets
 from .chips import Chip, Link
 from .chips import chip as get_chip
 
-# What a collective sends per device on a ring, as a multiple of the op's result bytes N and group size n
-# (the same formulas as communication.Collective.wire_bytes: reduce-scatter's N is one device's block).
-_WIRE = {
-    "all-reduce": lambda n: 2 * (n - 1) / n,
-    "all-gather": lambda n: (n - 1) / n,
-    "reduce-scatter": lambda n: float(n - 1),
-    "all-to-all": lambda n: (n - 1) / n,
-}
-
 
 @dataclasses.dataclass(frozen=True)
 class DimSpan:
@@ -119,8 +110,8 @@ class Placement:
 
 def describe(p: Placement) -> str:
     """One line, the same wherever the lab says where an axis runs (Layout, Communication, Compare, Plan):
-    'model: 4 chips over ICI, a line of 2 along x × a line of 2 along y; no wraparound (one direction's
-    bandwidth), ≤2 hops'."""
+    'model: 4 chips over ICI, a line of 2 along x × a line of 2 along y; no wraparound: one direction's
+    bandwidth, ≤2 hops'."""
     name = "+".join(p.axes) or "-"
     if p.size <= 1:
         return f"{name}: size 1, talks to no one"
