@@ -41,7 +41,7 @@ class Job:
 def _serve(conn) -> None:
     """A worker: compile each job it is sent, its buffer assignment dumped to the job's folder."""
     from ..hardware import targets
-    from ..training.trainer import compiler_options
+    from ..training.step import compiler_options
 
     targets.quiet_libtpu()
     while True:

@@ -448,7 +448,7 @@ def test_without_the_gpu_every_matmul_is_a_triton_gemm_fusion_as_the_note_says()
     """The half of targets.GPU_KERNEL_NOTE checkable here: no GPU to autotune on, XLA:GPU writes the step's
     matmuls as Triton GEMM fusions and calls no cuBLAS (the other half, cuBLASLt on a real H200, was measured
     there by tools/h200_check.py)."""
-    from sharding_lab.training.trainer import compile_train_step
+    from sharding_lab.training.step import compile_train_step
 
     config = sl.LabConfig(
         mesh=MeshSpec((8,), ("data",)),
@@ -474,7 +474,7 @@ def test_on_a_tpu_target_hbm_needed_is_the_compilers_peak_not_the_sum_that_count
     Here (a small scanned step): HBM needed is that peak, on a TPU target only; the sum describes another
     figure (for so small a program the peak is the larger: it holds the program's own scoped memory)."""
     from sharding_lab.cost.compiled import canonical, compile_once, hbm_needed
-    from sharding_lab.training.trainer import compile_train_step
+    from sharding_lab.training.step import compile_train_step
 
     spec = sl.family("transformer").Spec(
         layers=2, embed_dim=64, heads=4, head_dim=16, mlp_dim=128, vocab=64, seq=32, remat="full"
