@@ -87,6 +87,7 @@ def rows(found: search.Search) -> list[dict]:
             "step": format_seconds(r.step_s) if r.step_s is not None else "refused",
             "bound": r.bound or "-",
             "MFU": f"{r.mfu:.0%}" if r.mfu is not None else "-",
+            "HFU": f"{r.hfu:.0%}" if r.hfu is not None else "-",
             "compiled": search.depth_text(r, found),
         }
         for r in ordered

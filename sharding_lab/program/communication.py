@@ -18,7 +18,7 @@ import re
 
 import numpy as np
 
-from ..models.transformer import COMBINE_SCOPE, DISPATCH_SCOPE, EXPERTS_SCOPE
+from ..models.moe import COMBINE_SCOPE, DISPATCH_SCOPE, EXPERTS_SCOPE
 from ..pipeline import BACKWARD_SCOPE, FORWARD_SCOPE, GRADIENT_SCOPE
 from ..sharding.layout import memory_per_device
 from ..training.config import Plan

@@ -17,7 +17,7 @@ def compiled_figures(config: LabConfig, dtype: str):
     """The target's compiled step for ``config`` with any scan of layers unrolled (cached): the
     :class:`~sharding_lab.cost.compiled.Compiled` figures of a loop-free program."""
     from ..cost.compiled import canonical, compile_once
-    from ..models.transformer import unrolled_scan
+    from ..models.remat import unrolled_scan
 
     with unrolled_scan():
         return compile_once(canonical(config), dtype)
@@ -59,7 +59,7 @@ def prediction(config: LabConfig, dtype: str):
     """The roofline of ``config`` on its target and the depths compiled for it: compiled as it is, as
     ``cost`` does (≤ 2 layers: :func:`full_depth`) or extended from 1 and 2 layers, unrolled (the
     rematerialised blocks too:
-    :class:`~sharding_lab.models.transformer.unrolled_scan`), the 2-layer compile skipped when the compiler
+    :class:`~sharding_lab.models.remat.unrolled_scan`), the 2-layer compile skipped when the compiler
     refuses the 1-layer one (more layers need more memory). A :class:`~sharding_lab.cost.roofline.Prediction`
     (refused when the compiler refused either) and the depths: ``(L,)`` compiled whole, ``(1, 2)`` extended."""
     from ..cost.compiled import loop_layers
@@ -98,10 +98,14 @@ def fill(result: Result, p) -> None:
     result.compile_s = p.compile_s
     result.refused = p.refused
     result.fits = p.fits
-    result.hbm_per_chip = result.step_s = result.bound = result.mfu = result.terms = None
+    result.hbm_per_chip = result.step_s = result.bound = result.mfu = result.hfu = result.terms = None
+    result.links = {
+        a: {"link": link.name, "bytes_per_s": link.bytes_per_s if link.name != "none" else None, "where": link.why}
+        for a, link in p.links.items()
+    }
     if not p.refused:
         result.hbm_per_chip = p.hbm_needed
-        result.step_s, result.bound, result.mfu = p.step_s, p.bound, p.mfu
+        result.step_s, result.bound, result.mfu, result.hfu = p.step_s, p.bound, p.mfu, p.hfu
         result.terms = {"compute_s": p.compute_s, "memory_s": p.memory_s, "comm_s": p.comm_s, "latency_s": p.latency_s}
 
 
@@ -142,7 +146,7 @@ def compile_job(kind: str, config: LabConfig, dtype: str):
     two halves of :func:`~sharding_lab.cost.compiled.compile_step`); ``probe`` full depth, unrolled (watched
     only to its memory check); ``layers1`` / ``layers2`` 1 and 2 layers, unrolled, to extend."""
     from ..cost.compiled import canonical, compile_once
-    from ..models.transformer import unrolled_scan
+    from ..models.remat import unrolled_scan
 
     if kind == "whole":
         return full_depth(config, dtype)
