@@ -61,6 +61,13 @@ PLATFORM = _define(
     "GPUs; an error when there are none; `gpu` is the old name) or `auto` (the accelerators when the "
     "mesh fits on them, else the host devices).",
 )
+FAST_COMPILE = _define(
+    "FAST_COMPILE",
+    "on",
+    "XLA:CPU compiles with the cheaper settings that give the same numbers (`--xla_backend_optimization_level=1 "
+    "--xla_llvm_disable_expensive_passes=true`; a flag already in `XLA_FLAGS` wins); `off`: XLA's own defaults.",
+    _switch,
+)
 MEMORY_LIMIT_MB = _define(
     "MEMORY_LIMIT_MB",
     "0",
