@@ -75,12 +75,13 @@ def _at_exit() -> None:
     names = ", ".join(t.name for t in alive())
     print(
         f"sharding-lab: background work still running after {JOIN_LIMIT_S:.0f} s ({names}); leaving without "
-        "finalising the interpreter, which would tear it down inside XLA",
+        "finalising the interpreter, which would tear it down inside XLA (exit status 70: the status the program "
+        "meant is not known here, and 0 could hide a failure)",
         file=sys.stderr,
     )
     sys.stdout.flush()
     sys.stderr.flush()
-    os._exit(0)
+    os._exit(70)
 
 
 atexit.register(_at_exit)
