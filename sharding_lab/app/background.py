@@ -12,8 +12,8 @@ interpreter exit (``atexit``: after ``main`` returns, a ``sys.exit``, an uncaugh
 or Streamlit's own SIGTERM/SIGINT handler stopping its server) — asks each to stop and joins it. A thread
 stops at its next checkpoint (between chunks, layouts, candidates); a compile in progress is allowed to finish
 (the app's are seconds). One that has still not stopped after :data:`JOIN_LIMIT_S` is abandoned the one way
-XLA survives: the process leaves through ``os._exit`` after flushing its output, skipping the finalisation
-that would tear the thread down.
+XLA survives: the process leaves through ``os._exit(70)`` after flushing its output, skipping the finalisation
+that would tear the thread down (70, not 0: the status the program meant is unknown there).
 """
 
 from __future__ import annotations
