@@ -285,6 +285,13 @@ def chunk_program(plan: Plan, chunk: int, host_batches: bool = False):
         return _programs[key]
 
 
+def forget_chunk_programs() -> None:
+    """Drop the cached chunks (after ``jax.clear_caches()``, their jitted functions would no longer match a
+    state built after)."""
+    with _programs_lock:
+        _programs.clear()
+
+
 def build_chunk_program(plan: Plan, chunk: int, host_batches: bool = False):
     """A jitted function (state, key, start, n_active, x_all, y_all) → (state, losses) running
     ``chunk`` steps — or, with ``host_batches``, (state, xs, ys, n_active) → (state, losses), the
