@@ -304,7 +304,8 @@ def _release() -> None:
     """Drop the compiled programs JAX keeps in memory (``jax.clear_caches``) and the trainer's own chunks
     (:func:`~sharding_lab.training.trainer.forget_chunk_programs`: their jitted functions would no longer
     match a state built after). The warm command fills the disk cache; holding what it compiled grew a
-    process by ~15 MB per MLP layout (measured: 119 layouts from a full cache, 0.54 → 1.91 GB; released every 20, flat at 0.86 GB).
+    process by ~15 MB per MLP layout (measured: 119 layouts from a full cache, 0.54 → 1.91 GB; released
+    every 20, flat at 0.86 GB).
 
     Only between layouts of the command: in a server a Lab built before a release cannot train with a
     program built after it (JAX: "different pytree metadata" in its out_shardings — measured), so the
