@@ -89,6 +89,7 @@ with left:
         "Focus a device",
         on_mesh,
         key="focus",
+        persist_state=ui.KEEP,
         index=None,
         placeholder="none — pick one, or click the mesh",
         format_func=lambda d: f"device {d}",

@@ -109,13 +109,18 @@ size = c1.selectbox(
     "Size",
     [SIDEBAR_MODEL] + [n for n in fam.named_sizes if n != "default"],
     key="plan_size",
+    persist_state=ui.KEEP,
     on_change=_on_size,
     help="A public model card's shapes, or the transformer in the sidebar",
 )
 state.setdefault("plan_size_shown", size)
 start = defaults_for(size)
-target = c1.selectbox("Target", tpu_targets, key="plan_target", index=tpu_targets.index(start["plan_target"]))
-batch_tokens = c2.number_input("Batch (tokens)", 1, 1 << 24, start["plan_batch_tokens"], key="plan_batch_tokens")
+target = c1.selectbox(
+    "Target", tpu_targets, key="plan_target", persist_state=ui.KEEP, index=tpu_targets.index(start["plan_target"])
+)
+batch_tokens = c2.number_input(
+    "Batch (tokens)", 1, 1 << 24, start["plan_batch_tokens"], key="plan_batch_tokens", persist_state=ui.KEEP
+)
 seq = c2.number_input(
     "Sequence",
     4,
@@ -123,14 +128,23 @@ seq = c2.number_input(
     start["plan_seq"],
     step=2,
     key="plan_seq",
+    persist_state=ui.KEEP,
     help="Tokens per sequence (the batch is Batch ÷ Sequence sequences). The sidebar's "
     "transformer starts as the sidebar has it; a named size at the README's example.",
 )
 optimizer = c3.selectbox(
-    "Optimizer", list(sl.OPTIMIZERS), index=list(sl.OPTIMIZERS).index("adamw"), key="plan_optimizer"
+    "Optimizer",
+    list(sl.OPTIMIZERS),
+    index=list(sl.OPTIMIZERS).index("adamw"),
+    key="plan_optimizer",
+    persist_state=ui.KEEP,
 )
-presets = c3.multiselect("Presets", list(fam.presets), default=list(fam.presets), key="plan_presets")
-remats = c3.multiselect("Remat", list(search.REMATS), default=list(search.REMATS), key="plan_remats")
+presets = c3.multiselect(
+    "Presets", list(fam.presets), default=list(fam.presets), key="plan_presets", persist_state=ui.KEEP
+)
+remats = c3.multiselect(
+    "Remat", list(search.REMATS), default=list(search.REMATS), key="plan_remats", persist_state=ui.KEEP
+)
 
 job: plan_view.PlanJob | None = state.get("plan_job")
 run_col, stop_col = st.columns([1, 5])
@@ -201,7 +215,7 @@ if plan_view.plotted(found):
     st.plotly_chart(
         plan_view.pareto_figure(found), key="plan_pareto", on_select=_on_click, selection_mode="points", width="stretch"
     )
-    st.selectbox("Or pick one", [_name(r) for r in plan_view.plotted(found)], key="plan_pick")
+    st.selectbox("Or pick one", [_name(r) for r in plan_view.plotted(found)], key="plan_pick", persist_state=ui.KEEP)
     st.button("Load into the sidebar", key="plan_load", on_click=_on_load_button)
 if state.get("plan_loaded"):
     st.success(state.plan_loaded)

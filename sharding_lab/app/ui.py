@@ -21,19 +21,24 @@ from sharding_lab.hardware import targets
 from sharding_lab.models import ChoiceField, plugins
 from sharding_lab.pipeline import SCHEDULES
 
+# Every setting's widget keeps its value for the whole session, on every page, rendered or not. Streamlit
+# (1.67) drops a widget's value when a run does not draw it, and a page switch drops every widget the
+# browser's request does not carry: none. Copying each value to itself at the top of every run
+# (``state[k] = state[k]``) kept them only while the last run before the switch was a full run; after a
+# fragment's timer run (Plan's progress, Train's live view) the values sat under the widgets' ids and
+# the switch dropped them: Train opened on ``cpu``, the MLP and the seed preset. ``persist_state="session"``
+# is Streamlit's own way to keep them (SessionState._remove_stale_widgets preserves them by key).
+KEEP = "session"
+
 
 def init_state() -> None:
-    """Defaults for a new session; keep every setting alive on pages that do not show its widget.
-    First, the model families the server's owner installed or named in SHARDING_LAB_FAMILIES (once
-    per process; never from a link)."""
+    """Defaults for a new session (the widgets keep what the learner sets: :data:`KEEP`). First, the model
+    families the server's owner installed or named in SHARDING_LAB_FAMILIES (once per process; never from
+    a link)."""
     state = st.session_state
     state.family_problems = plugins.load_installed()
-    defaults = settings.defaults()  # once: it walks every model family's sizes
-    for key, value in defaults.items():
+    for key, value in settings.defaults().items():  # it walks every model family's sizes
         state.setdefault(key, value)
-    for key in list(state.keys()):
-        if key in defaults or str(key).startswith(("rule_", "ovr_")):
-            state[key] = state[key]
 
 
 def current_mesh() -> sl.MeshSpec:
@@ -67,6 +72,7 @@ def target_widget() -> None:
         "Compile for",
         list(targets.TARGET_NAMES),
         key="target",
+        persist_state=KEEP,
         on_change=_on_target,
         format_func=label,
         help="cpu: this machine's simulated devices, which also train. A TPU slice (v5e-8 … v5p-1024) "
@@ -81,18 +87,22 @@ def mesh_widgets() -> None:
         "Mesh axes",
         [1, 2, 3],
         key="n_axes",
+        persist_state=KEEP,
         on_change=_on_axes_count,
         horizontal=True,
         help="How many named axes the device grid has.",
     )
     for i in range(int(st.session_state.n_axes or 2)):
         size_col, name_col = st.columns([1, 2])
-        size_col.number_input(f"Size {i + 1}", 1, settings.max_axis_size(st.session_state), key=f"size_{i}")
-        name_col.text_input(f"Name {i + 1}", key=f"name_{i}", max_chars=32)
+        size_col.number_input(
+            f"Size {i + 1}", 1, settings.max_axis_size(st.session_state), key=f"size_{i}", persist_state=KEEP
+        )
+        name_col.text_input(f"Name {i + 1}", key=f"name_{i}", persist_state=KEEP, max_chars=32)
     st.radio(
         "Axis type",
         ["Auto", "Explicit"],
         key="axis_type",
+        persist_state=KEEP,
         horizontal=True,
         help="Auto: the compiler infers shardings (the seed's way). Explicit: shardings are "
         "part of each array's type and JAX refuses to guess.",
@@ -133,7 +143,9 @@ def rules_table(mesh: sl.MeshSpec, model) -> None:
     for axis, meaning in fam.logical_axes.items():
         label, box = st.columns([2, 3])
         label.markdown(f"`{axis}`  \n<small>{meaning}</small>", unsafe_allow_html=True)
-        box.selectbox(axis, options, key=f"rule_{axis}", on_change=_to_custom, label_visibility="collapsed")
+        box.selectbox(
+            axis, options, key=f"rule_{axis}", persist_state=KEEP, on_change=_to_custom, label_visibility="collapsed"
+        )
     keys = settings.override_keys(fam, model)
     with st.expander(
         "Per-parameter overrides", expanded=any(st.session_state.get(k) not in (None, FROM_RULES) for *_, k in keys)
@@ -150,6 +162,7 @@ def rules_table(mesh: sl.MeshSpec, model) -> None:
                     f"{name} dim {dim} ({array.logical_axes[dim]})",
                     [FROM_RULES] + options,
                     key=f"ovr_{name}_{dim}",
+                    persist_state=KEEP,
                     on_change=_to_custom,
                 )
 
@@ -198,6 +211,7 @@ def model_widgets(fam) -> None:
             "Model",
             list(sl.FAMILIES),
             key="model",
+            persist_state=KEEP,
             on_change=_on_model_change,
             format_func=lambda name: sl.FAMILIES[name].title,
         )
@@ -209,21 +223,30 @@ def model_widgets(fam) -> None:
     cols = st.columns(2)
     for i, (field, size) in enumerate(fam.size_fields.items()):
         if isinstance(size, ChoiceField):
-            cols[i % 2].selectbox(size.label, size.choices, key=settings.size_key(field), help=size.help or None)
+            cols[i % 2].selectbox(
+                size.label, size.choices, key=settings.size_key(field), persist_state=KEEP, help=size.help or None
+            )
         else:
             cols[i % 2].number_input(
-                size.label, size.low, size.high, key=settings.size_key(field), help=size.help or None
+                size.label,
+                size.low,
+                size.high,
+                key=settings.size_key(field),
+                persist_state=KEEP,
+                help=size.help or None,
             )
     st.selectbox(
         "Optimizer",
         list(sl.OPTIMIZERS),
         key="optimizer",
+        persist_state=KEEP,
         help="\n\n".join(f"**{k}**: {v}" for k, v in sl.OPTIMIZERS.items()),
     )
     st.number_input(
         "Batch size",
         *settings.GENERAL_RANGES["batch"],
         key="batch",
+        persist_state=KEEP,
         help="Split along the mesh axis that the batch's rule names.",
     )
 
@@ -248,6 +271,7 @@ def named_size_widget(fam) -> None:
         "Size",
         list(fam.named_sizes) + [CUSTOM],
         key="named_size",
+        persist_state=KEEP,
         on_change=_on_named_size,
         format_func=lambda n: fam.named_sizes[n].title if n in fam.named_sizes else "Custom (the sizes below)",
         help="Public models' shapes, from their model cards; the sizes below show them.",
@@ -276,6 +300,7 @@ def pipeline_widgets() -> None:
         "Microbatches",
         *settings.MICROBATCHES,
         key="microbatches",
+        persist_state=KEEP,
         help="The batch is cut into this many microbatches, which flow through the stages one "
         "after another. More microbatches: a smaller bubble.",
     )
@@ -283,6 +308,7 @@ def pipeline_widgets() -> None:
         "Schedule",
         list(SCHEDULES),
         key="schedule",
+        persist_state=KEEP,
         format_func=lambda name: {"gpipe": "GPipe", "1f1b": "1F1B"}[name],
         help="\n\n".join(f"**{k}**: {v}" for k, v in SCHEDULES.items()),
     )
@@ -321,6 +347,7 @@ def sidebar() -> sl.Plan | sl.ConfigError:
             "Preset",
             list(fam.presets) + [CUSTOM],
             key="preset",
+            persist_state=KEEP,
             format_func=lambda p: fam.presets[p].title if p in fam.presets else "Custom (edited rules)",
         )
         st.caption(
