@@ -5,7 +5,7 @@ import secrets
 import streamlit as st
 
 from sharding_lab import settings
-from sharding_lab.app import classroom, ui, warm
+from sharding_lab.app import classroom, session, warm
 
 st.set_page_config(page_title="Sharding Lab", page_icon=":material/grid_view:", layout="wide")
 # Once per server process: compiled programs from disk, and the default layout compiled before the
@@ -13,7 +13,7 @@ st.set_page_config(page_title="Sharding Lab", page_icon=":material/grid_view:", 
 warm.enable_compilation_cache()
 if settings.WARM.raw().lower() not in ("off", "0", "false", "no"):
     warm.warm_in_background()
-ui.init_state()
+session.init_state()
 # Counted for the teacher view: an opaque id per session, nothing else about it.
 classroom.seen(st.session_state.setdefault("classroom_id", secrets.token_hex(8)))
 # The teacher view exists for this session only if its link carried the server's token; the
@@ -22,7 +22,7 @@ if not st.session_state.get("teacher_view"):
     st.session_state.teacher_view = classroom.teacher_token_ok(
         st.query_params.get("teacher"), settings.TEACHER_TOKEN.raw() or None
     )
-ui.restore_link()
+session.restore_link()
 pages = [
     st.Page("app_pages/layout.py", title="Layout", icon=":material/grid_view:", default=True),
     st.Page("app_pages/train.py", title="Train", icon=":material/show_chart:"),

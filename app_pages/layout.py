@@ -6,7 +6,7 @@ import pandas as pd
 import streamlit as st
 
 import sharding_lab as sl
-from sharding_lab.app import explore, figures, settings, ui
+from sharding_lab.app import explore, figures, session, settings, ui
 from sharding_lab.hardware import targets
 from sharding_lab.sharding.layout import describe, format_spec, memory_part, memory_per_device
 from sharding_lab.sharding.mesh import device_ids, mesh_coords
@@ -89,7 +89,7 @@ with left:
         "Focus a device",
         on_mesh,
         key="focus",
-        persist_state=ui.KEEP,
+        persist_state=session.KEEP,
         index=None,
         placeholder="none — pick one, or click the mesh",
         format_func=lambda d: f"device {d}",

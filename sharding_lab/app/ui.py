@@ -14,31 +14,13 @@ import streamlit as st
 
 import sharding_lab as sl
 from sharding_lab.app import links, settings
+from sharding_lab.app.session import KEEP
 from sharding_lab.app.settings import CUSTOM, FROM_RULES
 from sharding_lab.export.script import export_script, script_name
 from sharding_lab.export.source import source_of
 from sharding_lab.hardware import targets
-from sharding_lab.models import ChoiceField, plugins
+from sharding_lab.models import ChoiceField
 from sharding_lab.pipeline import SCHEDULES
-
-# Every setting's widget keeps its value for the whole session, on every page, rendered or not. Streamlit
-# (1.67) drops a widget's value when a run does not draw it, and a page switch drops every widget the
-# browser's request does not carry: none. Copying each value to itself at the top of every run
-# (``state[k] = state[k]``) kept them only while the last run before the switch was a full run; after a
-# fragment's timer run (Plan's progress, Train's live view) the values sat under the widgets' ids and
-# the switch dropped them: Train opened on ``cpu``, the MLP and the seed preset. ``persist_state="session"``
-# is Streamlit's own way to keep them (SessionState._remove_stale_widgets preserves them by key).
-KEEP = "session"
-
-
-def init_state() -> None:
-    """Defaults for a new session (the widgets keep what the learner sets: :data:`KEEP`). First, the model
-    families the server's owner installed or named in SHARDING_LAB_FAMILIES (once per process; never from
-    a link)."""
-    state = st.session_state
-    state.family_problems = plugins.load_installed()
-    for key, value in settings.defaults().items():  # it walks every model family's sizes
-        state.setdefault(key, value)
 
 
 def current_mesh() -> sl.MeshSpec:
@@ -503,17 +485,6 @@ def show_error(error, lead: str = "Fix the configuration first.", where=st, fix:
     where.error(f"**{lead}** {plain(text)}" if lead else plain(text), icon=":material/error:")
     if fix:
         offer_fix(error, where)
-
-
-def restore_link() -> None:
-    """Once per session: apply the link's query parameters; say what could not be used."""
-    if st.session_state.get("link_restored"):
-        return
-    st.session_state.link_restored = True
-    updates, problems = links.from_query(st.query_params.to_dict())
-    for key, value in updates.items():
-        st.session_state[key] = value
-    st.session_state.link_problems = problems
 
 
 def link_notice() -> None:

@@ -474,6 +474,16 @@ _results: dict[tuple, Result] = {}
 _results_lock = threading.Lock()
 
 
+def is_cached(candidate: Candidate, base: LabConfig, dtype: str) -> bool:
+    """Whether :func:`cost_candidate` has this candidate's result already (no compile needed)."""
+    with _results_lock:
+        return (candidate, base, dtype) in _results
+
+
+def _counting(progress, counted: int, done: int, total: int, result: Result) -> None:
+    progress(counted + done, counted + total, result)
+
+
 def cost_candidate(candidate: Candidate, base: LabConfig, dtype: str) -> Result:
     """Screen and cost one candidate; cached per (candidate, base configuration, dtype)."""
     key = (candidate, base, dtype)
@@ -527,6 +537,9 @@ def search(
     queue = [todo[i] for i in order]
     workers = _workers(base, workers)
     step = _run_serial if workers <= 1 else functools.partial(_run_pool, workers=workers)
+    counted = len(results)  # skipped before the queue: progress counts them, as the result does
+    if progress is not None and counted:
+        progress = functools.partial(_counting, progress, counted)
     stopped = step(queue, base, dtype, stop, results, progress)
     out = Search(
         base,
@@ -840,6 +853,12 @@ def why(s: Search) -> str:
 
     best = s.best
     costed = s.costed
+    if best is None and not costed:
+        reasons = "; ".join(f"{n} × {reason}" for reason, n in s.skipped().items())
+        return (
+            f"No candidate fits: all {len(s.results)} were ruled out before compiling ({reasons}). Try more chips, "
+            "a leaner optimizer, remat full or a smaller batch."
+        )
     if best is None:
         refused = sum(1 for r in costed if not r.fits)
         return (
