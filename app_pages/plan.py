@@ -185,9 +185,10 @@ else:
         ruled_out = estimate.candidates - estimate.to_compile
         text += f": {estimate.to_compile} to compile, {ruled_out} ruled out before compiling"
     if estimate.seconds is not None:
+        each = estimate.seconds_each
         text += (
-            f". About {estimate.seconds:.0f} s before the answer: {estimate.to_compile} × {estimate.seconds_each:.1f} "
-            f"s, the time {estimate.measured_on} took to compile on this server just now."
+            f". One was compiled just now to time it ({estimate.measured_on}: {each:.1f} s), so the answer should "
+            f"take about {estimate.seconds:.0f} s ({estimate.to_compile - 1} × {each:.1f} s)."
         )
     else:
         text += (

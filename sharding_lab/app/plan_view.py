@@ -46,7 +46,10 @@ class Estimate:
 
     @property
     def seconds(self) -> float | None:
-        return None if self.seconds_each is None or self.to_compile is None else self.to_compile * self.seconds_each
+        """The search's time from Run: the compiles but the one timed (the search takes it from its cache)."""
+        if self.seconds_each is None or self.to_compile is None:
+            return None
+        return (self.to_compile - 1) * self.seconds_each
 
 
 def estimate(base: sl.LabConfig, dtype: str, presets, remats) -> Estimate:
