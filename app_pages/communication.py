@@ -239,7 +239,7 @@ cost_panel(plan)
 with st.expander("The optimized HLO (for the curious)"):
     st.code(report.hlo[:200_000], language="text")
 ui.show_code(
-    sl.training.trainer.make_train_step,
+    sl.training.step.make_train_step,
     sl.program.moves.name_elements,
     sl.program.communication.Collective.wire_bytes.fget,
 )

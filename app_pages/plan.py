@@ -6,9 +6,9 @@ import pandas as pd
 import streamlit as st
 
 import sharding_lab as sl
+from sharding_lab import search
 from sharding_lab.app import plan_view, session, ui
 from sharding_lab.hardware import targets
-from sharding_lab.search import search
 
 state = st.session_state
 DTYPE = "mixed"

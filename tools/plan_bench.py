@@ -21,7 +21,7 @@ import argparse
 import sys
 import time
 
-from sharding_lab.search import search
+from sharding_lab import search
 from sharding_lab.training.options import add_config_options, config_from_args
 
 DEFAULT = [

@@ -22,8 +22,15 @@ from sharding_lab.models import plugins
 
 KEEP = "session"  # every setting widget's persist_state
 # The Plan page's question: settings too (carried like the sidebar's), though no link holds them.
-PLAN_BOXES = ("plan_size", "plan_target", "plan_batch_tokens", "plan_seq", "plan_optimizer", "plan_presets",
-              "plan_remats")
+PLAN_BOXES = (
+    "plan_size",
+    "plan_target",
+    "plan_batch_tokens",
+    "plan_seq",
+    "plan_optimizer",
+    "plan_presets",
+    "plan_remats",
+)
 
 
 def init_state() -> None:

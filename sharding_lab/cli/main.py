@@ -193,8 +193,8 @@ def main(argv=None) -> int:
 
 def _print_plan(args) -> int:
     """``python -m sharding_lab plan``: the search (:mod:`sharding_lab.search.search`), as a table or JSON."""
+    from .. import search
     from ..cost.compiled import dtype_name
-    from ..search import search
 
     dtype = dtype_name(args.dtype)
     config = config_from_args(args)

@@ -1,7 +1,7 @@
 """One training step compiled for a compute dtype, and what it does on each device.
 
 
-The step is the trainer's own (:func:`sharding_lab.training.trainer.make_train_step`, outputs pinned,
+The step is the trainer's own (:func:`sharding_lab.training.step.make_train_step`, outputs pinned,
 state donated as in the trainer's chunks), compiled for a compute dtype: every float leaf of the
 state and the batch is cast to ``dtype`` (ints — step counters — kept), so parameters, gradients,
 optimizer state and activations are all ``dtype`` ("pure" bf16; a mixed-precision setup with f32
@@ -114,7 +114,7 @@ def matmul_traffic(hlo_text: str, itemsize: int) -> float:
 
 def loop_layers(config: LabConfig) -> int:
     """The trip count of the loop over layers in ``config``'s step, 0 when it has none: the transformer
-    with ``remat=full`` runs its blocks as a ``lax.scan`` (:func:`~sharding_lab.models.transformer.
+    with ``remat=full`` runs its blocks as a ``lax.scan`` (:func:`~sharding_lab.models.remat.
     rematerialised_blocks`); a pipelined step places its blocks otherwise."""
     layers = getattr(config.model, "layers", 0)
     if getattr(config.model, "remat", "none") != "full" or not isinstance(layers, int) or layers < 2:
@@ -125,7 +125,7 @@ def loop_layers(config: LabConfig) -> int:
 @functools.lru_cache(maxsize=128)
 def compile_step(config: LabConfig, dtype: str = "bf16") -> Compiled:
     """Compile the trainer's step for ``config`` on its target in ``dtype`` (abstract inputs: nothing
-    allocated; :func:`sharding_lab.training.trainer.compile_train_step`). A step the target's compiler refuses for
+    allocated; :func:`sharding_lab.training.step.compile_train_step`). A step the target's compiler refuses for
     memory comes back with ``refused`` set to the compiler's sentence instead of raising.
 
     **A loop over layers counted as many times as it runs.** XLA's cost analysis and the program text
@@ -136,14 +136,14 @@ def compile_step(config: LabConfig, dtype: str = "bf16") -> Compiled:
     difference is one block's FLOPs, HBM traffic and collectives, and each figure is
     ``f = f₁ + (L − 1)·(f₂ − f₁)/(1 + L mod 2)`` (an odd L leaves one more block outside the 2-block loop).
     HBM needed stays the real program's."""
-    from ..models.transformer import unrolled_scan
+    from ..models.remat import unrolled_scan
 
     layers = loop_layers(config)
-    one = _compile_once(config, dtype)
+    one = compile_once(config, dtype)
     if not layers or one.refused:
         return one
     with unrolled_scan(2):
-        two = _compile_once(config, dtype)
+        two = compile_once(config, dtype)
     return loop_figures(one, two, layers)
 
 
@@ -193,9 +193,9 @@ def extend_loop(one: Compiled, two: Compiled, layers: int) -> Compiled:
     )
 
 
-def _compile_once(config: LabConfig, dtype: str) -> Compiled:
+def compile_once(config: LabConfig, dtype: str) -> Compiled:
     """One compile of the step, its figures as the compiler reports them."""
-    from ..training.trainer import CompileRefused, compile_lowered, lower_train_step
+    from ..training.step import CompileRefused, compile_lowered, lower_train_step
 
     dtype = dtype_name(dtype)
     plan = make_plan(config)

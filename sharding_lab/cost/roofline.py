@@ -243,6 +243,21 @@ def comm_rows(
     return _comm_rows(get_chip(chip_id), tuple(mesh_shape), tuple(axes), compiled.by_key())
 
 
+def keyed_prediction(
+    config: LabConfig, dtype: str, totals: tuple, keyed: dict, notes=(), compile_s: float = 0.0, refused=None
+) -> Prediction:
+    """The roofline on ``config``'s TPU target of a step's ``totals`` (FLOPs, HBM traffic, HBM needed) and its
+    collectives ``keyed`` by (op, axes) as ``Compiled.by_key`` gives them — from one compile or several extended
+    to the model's depth (:mod:`sharding_lab.search.costing`). The chip's peak note first, then ``notes``."""
+    on = targets.parse(config.target)
+    chip = dataclasses.replace(get_chip(on.chip), torus=on.torus)
+    mesh, axes = tuple(config.mesh.shape), tuple(config.mesh.axes)
+    notes = [n for n in [chip.flops(dtype)[1]] if n] + list(notes)
+    links, rows = axis_links(chip, mesh, axes), _comm_rows(chip, mesh, axes, keyed)
+    at = {"target": on.name, "compile_s": compile_s, "refused": refused}
+    return Prediction(chip, dtype, mesh, axes, *totals, links, rows, [mesh], False, notes, **at)
+
+
 def predict(
     config: LabConfig,
     chip_id: str | None = "h100",

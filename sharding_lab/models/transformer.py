@@ -29,143 +29,36 @@ The task: each row is ``a_1 … a_h a_h … a_1`` (h = seq/2 random tokens, then
 the model predicts the next token, and only the second half is predictable, so the loss is the
 mean cross-entropy over those h positions (targets -1 elsewhere). Predicting ``a_{h-j}`` at
 position ``h+j-1`` means looking back at position ``h-1-j``: attention, by position.
+
+Its parts apart: the sizes and options (:mod:`.transformer_spec`), the named sizes
+(:mod:`.transformer_sizes`), the layouts (:mod:`.transformer_presets`), the mixture of experts' routing
+(:mod:`.moe`) and the rematerialised loop over blocks (:mod:`.remat`).
 """
 
 from __future__ import annotations
-
-import dataclasses
-import math
-from typing import ClassVar
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
-from ..errors import ConfigError
-from . import (  # noqa: E402  (the pp and ep presets)
-    DP_TEXTBOOK,
-    EXPERT_TEXTBOOK,
-    FSDP_TEXTBOOK,
-    MEGATRON_TEXTBOOK,
-    PIPELINE_TEXTBOOK,
-    REPLICATED_TEXTBOOK,
-    SEQUENCE_TEXTBOOK,
-    ArraySpec,
-    ChoiceField,
-    ModelFamily,
-    NamedSize,
-    Preset,
-    SizeField,
-    constrain,
-    param,
-    recording_activations,
-    register,
+from . import ArraySpec, ChoiceField, ModelFamily, SizeField, constrain, param, recording_activations, register
+from .moe import (
+    AUX_LOSS_COEFFICIENT,
+    COMBINE_SCOPE,
+    DISPATCH_SCOPE,
+    EXPERTS_SCOPE,
+    NO_STATS,
+    Routing,
+    expert_capacity,
+    moe_mlp,
+    route,
+    top_k_experts,
 )
-
-# Limits that allow a real model to be *planned* (Llama 3 70B: 80 layers, embed 8192, mlp 28672,
-# vocab 128256, seq 8192); training such a size is refused by the memory check, not by these.
-LIMITS = {
-    "layers": (1, 128),
-    "embed_dim": (1, 16384),
-    "heads": (1, 128),
-    "kv_heads": (0, 128),
-    "head_dim": (1, 1024),
-    "mlp_dim": (1, 65536),
-    "vocab": (2, 262144),
-    "seq": (4, 32768),
-    "experts": (0, 256),
-    "top_k": (1, 256),
-}
-# Options that are words, not numbers; the first of each is today's model (and the default).
-CHOICES = {
-    "mlp_type": ("gelu", "swiglu"),
-    "embeddings": ("untied", "tied"),
-    "positions": ("learned", "rope"),
-    "remat": ("none", "full"),
-    # A mixture of experts' capacity factor, as a choice among the values papers use (Switch
-    # Transformer: 1.0 and 1.25; GShard: 2.0), so that every form and link handles it as a word.
-    "capacity_factor": ("1.25", "1.0", "1.5", "2.0"),
-}
-# The load-balancing loss's weight in the training loss (Switch Transformer's α = 10⁻²).
-AUX_LOSS_COEFFICIENT = 0.01
-
-
-@dataclasses.dataclass(frozen=True)
-class TransformerSpec:
-    """The transformer's sizes and options; defaults train in seconds on two CPU cores.
-
-    ``kv_heads`` 0 means as many K/V heads as query heads (multi-head attention); fewer is
-    grouped-query attention, each K/V head shared by ``heads // kv_heads`` query heads.
-    ``mlp_type``: ``gelu`` (two matrices, GPT-2's) or ``swiglu`` (gate, up, down: Llama's).
-    ``embeddings``: ``tied`` reuses the token embedding as the unembedding (GPT-2), ``untied`` has
-    its own (Llama 3). ``positions``: a ``learned`` table (GPT-2) or ``rope``, rotary, no parameters
-    (Llama). ``remat``: ``full`` recomputes each block in the backward pass, keeping only its input.
-    ``experts``: 0 is the dense MLP; more makes each block's MLP a mixture of that many experts, of
-    which each token uses ``top_k``, each expert taking at most ``capacity_factor`` × its fair share
-    of a sequence's tokens (:func:`moe_mlp`).
-    """
-
-    family: ClassVar[str] = "transformer"
-    layers: int = 2
-    embed_dim: int = 64  # not "embed": Streamlit reserves the ?embed= query parameter of a share link
-    heads: int = 4
-    head_dim: int = 16
-    mlp_dim: int = 256
-    vocab: int = 32
-    seq: int = 32
-    kv_heads: int = 0
-    mlp_type: str = "gelu"
-    embeddings: str = "untied"
-    positions: str = "learned"
-    remat: str = "none"
-    experts: int = 0
-    top_k: int = 2
-    capacity_factor: str = "1.25"
-
-    def validate(self) -> None:
-        for name, (low, high) in LIMITS.items():
-            value = getattr(self, name)
-            if not isinstance(value, int) or isinstance(value, bool) or not low <= value <= high:
-                raise ConfigError(
-                    f"transformer size {name} must be a whole number from {low} to {high:,}, got {value!r}", "model"
-                )
-        for name, choices in CHOICES.items():
-            if getattr(self, name) not in choices:
-                raise ConfigError(
-                    f"transformer {name} must be one of {', '.join(choices)}, got {getattr(self, name)!r}", "model"
-                )
-        if self.seq % 2:
-            raise ConfigError(
-                f"transformer seq must be even (a sequence and its reverse), got {self.seq}: try {self.seq + 1}",
-                "model",
-            )
-        if self.heads % kv_heads_of(self):
-            divisors = [k for k in range(1, self.heads + 1) if self.heads % k == 0]
-            near = sorted(divisors, key=lambda k: abs(k - self.kv_heads))[:2]
-            raise ConfigError(
-                f"transformer heads ({self.heads}) must be a multiple of kv_heads ({self.kv_heads}): "
-                f"each K/V head serves the same number of query heads — try kv_heads "
-                f"{' or '.join(map(str, sorted(near)))}, or 0 for one per query head",
-                "model",
-            )
-        if self.experts and self.top_k > self.experts:
-            raise ConfigError(
-                f"top_k ({self.top_k}) cannot exceed experts ({self.experts}): each token picks top_k "
-                f"different experts — try top_k {min(2, self.experts)} or experts {self.top_k} or more",
-                "model",
-            )
-        if self.positions == "rope" and self.head_dim % 2:
-            raise ConfigError(
-                f"rotary positions turn pairs of features, so head_dim must be even, got "
-                f"{self.head_dim}: try {self.head_dim + 1}",
-                "model",
-            )
-
-
-def kv_heads_of(spec) -> int:
-    """The number of K/V heads (``kv_heads``, or ``heads`` when it is 0)."""
-    return spec.kv_heads or spec.heads
+from .remat import rematerialised_blocks, unrolled_scan
+from .transformer_presets import PRESETS
+from .transformer_sizes import NAMED_SIZES
+from .transformer_spec import CHOICES, LIMITS, TransformerSpec, kv_heads_of
 
 
 def rms_norm(x, scale):
@@ -262,162 +155,6 @@ class Block(nnx.Module):
         return (constrain(x + jnp.einsum("bsm,me->bse", hidden, self.mlp_out[...]), "resid"), NO_STATS) + (
             (None,) if routing else ()
         )
-
-
-# -- mixture of experts ------------------------------------------------------------------------------
-# Each batch row (a sequence) is one *group* of tokens routed together (GShard's groups): each expert
-# takes at most `capacity` of a group's tokens, and the dispatched tensor is (expert, group, slot, embed).
-# Three layouts of it, each a constrained activation (the rules place them): `routed`, the tokens put
-# in their experts' slots where they are (groups split as the batch is: over data and, under ep, over
-# expert too); `dispatched`, the same tensor with its expert dimension split over the `expert` mesh axis
-# and its groups only over what the batch uses besides (`groups`) — going from the one to the other,
-# each device keeps its own experts' slots of every group and sends the rest: an all-to-all; and
-# `returned`, the experts' outputs moved back to their tokens' devices the same way before the combine.
-# The routing is pure elementwise work and reductions along each group, so no device needs another's.
-
-NO_STATS = (0.0, 0.0)  # a dense block's (load-balancing loss, dropped token choices)
-
-
-@dataclasses.dataclass(frozen=True)
-class Routing:
-    """What one block's router chose for a batch: ``logits`` (batch, seq, experts), ``chosen``
-    (batch, seq, top_k) the experts of each token in order of preference, ``kept`` (batch, seq,
-    top_k) whether that choice found room within the expert's capacity (else it was dropped), and
-    the block's load-balancing loss."""
-
-    logits: jax.Array
-    chosen: jax.Array
-    kept: jax.Array
-    aux_loss: jax.Array  # this block's load-balancing loss
-    capacity: int  # slots per expert per sequence
-
-
-jax.tree_util.register_dataclass(
-    Routing, data_fields=["logits", "chosen", "kept", "aux_loss"], meta_fields=["capacity"]
-)
-
-
-def expert_capacity(spec_or_block, tokens: int) -> int:
-    """How many of a group's ``tokens`` one expert takes: ceil(capacity_factor × tokens × top_k /
-    experts) (Switch Transformer, GShard), at most ``tokens`` (a token picks an expert once)."""
-    e, k, f = spec_or_block.experts, spec_or_block.top_k, float(spec_or_block.capacity_factor)
-    return max(1, min(tokens, math.ceil(f * tokens * k / e)))
-
-
-def top_k_experts(probs, k: int):
-    """The ``k`` largest router probabilities of each token and their experts, best first, by
-    ``k`` rounds of argmax (ties go to the lower expert, as a stable sort's would). Not
-    ``lax.top_k``: measured on XLA:CPU, its partitioner gathers the whole batch onto every device
-    first, where an argmax keeps each device on its own tokens."""
-    picked, chosen = [], []
-    for _ in range(k):
-        best = jnp.argmax(probs, axis=-1)
-        picked.append(jnp.take_along_axis(probs, best[..., None], axis=-1)[..., 0])
-        chosen.append(best)
-        probs = jnp.where(jax.nn.one_hot(best, probs.shape[-1]) > 0, -jnp.inf, probs)
-    return jnp.stack(picked, axis=-1), jnp.stack(chosen, axis=-1)
-
-
-def route(block, h):
-    """The router's decision for tokens ``h`` (batch, seq, embed): the dispatch and combine
-    tensors (batch, seq, experts, capacity) — one-hot slots, the combine's weighted by the token's
-    renormalised router probability —, the load-balancing loss and the count of dropped choices,
-    and the :class:`Routing`. A token's first choices are served before anyone's second (Switch's
-    priority), each group's tokens in order; a choice past the expert's capacity is dropped."""
-    logits = constrain(jnp.einsum("bse,ex->bsx", h, block.router[...]), "router_logits")
-    probs = jax.nn.softmax(logits, axis=-1)
-    weights, chosen = top_k_experts(probs, block.top_k)
-    weights = weights / jnp.sum(weights, axis=-1, keepdims=True)
-    b, s, k, e = *chosen.shape, block.experts
-    capacity = expert_capacity(block, s)
-    mask = jax.nn.one_hot(chosen, e)  # (b, s, k, e)
-    by_priority = mask.transpose(0, 2, 1, 3).reshape(b, k * s, e)  # every first choice, then every second …
-    slot = (jnp.cumsum(by_priority, axis=1) * by_priority - 1).reshape(b, k, s, e).transpose(0, 2, 1, 3)
-    kept_choice = (slot < capacity) & (mask > 0)  # (b, s, k, e)
-    slots = jax.nn.one_hot(jnp.where(kept_choice, slot, -1).astype(jnp.int32), capacity)  # (b, s, k, e, c)
-    dispatch = jnp.sum(slots, axis=2)
-    combine = jnp.sum(slots * weights[..., None, None], axis=2)
-    # Switch Transformer's load-balancing loss: experts × Σ_e (share of choices routed to e) × (mean
-    # router probability of e); 1 when both are uniform, larger when the router favours a few experts.
-    share = jnp.mean(jnp.sum(mask, axis=2), axis=(0, 1)) / k
-    aux = e * jnp.sum(share * jnp.mean(probs, axis=(0, 1)))
-    dropped = jnp.sum(mask) - jnp.sum(kept_choice)
-    return dispatch, combine, (aux, dropped), Routing(logits, chosen, jnp.any(kept_choice, axis=-1), aux, capacity)
-
-
-def moe_mlp(block, h):
-    """The mixture-of-experts MLP on ``h`` (batch, seq, embed): route, dispatch each token to its
-    experts' slots (einsum with the one-hot dispatch tensor, GShard's way), run every expert on its
-    slots (the dense MLP, one weight per expert), and combine each token's expert outputs weighted
-    by its router probabilities. Returns (output, (aux loss, dropped choices), Routing)."""
-    dispatch, combine, stats, routing = route(block, h)
-    with jax.named_scope(DISPATCH_SCOPE):
-        routed = constrain(jnp.einsum("bsxc,bse->xbce", dispatch, h), "routed")
-        dispatched = constrain(routed, "dispatched")
-    with jax.named_scope(EXPERTS_SCOPE):
-        up = jnp.einsum("xbce,xem->xbcm", dispatched, block.expert_in[...])
-        if block.gated:
-            hidden = jax.nn.silu(jnp.einsum("xbce,xem->xbcm", dispatched, block.expert_gate[...])) * up
-        else:
-            hidden = jax.nn.gelu(up)
-        hidden = constrain(hidden, "expert_hidden")
-        out = constrain(jnp.einsum("xbcm,xme->xbce", hidden, block.expert_out[...]), "expert_outputs")
-    with jax.named_scope(COMBINE_SCOPE):
-        returned = constrain(out, "returned")
-        return jnp.einsum("bsxc,xbce->bse", combine, returned), stats, routing
-
-
-# Named scopes of the three parts (jax.named_scope): they reach the compiled program's op metadata,
-# which is how the Communication page tells a dispatch's all-to-all from a combine's.
-DISPATCH_SCOPE, EXPERTS_SCOPE, COMBINE_SCOPE = "moe_dispatch", "moe_experts", "moe_combine"
-
-
-def rematerialised_blocks(blocks, x):
-    """The blocks applied in turn, each rematerialised, and their mixture-of-experts statistics
-    summed (:meth:`Block.forward`): the backward pass keeps only each block's
-    input and recomputes the rest. The blocks' weights are stacked and run as a ``lax.scan`` of
-    one ``nnx.remat``-ed block: around unrolled blocks, XLA:CPU drops the optimization barriers
-    remat places and its CSE folds the recomputation back into the forward pass (measured: the
-    same temporaries with and without), while a recomputation inside a loop body stays."""
-    graphdef, first = nnx.split(blocks[0])
-    treedef = jax.tree.structure(first)
-    # Leaves in the same order for every block (their metadata differs, so the trees are not equal).
-    stacked = [jnp.stack(leaves) for leaves in zip(*(jax.tree.leaves(nnx.split(b)[1]) for b in blocks))]
-
-    @nnx.remat
-    def step(x, leaves):
-        return nnx.merge(graphdef, jax.tree.unflatten(treedef, leaves)).forward(x)
-
-    x, stats = jax.lax.scan(step, x, stacked, unroll=unrolled_scan.factor())
-    return x, jax.tree.map(jnp.sum, stats)
-
-
-class unrolled_scan:  # noqa: N801  (a context manager, used like a function)
-    """Inside ``with unrolled_scan():`` the rematerialised blocks' ``lax.scan`` is unrolled: the same
-    blocks, each still an ``nnx.remat``, but with no loop in the program. ``unrolled_scan(2)`` unrolls it
-    by 2 instead (a loop whose body runs two blocks). XLA's cost analysis counts a loop's body once,
-    whatever its trip count, so the lab's cost of a scanned step is read from two compiles, by 1 and by 2
-    (``compile_step`` in the cost package): their difference is one block's."""
-
-    _depth: list = []
-
-    def __init__(self, factor: int | bool = True):
-        self._factor = factor
-
-    @classmethod
-    def active(cls) -> bool:
-        return bool(cls._depth)
-
-    @classmethod
-    def factor(cls) -> int | bool:
-        """``lax.scan``'s ``unroll``: 1 (a loop of one block) outside any ``unrolled_scan``."""
-        return cls._depth[-1] if cls._depth else 1
-
-    def __enter__(self):
-        unrolled_scan._depth.append(self._factor)
-
-    def __exit__(self, *exc):
-        unrolled_scan._depth.pop()
 
 
 class Transformer(nnx.Module):
@@ -528,162 +265,6 @@ def partial_loss(logits, y, count):
     return -jnp.sum(picked) / count
 
 
-# Weights split along one dimension over `data` (FSDP). Per-parameter overrides, because the
-# activations share the weights' logical names (embed, heads, mlp) and the batch already takes
-# `data`: a rule embed → data would split the residual stream over `data` twice. A preset names
-# every array the family can have; those a size lacks (pos under rope, unembed when tied, mlp_gate
-# without SwiGLU) are dropped when it is bound (config.preset_rules).
-_FSDP = (
-    ("embedding", (None, "data")),
-    ("pos", (None, "data")),
-    ("norm", ("data",)),
-    ("q", ("data", None, None)),
-    ("k", ("data", None, None)),
-    ("v", ("data", None, None)),
-    ("o", (None, None, "data")),
-    ("mlp_gate", ("data", None)),
-    ("mlp_in", ("data", None)),
-    ("mlp_out", (None, "data")),
-    ("unembed", ("data", None)),
-    ("router", ("data", None)),
-    ("expert_gate", (None, "data", None)),
-    ("expert_in", (None, "data", None)),
-    ("expert_out", (None, None, "data")),
-)
-# FSDP + Megatron: the tensor-parallel dimension on `model`, the other big one on `data`.
-_FSDP_TP = (
-    ("embedding", ("model", "data")),
-    ("pos", (None, "data")),
-    ("norm", ("data",)),
-    ("q", ("data", "model", None)),
-    ("k", ("data", "model", None)),
-    ("v", ("data", "model", None)),
-    ("o", ("model", None, "data")),
-    ("mlp_gate", ("data", "model")),
-    ("mlp_in", ("data", "model")),
-    ("mlp_out", ("model", "data")),
-    ("unembed", ("data", "model")),
-    ("router", ("data", None)),
-    ("expert_gate", (None, "data", "model")),
-    ("expert_in", (None, "data", "model")),
-    ("expert_out", (None, "model", "data")),
-)
-# K/V heads go where the query heads go: each device then holds the K/V heads its query heads read.
-# When model does not divide kv_heads (llama3-8b's 8 on 16 ways) the plan warns and JAX replicates them.
-_MEGATRON = {"heads": "model", "kv_heads": "model", "mlp": "model", "vocab": "model"}
-# Expert parallelism (GShard; MaxText's activation_batch includes its expert axis): the experts split on
-# expert, and the batch on data *and* expert — outside the experts the expert axis is one more data axis,
-# so each device routes its own tokens and the dispatch sends them to their experts' devices
-# (all-to-all). Once dispatched, the groups of tokens stay split over data only (`groups`).
-_EXPERTS = {"expert": "expert", "batch": ("data", "expert"), "groups": "data"}
-
-PRESETS: dict[str, Preset] = {
-    p.name: p
-    for p in [
-        Preset(
-            "replicated",
-            "Replicated",
-            "Every device holds every weight and the whole batch, and computes the same step.",
-            {},
-            textbook=REPLICATED_TEXTBOOK,
-        ),
-        Preset(
-            "dp",
-            "Data parallel",
-            "The batch's rows are split on data; every device keeps all the weights, and the "
-            "gradients are summed across data after the backward pass.",
-            {"batch": "data", "groups": "data"},
-            textbook=DP_TEXTBOOK,
-        ),
-        Preset(
-            "fsdp",
-            "FSDP (fully sharded)",
-            "The batch and every weight are split on data (weights by per-parameter overrides), so "
-            "each device stores 1/data of the weights and optimizer state; the compiler must bring "
-            "the pieces together for each matmul.",
-            {"batch": "data", "groups": "data"},
-            _FSDP,
-            textbook=FSDP_TEXTBOOK,
-        ),
-        Preset(
-            "tp",
-            "Tensor parallel (Megatron)",
-            "Heads, MLP units and vocab split on model: q/k/v and mlp_in by their output (heads, mlp), "
-            "o and mlp_out by their input — so each sublayer needs one all-reduce of activations.",
-            dict(_MEGATRON),
-            textbook=MEGATRON_TEXTBOOK,
-        ),
-        Preset(
-            "sp",
-            "Megatron + sequence parallel",
-            "As tp, and the residual stream between sublayers split along its sequence on model: "
-            "each sublayer's all-reduce can become a reduce-scatter plus an all-gather, and norms run "
-            "on 1/model of the tokens.",
-            {**_MEGATRON, "seq": "model"},
-            textbook=SEQUENCE_TEXTBOOK,
-        ),
-        Preset(
-            "fsdp_tp",
-            "FSDP + tensor parallel (2-D)",
-            "Megatron on model, the batch on data, and every weight's other big dimension split on "
-            "data too: each device stores 1/(data×model) of the weights.",
-            {**_MEGATRON, "batch": "data", "groups": "data"},
-            _FSDP_TP,
-            needs_two_axes=True,
-            textbook=FSDP_TEXTBOOK + MEGATRON_TEXTBOOK,
-        ),
-        Preset(
-            "pp",
-            "Pipeline parallel (+ data)",
-            "The blocks split into stages on stage, the batch into microbatches that flow through them "
-            "(GPipe or 1F1B); each stage sends activations to the next and their gradients back. The "
-            "batch on data.",
-            {"layers": "stage", "batch": "data"},
-            needs_two_axes=True,
-            textbook=PIPELINE_TEXTBOOK,
-        ),
-        Preset(
-            "pp_tp",
-            "Pipeline + tensor parallel (3-D)",
-            "As pp on stage and data, and within each stage Megatron on model: heads, MLP units and vocab "
-            "split, one all-reduce of activations per sublayer (needs three axes).",
-            {"layers": "stage", "batch": "data", **_MEGATRON},
-            needs_two_axes=True,
-            textbook=PIPELINE_TEXTBOOK + MEGATRON_TEXTBOOK,
-        ),
-        Preset(
-            "ep",
-            "Expert parallel (+ data)",
-            "Each block's experts split on expert (needs Experts > 0), the batch on data and expert: each "
-            "device routes its own tokens, sends each to its expert's device and gets the outputs back — an "
-            "all-to-all there and one back. The router and every other weight replicated.",
-            dict(_EXPERTS),
-            needs_two_axes=True,
-            textbook=EXPERT_TEXTBOOK,
-        ),
-        Preset(
-            "ep_dp",
-            "Experts split, batch on data only",
-            "The experts split on expert as in ep, but the batch only on data, as dp splits it: every device "
-            "along expert holds the same tokens and runs its own experts on them, so no token travels — the "
-            "experts' outputs are summed across expert instead (and attention runs expert times over).",
-            {"expert": "expert", "batch": "data", "groups": "data"},
-            needs_two_axes=True,
-            textbook=DP_TEXTBOOK,
-        ),
-        Preset(
-            "ep_tp",
-            "Expert + tensor parallel (3-D)",
-            "As ep on data and expert, and Megatron on model: heads, vocab and each expert's hidden units "
-            "split (needs three axes).",
-            {**_MEGATRON, **_EXPERTS},
-            needs_two_axes=True,
-            textbook=EXPERT_TEXTBOOK + MEGATRON_TEXTBOOK,
-        ),
-    ]
-}
-
-
 @register
 class TransformerFamily(ModelFamily):
     name = "transformer"
@@ -785,70 +366,7 @@ class TransformerFamily(ModelFamily):
             "(tokens × top-k / experts); choices past it are dropped",
         ),
     }
-    # Public model cards' shapes. Norms are RMSNorm and nothing has a bias, as in Llama; GPT-2's
-    # LayerNorm and biases (about 0.1 M parameters) are left out, so its count is 0.1% under the card's.
-    named_sizes = {
-        "default": NamedSize("Default (trains in seconds)", {}),
-        "gpt2-small": NamedSize(
-            "GPT-2 small (124M)",
-            dict(
-                layers=12,
-                embed_dim=768,
-                heads=12,
-                kv_heads=0,
-                head_dim=64,
-                mlp_dim=3072,
-                vocab=50257,
-                seq=1024,
-                mlp_type="gelu",
-                embeddings="tied",
-                positions="learned",
-            ),
-            124e6,
-            "https://huggingface.co/openai-community/gpt2 (config.json: n_layer 12, n_embd 768, "
-            "n_head 12, n_positions 1024, vocab_size 50257; card: 124M parameters)",
-        ),
-        "llama3-8b": NamedSize(
-            "Llama 3 8B",
-            dict(
-                layers=32,
-                embed_dim=4096,
-                heads=32,
-                kv_heads=8,
-                head_dim=128,
-                mlp_dim=14336,
-                vocab=128256,
-                seq=8192,
-                mlp_type="swiglu",
-                embeddings="untied",
-                positions="rope",
-            ),
-            8.03e9,
-            "https://huggingface.co/meta-llama/Meta-Llama-3-8B (config.json: num_hidden_layers 32, "
-            "hidden_size 4096, intermediate_size 14336, num_attention_heads 32, num_key_value_heads 8, "
-            "vocab_size 128256, max_position_embeddings 8192, tie_word_embeddings false; 8.03B params)",
-        ),
-        "llama3-70b": NamedSize(
-            "Llama 3 70B",
-            dict(
-                layers=80,
-                embed_dim=8192,
-                heads=64,
-                kv_heads=8,
-                head_dim=128,
-                mlp_dim=28672,
-                vocab=128256,
-                seq=8192,
-                mlp_type="swiglu",
-                embeddings="untied",
-                positions="rope",
-            ),
-            70.6e9,
-            "https://huggingface.co/meta-llama/Meta-Llama-3-70B (config.json: num_hidden_layers 80, "
-            "hidden_size 8192, intermediate_size 28672, num_attention_heads 64, num_key_value_heads 8, "
-            "vocab_size 128256, tie_word_embeddings false; 70.6B params)",
-        ),
-    }
+    named_sizes = NAMED_SIZES
     explicit_refusal = (
         "the transformer needs Auto axes: under Explicit axes every einsum of attention "
         "and the MLP must state its output sharding, which this model does not yet do — "

@@ -88,7 +88,7 @@ def microbatches(a: jax.Array, m: int) -> jax.Array:
 
 
 def make_pipelined_step(plan, graphdef):
-    """The pipelined counterpart of :func:`sharding_lab.training.trainer.make_train_step`: the same
+    """The pipelined counterpart of :func:`sharding_lab.training.step.make_train_step`: the same
     signature ``(state, x, y) → (state, loss)``, the same loss and gradients."""
     config, mesh = plan.config, plan.mesh
     family, axis, m = config.family, config.stage_axis, config.microbatches

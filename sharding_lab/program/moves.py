@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import re
 
-from ..models.transformer import COMBINE_SCOPE, DISPATCH_SCOPE, EXPERTS_SCOPE
+from ..models.moe import COMBINE_SCOPE, DISPATCH_SCOPE, EXPERTS_SCOPE
 from ..pipeline import BACKWARD_SCOPE, FORWARD_SCOPE
 from ..training.config import Plan
 
@@ -83,7 +83,7 @@ def _expert_slots(shape: tuple[int, ...], plan: Plan) -> str | None:
     experts = getattr(model, "experts", 0)
     if not experts or len(shape) != 4 or experts % shape[0]:
         return None
-    from ..models.transformer import expert_capacity
+    from ..models.moe import expert_capacity
 
     if shape[2] != expert_capacity(model, model.seq):
         return None
@@ -192,7 +192,7 @@ def _stage_send(op: str, shapes: tuple, op_names: tuple[str, ...]) -> tuple[str,
 
 def _expert_exchange(op: str, phase: str, shapes: tuple, op_names: tuple[str, ...]) -> tuple[str, ...] | None:
     """What a mixture of experts' all-to-all carries (None: not one), from the named scope XLA's
-    metadata gives it (:func:`sharding_lab.models.transformer.moe_mlp`). Forward, the dispatch sends
+    metadata gives it (:func:`sharding_lab.models.moe.moe_mlp`). Forward, the dispatch sends
     tokens to their experts' devices and the combine brings the outputs back. Backward, the same
     two moves run reversed: measured on XLA:CPU, the all-to-all under the dispatch's scope carries
     the tokens' gradient back to their devices, and the one under the experts' (or the combine's)

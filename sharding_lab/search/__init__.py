@@ -1,3 +1,81 @@
 """The layout search: for a model, a slice and a batch, every mesh × preset × remat candidate, screened,
-compiled for the target and ranked by its predicted step time (:mod:`.search`), its compiles spread over
-worker processes (:mod:`.pool`)."""
+compiled for the target and ranked by its predicted step time.
+
+- :mod:`.search` — the search itself (:func:`search`) and its answer (:class:`Search`);
+- :mod:`.candidates` — what is enumerated, a candidate's :class:`Result`, and the screening that skips
+  what cannot work or cannot fit before compiling;
+- :mod:`.costing` — one candidate compiled for the target and priced, cached;
+- :mod:`.scheduler` — the queue run in this process or by worker processes (:mod:`.pool`, the mechanism);
+- :mod:`.depth` — an extended best checked against a full-depth compile;
+- :mod:`.verdict` — the why and the table, from the computed figures.
+
+Use it as ``from sharding_lab import search``: ``search.search(...)``, ``search.Candidate``, …
+"""
+
+from .candidates import (
+    REMATS,
+    SKIP_BATCH,
+    SKIP_HEADS,
+    SKIP_INDIVISIBLE,
+    SKIP_MEMORY,
+    SKIP_MEMORY_INPUTS,
+    SKIP_NO_REMAT,
+    SKIP_OTHER,
+    SKIP_REMAT_FULL_REFUSED,
+    SKIP_THREE_AXES,
+    SKIP_TWO_AXES,
+    Candidate,
+    Result,
+    base_config,
+    candidates,
+    data_ways,
+    kept_inputs_per_chip,
+    mesh_shapes,
+    model_ways,
+    screen,
+    state_bytes_per_chip,
+    three_axis_count,
+)
+from .costing import compile_job, compiled_figures, cost_candidate, extend, full_depth, prediction, prediction_of
+from .depth import check_extension
+from .search import SMALL_MODEL, Search, search
+from .verdict import depth_text, table, why
+
+__all__ = [
+    "REMATS",
+    "SKIP_BATCH",
+    "SKIP_HEADS",
+    "SKIP_INDIVISIBLE",
+    "SKIP_MEMORY",
+    "SKIP_MEMORY_INPUTS",
+    "SKIP_NO_REMAT",
+    "SKIP_OTHER",
+    "SKIP_REMAT_FULL_REFUSED",
+    "SKIP_THREE_AXES",
+    "SKIP_TWO_AXES",
+    "SMALL_MODEL",
+    "Candidate",
+    "Result",
+    "Search",
+    "base_config",
+    "candidates",
+    "check_extension",
+    "compile_job",
+    "compiled_figures",
+    "cost_candidate",
+    "data_ways",
+    "depth_text",
+    "extend",
+    "full_depth",
+    "kept_inputs_per_chip",
+    "mesh_shapes",
+    "model_ways",
+    "prediction",
+    "prediction_of",
+    "screen",
+    "search",
+    "state_bytes_per_chip",
+    "table",
+    "three_axis_count",
+    "why",
+]

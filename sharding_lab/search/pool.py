@@ -15,7 +15,7 @@ generation (llama3-8b 128x2 fsdp_tp, remat full: 13.4 GB, where the finished pro
 :func:`sharding_lab.cost.compiled.hbm_needed` reads the finished program's peak.
 
 This module is the mechanism (a worker and its watched folder); which compiles a candidate needs is the
-search's (:func:`sharding_lab.search.search._run_pool`).
+search's (:func:`sharding_lab.search.scheduler.run_pool`).
 """
 
 from __future__ import annotations
@@ -42,7 +42,7 @@ class Job:
 def _serve(conn) -> None:
     """A worker: compile each job it is sent, its buffer assignment dumped to the job's folder."""
     from ..hardware import targets
-    from ..training.trainer import compiler_options
+    from ..training.step import compiler_options
 
     targets.quiet_libtpu()
     while True:

@@ -1,6 +1,6 @@
 """Mixture of experts: what a configuration with experts needs, and what the router did with a batch.
 
-The model is the transformer's (:func:`sharding_lab.models.transformer.moe_mlp`: a router, top-k,
+The model is the transformer's (:func:`sharding_lab.models.moe.moe_mlp`: a router, top-k,
 a capacity per expert, dispatch and combine by one-hot einsums); the rules place it — the logical
 axis ``expert`` (the experts' weights and the dispatched tokens) on a mesh axis is expert
 parallelism (the ``ep`` presets). This module checks the numbers expert parallelism needs, and draws
@@ -145,7 +145,7 @@ def routing_picture(plan, model, x: np.ndarray) -> RoutingPicture:
 
 
 def router_choices(plan, model, x: np.ndarray) -> list:
-    """Each block's :class:`~sharding_lab.models.transformer.Routing` for the batch ``x``, on the host."""
+    """Each block's :class:`~sharding_lab.models.moe.Routing` for the batch ``x``, on the host."""
     graphdef, state = nnx.split(model)
     with jax.set_mesh(plan.mesh):
         return jax.device_get(_routing(graphdef, state, x))

@@ -2,23 +2,22 @@
 loads into the sidebar."""
 
 import time
-from pathlib import Path
 
 import pytest
 from streamlit.testing.v1 import AppTest
 
+from sharding_lab import search
 from sharding_lab.app import plan_view
 from sharding_lab.app.plan_view import pareto_figure
 from sharding_lab.hardware import targets
-from sharding_lab.search import search
+from tests.support import app_test
 
-ROOT = Path(__file__).resolve().parents[2]
 TPU = targets.availability(targets.parse("v5e-8"))
 pytestmark = pytest.mark.skipif(not TPU[0], reason=TPU[1])
 
 
 def test_the_plan_page_searches_shows_the_table_and_loads_a_candidate():
-    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=240)
+    at = app_test(240)
     at.query_params.update(
         {
             "model": "transformer",
@@ -68,9 +67,9 @@ def test_the_plan_page_searches_shows_the_table_and_loads_a_candidate():
 def test_the_pareto_axis_labels_only_powers_of_ten_over_many_decades():
     """Over more than two decades Plotly's log axis labels 2 and 5 of each decade too, and they crowd;
     within two, its own ticks stay."""
+    from sharding_lab import search
     from sharding_lab.app.plan_view import pareto_figure
     from sharding_lab.models.transformer import TransformerSpec
-    from sharding_lab.search import search
 
     base = search.base_config(TransformerSpec(seq=32), "v5e-8", 128)
 
@@ -92,7 +91,7 @@ def test_the_pareto_axis_labels_only_powers_of_ten_over_many_decades():
 
 @pytest.mark.parametrize("sidebar, expected", [("v5e-8", "v5e-8"), ("v5p-16", "v5p-16"), (None, "v5e-8")])
 def test_the_plan_targets_the_sidebar_s_slice_when_it_compiles_for_one(sidebar, expected):
-    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=120)
+    at = app_test(120)
     if sidebar:
         at.query_params.update({"target": sidebar, "mesh": str(targets.parse(sidebar).devices)})
     at.run()
@@ -106,7 +105,7 @@ def test_the_sidebar_s_transformer_is_planned_as_the_sidebar_has_it_a_named_size
     transformer, so "the sidebar's model" was searched at 128× its sequence (a 2-layer toy: 349 s; at its own
     sequence but the million tokens, 489 s on v5e-8; as the sidebar has it, 94 s). A box the learner
     changed keeps its value when the size changes."""
-    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=120)
+    at = app_test(120)
     at.query_params.update({"model": "transformer", "seq": "64"})
     at.run()
     at.switch_page("app_pages/plan.py").run()
@@ -129,7 +128,7 @@ def test_the_sidebar_s_transformer_is_planned_as_the_sidebar_has_it_a_named_size
 
 
 def plan_page(**query) -> AppTest:
-    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=300)
+    at = app_test(300)
     at.query_params.update(query)
     at.run()
     at.switch_page("app_pages/plan.py").run()

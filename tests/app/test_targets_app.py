@@ -1,20 +1,18 @@
 """The compile target in the app: the sidebar's picker, the link, the pages that compile for it."""
 
-from pathlib import Path
-
 import pytest
 from streamlit.testing.v1 import AppTest
 
 from sharding_lab.hardware import targets
+from tests.support import app_test
 
-ROOT = Path(__file__).resolve().parents[2]
 TPU = targets.availability(targets.parse("v5e-8"))
 needs_tpu = pytest.mark.skipif(not TPU[0], reason=TPU[1])
 
 
 def on_v5e_8(page: str, timeout: int = 300) -> AppTest:
     """The app compiling for v5e-8 (a 2×4 mesh, from a link), opened on ``app_pages/<page>.py``."""
-    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=timeout)
+    at = app_test(timeout)
     at.query_params.update({"target": "v5e-8", "mesh": "2x4"})
     at.run()
     return at.switch_page(f"app_pages/{page}.py").run()
@@ -59,7 +57,7 @@ def test_the_communication_page_names_the_tpu_compiler_and_where_xla_cpu_differs
 
 @needs_tpu
 def test_the_app_says_when_the_mesh_does_not_fill_the_slice():
-    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=120)
+    at = app_test(120)
     at.query_params.update({"target": "v5e-16", "mesh": "2x4"})
     at.run()
     assert not at.exception

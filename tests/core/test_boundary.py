@@ -6,8 +6,7 @@ import sys
 from pathlib import Path
 
 import sharding_lab
-
-ROOT = Path(__file__).resolve().parents[2]
+from tests.support import ROOT
 
 
 def core_modules() -> list[str]:

@@ -10,10 +10,10 @@ import threading
 
 import pytest
 
+from sharding_lab import search
 from sharding_lab.cli import main as cli
 from sharding_lab.hardware import targets
 from sharding_lab.models import family
-from sharding_lab.search import search
 
 TPU = targets.availability(targets.parse("v5e-8"))
 pytestmark = pytest.mark.skipif(not TPU[0], reason=TPU[1])
@@ -184,7 +184,7 @@ def test_a_scanned_remat_full_step_is_costed_per_layer():
     a second compile unrolled by 2: its FLOPs and collectives match the same step compiled unrolled (4 layers,
     v5e-8) within 1%, and they are the unrematerialised step's plus the recomputed forward (about 4/3 on the
     blocks). HBM needed stays the looped program's own."""
-    from sharding_lab.cost.compiled import _compile_once, canonical, compile_step
+    from sharding_lab.cost.compiled import canonical, compile_once, compile_step
     from sharding_lab.models.transformer import unrolled_scan
 
     spec = family("transformer").Spec(layers=4, embed_dim=64, heads=4, head_dim=16, mlp_dim=128, vocab=64, seq=32)
@@ -194,8 +194,8 @@ def test_a_scanned_remat_full_step_is_costed_per_layer():
     )
     looped = compile_step(full, "mixed")
     with unrolled_scan():
-        unrolled = _compile_once(full, "mixed")
-    plain = _compile_once(none, "mixed")
+        unrolled = compile_once(full, "mixed")
+    plain = compile_once(none, "mixed")
     assert abs(looped.flops / unrolled.flops - 1) < 0.01, (looped.flops, unrolled.flops)
     wire = [
         (sum(c.bytes * c.count for c in x.collectives), sum(c.count for c in x.collectives)) for x in (looped, unrolled)
@@ -207,7 +207,7 @@ def test_a_scanned_remat_full_step_is_costed_per_layer():
 
 def test_the_search_compiles_in_worker_processes_with_the_same_figures(planned, monkeypatch):
     """--workers 2: the candidates compiled in two processes come back with the figures of one process."""
-    monkeypatch.setattr(search, "_results", {})  # nothing cached here: every candidate goes to a worker
+    monkeypatch.setattr(search.costing, "_results", {})  # nothing cached here: every candidate goes to a worker
     code, out, _ = run_cli(
         "plan", *SMALL, "--presets", "tp", "--remats", "full,none", "--workers", "2", "--json", "--no-check"
     )
@@ -227,7 +227,7 @@ def test_the_search_compiles_in_worker_processes_with_the_same_figures(planned, 
         config = search.Candidate(tuple(map(int, row["mesh"].split("x"))), tuple(row["axes"]), "tp", "full").config(
             base
         )
-        alone = search._prediction_of(config, "mixed", [search.full_depth(config, "mixed")])
+        alone = search.prediction_of(config, "mixed", [search.full_depth(config, "mixed")])
         assert (
             row["compiled_layers"] == [3] and row["step_s"] == alone.step_s and row["hbm_per_chip"] == alone.hbm_needed
         )

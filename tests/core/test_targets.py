@@ -11,7 +11,6 @@ import re
 import subprocess
 import sys
 from collections import Counter
-from pathlib import Path
 
 import pytest
 
@@ -22,8 +21,8 @@ from sharding_lab.hardware import targets
 from sharding_lab.program.communication import COLLECTIVES, analyze
 from sharding_lab.program.compilers import compare_compilers, summary
 from sharding_lab.sharding.mesh import MeshSpec
+from tests.support import ROOT
 
-ROOT = Path(__file__).resolve().parents[2]
 TPU = targets.availability(targets.parse("v5e-8"))
 GPU = targets.availability(targets.parse("h100-8"))
 needs_tpu = pytest.mark.skipif(not TPU[0], reason=TPU[1])
@@ -439,7 +438,7 @@ def test_without_the_gpu_every_matmul_is_a_triton_gemm_fusion_as_the_note_says()
     """The half of targets.GPU_KERNEL_NOTE checkable here: no GPU to autotune on, XLA:GPU writes the step's
     matmuls as Triton GEMM fusions and calls no cuBLAS (the other half, cuBLASLt on a real H200, was measured
     there by tools/h200_check.py)."""
-    from sharding_lab.training.trainer import compile_train_step
+    from sharding_lab.training.step import compile_train_step
 
     config = sl.LabConfig(
         mesh=MeshSpec((8,), ("data",)),
@@ -464,8 +463,8 @@ def test_on_a_tpu_target_hbm_needed_is_the_compilers_peak_not_the_sum_that_count
     over the chip's usable 16.91 GB, the compiler's peak_memory_in_bytes 15.74 GB is not, and the step ran.
     Here (a small scanned step): HBM needed is that peak, on a TPU target only; the sum describes another
     figure (for so small a program the peak is the larger: it holds the program's own scoped memory)."""
-    from sharding_lab.cost.compiled import _compile_once, canonical, hbm_needed
-    from sharding_lab.training.trainer import compile_train_step
+    from sharding_lab.cost.compiled import canonical, compile_once, hbm_needed
+    from sharding_lab.training.step import compile_train_step
 
     spec = sl.family("transformer").Spec(
         layers=2, embed_dim=64, heads=4, head_dim=16, mlp_dim=128, vocab=64, seq=32, remat="full"
@@ -489,4 +488,4 @@ def test_on_a_tpu_target_hbm_needed_is_the_compilers_peak_not_the_sum_that_count
     )
     assert memory.peak_memory_in_bytes > 0 and memory.peak_memory_in_bytes != total
     assert hbm_needed(memory, "v5e-8") == memory.peak_memory_in_bytes and hbm_needed(memory, "cpu") == total
-    assert _compile_once(config, "mixed").hbm_needed == memory.peak_memory_in_bytes  # what cost and plan use
+    assert compile_once(config, "mixed").hbm_needed == memory.peak_memory_in_bytes  # what cost and plan use

@@ -2,22 +2,18 @@
 
 Streamlit's AppTest does not show what these check: a page switch in the browser sends no widget
 state, and Streamlit 1.67 then drops every widget value it does not keep for the session. Before the
-settings widgets kept theirs (``ui.KEEP``), leaving Plan or a training Train page reset the sidebar to
+settings widgets kept theirs (``session.KEEP``), leaving Plan or a training Train page reset the sidebar to
 ``cpu``, the MLP and the seed preset.
 """
 
 import re
 import time
-from pathlib import Path
 
 import pytest
-from test_browser import CHROMIUM, SHOTS, browser_tab, server  # noqa: F401  (fixtures)
 
-pytestmark = [
-    pytest.mark.browser,
-    pytest.mark.slow,
-    pytest.mark.skipif(not Path(CHROMIUM).exists(), reason="Debian's chromium is not installed"),
-]
+from tests.support import SHOTS, needs_chromium
+
+pytestmark = [pytest.mark.browser, pytest.mark.slow, needs_chromium]
 
 PAGES = ["Plan", "Train", "Communication", "Compare", "Lesson", "Challenges", "Layout"]
 
@@ -61,7 +57,7 @@ def visit_all(tab, pages, want: dict, shot: str) -> None:
         assert sidebar_settings(tab) == want, f"after opening {name}"
 
 
-def test_target_model_and_pipeline_preset_stay_on_every_page(server, browser_tab):  # noqa: F811
+def test_target_model_and_pipeline_preset_stay_on_every_page(server, browser_tab):
     tab = browser_tab
     tab.goto(server)
     tab.wait_for_selector("text=Shard maps", timeout=60_000)
@@ -83,7 +79,7 @@ def test_target_model_and_pipeline_preset_stay_on_every_page(server, browser_tab
 
 
 @pytest.mark.timeout(600)
-def test_a_link_applies_once_and_a_running_train_page_can_be_left(server, browser_tab):  # noqa: F811
+def test_a_link_applies_once_and_a_running_train_page_can_be_left(server, browser_tab):
     tab = browser_tab
     # A link opens a configuration; after the learner changes it, navigating never brings the link back.
     tab.goto(server + "?model=transformer&preset=tp&mesh=4x2")

@@ -1,0 +1,57 @@
+"""Rematerialisation of the transformer's blocks: a ``lax.scan`` of one ``nnx.remat``-ed block
+(:func:`rematerialised_blocks`), and the switch that unrolls that loop for the cost's compiles
+(:class:`unrolled_scan`)."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+from flax import nnx
+
+
+def rematerialised_blocks(blocks, x):
+    """The blocks applied in turn, each rematerialised, and their mixture-of-experts statistics
+    summed (:meth:`Block.forward`): the backward pass keeps only each block's
+    input and recomputes the rest. The blocks' weights are stacked and run as a ``lax.scan`` of
+    one ``nnx.remat``-ed block: around unrolled blocks, XLA:CPU drops the optimization barriers
+    remat places and its CSE folds the recomputation back into the forward pass (measured: the
+    same temporaries with and without), while a recomputation inside a loop body stays."""
+    graphdef, first = nnx.split(blocks[0])
+    treedef = jax.tree.structure(first)
+    # Leaves in the same order for every block (their metadata differs, so the trees are not equal).
+    stacked = [jnp.stack(leaves) for leaves in zip(*(jax.tree.leaves(nnx.split(b)[1]) for b in blocks))]
+
+    @nnx.remat
+    def step(x, leaves):
+        return nnx.merge(graphdef, jax.tree.unflatten(treedef, leaves)).forward(x)
+
+    x, stats = jax.lax.scan(step, x, stacked, unroll=unrolled_scan.factor())
+    return x, jax.tree.map(jnp.sum, stats)
+
+
+class unrolled_scan:  # noqa: N801  (a context manager, used like a function)
+    """Inside ``with unrolled_scan():`` the rematerialised blocks' ``lax.scan`` is unrolled: the same
+    blocks, each still an ``nnx.remat``, but with no loop in the program. ``unrolled_scan(2)`` unrolls it
+    by 2 instead (a loop whose body runs two blocks). XLA's cost analysis counts a loop's body once,
+    whatever its trip count, so the lab's cost of a scanned step is read from two compiles, by 1 and by 2
+    (``compile_step`` in the cost package): their difference is one block's."""
+
+    _depth: list = []
+
+    def __init__(self, factor: int | bool = True):
+        self._factor = factor
+
+    @classmethod
+    def active(cls) -> bool:
+        return bool(cls._depth)
+
+    @classmethod
+    def factor(cls) -> int | bool:
+        """``lax.scan``'s ``unroll``: 1 (a loop of one block) outside any ``unrolled_scan``."""
+        return cls._depth[-1] if cls._depth else 1
+
+    def __enter__(self):
+        unrolled_scan._depth.append(self._factor)
+
+    def __exit__(self, *exc):
+        unrolled_scan._depth.pop()

@@ -1,0 +1,281 @@
+"""The search's candidates: what it enumerates (meshes × presets × remat), what a candidate and its result
+hold, and the screening that skips what cannot work or cannot fit before anything is compiled
+(:mod:`sharding_lab.search.search` says why in order)."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+from ..errors import ConfigError
+from ..hardware import targets
+from ..sharding.mesh import MeshSpec
+from ..training.config import LabConfig
+from ..training.config import plan as make_plan
+
+REMATS = ("none", "full")
+
+SKIP_THREE_AXES = "three mesh axes: the presets have only two roles (data, model)"
+
+SKIP_TWO_AXES = "needs two mesh axes"
+
+SKIP_BATCH = "batch not divisible by the data ways"
+
+SKIP_HEADS = "more tensor-parallel ways than heads"
+
+SKIP_INDIVISIBLE = "a weight dimension the mesh cannot split (JAX would replicate it)"
+
+SKIP_MEMORY = "parameters + optimizer state + gradients per chip exceed HBM"
+
+SKIP_MEMORY_INPUTS = (
+    "with remat full, parameters + optimizer state + gradients + every block's input per chip exceed HBM"
+)
+
+SKIP_OTHER = "the plan refuses it"
+
+SKIP_NO_REMAT = "the model has no remat option"
+
+SKIP_REMAT_FULL_REFUSED = (
+    "remat full of the same layout does not fit (compiled, or by the block inputs it keeps), "
+    "and without remat a step keeps more"
+)
+
+
+@dataclasses.dataclass(frozen=True)
+class Candidate:
+    """One layout to try: a mesh, a preset, a rematerialisation."""
+
+    mesh: tuple[int, ...]
+    axes: tuple[str, ...]
+    preset: str
+    remat: str
+
+    @property
+    def mesh_text(self) -> str:
+        return "x".join(map(str, self.mesh))
+
+    def config(self, base: LabConfig) -> LabConfig:
+        model = dataclasses.replace(base.model, remat=self.remat) if hasattr(base.model, "remat") else base.model
+        return dataclasses.replace(
+            base, mesh=MeshSpec(self.mesh, self.axes), preset=self.preset, rules=None, model=model
+        )
+
+
+@dataclasses.dataclass
+class Result:
+    """A candidate and what became of it: skipped (``skipped`` says why) or costed."""
+
+    candidate: Candidate
+    skipped: str | None = None
+    detail: str = ""  # the plan's own sentence, for a skip
+    hbm_per_chip: float | None = None  # bytes: the compiler's (extended) figure; for a memory skip, the analytic one
+    fits: bool | None = None
+    refused: str | None = None
+    step_s: float | None = None
+    bound: str | None = None
+    mfu: float | None = None
+    terms: dict | None = None  # compute_s, memory_s, comm_s, latency_s
+    per_chip_tokens: int | None = None
+    data_ways: int = 1
+    compile_s: float = 0.0
+    compiled_layers: tuple[int, ...] = ()  # the depths compiled: (L,) as it is, (1, 2) extended to L
+    extension: dict | None = None  # the check of its extension, once made (check_extension)
+
+    @property
+    def extended(self) -> bool:
+        return len(self.compiled_layers) > 1
+
+    def to_json(self) -> dict:
+        c = self.candidate
+        return {
+            "mesh": c.mesh_text,
+            "axes": list(c.axes),
+            "preset": c.preset,
+            "remat": c.remat,
+            "hbm_per_chip": self.hbm_per_chip,
+            "fits": self.fits,
+            "step_s": self.step_s,
+            "bound": self.bound,
+            "mfu": self.mfu,
+            "skipped": self.skipped,
+            "why_skipped": self.detail or None,
+            "refused": self.refused,
+            "terms": self.terms,
+            "per_chip_tokens": self.per_chip_tokens,
+            "compile_s": round(self.compile_s, 2),
+            "compiled_layers": list(self.compiled_layers) or None,
+        }
+
+
+def mesh_shapes(chips: int) -> list[tuple[tuple[int, ...], tuple[str, ...]]]:
+    """One axis (``data``: all chips) and every two-axis factorisation ``data × model`` with both > 1."""
+    shapes = [((chips,), ("data",))]
+    shapes += [((a, chips // a), ("data", "model")) for a in range(2, chips) if chips % a == 0]
+    return shapes
+
+
+def three_axis_count(chips: int) -> int:
+    """How many 3-axis factorisations (every size > 1) there are: skipped, no preset has a third role."""
+    return sum(1 for a in range(2, chips) for b in range(2, chips) if chips % (a * b) == 0 and chips // (a * b) > 1)
+
+
+def base_config(model, target: str, batch_tokens: int, optimizer: str = "adamw", lr: float = 0.003) -> LabConfig:
+    """The search's starting configuration: ``batch_tokens`` ÷ the model's ``seq`` sequences a step."""
+    on = targets.parse(target)
+    if on.kind != "tpu":
+        raise ConfigError(
+            f"plan searches TPU slices (v5e-N, v6e-N, v5p-N), whose compiler reports FLOPs and "
+            f"refuses what does not fit; {on.name} is not one",
+            "target",
+        )
+    targets.check(on)
+    seq = model.seq
+    if not isinstance(batch_tokens, int) or batch_tokens < seq or batch_tokens % seq:
+        raise ConfigError(
+            f"--batch-tokens must be a multiple of the sequence length {seq}, got {batch_tokens}: "
+            f"e.g. {seq * max(1, (batch_tokens or 0) // seq) or seq}",
+            "batch",
+        )
+    return LabConfig(
+        mesh=MeshSpec((on.devices,), ("data",)),
+        preset=None,
+        model=model,
+        optimizer=optimizer,
+        lr=lr,
+        batch_size=batch_tokens // seq,
+        steps=1,
+        chunk=1,
+        target=on.name,
+    )
+
+
+def candidates(
+    base: LabConfig, presets: tuple[str, ...] | None = None, remats: tuple[str, ...] | None = None
+) -> list[Candidate]:
+    """Meshes × presets × remat, in that order."""
+    chips = targets.parse(base.target).devices
+    presets = tuple(presets or base.family.presets)
+    has_remat = hasattr(base.model, "remat")
+    remats = tuple(remats or (REMATS if has_remat else ("none",)))
+    return [
+        Candidate(shape, axes, preset, remat)
+        for shape, axes in mesh_shapes(chips)
+        for preset in presets
+        for remat in remats
+    ]
+
+
+def data_ways(config: LabConfig) -> int:
+    """How many ways the batch is split: the product of the mesh axes the batch's rule names."""
+    from ..sharding.rules import axis_names
+
+    rules = config.resolved_rules()
+    sizes = config.mesh.axis_sizes
+    return math.prod(sizes[a] for a in axis_names(rules.target("batch")) if a in sizes) if rules.target("batch") else 1
+
+
+def model_ways(config: LabConfig) -> int:
+    from ..sharding.rules import axis_names
+
+    rules = config.resolved_rules()
+    sizes = config.mesh.axis_sizes
+    return math.prod(sizes[a] for a in axis_names(rules.target("heads")) if a in sizes) if rules.target("heads") else 1
+
+
+def state_bytes_per_chip(plan) -> int:
+    """Parameters + optimizer state + gradients (one more copy of the parameters) on the fullest chip,
+    from the plan's layouts (f32: the state of mixed precision and f32)."""
+    layouts = plan.layouts()
+    params = sum(a.bytes_per_device for p, a in layouts.items() if p.startswith("params/"))
+    optimizer = sum(a.bytes_per_device for p, a in layouts.items() if p.startswith("opt/"))
+    return params + optimizer + params
+
+
+def screen(candidate: Candidate, base: LabConfig, dtype: str) -> Result:
+    """Plan the candidate; a Result with ``skipped`` set when it cannot work or cannot fit."""
+    from ..hardware.chips import chip as get_chip
+
+    config = candidate.config(base)
+    result = Result(candidate)
+    try:
+        config.resolved_rules()
+        heads, ways = getattr(base.model, "heads", None), model_ways(config)
+        if heads is not None and ways > heads:  # before plan(): it would ask the compiler how JAX falls back
+            result.skipped, result.detail = SKIP_HEADS, f"{ways} tensor-parallel ways but {heads} heads"
+            return result
+        plan = make_plan(config)
+    except ConfigError as error:
+        text = str(error)
+        reason = (
+            SKIP_TWO_AXES
+            if "needs two different mesh axes" in text
+            else SKIP_BATCH
+            if error.field == "batch"
+            else SKIP_OTHER
+        )
+        result.skipped, result.detail = reason, text
+        return result
+    except Exception as error:  # the target's compiler refused plan()'s one-op probe of a fallback layout
+        if "RESOURCE_EXHAUSTED" not in str(error):
+            raise
+        result.skipped, result.detail = SKIP_INDIVISIBLE, str(error).splitlines()[0]
+        return result
+    result.data_ways = data_ways(config)
+    result.per_chip_tokens = base.batch_size * base.model.seq // result.data_ways
+    lost = [
+        w
+        for w in plan.warnings
+        if "cannot be split" in w and not w.startswith(tuple(f"params/{p}" for p in _replicable(plan)))
+    ]
+    if lost:
+        result.skipped, result.detail = SKIP_INDIVISIBLE, lost[0]
+        return result
+    need = state_bytes_per_chip(plan)
+    if dtype == "bf16":
+        need //= 2
+    hbm = get_chip(targets.parse(base.target).chip).capacity
+    if need > hbm:
+        result.skipped, result.hbm_per_chip, result.fits = SKIP_MEMORY, float(need), False
+        result.detail = (
+            f"{need / 1e9:.1f} GB of parameters, optimizer state and gradients per chip > {hbm / 1e9:.1f} GB usable"
+        )
+        return result
+    kept = kept_inputs_per_chip(plan, dtype)
+    if kept and need + kept > hbm:
+        result.skipped, result.hbm_per_chip, result.fits = SKIP_MEMORY_INPUTS, float(need + kept), False
+        result.detail = (
+            f"{need / 1e9:.1f} GB of parameters, optimizer state and gradients + {kept / 1e9:.1f} GB of "
+            f"block inputs ({config.model.layers} × the residual stream's {gb(kept / config.model.layers)}) "
+            f"per chip > {hbm / 1e9:.1f} GB usable"
+        )
+    return result
+
+
+def kept_inputs_per_chip(plan, dtype: str) -> int:
+    """Bytes a step with remat full keeps whatever the compiler does: each block's input, the residual stream
+    (``act/resid``, in the compute dtype), for the backward pass — the carries a scan saves for its
+    transpose (XLA does not recompute across a loop). 0 when the model has no loop over layers."""
+    import numpy as np
+
+    from ..cost.compiled import DTYPES, loop_layers
+
+    layers = loop_layers(plan.config)
+    resid = plan.layouts().get("act/resid")
+    if not layers or resid is None:
+        return 0
+    return layers * resid.bytes_per_device * np.dtype(DTYPES[dtype]).itemsize // 4
+
+
+def _replicable(plan) -> tuple[str, ...]:
+    """Parameter paths JAX may replicate on purpose: K and V when ``model`` exceeds the K/V heads."""
+    return tuple(
+        p[len("params/") :] for p, a in plan.arrays.items() if p.startswith("params/") and "kv_heads" in a.logical_axes
+    )
+
+
+def label(c: Candidate) -> str:
+    return f"{c.mesh_text} ({', '.join(c.axes)}) {c.preset}, remat {c.remat}"
+
+
+def gb(value: float) -> str:
+    return f"{value / 1e9:.1f} GB" if value >= 1e8 else f"{value / 1e6:.2f} MB"

@@ -1,0 +1,168 @@
+"""Running the search's queue of candidates: one after another in this process (:func:`run_serial`), or
+compiled by worker processes (:func:`run_pool`, the mechanism in :mod:`.pool`), each remat-none candidate
+after its remat-full twin (:func:`pruned`)."""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import time
+
+from ..hardware import targets
+from ..training.config import LabConfig
+from .candidates import SKIP_MEMORY_INPUTS, SKIP_REMAT_FULL_REFUSED, Candidate, Result, gb, label, screen
+from .costing import cached, compile_job, cost_candidate, fill, first_jobs, prediction_of, remember
+
+
+def pruned(candidate: Candidate, base: LabConfig, dtype: str, done: dict) -> Result | None:
+    """A remat-none candidate whose remat-full twin does not fit — compiled and refused or over HBM, or ruled
+    out by the block inputs it must keep — is skipped, said why: without remat a step keeps every block's
+    input too, and the rest of its activations."""
+    twin = done.get(dataclasses.replace(candidate, remat="full"))
+    if (
+        candidate.remat != "none"
+        or twin is None
+        or twin.fits
+        or (twin.skipped is not None and twin.skipped != SKIP_MEMORY_INPUTS)
+    ):
+        return None
+    result = screen(candidate, base, dtype)
+    if result.skipped is None:
+        result.skipped = SKIP_REMAT_FULL_REFUSED
+        result.detail = f"{label(twin.candidate)}: " + (
+            twin.refused or twin.detail or f"{gb(twin.hbm_per_chip)} per chip"
+        )
+    return result
+
+
+def run_serial(queue, base, dtype, stop, results, progress) -> bool:
+    done: dict[Candidate, Result] = {}
+    for n, candidate in enumerate(queue):
+        if stop is not None and stop.is_set():
+            return True
+        result = pruned(candidate, base, dtype, done) or cost_candidate(candidate, base, dtype)
+        done[candidate] = result
+        results.append(result)
+        if progress:
+            progress(n + 1, len(queue), result)
+    return False
+
+
+def run_pool(queue, base, dtype, stop, results, progress, workers: int) -> bool:
+    """The queue compiled by ``workers`` processes (:mod:`sharding_lab.search.pool`), each candidate
+    screened here first (a skip never leaves this process). Each compile is watched to the compiler's memory
+    check: a remat-full step's 2-block compile starts beside its looped one once that one has passed it; a
+    full-depth probe of a step without remat that passes it is abandoned (its worker replaced) for 1 and 2
+    layers, extended — a refusal is the compiler's own answer at full depth. A remat-none candidate starts
+    once its remat-full twin's fit is known (it may be pruned). libtpu in several processes at once:
+    :func:`sharding_lab.hardware.targets.quiet_libtpu` allows it."""
+    from ..cost.compiled import loop_figures
+    from ..hardware.chips import chip as get_chip
+    from . import pool as sw
+
+    targets.quiet_libtpu()
+    capacity = get_chip(targets.parse(base.target).chip).capacity
+    context = sw.context()
+    pool = [sw.Worker(context) for _ in range(workers)]
+    done: dict[Candidate, Result] = {}
+    passed_check: dict[Candidate, bool] = {}  # a remat-full twin that passed the compiler's memory check
+    pending: dict[Candidate, Result] = {}
+    parts: dict[Candidate, dict] = {}
+    checked: set = set()
+    jobs: collections.deque = collections.deque()
+    waiting = list(queue)
+    count = 0
+
+    def record(candidate, result):
+        nonlocal count
+        done[candidate] = result
+        results.append(result)
+        count += 1
+        if progress:
+            progress(count, len(queue), result)
+
+    def enqueue(candidate, kind, urgent=False):
+        job = sw.Job((candidate, kind), compile_job, (kind, candidate.config(base), dtype))
+        jobs.appendleft(job) if urgent else jobs.append(job)
+
+    def finish(candidate, runs, depths):
+        result = pending.pop(candidate)
+        parts.pop(candidate, None)
+        fill(result, prediction_of(candidate.config(base), dtype, runs))
+        result.compiled_layers = depths
+        remember(candidate, base, dtype, result)
+        record(candidate, result)
+
+    def on_result(candidate, kind, compiled):
+        if candidate not in pending:
+            return  # its answer came from another compile (a refused 1-layer compile ends it)
+        got = parts.setdefault(candidate, {})
+        got[kind] = compiled
+        layers = getattr(base.model, "layers", None)
+        if kind == "whole" or (kind == "probe" and (compiled.refused or compiled.hbm_needed > capacity)):
+            finish(candidate, [compiled], (layers,) if layers else ())
+        elif kind == "probe":  # compiled whole before its memory check was seen (a small model): it fits, so
+            enqueue(candidate, "layers1", urgent=True)  # extended as when the check is seen (and as in one process)
+            enqueue(candidate, "layers2", urgent=True)
+        elif kind == "looped":
+            passed_check[candidate] = not compiled.refused
+            if compiled.refused:
+                finish(candidate, [compiled], (layers,))
+            elif "looped2" in got:
+                finish(candidate, [loop_figures(compiled, got["looped2"], layers)], (layers,))
+            elif (candidate, "looped") not in checked:
+                enqueue(candidate, "looped2", urgent=True)
+        elif kind == "looped2" and "looped" in got:
+            finish(candidate, [loop_figures(got["looped"], compiled, layers)], (layers,))
+        elif kind == "layers1" and compiled.refused:
+            finish(candidate, [compiled], (1,))
+        elif kind in ("layers1", "layers2") and {"layers1", "layers2"} <= set(got):
+            finish(candidate, [got["layers1"], got["layers2"]], (1, 2))
+
+    def on_memory_check(index, candidate, kind):
+        checked.add((candidate, kind))
+        if kind == "probe":  # it fits at full depth: abandon the unrolled program before code generation,
+            pool[index].kill()  # and compile 1 and 2 layers to extend
+            pool[index] = sw.Worker(context)
+            enqueue(candidate, "layers1", urgent=True)
+            enqueue(candidate, "layers2", urgent=True)
+        else:  # the loop as it runs fits: its 2-block twin starts now, beside it
+            passed_check[candidate] = True
+            enqueue(candidate, "looped2", urgent=True)
+
+    try:
+        while waiting or pending:
+            if stop is not None and stop.is_set():
+                return True
+            for candidate in list(waiting):
+                twin = dataclasses.replace(candidate, remat="full")
+                if candidate.remat == "none" and twin in queue and twin not in done and twin not in passed_check:
+                    continue  # its twin's fit first
+                waiting.remove(candidate)
+                earlier = cached(candidate, base, dtype)
+                result = earlier or pruned(candidate, base, dtype, done) or screen(candidate, base, dtype)
+                if earlier or result.skipped is not None:
+                    record(candidate, result)
+                    continue
+                pending[candidate] = result
+                for kind in first_jobs(candidate.config(base)):
+                    enqueue(candidate, kind)
+            for worker in pool:
+                while worker.job is None and jobs:
+                    job = jobs.popleft()
+                    if job.key[0] in pending:
+                        worker.send(job)
+            for index, worker in enumerate(pool):
+                if worker.job is None:
+                    continue
+                candidate, kind = worker.job.key
+                compiled = worker.result()
+                if compiled is not None:
+                    on_result(candidate, kind, compiled)
+                elif kind in ("looped", "probe") and (candidate, kind) not in checked and worker.memory_checked():
+                    on_memory_check(index, candidate, kind)
+            time.sleep(0.1)
+        return False
+    finally:
+        for worker in pool:
+            worker.kill() if worker.job is not None else worker.stop()

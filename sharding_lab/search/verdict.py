@@ -1,0 +1,129 @@
+"""The search's verdict, in words and as a table, written from the computed figures only. Each function takes
+the :class:`~sharding_lab.search.search.Search` (``s``), which imports this module."""
+
+from __future__ import annotations
+
+import math
+
+from ..hardware import targets
+from .candidates import Result, gb, label
+
+
+def _term_name(term: str) -> str:
+    return {
+        "compute_s": "compute",
+        "memory_s": "HBM traffic",
+        "comm_s": "communication bandwidth",
+        "latency_s": "collective latency",
+    }[term]
+
+
+def why(s) -> str:
+    """A paragraph, from the computed figures only: which term bounds the best, how much slower the
+    runner-up is and which of its terms costs it, the per-chip batch against the critical batch."""
+    from ..cost.roofline import format_seconds
+
+    best = s.best
+    costed = s.costed
+    if best is None and not costed:
+        reasons = "; ".join(f"{n} × {reason}" for reason, n in s.skipped().items())
+        return (
+            f"No candidate fits: all {len(s.results)} were ruled out before compiling ({reasons}). Try more chips, "
+            "a leaner optimizer, remat full or a smaller batch."
+        )
+    if best is None:
+        refused = sum(1 for r in costed if not r.fits)
+        return (
+            f"No candidate fits: {len(s.results) - len(costed)} were skipped before compiling and {refused} of "
+            f"{len(costed)} compiled do not fit in HBM. Try more chips, a leaner optimizer, remat full or a "
+            "smaller batch."
+        )
+    t = best.terms
+    words = [
+        f"The fastest layout that fits is {label(best.candidate)}: a predicted step of "
+        f"{format_seconds(best.step_s)}, {best.bound}-bound (compute {format_seconds(t['compute_s'])}, "
+        f"HBM traffic {format_seconds(t['memory_s'])}, communication {format_seconds(t['comm_s'])} + "
+        f"latency {format_seconds(t['latency_s'])}), MFU {best.mfu:.0%}, "
+        f"{gb(best.hbm_per_chip)} of HBM per chip."
+    ]
+    if len(s.fitting) > 1:
+        second = s.fitting[1]
+        worse = max(second.terms, key=lambda k: second.terms[k] - t[k])
+        ratio = second.step_s / best.step_s
+        slower = f"{ratio:.1f}× as slow" if ratio >= 2 else f"{ratio - 1:.1%} slower"
+        words.append(
+            f"The runner-up, {label(second.candidate)}, is {slower} "
+            f"({format_seconds(second.step_s)}, {second.bound}-bound); its {_term_name(worse)} costs it most: "
+            f"{format_seconds(second.terms[worse])} against {format_seconds(t[worse])}."
+        )
+    else:
+        words.append("No other candidate fits.")
+    words.append(_critical_sentence(s, best))
+    refused = [r for r in costed if not r.fits]
+    words.append(
+        f"{len(s.results)} candidates: {len(s.results) - len(costed)} skipped before compiling, "
+        f"{len(costed)} compiled, " + (f"{len(refused)} of them do not fit." if refused else "all of them fit.")
+    )
+    return " ".join(words)
+
+
+def _critical_sentence(s, best: Result) -> str:
+    from ..cost.sweep import critical_batch
+
+    config = best.candidate.config(s.base)
+    if best.data_ways <= 1 or "data" not in config.mesh.axes:
+        return (
+            f"Its batch is not split (all {best.per_chip_tokens:,} tokens on every chip), so there is no "
+            "data-parallel critical batch to hold it against."
+        )
+    chip = targets.parse(s.base.target).chip
+    critical = critical_batch(chip, config, s.dtype, "data")
+    rows = critical["rows_per_device"]
+    if not rows:
+        return ""
+    side = "above" if best.per_chip_tokens >= rows else "below"
+    return (
+        f"Each chip holds {best.per_chip_tokens:,} tokens of the batch ({best.data_ways} data ways), "
+        f"{side} the critical batch C/W = {rows:,.0f} tokens for the `data` axis ({critical['link']}): "
+        + (
+            "by the scaling book's count, the data axis's gradient traffic can hide behind compute."
+            if side == "above"
+            else "by the scaling book's count, a step waits on the data axis's gradient traffic, not on compute."
+        )
+    )
+
+
+def depth_text(result: Result, s) -> str:
+    """How a row's figures were compiled: the whole depth, or 1 and 2 layers extended to it."""
+    layers = getattr(s.base.model, "layers", None)
+    if result.extended:
+        return f"1+2 layers → {layers}"
+    return f"{layers} layers" if layers else "whole"
+
+
+def table(s) -> str:
+    """The candidates as a readable table, fastest fitting first, then the others, then the skips."""
+    from ..cost.roofline import format_seconds
+
+    rows = sorted(s.costed, key=lambda r: (not r.fits, r.step_s if r.step_s is not None else math.inf))
+    head = (
+        f"{'mesh':<8} {'axes':<12} {'preset':<11} {'remat':<6} {'HBM/chip':>10} {'fits':<5} {'step':>10} "
+        f"{'bound':<14} {'MFU':>6}  {'compiled':<16}"
+    )
+    lines = [head, "-" * len(head)]
+    best = s.best
+    for r in rows:
+        c = r.candidate
+        hbm = f"{r.hbm_per_chip / 1e9:.2f} GB" if r.hbm_per_chip is not None else "refused"
+        step = format_seconds(r.step_s) if r.step_s is not None else "-"
+        mark = "  ← best" if r is best else ""
+        if r.hbm_per_chip is not None and r.hbm_per_chip < 1e8:
+            hbm = f"{r.hbm_per_chip / 1e6:.2f} MB"
+        lines.append(
+            f"{c.mesh_text:<8} {','.join(c.axes):<12} {c.preset:<11} {c.remat:<6} {hbm:>10} "
+            f"{'yes' if r.fits else 'no':<5} {step:>10} {r.bound or '-':<14} "
+            f"{(f'{r.mfu:.0%}' if r.mfu is not None else '-'):>6}  {depth_text(r, s):<16}{mark}"
+        )
+    for reason, count in s.skipped().items():
+        lines.append(f"skipped {count:>3}: {reason}")
+    return "\n".join(lines)
