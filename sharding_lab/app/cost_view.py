@@ -52,11 +52,13 @@ def breakdown_figure(prediction: cost.Prediction) -> go.Figure:
             textposition="auto",
         )
     )
-    for value, name, dash in (
-        (prediction.step_s, "step (full overlap)", "solid"),
-        (prediction.step_s_no_overlap, "step (no overlap)", "dot"),
+    # Full overlap ≤ no overlap: one label left of its line, the other right of its own — they never overlap
+    # (both "top" printed them on top of each other when communication was small).
+    for value, name, dash, side in (
+        (prediction.step_s, "step (full overlap)", "solid", "top left"),
+        (prediction.step_s_no_overlap, "step (no overlap)", "dot", "top right"),
     ):
-        fig.add_vline(x=value / scale, line_dash=dash, annotation_text=name, annotation_position="top")
+        fig.add_vline(x=value / scale, line_dash=dash, annotation_text=name, annotation_position=side)
     fig.update_layout(
         height=230,
         margin=dict(l=10, r=10, t=30, b=10),
@@ -197,7 +199,8 @@ def cost_panel(plan: Plan, key: str = "cost") -> None:
     st.caption(
         "A roofline from the compiled step: FLOPs ÷ peak, HBM traffic ÷ bandwidth, each collective's ring "
         "wire bytes ÷ the link its mesh axes run over. Chip figures are published ones (sources in "
-        "the table below); the step is compiled here on the CPU."
+        f"the table below); the step is compiled by {targets.parse(config.target).compiler}"
+        + (" on this machine." if config.target == "cpu" else f" for {config.target}, without the chips.")
     )
     c1, c2, c3 = st.columns(3)
     chip_id, dtype = chip_pickers(c1, c2, key, config.target)
@@ -223,13 +226,19 @@ def cost_panel(plan: Plan, key: str = "cost") -> None:
     if refused_notice(p):
         return
     m = st.columns(5)
+    largest = step_terms(p)
     m[0].metric(
         "Predicted step",
         cost.format_seconds(p["step_s"]),
-        help="Full overlap of compute, HBM and communication: max of the three — the roofline, a lower bound.",
+        help=f"Full overlap: the largest of compute, HBM traffic and communication + latency — here {largest} — "
+        "the roofline, a lower bound.",
     )
-    m[1].metric("No overlap", cost.format_seconds(p["step_s_no_overlap"]), help="max(compute, memory) + communication.")
-    m[2].metric("Bound", BOUND_LABELS[p["bound"]], help=f"{p['bound']}-bound: the largest of the three terms.")
+    m[1].metric(
+        "No overlap",
+        cost.format_seconds(p["step_s_no_overlap"]),
+        help="max(compute, HBM traffic) + communication + latency: an upper bound.",
+    )
+    m[2].metric("Bound", BOUND_LABELS[p["bound"]], help=f"{p['bound']}-bound: {largest} is the largest term.")
     m[3].metric("MFU", f"{p['mfu']:.1%}", help="compiled FLOPs ÷ (step × peak)")
     m[4].metric(
         "HBM per chip",
@@ -311,6 +320,22 @@ def cost_panel(plan: Plan, key: str = "cost") -> None:
             ),
             hide_index=True,
         )
+
+
+def step_terms(p: dict) -> str:
+    """Which term the predicted step is, in words with its value: 'communication + latency (168 ns + 16 µs)'."""
+    fmt = cost.format_seconds
+    terms = {
+        "compute": fmt(p["compute_s"]),
+        "HBM traffic": fmt(p["memory_s"]),
+        f"communication + latency ({fmt(p['comm_s'])} + {fmt(p.get('latency_s') or 0.0)})": None,
+    }
+    values = {"compute": p["compute_s"], "HBM traffic": p["memory_s"]}
+    comm = p["comm_s"] + (p.get("latency_s") or 0.0)
+    if comm >= max(values.values()):
+        return next(k for k, v in terms.items() if v is None)
+    name = max(values, key=values.get)
+    return f"{name} ({terms[name]})"
 
 
 def strategies_figure(names: list[str], predictions: list[dict]) -> go.Figure:
@@ -407,12 +432,20 @@ def strategies_cost_panel(configs: dict, key: str = "compare_cost") -> None:
         ratio = predictions[worst]["step_s"] / predictions[best]["step_s"]
         sentence += f" **{names[worst]}** is the slowest, {ratio:,.1f}× longer ({predictions[worst]['bound']}-bound)."
     st.markdown(sentence)
-    st.caption(latency_caveat(max(predictions, key=lambda p: p["step_s"])))
+    # Each strategy's own count: one strategy's (the slowest's) was said beside a table of them all.
+    st.caption(latency_caveat(max(predictions, key=lambda p: p["step_s"]), dict(zip(names, predictions))))
 
 
-def latency_caveat(p: dict) -> str:
-    """What the latency term is, and what the bound still leaves out, said with this layout's own sizes."""
+def latency_count(p: dict) -> str:
+    """'20 collectives, 28 µs in all': the collectives a step's latency term counts (each costs its link's α)."""
     count = sum(r["count"] for r in p["collectives"] if r.get("latency_s"))
+    return f"{count} collective{'s' if count != 1 else ''}, {cost.format_seconds(p.get('latency_s') or 0.0)} in all"
+
+
+def latency_caveat(p: dict, named: dict[str, dict] | None = None) -> str:
+    """What the latency term is, and what the bound still leaves out, said with this layout's own sizes (with
+    ``named``, each strategy's: name → its prediction)."""
+    here = "; ".join(f"{name} {latency_count(q)}" for name, q in named.items()) if named else latency_count(p)
     tpu = p.get("chip", {}).get("kind") == "tpu"
     alpha = (
         "TPU ICI 1 µs per hop (the scaling book's latency-bound AllGather)"
@@ -422,7 +455,7 @@ def latency_caveat(p: dict) -> str:
     )
     text = (
         f"Latency: each collective costs its link's α before its bytes count (an α–β model) — here "
-        f"{count} collectives, {cost.format_seconds(p.get('latency_s') or 0.0)} in all. α: {alpha}. Still left "
+        f"{here}. α: {alpha}. Still left "
         "out: kernel launches and the step's own fixed overhead."
     )
     largest = max((r["bytes"] / max(r["count"], 1) for r in p["collectives"]), default=0.0)
