@@ -18,6 +18,16 @@ st.caption(
     "One colour per device, the same on every picture."
 )
 
+if not st.session_state.get("visited_lesson"):  # a newcomer's first step, until they take it
+    with st.container(border=True):
+        st.markdown(
+            "**New here?** Start with the **Lesson**: eight short steps from one device to a sharded training step, "
+            "each on the configuration in the sidebar. Then come back and change the mesh or the preset here — "
+            "every map updates at once. *The blog* in the preset names is Flax's sharding example "
+            "([`10_fsdp_and_optimizer.py`](https://github.com/google/flax/blob/main/examples/nnx_toy_examples/"
+            "10_fsdp_and_optimizer.py)): its rules are the *seed* preset, its code where this lab starts."
+        )
+        st.page_link("app_pages/lesson.py", label="Start the Lesson", icon=":material/school:")
 result = ui.sidebar()
 mesh_spec, model_spec = ui.current_mesh(), ui.current_model()
 left, right = st.columns([3, 2], gap="large")

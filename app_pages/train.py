@@ -8,7 +8,7 @@ import streamlit as st
 
 import sharding_lab as sl
 from sharding_lab.app import experts_view, figures, pipeline_view, session, ui
-from sharding_lab.app.jobs import DistributedJob, TrainingJob
+from sharding_lab.app.jobs import DistributedJob, TrainingJob, edits_since
 from sharding_lab.app.scheduler import Busy, poll_interval
 from sharding_lab.app.settings import GENERAL_RANGES
 from sharding_lab.distributed import process_choices, process_table
@@ -177,7 +177,8 @@ def live_view() -> None:
                 figures.sequence_figure(*config.family.probe_set(config.model, config.seed), None), key="fit"
             )
         return
-    if edits := ui.edits_since(job.config, config):  # edited while (or after) this run trained
+    # Edited while (or after) this run trained. Not when Train is refused: pressing it again applies nothing.
+    if (edits := edits_since(job.config, config)) and refused is None:
         st.caption(
             "This run trains what it started with — "
             + "; ".join(f"{name} {before}" for name, before, _ in edits)

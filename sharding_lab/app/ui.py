@@ -393,35 +393,6 @@ def _build_plan() -> sl.Plan | sl.ConfigError:
         return error
 
 
-def edits_since(run: sl.LabConfig, now: sl.LabConfig) -> list[tuple[str, str, str]]:
-    """What the sidebar and the Train page say now that the running run does not: (setting, the run's
-    value, the value now) — a student may edit while a run trains; the run keeps what it started with."""
-
-    def rules(c):
-        return f"preset {c.preset}" if c.preset else "custom rules"
-
-    fields = [
-        ("mesh", lambda c: c.mesh.label()),
-        ("rules", rules),
-        ("model", lambda c: c.family.name),
-        ("sizes", lambda c: str(c.model)),
-        ("optimizer", lambda c: c.optimizer),
-        ("learning rate", lambda c: f"{c.lr:g}"),
-        ("momentum decay", lambda c: f"{c.decay:g}"),
-        ("steps", lambda c: f"{c.steps:,}"),
-        ("batch", lambda c: str(c.batch_size)),
-        ("seed", lambda c: str(c.seed)),
-        ("target", lambda c: c.target),
-        ("pipeline", lambda c: f"{c.microbatches} microbatches, {c.schedule}" if c.stage_axis else "none"),
-    ]
-    out = []
-    for name, read in fields:
-        before, after = read(run), read(now)
-        if before != after:
-            out.append((name, before, after))
-    return out
-
-
 def plain(text) -> str:
     """``text`` shown literally inside Markdown: user-typed names cannot format, link or inject. A
     command-line option (``--layers``) is set as code with non-breaking hyphens (U+2011): a narrow column broke

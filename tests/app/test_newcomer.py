@@ -3,6 +3,7 @@ failed on the code before the fix)."""
 
 from sharding_lab.app import cost_view, pipeline_view
 from sharding_lab.hardware import targets
+from tests.support import app_test
 
 
 def test_a_one_chip_slice_is_one_chip():
@@ -51,3 +52,27 @@ def test_compare_s_latency_note_counts_each_strategy_s_collectives():
     tp = {**PREDICTION, "chip": {"kind": "tpu"}, "collectives": [{"count": 5, "bytes": 1e3, "latency_s": 1e-6}]}
     text = cost_view.latency_caveat(tp, {"fsdp": fsdp, "tp": tp})
     assert "fsdp 20 collectives" in text and "tp 5 collectives" in text
+
+
+def test_the_first_page_tells_a_newcomer_where_to_start_until_they_go():
+    at = app_test(120)
+    at.run()
+    first = " ".join(m.value for m in at.markdown)
+    assert "Start with the **Lesson**" in first and "10_fsdp_and_optimizer.py" in first  # what "the blog" is
+    at.switch_page("app_pages/lesson.py").run()
+    at.switch_page("app_pages/layout.py").run()
+    assert not at.exception
+    assert "Start with the **Lesson**" not in " ".join(m.value for m in at.markdown)
+
+
+def test_a_run_s_edits_name_the_sizes_that_changed_not_the_spec_s_repr():
+    """Train printed `TransformerSpec(layers=4, embed_dim=64, …)` in its 'your edits' notice."""
+    import dataclasses
+
+    import sharding_lab as sl
+    from sharding_lab.app.jobs import edits_since
+
+    fam = sl.family("transformer")
+    run = sl.LabConfig(mesh=sl.MeshSpec((2, 4), ("data", "model")), preset="tp", model=fam.Spec())
+    now = dataclasses.replace(run, model=dataclasses.replace(run.model, layers=4))
+    assert edits_since(run, now) == [("sizes", "layers 2", "layers 4")]
