@@ -7,7 +7,7 @@ import streamlit as st
 
 import sharding_lab as sl
 from sharding_lab.app import explore, figures, session, settings, ui
-from sharding_lab.hardware import targets
+from sharding_lab.hardware import placement, targets
 from sharding_lab.sharding.layout import describe, format_spec, memory_part, memory_per_device
 from sharding_lab.sharding.mesh import device_ids, mesh_coords
 from sharding_lab.sharding.rules import axis_names
@@ -72,7 +72,7 @@ def torus_view(plan: sl.Plan, target: targets.Target, lit) -> None:
     st.caption(
         f"The same chips on the {'×'.join(map(str, target.torus))} torus of {target.name}, laid on the mesh "
         "by JAX's topology-aware `mesh_utils.create_device_mesh`: "
-        + "; ".join(targets.describe_placement(target.name, plan.mesh))
+        + "; ".join(placement.describe_axes(target.name, plan.config.mesh.shape, plan.config.mesh.axes))
         + "."
     )
 

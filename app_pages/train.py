@@ -321,4 +321,4 @@ def process_view(config: sl.LabConfig, snap) -> None:
 st.session_state.train_full_run = True
 live_view()
 st.session_state.train_full_run = False
-ui.show_code(sl.training.step.make_train_step, sl.training.trainer._chunk_program)
+ui.show_code(sl.training.step.make_train_step, sl.training.trainer.build_chunk_program)

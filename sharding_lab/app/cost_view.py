@@ -225,7 +225,7 @@ def cost_panel(plan: Plan, key: str = "cost") -> None:
         return
     if refused_notice(p):
         return
-    m = st.columns(5)
+    m = st.columns(6)
     largest = step_terms(p)
     m[0].metric(
         "Predicted step",
@@ -239,8 +239,21 @@ def cost_panel(plan: Plan, key: str = "cost") -> None:
         help="max(compute, HBM traffic) + communication + latency: an upper bound.",
     )
     m[2].metric("Bound", BOUND_LABELS[p["bound"]], help=f"{p['bound']}-bound: {largest} is the largest term.")
-    m[3].metric("MFU", f"{p['mfu']:.1%}", help="compiled FLOPs ÷ (step × peak)")
+    formula = (p.get("model_flops_step") or {}).get("formula", "")
+    m[3].metric(
+        "MFU",
+        f"{p['mfu']:.1%}" if p.get("mfu") is not None else "-",
+        help=f"Model FLOPs utilisation: the model's own FLOPs ÷ (step × peak) — {formula}"
+        if formula
+        else "This model family gives no model FLOPs count.",
+    )
     m[4].metric(
+        "HFU",
+        f"{p['hfu']:.1%}",
+        help="Hardware FLOPs utilisation: the compiled program's FLOPs (recompute, optimizer, every op) ÷ "
+        "(step × peak). A compute-bound step is 100% at the roofline by construction.",
+    )
+    m[5].metric(
         "HBM per chip",
         format_bytes(p["hbm_needed"]),
         delta="fits" if p["fits"] else "does not fit",
@@ -408,7 +421,8 @@ def strategies_cost_panel(configs: dict, key: str = "compare_cost") -> None:
                     "predicted step": cost.format_seconds(p["step_s"]),
                     "no overlap": cost.format_seconds(p["step_s_no_overlap"]),
                     "bound": p["bound"],
-                    "MFU": f"{p['mfu']:.1%}",
+                    "MFU": f"{p['mfu']:.1%}" if p.get("mfu") is not None else "-",
+                    "HFU": f"{p['hfu']:.1%}",
                     "compute": cost.format_seconds(p["compute_s"]),
                     "memory": cost.format_seconds(p["memory_s"]),
                     "communication": cost.format_seconds(p["comm_s"]),

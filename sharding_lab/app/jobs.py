@@ -25,6 +25,7 @@ import numpy as np
 from .. import settings
 from ..errors import ConfigError
 from ..training.config import LabConfig
+from . import background
 from .scheduler import MAX_JOBS, MAX_QUEUED, Busy, load, release_slot, wait_for_slot  # noqa: F401
 
 MAX_MULTIPROCESS_JOBS = settings.MAX_MULTIPROCESS_JOBS.get()
@@ -84,6 +85,7 @@ class TrainingJob:
         self.last_seen = self.created = time.monotonic()
         self._gave_up = False  # the start limit passed: the page was told, the thread's news no longer counts
         self.thread = threading.Thread(target=self._run, name="sharding-lab-job", daemon=True)
+        background.track(self.thread, self.stop)  # stopped at its next chunk and joined before the interpreter exits
         self.thread.start()
 
     def _first_snapshot(self) -> Snapshot:

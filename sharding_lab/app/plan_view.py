@@ -16,7 +16,7 @@ import plotly.graph_objects as go
 
 import sharding_lab as sl
 from sharding_lab import search
-from sharding_lab.app import settings
+from sharding_lab.app import background, settings
 from sharding_lab.hardware import targets
 from sharding_lab.units import format_bytes
 
@@ -98,6 +98,7 @@ class PlanJob:
         self.total = counted(self.base, self.presets, self.remats)
         self.started = time.monotonic()
         self.thread = threading.Thread(target=self._run, daemon=True, name="sharding-lab-plan")
+        background.track(self.thread, self.stop.set)  # its workers killed, the thread joined before exit
         self.thread.start()
         return self
 
@@ -187,6 +188,7 @@ def rows(found: search.Search) -> list[dict]:
             "step": format_seconds(r.step_s) if r.step_s is not None else "refused",
             "bound": r.bound or "-",
             "MFU": f"{r.mfu:.0%}" if r.mfu is not None else "-",
+            "HFU": f"{r.hfu:.0%}" if r.hfu is not None else "-",
             "compiled": search.depth_text(r, found),
         }
         for r in ordered

@@ -157,7 +157,10 @@ _stop = threading.Event()
 
 
 def _warm_thread(configs) -> threading.Thread:
+    from . import background
+
     thread = threading.Thread(target=_warm, args=(configs,), name="sharding-lab-warm", daemon=True)
+    background.track(thread, stop_warming)  # stopped and joined before the interpreter exits
     thread.start()
     return thread
 

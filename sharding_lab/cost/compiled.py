@@ -36,6 +36,7 @@ import numpy as np
 
 from ..errors import ConfigError
 from ..hardware.targets import parse as parse_target
+from ..hardware.targets import slice_axis as targets_slice_axis
 from ..program.communication import Collective, parse_collectives
 from ..training.config import LabConfig
 from ..training.config import plan as make_plan
@@ -221,7 +222,7 @@ def compile_once(config: LabConfig, dtype: str) -> Compiled:
     needed = hbm_needed(memory, config.target)
     hlo = compiled.as_text()
     on_cpu = config.target == "cpu"
-    collectives = parse_collectives(hlo, config.mesh.shape, config.mesh.axes)
+    collectives = parse_collectives(hlo, config.mesh.shape, config.mesh.axes) + _between_slices(hlo, config)
     if on_cpu:  # XLA:CPU computes bf16 in f32: count float collectives at the compute dtype's size
         collectives = [recount(c, dtype) for c in collectives]
     itemsize = np.dtype(DTYPES[dtype]).itemsize
@@ -253,6 +254,18 @@ def compile_once(config: LabConfig, dtype: str) -> Compiled:
             "generated_code": int(getattr(memory, "generated_code_size_in_bytes", 0)),
         },
     )
+
+
+def _between_slices(hlo: str, config: LabConfig) -> list[Collective]:
+    """On a multi-slice target, the collectives the compiler hands to the data-centre network's runtime
+    (:mod:`sharding_lab.program.megascale`), over the mesh axis that crosses slices."""
+    on = parse_target(config.target)
+    if on.slices <= 1:
+        return []
+    from ..program.megascale import parse_megascale
+
+    axis = config.mesh.axes[targets_slice_axis(on, tuple(config.mesh.shape))]
+    return parse_megascale(hlo, axis, on.slices)
 
 
 def hbm_needed(memory, target: str) -> float:

@@ -281,11 +281,11 @@ def chunk_program(plan: Plan, chunk: int, host_batches: bool = False):
         if key not in _programs:
             if len(_programs) >= 64:
                 _programs.pop(next(iter(_programs)))
-            _programs[key] = _chunk_program(plan, chunk, host_batches)
+            _programs[key] = build_chunk_program(plan, chunk, host_batches)
         return _programs[key]
 
 
-def _chunk_program(plan: Plan, chunk: int, host_batches: bool = False):
+def build_chunk_program(plan: Plan, chunk: int, host_batches: bool = False):
     """A jitted function (state, key, start, n_active, x_all, y_all) → (state, losses) running
     ``chunk`` steps — or, with ``host_batches``, (state, xs, ys, n_active) → (state, losses), the
     chunk's batches loaded from the hosts (``xs[i]`` is step i's batch).
