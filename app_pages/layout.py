@@ -23,9 +23,9 @@ if not st.session_state.get("visited_lesson"):  # a newcomer's first step, until
         st.markdown(
             "**New here?** Start with the **Lesson**: eight short steps from one device to a sharded training step, "
             "each on the configuration in the sidebar. Then come back and change the mesh or the preset here — "
-            "every map updates at once. *The blog* in the preset names is Flax's sharding example "
-            "([`10_fsdp_and_optimizer.py`](https://github.com/google/flax/blob/main/examples/nnx_toy_examples/"
-            "10_fsdp_and_optimizer.py)): its rules are the *seed* preset, its code where this lab starts."
+            "every map updates at once. *The blog* in the preset names is the guide the Lesson follows, "
+            "[*Distributed Training with JAX and Flax NNX*](https://huggingface.co/blog/jiagaoxiang/jax-nnx-sharding): "
+            "its rules (those of Flax's `10_fsdp_and_optimizer.py` example) are the *seed* preset."
         )
         st.page_link("app_pages/lesson.py", label="Start the Lesson", icon=":material/school:")
 result = ui.sidebar()

@@ -58,7 +58,7 @@ def test_the_first_page_tells_a_newcomer_where_to_start_until_they_go():
     at = app_test(120)
     at.run()
     first = " ".join(m.value for m in at.markdown)
-    assert "Start with the **Lesson**" in first and "10_fsdp_and_optimizer.py" in first  # what "the blog" is
+    assert "Start with the **Lesson**" in first and "huggingface.co/blog/" in first  # what "the blog" is
     at.switch_page("app_pages/lesson.py").run()
     at.switch_page("app_pages/layout.py").run()
     assert not at.exception
