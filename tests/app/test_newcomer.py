@@ -76,3 +76,19 @@ def test_a_run_s_edits_name_the_sizes_that_changed_not_the_spec_s_repr():
     run = sl.LabConfig(mesh=sl.MeshSpec((2, 4), ("data", "model")), preset="tp", model=fam.Spec())
     now = dataclasses.replace(run, model=dataclasses.replace(run.model, layers=4))
     assert edits_since(run, now) == [("sizes", "layers 2", "layers 4")]
+
+
+def test_see_it_move_opens_on_the_collective_that_sends_the_most():
+    """It opened on the program's first collective (the loss's scalar all-reduce: "7 bytes in all")."""
+    import sharding_lab as sl
+    from sharding_lab.app import settings
+    from sharding_lab.program.communication import analyze
+
+    at = app_test(240)
+    at.run()
+    at.switch_page("app_pages/communication.py").run()
+    assert not at.exception
+    state = {k: at.session_state[k] for k in settings.defaults()}
+    collectives = analyze(sl.plan(settings.config_from_state(state))).collectives
+    most = max(range(len(collectives)), key=lambda i: collectives[i].bytes * collectives[i].count)
+    assert most != 0 and at.selectbox(key="comm_selected").value == most
