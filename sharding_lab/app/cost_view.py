@@ -21,6 +21,7 @@ from ..hardware.chips import CHIPS
 from ..sharding.mesh import parse_mesh_shape
 from ..training.config import Plan
 from ..units import format_bytes, format_flops, format_rate  # noqa: F401 (pages read them here)
+from .words import app_words
 
 COLORS = {"compute": "#4C78A8", "memory": "#72B7B2", "communication": "#F58518", "latency": "#E45756"}
 
@@ -221,7 +222,7 @@ def cost_panel(plan: Plan, key: str = "cost") -> None:
         with st.spinner("Compiling the step" + (" on several smaller meshes" if target else "") + "…"):
             p = _predict(config, chip_id, dtype, target)
     except ConfigError as error:
-        st.warning(str(error), icon=":material/block:")
+        st.warning(app_words(str(error)), icon=":material/block:")
         return
     if refused_notice(p):
         return
@@ -406,7 +407,7 @@ def strategies_cost_panel(configs: dict, key: str = "compare_cost") -> None:
             try:
                 p = _predict(canonical(config), chip_id, dtype, None)
             except ConfigError as error:
-                st.warning(f"**{name}**: {error}", icon=":material/block:")
+                st.warning(f"**{name}**: {app_words(str(error))}", icon=":material/block:")
                 continue
             if not refused_notice(p):  # a strategy that does not fit is said so, not ranked
                 predictions.append(p)

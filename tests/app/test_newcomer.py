@@ -92,3 +92,19 @@ def test_see_it_move_opens_on_the_collective_that_sends_the_most():
     collectives = analyze(sl.plan(settings.config_from_state(state))).collectives
     most = max(range(len(collectives)), key=lambda i: collectives[i].bytes * collectives[i].count)
     assert most != 0 and at.selectbox(key="comm_selected").value == most
+
+
+def test_the_app_s_errors_name_its_boxes_not_the_command_line_s_options():
+    """'--batch-tokens must be a multiple …' beside a box labelled 'Batch (tokens)'; 'Experts (--experts)'."""
+    from sharding_lab import search
+    from sharding_lab.app.words import app_words
+    from sharding_lab.errors import ConfigError
+    from sharding_lab.models.transformer import TransformerSpec
+
+    try:
+        search.base_config(TransformerSpec(seq=32), "v5e-8", 100)
+    except ConfigError as error:
+        said = app_words(str(error))
+    assert said.startswith("Batch (tokens) must be a multiple of the sequence length 32") and "--" not in said
+    assert app_words("set Experts (--experts), e.g. 8") == "set Experts, e.g. 8"
+    assert app_words("a multiple of 4 (Layers, --layers: e.g. 4)") == "a multiple of 4 (Layers: e.g. 4)"
