@@ -6,7 +6,7 @@ import pandas as pd
 import streamlit as st
 
 import sharding_lab as sl
-from sharding_lab.app import explore, figures, session, settings, ui
+from sharding_lab.app import explore, figures, precompile, session, settings, ui
 from sharding_lab.hardware import placement, targets
 from sharding_lab.sharding.layout import describe, format_spec, memory_part, memory_per_device
 from sharding_lab.sharding.mesh import device_ids, mesh_coords
@@ -29,6 +29,8 @@ if not st.session_state.get("visited_lesson"):  # a newcomer's first step, until
         )
         st.page_link("app_pages/lesson.py", label="Start the Lesson", icon=":material/school:")
 result = ui.sidebar()
+if isinstance(result, sl.Plan):  # compiled in the background while the learner reads it
+    precompile.request(st.session_state.get("classroom_id", ""), result.config)
 mesh_spec, model_spec = ui.current_mesh(), ui.current_model()
 left, right = st.columns([3, 2], gap="large")
 

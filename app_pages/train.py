@@ -7,7 +7,7 @@ import pandas as pd
 import streamlit as st
 
 import sharding_lab as sl
-from sharding_lab.app import experts_view, figures, pipeline_view, session, ui
+from sharding_lab.app import experts_view, figures, pipeline_view, precompile, session, ui
 from sharding_lab.app.jobs import DistributedJob, TrainingJob, edits_since
 from sharding_lab.app.scheduler import Busy, poll_interval
 from sharding_lab.app.settings import GENERAL_RANGES
@@ -104,6 +104,9 @@ except sl.ConfigError as compile_only:
         "chips themselves. Choose **cpu** under *Compile for* in the sidebar to train on the simulated devices.",
         icon=":material/memory:",
     )
+if refused is None and processes == 1 and (slot.job is None or not slot.job.snapshot().running):
+    # what Train would compile, compiled while the learner reads the page (low priority; replaced on an edit)
+    precompile.request(st.session_state.get("classroom_id", ""), config)
 if refused is not None and plan.config.target == "cpu":
     ui.show_error(refused, lead="Too big to train here:")
     with st.spinner("Compiling the step on abstract arrays to ask XLA what it needs…"):
@@ -123,6 +126,7 @@ def start_run() -> bool:
     """Train was pressed: start this session's run (True), or say why not."""
     try:
         sl.training.config.check_memory(sl.plan(config))  # steps / lr / decay checked too; memory before allocating
+        precompile.forget(st.session_state.get("classroom_id", ""))  # the run compiles it now, first in line
         slot.job = DistributedJob(config, processes) if processes > 1 else TrainingJob(config)
         return True
     except sl.ConfigError as error:

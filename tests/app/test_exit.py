@@ -9,6 +9,8 @@ import subprocess
 import sys
 from concurrent.futures import ThreadPoolExecutor
 
+import pytest
+
 from tests.support import ROOT
 
 RUNS = 10
@@ -22,6 +24,7 @@ def _run_once(_: int) -> tuple[int, str]:
     return done.returncode, done.stdout + done.stderr[-2000:]
 
 
+@pytest.mark.timeout(1200)  # ten processes that each start JAX and render eight pages
 def test_a_process_that_rendered_every_page_with_work_in_the_background_exits_0_ten_times():
     with ThreadPoolExecutor(2) as pool:  # two at a time: a 2-core machine
         results = list(pool.map(_run_once, range(RUNS)))

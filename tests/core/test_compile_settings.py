@@ -37,8 +37,8 @@ def test_the_fast_compile_settings_train_to_the_same_losses_and_parameters_as_xl
     assert all(child.wait(timeout=600) == 0 for child in children.values())
     old, new = np.load(tmp_path / "old.npz"), np.load(tmp_path / "new.npz")
     names = sorted(old.files)
-    # the MLP's seed and fsdp_tp, the transformer's tp and sp (softmax, layer norm): their losses and every state array
-    assert {name.split("/")[0] for name in names} == {"mlp_seed", "mlp_fsdp_tp", "transformer_tp", "transformer_sp"}
+    # the MLP's seed and fsdp_tp, the transformer's tp (softmax, layer norm): their losses and every state array
+    assert {name.split("/")[0] for name in names} == {"mlp_seed", "mlp_fsdp_tp", "transformer_tp"}
     assert names == sorted(new.files)
     assert len(old["mlp_seed/losses"]) == 100 and np.all(np.isfinite(old["mlp_seed/losses"]))
     different = [name for name in names if not np.array_equal(old[name], new[name])]

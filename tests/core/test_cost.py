@@ -211,7 +211,7 @@ def test_platform_choice_on_a_cpu_only_machine(monkeypatch):
     monkeypatch.setenv(devices.PLATFORM_ENV, "cpu")
     assert len(devices.devices_for()) == devices.available_count() == 8
     monkeypatch.setenv(devices.PLATFORM_ENV, "gpu")
-    with pytest.raises(sl.ConfigError, match="sees no GPU"):
+    with pytest.raises(sl.ConfigError, match="sees no TPU or GPU"):
         devices.devices_for(1)
 
 
