@@ -12,8 +12,8 @@ interpreter exit (``atexit``: after ``main`` returns, a ``sys.exit``, an uncaugh
 or Streamlit's own SIGTERM/SIGINT handler stopping its server) — asks each to stop and joins it. A thread
 stops at its next checkpoint (between chunks, layouts, candidates); a compile in progress is allowed to finish
 (the app's are seconds). One that has still not stopped after :data:`JOIN_LIMIT_S` is abandoned the one way
-XLA survives: the process leaves through ``os._exit`` after flushing its output, skipping the finalisation
-that would tear the thread down.
+XLA survives: the process leaves through ``os._exit(70)`` after flushing its output, skipping the finalisation
+that would tear the thread down (70, not 0: the status the program meant is unknown there).
 """
 
 from __future__ import annotations
@@ -75,12 +75,13 @@ def _at_exit() -> None:
     names = ", ".join(t.name for t in alive())
     print(
         f"sharding-lab: background work still running after {JOIN_LIMIT_S:.0f} s ({names}); leaving without "
-        "finalising the interpreter, which would tear it down inside XLA",
+        "finalising the interpreter, which would tear it down inside XLA (exit status 70: the status the program "
+        "meant is not known here, and 0 could hide a failure)",
         file=sys.stderr,
     )
     sys.stdout.flush()
     sys.stderr.flush()
-    os._exit(0)
+    os._exit(70)
 
 
 atexit.register(_at_exit)
