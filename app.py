@@ -3,7 +3,7 @@
 import streamlit as st
 
 from sharding_lab import settings
-from sharding_lab.app import classroom, tabs, ui, warm
+from sharding_lab.app import classroom, session, tabs, warm
 
 st.set_page_config(page_title="Sharding Lab", page_icon=":material/grid_view:", layout="wide")
 # Once per server process: compiled programs from disk, and the default layout compiled before the
@@ -11,7 +11,7 @@ st.set_page_config(page_title="Sharding Lab", page_icon=":material/grid_view:", 
 warm.enable_compilation_cache()
 if settings.WARM.raw().lower() not in ("off", "0", "false", "no"):
     warm.warm_in_background()
-ui.init_state()
+session.init_state()
 tabs.tab_id()  # this tab's opaque id, from its first run on (the challenges page counts solves by it)
 # The teacher view exists for this session only if its link carried the server's token; the
 # sidebar then rewrites the query string without it, so links copied from the page never hold it.
@@ -19,7 +19,7 @@ if not st.session_state.get("teacher_view"):
     st.session_state.teacher_view = classroom.teacher_token_ok(
         st.query_params.get("teacher"), settings.TEACHER_TOKEN.raw() or None
     )
-ui.restore_link()
+session.restore_link()
 tabs.restore_moved()  # a tab whose server stopped (a replica, a restart): its settings, from the mark it brought
 pages = [
     st.Page("app_pages/layout.py", title="Layout", icon=":material/grid_view:", default=True),

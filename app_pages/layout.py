@@ -6,7 +6,7 @@ import pandas as pd
 import streamlit as st
 
 import sharding_lab as sl
-from sharding_lab.app import explore, figures, precompile, settings, ui
+from sharding_lab.app import explore, figures, precompile, session, settings, ui
 from sharding_lab.hardware import placement, targets
 from sharding_lab.sharding.layout import describe, format_spec, memory_part, memory_per_device
 from sharding_lab.sharding.mesh import device_ids, mesh_coords
@@ -18,6 +18,16 @@ st.caption(
     "One colour per device, the same on every picture."
 )
 
+if not st.session_state.get("visited_lesson"):  # a newcomer's first step, until they take it
+    with st.container(border=True):
+        st.markdown(
+            "**New here?** Start with the **Lesson**: eight short steps from one device to a sharded training step, "
+            "each on the configuration in the sidebar. Then come back and change the mesh or the preset here — "
+            "every map updates at once. *The blog* in the preset names is the guide the Lesson follows, "
+            "[*Distributed Training with JAX and Flax NNX*](https://huggingface.co/blog/jiagaoxiang/jax-nnx-sharding): "
+            "its rules (those of Flax's `10_fsdp_and_optimizer.py` example) are the *seed* preset."
+        )
+        st.page_link("app_pages/lesson.py", label="Start the Lesson", icon=":material/school:")
 result = ui.sidebar()
 if isinstance(result, sl.Plan):  # compiled in the background while the learner reads it
     precompile.request(st.session_state.get("classroom_id", ""), result.config)
@@ -91,6 +101,7 @@ with left:
         "Focus a device",
         on_mesh,
         key="focus",
+        persist_state=session.KEEP,
         index=None,
         placeholder="none — pick one, or click the mesh",
         format_func=lambda d: f"device {d}",

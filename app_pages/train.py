@@ -7,8 +7,8 @@ import pandas as pd
 import streamlit as st
 
 import sharding_lab as sl
-from sharding_lab.app import experts_view, figures, pipeline_view, precompile, ui
-from sharding_lab.app.jobs import DistributedJob, TrainingJob
+from sharding_lab.app import experts_view, figures, pipeline_view, precompile, session, ui
+from sharding_lab.app.jobs import DistributedJob, TrainingJob, edits_since
 from sharding_lab.app.scheduler import Busy, poll_interval
 from sharding_lab.app.settings import GENERAL_RANGES
 from sharding_lab.distributed import process_choices, process_table
@@ -39,9 +39,9 @@ slot = st.session_state.setdefault("job_slot", JobSlot())
 stop_when_session_ends(slot)
 
 c1, c2, c3, c4 = st.columns(4)
-c1.number_input("Steps", *GENERAL_RANGES["steps"], step=500, key="steps")
-c2.number_input("Learning rate", *GENERAL_RANGES["lr"], step=0.005, format="%.4f", key="lr")
-c3.number_input("Momentum decay", *GENERAL_RANGES["decay"], step=0.05, key="decay")
+c1.number_input("Steps", *GENERAL_RANGES["steps"], step=500, key="steps", persist_state=session.KEEP)
+c2.number_input("Learning rate", *GENERAL_RANGES["lr"], step=0.005, format="%.4f", key="lr", persist_state=session.KEEP)
+c3.number_input("Momentum decay", *GENERAL_RANGES["decay"], step=0.05, key="decay", persist_state=session.KEEP)
 if switched := ui.model_switch_note():  # steps and learning rate above were set by the model picker
     st.caption(switched)
 # The choice lives under a key of its own: Streamlit forgets a widget's key on pages that do not draw it.
@@ -53,6 +53,7 @@ c4.selectbox(
     "Processes",
     choices,
     key="processes",
+    persist_state=session.KEEP,
     on_change=lambda: st.session_state.update(processes_choice=st.session_state.processes),
     help="Train as this many JAX processes on this machine, each owning an equal share of "
     "the mesh's devices and joined into one mesh by jax.distributed — as on several hosts.",
@@ -180,7 +181,8 @@ def live_view() -> None:
                 figures.sequence_figure(*config.family.probe_set(config.model, config.seed), None), key="fit"
             )
         return
-    if edits := ui.edits_since(job.config, config):  # edited while (or after) this run trained
+    # Edited while (or after) this run trained. Not when Train is refused: pressing it again applies nothing.
+    if (edits := edits_since(job.config, config)) and refused is None:
         st.caption(
             "This run trains what it started with — "
             + "; ".join(f"{name} {before}" for name, before, _ in edits)

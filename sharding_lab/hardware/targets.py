@@ -93,7 +93,8 @@ class Target:
                 "joined over the data-centre network)"
             )
         if self.kind == "tpu":
-            return f"{self.name} ({self.devices} chips, {'×'.join(map(str, self.torus))} torus)"
+            chips = f"{self.devices} chip{'s' if self.devices != 1 else ''}"
+            return f"{self.name} ({chips}, {'×'.join(map(str, self.torus))} torus)"
         if self.kind == "gpu":
             nodes = self.torus[0]
             return f"{self.name} ({self.devices} GPUs, {nodes} node{'s' if nodes > 1 else ''} of {GPU_NODE})"
@@ -287,7 +288,7 @@ device_description_str: "{name}"
 # (__triton_nested_gemm_fusion) in the first and a cuBLASLt call (__cublas$lt$matmul) in the second.
 GPU_KERNEL_NOTE = (
     "Compiled without the GPU, so XLA:GPU cannot autotune: it writes every matmul as a Triton GEMM "
-    "fusion, where on a real H200 it calls cuBLASLt. The collectives and the memory figures are "
+    "fusion, where on the real GPU it calls cuBLASLt. The collectives and the memory figures are "
     "the compiler's (measured on one H200: arguments identical, temporaries 1–12% below the real "
     "compile's); the kernels are not the chip's. Source: tools/h200_check.py, README."
 )

@@ -25,6 +25,12 @@ def why(s) -> str:
 
     best = s.best
     costed = s.costed
+    if best is None and not costed:
+        reasons = "; ".join(f"{n} × {reason}" for reason, n in s.skipped().items())
+        return (
+            f"No candidate fits: all {len(s.results)} were ruled out before compiling ({reasons}). Try more chips, "
+            "a leaner optimizer, remat full or a smaller batch."
+        )
     if best is None:
         refused = sum(1 for r in costed if not r.fits)
         return (
