@@ -40,6 +40,7 @@ import jax
 
 jax.config.update("jax_num_cpu_devices", {devices})
 
+import functools
 import itertools
 import types
 

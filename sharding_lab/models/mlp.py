@@ -71,7 +71,7 @@ class HiddenLayer(nnx.Module):
         self.w, self.b = w, b
 
     def __call__(self, h):
-        return _hidden_layer(self.w, self.b, h)
+        return MLP.hidden_layer(self.w, self.b, h)
 
 
 class MLP(nnx.Module):
@@ -105,7 +105,13 @@ class MLP(nnx.Module):
         """The extra hidden layers in order, each a function of ``h`` (when pipelined: the stacked blocks')."""
         if hasattr(self, "blocks"):
             return list(self.blocks)
-        return [functools.partial(_hidden_layer, getattr(self, w), getattr(self, b)) for w, b in self.layers[1:]]
+        return [functools.partial(self.hidden_layer, getattr(self, w), getattr(self, b)) for w, b in self.layers[1:]]
+
+    @staticmethod
+    def hidden_layer(w, b, h):
+        """One extra hidden layer, ``relu(h @ w + b)``."""
+        z = matmul(h, w[...])
+        return nnx.relu(z + like_columns(b[...], z))
 
     def head(self, h):
         """The output layer, ``h @ w2``."""
@@ -120,11 +126,6 @@ class MLP(nnx.Module):
             delattr(self, b)
         self.layers = self.layers[:1]
         return blocks
-
-
-def _hidden_layer(w, b, h):
-    z = matmul(h, w[...])
-    return nnx.relu(z + like_columns(b[...], z))
 
 
 def make_dataset(spec, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
