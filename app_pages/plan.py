@@ -130,7 +130,21 @@ optimizer = c3.selectbox(
     "Optimizer", list(sl.OPTIMIZERS), index=list(sl.OPTIMIZERS).index("adamw"), key="plan_optimizer"
 )
 presets = c3.multiselect("Presets", list(fam.presets), default=list(fam.presets), key="plan_presets")
-remats = c3.multiselect("Remat", list(search.REMATS), default=list(search.REMATS), key="plan_remats")
+remats = c3.multiselect(
+    "Remat",
+    list(fam.size_fields["remat"].choices),
+    default=list(search.REMATS),
+    key="plan_remats",
+    help="none; full (each block recomputed from its input); save_qkv_proj, minimal, save_dots: selective "
+    "policies that keep some matmul outputs (MaxText's names)",
+)
+attention = c2.selectbox(
+    "Attention",
+    list(fam.size_fields["attention"].choices),
+    key="plan_attention",
+    help="xla: the scores materialised in HBM; splash: the Pallas flash kernel real TPU runs use (its FLOPs "
+    "from the kernel's formula: XLA does not count a custom kernel)",
+)
 
 job: plan_view.PlanJob | None = state.get("plan_job")
 run_col, stop_col = st.columns([1, 5])
@@ -144,7 +158,7 @@ if run_col.button("Run", type="primary", key="plan_run", disabled=bool(job and j
                 )
         else:
             model = fam.named_spec(size)
-        model = dataclasses.replace(model, seq=int(seq))
+        model = dataclasses.replace(model, seq=int(seq), attention=attention)
         base = search.base_config(model, target, int(batch_tokens), optimizer)
         state.plan_job = job = plan_view.PlanJob(base, "mixed", tuple(presets) or None, tuple(remats) or None).start()
         state.pop("plan_result", None)
