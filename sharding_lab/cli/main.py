@@ -157,7 +157,7 @@ def main(argv=None) -> int:
         type=int,
         default=None,
         help="compile this many candidates at once, each in its own process (default: one per "
-        "CPU core, at most 4 — one for a model under 10M parameters, whose compiles take "
+        "CPU core — one for a model under 10M parameters, whose compiles take "
         "less than starting a process; 1: all in this process)",
     )
     plan_parser.add_argument("--json", action="store_true", help="print one JSON object")
