@@ -1,11 +1,9 @@
 """Sharding Lab: see how JAX shards a Flax NNX model across devices, by clicking."""
 
-import secrets
-
 import streamlit as st
 
 from sharding_lab import settings
-from sharding_lab.app import classroom, ui, warm
+from sharding_lab.app import classroom, session, tabs, warm
 
 st.set_page_config(page_title="Sharding Lab", page_icon=":material/grid_view:", layout="wide")
 # Once per server process: compiled programs from disk, and the default layout compiled before the
@@ -13,16 +11,16 @@ st.set_page_config(page_title="Sharding Lab", page_icon=":material/grid_view:", 
 warm.enable_compilation_cache()
 if settings.WARM.raw().lower() not in ("off", "0", "false", "no"):
     warm.warm_in_background()
-ui.init_state()
-# Counted for the teacher view: an opaque id per session, nothing else about it.
-classroom.seen(st.session_state.setdefault("classroom_id", secrets.token_hex(8)))
+session.init_state()
+tabs.tab_id()  # this tab's opaque id, from its first run on (the challenges page counts solves by it)
 # The teacher view exists for this session only if its link carried the server's token; the
 # sidebar then rewrites the query string without it, so links copied from the page never hold it.
 if not st.session_state.get("teacher_view"):
     st.session_state.teacher_view = classroom.teacher_token_ok(
         st.query_params.get("teacher"), settings.TEACHER_TOKEN.raw() or None
     )
-ui.restore_link()
+session.restore_link()
+tabs.restore_moved()  # a tab whose server stopped (a replica, a restart): its settings, from the mark it brought
 pages = [
     st.Page("app_pages/layout.py", title="Layout", icon=":material/grid_view:", default=True),
     st.Page("app_pages/train.py", title="Train", icon=":material/show_chart:"),
@@ -35,4 +33,9 @@ pages = [
 if st.session_state.teacher_view:
     pages.append(st.Page("app_pages/teacher.py", title="Teacher", icon=":material/groups:", url_path="teacher"))
 page = st.navigation(pages)
+tabs.moved_notice(classroom.replica_id())
 page.run()
+# After the page, with this run's settings: the mark the tab keeps, in case this server stops.
+tabs.keep_mark(classroom.replica_id())
+# Counted for the teacher view: an opaque id per browser tab, nothing else about it.
+classroom.seen(tabs.tab_id())

@@ -1,11 +1,17 @@
 #!/usr/bin/env bash
-# Install (first time only) what the tests need — Python packages, and Debian's Chromium for the
-# browser test when missing — then run the whole suite. Extra args go to pytest.
+# Install (first time only) what the tests need — Python packages, and Debian's Chromium, PostgreSQL and nginx
+# for the end-to-end tests when missing — then run the whole suite. Extra args go to pytest.
 set -euo pipefail
 cd "$(dirname "$0")"
 bash scripts/venv.sh test
-if ! command -v chromium >/dev/null 2>&1 && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
-  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver) \
-    >/tmp/sharding-lab-apt.log 2>&1 || echo "could not install chromium (see /tmp/sharding-lab-apt.log)"
+# Debian's packages the end-to-end tests drive: Chromium; PostgreSQL and nginx (tests/e2e/test_scale_out.py runs
+# a real database and the project's load balancer configuration on loopback).
+missing=()
+command -v chromium >/dev/null 2>&1 || missing+=(chromium chromium-driver)
+ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || command -v initdb >/dev/null 2>&1 || missing+=(postgresql)
+command -v nginx >/dev/null 2>&1 || [ -x /usr/sbin/nginx ] || missing+=(nginx-light)
+if [ ${#missing[@]} -gt 0 ] && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}") \
+    >/tmp/sharding-lab-apt.log 2>&1 || echo "could not install ${missing[*]} (see /tmp/sharding-lab-apt.log)"
 fi
 exec .venv/bin/python -m pytest "$@"

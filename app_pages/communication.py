@@ -19,6 +19,12 @@ from sharding_lab.sharding.mesh import device_ids
 # to move an output back to its pinned layout — "none", not "unknown".
 PHASES = {"unknown": "none"}
 
+
+def largest_collective(collectives) -> int:
+    """The index of the collective that sends the most bytes per device in a step (count × bytes)."""
+    return max(range(len(collectives)), key=lambda i: collectives[i].bytes * max(1, collectives[i].count), default=0)
+
+
 st.title("Communication and memory")
 st.caption(
     '"JAX automatically handles the necessary communication" — here is what it chose. The training step '
@@ -121,6 +127,13 @@ else:
     st.subheader("See it move")
     left, right = st.columns([2, 3], gap="large")
     with left:
+        # A new program opens on its largest collective: the first was often the loss's scalar all-reduce
+        # (4 bytes, "7 bytes in all" for the experts model), not the one the layout is about.
+        if st.session_state.get("comm_selected_for") != plan.config or st.session_state.get(
+            "comm_selected"
+        ) not in range(len(rows)):
+            st.session_state.comm_selected = largest_collective(report.collectives)
+            st.session_state.comm_selected_for = plan.config
         chosen = st.selectbox(
             "Collective",
             range(len(rows)),
@@ -239,7 +252,7 @@ cost_panel(plan)
 with st.expander("The optimized HLO (for the curious)"):
     st.code(report.hlo[:200_000], language="text")
 ui.show_code(
-    sl.training.trainer.make_train_step,
+    sl.training.step.make_train_step,
     sl.program.moves.name_elements,
     sl.program.communication.Collective.wire_bytes.fget,
 )

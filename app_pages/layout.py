@@ -6,8 +6,8 @@ import pandas as pd
 import streamlit as st
 
 import sharding_lab as sl
-from sharding_lab.app import explore, figures, settings, ui
-from sharding_lab.hardware import targets
+from sharding_lab.app import explore, figures, precompile, session, settings, ui
+from sharding_lab.hardware import placement, targets
 from sharding_lab.sharding.layout import describe, format_spec, memory_part, memory_per_device
 from sharding_lab.sharding.mesh import device_ids, mesh_coords
 from sharding_lab.sharding.rules import axis_names
@@ -18,7 +18,19 @@ st.caption(
     "One colour per device, the same on every picture."
 )
 
+if not st.session_state.get("visited_lesson"):  # a newcomer's first step, until they take it
+    with st.container(border=True):
+        st.markdown(
+            "**New here?** Start with the **Lesson**: eight short steps from one device to a sharded training step, "
+            "each on the configuration in the sidebar. Then come back and change the mesh or the preset here — "
+            "every map updates at once. *The blog* in the preset names is the guide the Lesson follows, "
+            "[*Distributed Training with JAX and Flax NNX*](https://huggingface.co/blog/jiagaoxiang/jax-nnx-sharding): "
+            "its rules (those of Flax's `10_fsdp_and_optimizer.py` example) are the *seed* preset."
+        )
+        st.page_link("app_pages/lesson.py", label="Start the Lesson", icon=":material/school:")
 result = ui.sidebar()
+if isinstance(result, sl.Plan):  # compiled in the background while the learner reads it
+    precompile.request(st.session_state.get("classroom_id", ""), result.config)
 mesh_spec, model_spec = ui.current_mesh(), ui.current_model()
 left, right = st.columns([3, 2], gap="large")
 
@@ -62,7 +74,7 @@ def torus_view(plan: sl.Plan, target: targets.Target, lit) -> None:
     st.caption(
         f"The same chips on the {'×'.join(map(str, target.torus))} torus of {target.name}, laid on the mesh "
         "by JAX's topology-aware `mesh_utils.create_device_mesh`: "
-        + "; ".join(targets.describe_placement(target.name, plan.mesh))
+        + "; ".join(placement.describe_axes(target.name, plan.config.mesh.shape, plan.config.mesh.axes))
         + "."
     )
 
@@ -89,6 +101,7 @@ with left:
         "Focus a device",
         on_mesh,
         key="focus",
+        persist_state=session.KEEP,
         index=None,
         placeholder="none — pick one, or click the mesh",
         format_func=lambda d: f"device {d}",

@@ -65,6 +65,7 @@ st.caption(
     f'Follows the blog [*{BLOG[0]}*]({BLOG[1]}) ("the blog" below), a walk-through of Flax\'s '
     f"[`{EXAMPLE[0]}`]({EXAMPLE[1]}), on today's JAX and Flax."
 )
+st.session_state.visited_lesson = True  # the Layout page stops pointing here
 plan: sl.Plan = ui.plan_or_stop()
 config, axes = plan.config, plan.config.mesh.axes
 if config.stage_axis is not None:

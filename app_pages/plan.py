@@ -7,62 +7,54 @@ import streamlit as st
 
 import sharding_lab as sl
 from sharding_lab import search
-from sharding_lab.app import plan_view, ui
+from sharding_lab.app import plan_view, session, ui
 from sharding_lab.hardware import targets
 
 state = st.session_state
+DTYPE = "mixed"
 
 st.title("Plan a real run")
 st.caption(
-    "Every mesh (one axis, or data × model), every preset and remat none/full, compiled by the "
-    "target's own compiler and costed (roofline); what cannot work or cannot fit is skipped and "
-    "counted. With remat full the blocks run as a loop, compiled at full depth in the time of one block; "
-    "without remat a real depth is probed to the compiler's memory check, then compiled with 1 and 2 "
-    "layers and extended linearly (the best checked against a full-depth compile). Click a point of "
-    "the picture to load that layout into the sidebar."
+    "Meshes (one axis, or data × model), presets and remat, compiled by the target's own compiler and costed "
+    "(roofline); what cannot work or cannot fit is skipped and counted. With remat full the blocks run as a "
+    "loop, compiled at full depth in the time of one block; without remat a real depth is probed to the "
+    "compiler's memory check, then compiled with 1 and 2 layers and extended linearly (the best checked "
+    "against a full-depth compile). Click a point of the picture to load that layout into the sidebar."
 )
 
 
 def _load(found, result) -> None:
     try:
         state.update(plan_view.candidate_state(found, result))
-        chosen = result.candidate
-        state.plan_loaded = f"Loaded {chosen.mesh_text} {chosen.preset} remat {chosen.remat} into the sidebar."
+        state.plan_loaded = f"Loaded {plan_view.name(result)} into the sidebar."
     except sl.ConfigError as error:
         state.plan_loaded = f"This candidate cannot be shown in the sidebar: {error}"
 
 
 def _on_click() -> None:
-    """A point of the Pareto picture clicked: load its candidate (a callback: before the sidebar is drawn)."""
+    """A point of the Pareto picture clicked: load its (first) candidate, and show it in "Or pick one" (a
+    callback: before the sidebar and that box are drawn)."""
     found = state.get("plan_result")
     event = state.get("plan_pareto")
-    points = (
+    chosen = (
         (event or {}).get("selection", {}).get("points", [])
         if isinstance(event, dict)
         else getattr(getattr(event, "selection", None), "points", []) or []
     )
-    if found is None or not points:
+    if found is None or not chosen or chosen[0].get("curve_number", 0) != 0:  # none, or the HBM line
         return
-    if points[0].get("curve_number", 0) != 0:  # the HBM line, not a candidate
-        return
-    index = points[0].get("point_index", points[0].get("point_number"))
-    shown = plan_view.plotted(found)
-    if index is not None and 0 <= index < len(shown):
-        _load(found, shown[index])
+    index = chosen[0].get("point_index", chosen[0].get("point_number"))
+    groups = plan_view.points(found)
+    if index is not None and 0 <= index < len(groups):
+        state.plan_pick = plan_view.name(groups[index][0])
+        _load(found, groups[index][0])
 
 
 def _on_load_button() -> None:
     found = state.get("plan_result")
-    choice = state.get("plan_pick")
-    if found is None or choice is None:
-        return
-    for r in plan_view.plotted(found):
-        if _name(r) == choice:
+    for r in plan_view.plotted(found) if found is not None else []:
+        if plan_view.name(r) == state.get("plan_pick"):
             _load(found, r)
-
-
-def _name(r) -> str:
-    return f"{r.candidate.mesh_text} {r.candidate.preset} remat {r.candidate.remat}"
 
 
 ui.sidebar()
@@ -74,26 +66,42 @@ if not ok:
     st.stop()
 
 SIDEBAR_MODEL = "(the sidebar's model)"
-# A named size opens on the README's example: llama3-8b on v5e-256, 256 sequences of 4,096 tokens.
-EXAMPLE = {"plan_target": "v5e-256", "plan_seq": 4096, "plan_batch_tokens": 1 << 20}
+SIZES = [SIDEBAR_MODEL] + list(fam.named_sizes)
+# A named size opens on the README's example: llama3-8b on v5e-256, 256 sequences of 4,096 tokens, every
+# preset and remat both ways.
+EXAMPLE = {
+    "plan_target": "v5e-256",
+    "plan_seq": 4096,
+    "plan_batch_tokens": 1 << 20,
+    "plan_presets": list(fam.presets),
+    "plan_remats": list(search.REMATS),
+}
 
 
-def defaults_for(size: str) -> dict:
-    """Where the search starts for ``size``. The sidebar's transformer is planned as the sidebar has it — its
-    sequence, its batch, its slice (v5e-8 while it trains on the simulated host's 8 devices): the example's
-    million tokens on 256 chips made a 2-layer toy a search of 8 minutes. A named size: the example's."""
+def _sidebar_transformer():
     try:
         model = ui.current_model()
     except sl.ConfigError:  # the sidebar's sizes do not make a model: the page says so when Run is pressed
-        model = None
+        return None
+    return model if model.family == "transformer" else None
+
+
+def defaults_for(size: str) -> dict:
+    """Where the search starts for ``size``. A small transformer (the sidebar's, or the lab's ``default``) is
+    planned as the sidebar has it — its sequence, its batch, its slice (v5e-8 while it trains on the simulated
+    host's 8 devices) — with the four textbook presets and no remat: an answer in under a minute
+    (:data:`plan_view.SMALL_PRESETS`). A public model's size: the README's example."""
     sidebar_target = state.get("target", targets.CPU)
     target = sidebar_target if sidebar_target in tpu_targets else None
-    if size != SIDEBAR_MODEL or model is None or model.family != "transformer":
+    model = _sidebar_transformer() if size == SIDEBAR_MODEL else fam.named_spec(size) if size == "default" else None
+    if model is None:
         return {**EXAMPLE, "plan_target": target or EXAMPLE["plan_target"]}
     return {
         "plan_target": target or "v5e-8",
         "plan_seq": model.seq,
         "plan_batch_tokens": int(state.get("batch", 32)) * model.seq,
+        "plan_presets": list(plan_view.SMALL_PRESETS),
+        "plan_remats": list(plan_view.SMALL_REMATS),
     }
 
 
@@ -104,37 +112,41 @@ def _on_size() -> None:
     state.plan_size_shown = state.plan_size
 
 
+# The boxes start from the state (no widget defaults: a value carried across pages would clash with them).
+state.setdefault("plan_size", SIDEBAR_MODEL if _sidebar_transformer() is not None else "default")
+state.setdefault("plan_size_shown", state.plan_size)
+for key, value in {**defaults_for(state.plan_size), "plan_optimizer": "adamw"}.items():
+    state.setdefault(key, value)
+
 c1, c2, c3 = st.columns(3)
 size = c1.selectbox(
     "Size",
-    [SIDEBAR_MODEL] + [n for n in fam.named_sizes if n != "default"],
+    SIZES,
     key="plan_size",
+    persist_state=session.KEEP,
     on_change=_on_size,
-    help="A public model card's shapes, or the transformer in the sidebar",
+    format_func=lambda n: "The sidebar's transformer" if n == SIDEBAR_MODEL else fam.named_sizes[n].title,
+    help="The transformer in the sidebar, the lab's small one, or a public model card's shapes",
 )
-state.setdefault("plan_size_shown", size)
-start = defaults_for(size)
-target = c1.selectbox("Target", tpu_targets, key="plan_target", index=tpu_targets.index(start["plan_target"]))
-batch_tokens = c2.number_input("Batch (tokens)", 1, 1 << 24, start["plan_batch_tokens"], key="plan_batch_tokens")
+target = c1.selectbox("Target", tpu_targets, key="plan_target", persist_state=session.KEEP)
+batch_tokens = c2.number_input("Batch (tokens)", 1, 1 << 24, key="plan_batch_tokens", persist_state=session.KEEP)
 seq = c2.number_input(
     "Sequence",
     4,
     32768,
-    start["plan_seq"],
     step=2,
     key="plan_seq",
-    help="Tokens per sequence (the batch is Batch ÷ Sequence sequences). The sidebar's "
-    "transformer starts as the sidebar has it; a named size at the README's example.",
+    persist_state=session.KEEP,
+    help="Tokens per sequence (the batch is Batch ÷ Sequence sequences). A small transformer starts as the "
+    "sidebar has it; a public model at the README's example.",
 )
-optimizer = c3.selectbox(
-    "Optimizer", list(sl.OPTIMIZERS), index=list(sl.OPTIMIZERS).index("adamw"), key="plan_optimizer"
-)
-presets = c3.multiselect("Presets", list(fam.presets), default=list(fam.presets), key="plan_presets")
+optimizer = c3.selectbox("Optimizer", list(sl.OPTIMIZERS), key="plan_optimizer", persist_state=session.KEEP)
+presets = c3.multiselect("Presets", list(fam.presets), key="plan_presets", persist_state=session.KEEP)
 remats = c3.multiselect(
     "Remat",
     list(fam.size_fields["remat"].choices),
-    default=list(search.REMATS),
     key="plan_remats",
+    persist_state=session.KEEP,
     help="none; full (each block recomputed from its input); save_qkv_proj, minimal, save_dots: selective "
     "policies that keep some matmul outputs (MaxText's names)",
 )
@@ -146,60 +158,104 @@ attention = c2.selectbox(
     "from the kernel's formula: XLA does not count a custom kernel)",
 )
 
+
+def _question():
+    """The search the boxes ask for (base configuration, presets, remats), or the ConfigError saying why none."""
+    if size == SIDEBAR_MODEL:
+        model = ui.current_model()
+        if model.family != "transformer":
+            raise sl.ConfigError(
+                "the search plans the transformer: pick it in the sidebar, or a size here (Size)", "model"
+            )
+    else:
+        model = fam.named_spec(size)
+    model = dataclasses.replace(model, seq=int(seq), attention=attention)
+    base = search.base_config(model, target, int(batch_tokens), optimizer)
+    return base, tuple(presets) or None, tuple(remats) or None
+
+
+try:
+    asked, asked_error = _question(), None
+except sl.ConfigError as error:
+    asked, asked_error = None, error
+
 job: plan_view.PlanJob | None = state.get("plan_job")
-run_col, stop_col = st.columns([1, 5])
-if run_col.button("Run", type="primary", key="plan_run", disabled=bool(job and job.running)):
-    try:
-        if size == SIDEBAR_MODEL:
-            model = ui.current_model()
-            if model.family != "transformer":
-                raise sl.ConfigError(
-                    "the search plans the transformer: pick it in the sidebar, or a size here", "model"
-                )
-        else:
-            model = fam.named_spec(size)
-        model = dataclasses.replace(model, seq=int(seq), attention=attention)
-        base = search.base_config(model, target, int(batch_tokens), optimizer)
-        state.plan_job = job = plan_view.PlanJob(base, "mixed", tuple(presets) or None, tuple(remats) or None).start()
-        state.pop("plan_result", None)
-    except sl.ConfigError as error:
-        ui.show_error(error, lead="")
+found = state.get("plan_result")
+# Results belong to the question they answer: new inputs clear them (a running search goes on).
+if job is not None and not job.running and (asked is None or job.question != plan_view.question(*asked)):
+    for key in ("plan_job", "plan_result", "plan_loaded", "plan_pick"):
+        state.pop(key, None)
+    job = found = None
+
+if asked_error is not None:
+    ui.show_error(asked_error, lead="")
+else:
+    if state.get("plan_estimate", (None,))[0] != plan_view.question(*asked):
+        with st.spinner("Counting the candidates (and timing one compile of a small model)…"):
+            state.plan_estimate = (plan_view.question(*asked), plan_view.estimate(asked[0], DTYPE, *asked[1:]))
+    estimate = state.plan_estimate[1]
+    text = f"{estimate.candidates} candidates"
+    if estimate.to_compile is not None:
+        ruled_out = estimate.candidates - estimate.to_compile
+        text += f": {estimate.to_compile} to compile, {ruled_out} ruled out before compiling"
+    if estimate.seconds is not None:
+        each = estimate.seconds_each
+        text += (
+            f". One was compiled just now to time it ({estimate.measured_on}: {each:.1f} s), so the answer should "
+            f"take about {estimate.seconds:.0f} s ({estimate.to_compile - 1} × {each:.1f} s)."
+        )
+    else:
+        text += (
+            ". A model this size is not compiled before Run (one llama3-8b block takes 40–100 s on 2 cores): "
+            "the progress shows the time left once the first compiles are in."
+        )
+    st.caption(text)
+run_col, _ = st.columns([1, 5])
+if run_col.button("Run", type="primary", key="plan_run", disabled=asked is None or bool(job and job.running)):
+    estimate = state.plan_estimate[1]
+    state.plan_job = job = plan_view.PlanJob(asked[0], DTYPE, *asked[1:], to_compile=estimate.to_compile or 0).start()
+    for key in ("plan_result", "plan_loaded", "plan_pick"):
+        state.pop(key, None)
+    found = None
 
 
-@st.fragment(run_every=0.5)
+@st.fragment(run_every=0.5 if job is not None and job.running else None)
 def progress_panel():
+    """The search's progress and Stop while it runs; its failure, in place, when it fails. Polls only while
+    a search runs (a full run then registers it without the timer)."""
     job = state.get("plan_job")
     if job is None:
         return
     if job.running:
-        fraction = job.done / job.total if job.total else 0.0
-        st.progress(
-            fraction, text=f"Compiling candidate {job.done + 1} of {job.total or '?'} — last: {job.last or '…'}"
-        )
+        st.progress(job.done / job.total if job.total else 0.0, text=job.progress_text())
         if st.button("Stop", key="plan_stop"):
             job.stop.set()
         return
-    if job.result is not None and state.get("plan_result") is not job.result:
-        state.plan_result = job.result
+    if job.error:
+        st.error(f"**The search failed:** {ui.plain(job.error)}", icon=":material/error:")
+    if state.get("plan_polled") is not job:  # the search just ended: one full run shows its result
+        state.plan_polled = job
+        if job.result is not None:
+            state.plan_result = job.result
+            state.plan_pick = (
+                plan_view.name(plan_view.plotted(job.result)[0]) if plan_view.plotted(job.result) else None
+            )
         st.rerun(scope="app")
 
 
 progress_panel()
-if job is not None and job.error:
-    st.error(job.error)
-
-found = state.get("plan_result")
 if found is None:
     st.stop()
 
 if found.stopped:
-    st.warning(f"Stopped: {len(found.results)} candidates looked at before Stop.")
+    st.warning(plan_view.stopped_text(found, job.total if job else len(found.results)), icon=":material/stop_circle:")
 st.subheader(f"{len(found.results)} candidates in {found.elapsed_s:.0f} s")
 st.dataframe(pd.DataFrame(plan_view.rows(found)), hide_index=True, width="stretch")
 skipped = found.skipped()
 if skipped:
     st.caption("Skipped before compiling: " + "; ".join(f"{n} × {reason}" for reason, n in skipped.items()))
-st.markdown(ui.plain(search.why(found)).replace("\\`", "`"))
+if not (found.stopped and found.best is None):  # a stopped search's "no candidate fits" would be a guess
+    st.markdown(ui.plain(search.why(found)).replace("\\`", "`"))
 check = found.extension
 if check and "relative_error" in check:
     st.caption(
@@ -215,7 +271,9 @@ if plan_view.plotted(found):
     st.plotly_chart(
         plan_view.pareto_figure(found), key="plan_pareto", on_select=_on_click, selection_mode="points", width="stretch"
     )
-    st.selectbox("Or pick one", [_name(r) for r in plan_view.plotted(found)], key="plan_pick")
-    st.button("Load into the sidebar", key="plan_load", on_click=_on_load_button)
+    st.caption("A point with ×N stands for N candidates with the same step and HBM (the same program on other meshes).")
+    pick_col, load_col = st.columns([3, 1], vertical_alignment="bottom")
+    pick_col.selectbox("Or pick one", [plan_view.name(r) for r in plan_view.plotted(found)], key="plan_pick")
+    load_col.button("Load into the sidebar", key="plan_load", on_click=_on_load_button)
 if state.get("plan_loaded"):
     st.success(state.plan_loaded)

@@ -10,7 +10,7 @@ import pandas as pd
 import psutil
 import streamlit as st
 
-from sharding_lab.app import classroom, scheduler, warm
+from sharding_lab.app import classroom, record, scheduler, warm
 
 st.title("Teacher view")
 st.caption("Counts only: no names, no session ids. This page refreshes itself every 5 seconds.")
@@ -23,7 +23,8 @@ def overview() -> None:
     c1.metric(
         "Sessions open",
         classroom.open_sessions(),
-        help=f"Browser tabs that drew a page in the last {classroom.RECENT_S / 60:.0f} minutes.",
+        help=f"Browser tabs that drew a page in the last {classroom.RECENT_S / 60:.0f} minutes, on every server "
+        "of the class that is up.",
     )
     c2.metric(
         "Runs training",
@@ -67,11 +68,70 @@ def overview() -> None:
     if not counts:
         st.info("No challenges yet: once students solve challenges, how many solved each shows here.")
     else:
-        st.dataframe(
-            pd.DataFrame({"challenge": list(counts), "sessions that solved it": list(counts.values())}),
-            hide_index=True,
-            key="teacher_challenges",
+        st.table(
+            pd.DataFrame({"challenge": list(counts), "sessions that solved it": list(counts.values())}).set_index(
+                "challenge"
+            )
         )
+    servers_view()
+
+
+def warm_state(status: dict) -> str:
+    """A server's warm-up in a few words, from its heartbeat."""
+    warming = status.get("warm") or {}
+    if not warming:
+        return "-"
+    state = "stopped" if warming.get("stopped") else "warming" if warming.get("running") else "warm"
+    return f"{state}: {warming.get('done', 0)} of {warming.get('total', 0)}"
+
+
+def servers_view() -> None:
+    """Every server of the class (one, or the replicas behind a load balancer) and where the record is kept."""
+    problem = classroom.problem()
+    if problem:
+        st.warning(
+            f"The counts above are this server's own: {problem}. It tries again every {record.RETRY_S:.0f} s; "
+            "the class goes on meanwhile.",
+            icon=":material/database:",
+        )
+    found = classroom.servers()
+    if len(found) > 1 or any(not s["up"] for s in found):
+        st.subheader("Servers")
+        this = classroom.replica_id()
+        rows = [
+            {
+                "server": s["replica"] + (" (this page)" if s["replica"] == this else ""),
+                "state": "up"
+                if s["up"]
+                else f"stopped {s['heard_s']:.0f} s ago"
+                if s["stopped"]
+                else f"not heard from for {s['heard_s']:.0f} s",
+                "runs training": f"{s['status'].get('training', '?')} / {s['status'].get('max_jobs', '?')}",
+                "runs queued": s["status"].get("queued", "?"),
+                "memory": f"{s['status'].get('rss_mb', 0):,} MB",
+                "compilation cache": warm_state(s["status"]),
+            }
+            for s in found
+        ]
+        st.table(pd.DataFrame(rows).set_index("server"))
+        st.caption(
+            "Each server's own figures, from its last heartbeat (every few seconds; a server that has drawn no page "
+            "since it started has not sent one yet). When a server stops, the load balancer sends its students to "
+            "the others, where their pages restore their settings."
+        )
+    st.caption(f"The class record is kept in {classroom.record().where()}: a restart keeps it.")
+
+
+@st.dialog("Start a new class")
+def new_class() -> None:
+    st.write(
+        "Forget which sessions were here and what they solved, on every server of this class. This cannot be undone."
+    )
+    if st.button("Forget the counts", type="primary", key="new_class_confirm"):
+        classroom.reset()
+        st.rerun()
 
 
 overview()
+if st.button("Start a new class…", icon=":material/restart_alt:", key="new_class"):
+    new_class()

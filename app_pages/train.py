@@ -7,8 +7,8 @@ import pandas as pd
 import streamlit as st
 
 import sharding_lab as sl
-from sharding_lab.app import experts_view, figures, pipeline_view, ui
-from sharding_lab.app.jobs import DistributedJob, TrainingJob
+from sharding_lab.app import experts_view, figures, pipeline_view, precompile, session, ui
+from sharding_lab.app.jobs import DistributedJob, TrainingJob, edits_since
 from sharding_lab.app.scheduler import Busy, poll_interval
 from sharding_lab.app.settings import GENERAL_RANGES
 from sharding_lab.distributed import process_choices, process_table
@@ -39,9 +39,9 @@ slot = st.session_state.setdefault("job_slot", JobSlot())
 stop_when_session_ends(slot)
 
 c1, c2, c3, c4 = st.columns(4)
-c1.number_input("Steps", *GENERAL_RANGES["steps"], step=500, key="steps")
-c2.number_input("Learning rate", *GENERAL_RANGES["lr"], step=0.005, format="%.4f", key="lr")
-c3.number_input("Momentum decay", *GENERAL_RANGES["decay"], step=0.05, key="decay")
+c1.number_input("Steps", *GENERAL_RANGES["steps"], step=500, key="steps", persist_state=session.KEEP)
+c2.number_input("Learning rate", *GENERAL_RANGES["lr"], step=0.005, format="%.4f", key="lr", persist_state=session.KEEP)
+c3.number_input("Momentum decay", *GENERAL_RANGES["decay"], step=0.05, key="decay", persist_state=session.KEEP)
 if switched := ui.model_switch_note():  # steps and learning rate above were set by the model picker
     st.caption(switched)
 # The choice lives under a key of its own: Streamlit forgets a widget's key on pages that do not draw it.
@@ -53,6 +53,7 @@ c4.selectbox(
     "Processes",
     choices,
     key="processes",
+    persist_state=session.KEEP,
     on_change=lambda: st.session_state.update(processes_choice=st.session_state.processes),
     help="Train as this many JAX processes on this machine, each owning an equal share of "
     "the mesh's devices and joined into one mesh by jax.distributed — as on several hosts.",
@@ -103,6 +104,9 @@ except sl.ConfigError as compile_only:
         "chips themselves. Choose **cpu** under *Compile for* in the sidebar to train on the simulated devices.",
         icon=":material/memory:",
     )
+if refused is None and processes == 1 and (slot.job is None or not slot.job.snapshot().running):
+    # what Train would compile, compiled while the learner reads the page (low priority; replaced on an edit)
+    precompile.request(st.session_state.get("classroom_id", ""), config)
 if refused is not None and plan.config.target == "cpu":
     ui.show_error(refused, lead="Too big to train here:")
     with st.spinner("Compiling the step on abstract arrays to ask XLA what it needs…"):
@@ -122,6 +126,7 @@ def start_run() -> bool:
     """Train was pressed: start this session's run (True), or say why not."""
     try:
         sl.training.config.check_memory(sl.plan(config))  # steps / lr / decay checked too; memory before allocating
+        precompile.forget(st.session_state.get("classroom_id", ""))  # the run compiles it now, first in line
         slot.job = DistributedJob(config, processes) if processes > 1 else TrainingJob(config)
         return True
     except sl.ConfigError as error:
@@ -176,7 +181,8 @@ def live_view() -> None:
                 figures.sequence_figure(*config.family.probe_set(config.model, config.seed), None), key="fit"
             )
         return
-    if edits := ui.edits_since(job.config, config):  # edited while (or after) this run trained
+    # Edited while (or after) this run trained. Not when Train is refused: pressing it again applies nothing.
+    if (edits := edits_since(job.config, config)) and refused is None:
         st.caption(
             "This run trains what it started with — "
             + "; ".join(f"{name} {before}" for name, before, _ in edits)
@@ -319,4 +325,4 @@ def process_view(config: sl.LabConfig, snap) -> None:
 st.session_state.train_full_run = True
 live_view()
 st.session_state.train_full_run = False
-ui.show_code(sl.training.trainer.make_train_step, sl.training.trainer._chunk_program)
+ui.show_code(sl.training.step.make_train_step, sl.training.trainer.build_chunk_program)

@@ -11,6 +11,7 @@ each: :mod:`~sharding_lab.hardware.devices`, :mod:`~sharding_lab.sharding.mesh`,
 from .hardware import devices as _devices
 
 _devices.apply_platform()
+_devices.apply_compile_settings()
 _devices.force_host_devices(_devices.requested_host_devices())
 
 from .errors import ConfigError  # noqa: E402

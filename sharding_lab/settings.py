@@ -61,6 +61,13 @@ PLATFORM = _define(
     "GPUs; an error when there are none; `gpu` is the old name) or `auto` (the accelerators when the "
     "mesh fits on them, else the host devices).",
 )
+FAST_COMPILE = _define(
+    "FAST_COMPILE",
+    "on",
+    "XLA:CPU compiles with the cheaper settings that give the same numbers (`--xla_backend_optimization_level=1 "
+    "--xla_llvm_disable_expensive_passes=true`; a flag already in `XLA_FLAGS` wins); `off`: XLA's own defaults.",
+    _switch,
+)
 MEMORY_LIMIT_MB = _define(
     "MEMORY_LIMIT_MB",
     "0",
@@ -80,6 +87,16 @@ WARM = _define(
 )
 TEACHER_TOKEN = _define(
     "TEACHER_TOKEN", "", "The secret a link needs (`?teacher=…`) to open the Teacher page; empty: no teacher view."
+)
+DATABASE_URL = _define(
+    "DATABASE_URL",
+    "",
+    "Where the class record (what the Teacher page counts) is kept: a SQLAlchemy URL, e.g. "
+    "`postgresql://user:password@host:5432/db`, which every replica of a class shares; empty: the SQLite file "
+    "`classroom.sqlite3` in the compilation cache's folder (in memory when the cache is `off`).",
+)
+REPLICA_ID = _define(
+    "REPLICA_ID", "", "This server's name on the Teacher page and in the class record; empty: host name and process id."
 )
 MAX_JOBS = _define("MAX_JOBS", "4", "Training runs the server runs at once; more wait in a queue.", _positive_int)
 MAX_QUEUED = _define("MAX_QUEUED", "64", "Runs that may wait for a slot; more are told the server is busy.", int)

@@ -7,7 +7,7 @@ Three checks, each printed as a Markdown table (and written to ``--out``):
 
 1. **The step time.** For each configuration (one-device meshes: one GPU) the prediction the app shows on a
    laptop — the step compiled by XLA:CPU, costed with the chip's roofline (:func:`sharding_lab.cost.predict`)
-   — beside the median time of the same step (:func:`sharding_lab.training.trainer.step_program`, the one the cost is
+   — beside the median time of the same step (:func:`sharding_lab.training.step.step_program`, the one the cost is
    read from) compiled by XLA:GPU and run on real arrays, blocking on every call.
 2. **The GPU compiler without the GPU.** The app compiles for ``h100-N``/``h200-N`` on a CPU machine from a
    device description it writes itself (:func:`sharding_lab.hardware.targets._gpu_target_config`). Here the same step
@@ -29,7 +29,8 @@ import sharding_lab as sl
 from sharding_lab import cost
 from sharding_lab.cost.roofline import format_seconds
 from sharding_lab.hardware import targets
-from sharding_lab.training.trainer import Lab, Trainer, lower_train_step
+from sharding_lab.training.step import lower_train_step
+from sharding_lab.training.trainer import Lab, Trainer
 from tools.measure import config_of, gb, measure_step, memory, table, use_platform
 
 MLP = ["--model", "mlp", "--preset", "dp", "--mesh", "1", "--axes", "data", "--optimizer", "seed-sgd"]

@@ -1,5 +1,6 @@
 #!/usr/bin/env python
-"""Load test: N students at once against ONE `streamlit run app.py` on 127.0.0.1.
+"""Load test: N students at once against ONE `streamlit run app.py` on 127.0.0.1 — or, with ``--url``, a
+server already running, such as the load balancer in front of several replicas (deploy/compose.yaml).
 
 Each session is its own browser context (own cookies, own Streamlit session) in one headless
 Chromium. Session i picks its own configuration in the sidebar — a preset and a mesh shape no other
@@ -20,19 +21,26 @@ longer "—"), the same from the accepted click, time to finish, busy retries, e
 box, "Traceback", an error alert such as "Training failed") and cross-talk (the page must show this
 session's own mesh, preset, step count and device count — on the Train page caption, the progress
 bar, the verdict, and the sidebar widgets at the end). The server's peak RSS (itself and its
-children, sampled every 0.2 s) is reported with the table.
+children, sampled every 0.2 s) is reported with the table. Also, from the app's hidden tab mark, the server
+that drew each of the session's pages: a session seen on two servers (its load balancer was not sticky) fails
+the run. ``--solve``: after its run, three sessions in four solve a challenge; ``--teacher-token``: the
+teacher view is read before and after, and its counts must have grown by exactly what the sessions solved.
 
     .venv/bin/python -m tools.loadtest --sessions 20 --steps 300
     .venv/bin/python -m tools.loadtest --sessions 8 --max-jobs 2 --json artifacts/load.json
     .venv/bin/python -m tools.loadtest --url http://127.0.0.1:8501/ --sessions 5   # a server already running
+    .venv/bin/python -m tools.loadtest --url http://127.0.0.1:8080/ --sessions 40 --steps 100 --solve \
+        --teacher-token "$SHARDING_LAB_TEACHER_TOKEN"                            # replicas behind nginx
 
-Exit status 0 when every session finished with no error and no cross-talk, 1 otherwise.
+Exit status 0 when every session finished with no error, no cross-talk and no change of server, and the
+teacher's counts (when read) were exact; 1 otherwise.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import collections
 import dataclasses
 import json
 import os
@@ -141,6 +149,8 @@ class SessionResult:
     edited_after: bool = False  # the run was over before a loss showed: the edit came after it
     errors: list[str] = dataclasses.field(default_factory=list)
     crosstalk: list[str] = dataclasses.field(default_factory=list)
+    servers: list[str] = dataclasses.field(default_factory=list)  # every server that drew this session's page
+    solved: str | None = None  # the challenge this session solved (--solve), as its page said
 
     @property
     def ok(self) -> bool:
@@ -183,6 +193,8 @@ PAGE_STATE_JS = """() => {
         exceptions: document.querySelectorAll('[data-testid=stException]').length,
         traceback: body.includes('Traceback'),
         connectionError: body.includes('Connection error'),
+        server: (() => { const mark = document.querySelector('.st-key-lab_tab input');
+                         return mark && mark.value ? mark.value.split('|')[0] : null; })(),
     };
 }"""
 
@@ -203,9 +215,13 @@ def page_errors(state: dict) -> list[str]:
     return errors
 
 
-async def read_state(page) -> dict:
-    """Bounded: a renderer swamped by other tabs must not hang the load test."""
-    return await asyncio.wait_for(page.evaluate(PAGE_STATE_JS), EVALUATE_TIMEOUT_S)
+async def read_state(page, result: "SessionResult | None" = None) -> dict:
+    """Bounded: a renderer swamped by other tabs must not hang the load test. The server that drew the page
+    (the app's own mark) is added to ``result.servers`` when new."""
+    state = await asyncio.wait_for(page.evaluate(PAGE_STATE_JS), EVALUATE_TIMEOUT_S)
+    if result is not None and state["server"] and state["server"] not in result.servers:
+        result.servers.append(state["server"])
+    return state
 
 
 def crashes(state: dict) -> list[str]:
@@ -213,12 +229,14 @@ def crashes(state: dict) -> list[str]:
     return [e for e in page_errors(state) if not e.startswith(("error:", "warning:", "info:", "success:"))]
 
 
-async def wait_until(page, predicate, timeout: float, what: str, seen: list[str] | None = None) -> dict:
+async def wait_until(
+    page, predicate, timeout: float, what: str, seen: list[str] | None = None, result: "SessionResult | None" = None
+) -> dict:
     """Poll the page until ``predicate(state)``; raise TimeoutError saying ``what`` after ``timeout``.
-    Exception boxes and tracebacks seen meanwhile are added to ``seen``."""
+    Exception boxes and tracebacks seen meanwhile are added to ``seen``, the servers to ``result``."""
     deadline = time.monotonic() + timeout
     while True:
-        state = await read_state(page)
+        state = await read_state(page, result)
         if seen is not None:
             seen += [c for c in crashes(state) if c not in seen]
         if predicate(state):
@@ -298,7 +316,7 @@ async def configure(
     deadline = time.monotonic() + timeout
     seen = result.errors
     await page.goto(url, timeout=timeout * 1000)
-    await wait_until(page, lambda s: "Sharding layout" in s["headings"], timeout, "the Layout page", seen)
+    await wait_until(page, lambda s: "Sharding layout" in s["headings"], timeout, "the Layout page", seen, result)
     await page.get_by_role("link", name="Train", exact=True).click()
     await wait_until(
         page,
@@ -306,6 +324,7 @@ async def configure(
         deadline - time.monotonic(),
         "the Train page",
         seen,
+        result,
     )
     for attempt in range(attempts):
         if plan.preset != "seed":
@@ -322,13 +341,14 @@ async def configure(
                 min(60.0, max(1.0, deadline - time.monotonic())),
                 f"the Train page caption to show {plan.label} · preset {plan.preset}",
                 seen,
+                result,
             )
             break
         except TimeoutError:
             if attempt == attempts - 1 or time.monotonic() > deadline:
                 raise
             result.reapplied += 1
-            state = await read_state(page)
+            state = await read_state(page, result)
             boxes = {
                 label: await page.get_by_label(label, exact=True).input_value()
                 for label in ("Size 1", "Size 2", "Name 1", "Name 2")
@@ -354,7 +374,7 @@ async def train(
     accepted_at = None
     saw_run = False
     while time.monotonic() < deadline:
-        state = await read_state(page)
+        state = await read_state(page, result)
         now = time.monotonic()
         errors = page_errors(state)
         if errors:
@@ -417,7 +437,7 @@ async def train(
 
 async def check_final(page, plan: SessionPlan, title: str, result: SessionResult) -> None:
     """Cross-talk: everything on this page must be this session's own configuration and run."""
-    state = await read_state(page)
+    state = await read_state(page, result)
     edited = bool(plan.edit) and result.edited_s is not None  # a run can finish before its first loss shows
     if not own_caption(plan, final_preset(plan, edited))(state):
         result.crosstalk.append(f"caption {state['captions'][:2]}")
@@ -454,6 +474,90 @@ async def check_final(page, plan: SessionPlan, title: str, result: SessionResult
     if seen != want_title:
         result.crosstalk.append(f"Preset={seen!r} (want {want_title!r})")
     result.errors += page_errors(state)
+
+
+SOLVABLE = ("eighth", "no-fallback", "explicit")  # checked on the plan: no compile, about a second each
+
+
+def challenge_for(plan: SessionPlan) -> str | None:
+    """With --solve: three sessions in four solve a challenge (i mod 4 = 2 does not), so that a teacher view counting
+    every session, or none, is caught."""
+    return None if plan.index % 4 == 2 else SOLVABLE[plan.index % len(SOLVABLE)]
+
+
+async def solve(page, plan: SessionPlan, result: SessionResult, timeout: float) -> None:
+    """After its run, the student opens Challenges, asks for a solution and checks it: solved, says the page."""
+    challenge = challenge_for(plan)
+    if challenge is None:
+        return
+    result.status = "solving"
+    await page.get_by_role("link", name="Challenges", exact=True).click()
+    await wait_until(
+        page,
+        lambda s: "Challenges" in s["headings"] and any(p.startswith("Solved 0 of") for p in s["progress"]),
+        timeout,
+        "the Challenges page",
+        result.errors,
+        result,
+    )
+    box = page.locator(f".st-key-challenge_{challenge}")
+    await box.get_by_role("button", name="Show me a solution").click()
+    await wait_until(
+        page,
+        lambda s: any("The sidebar now holds" in a["text"] for a in s["alerts"]),
+        timeout,
+        f"the solution of {challenge} in the sidebar",
+        result.errors,
+        result,
+    )
+    await box.get_by_role("button", name="Check").click()
+    await wait_until(
+        page,
+        lambda s: any(p.startswith("Solved 1 of") for p in s["progress"]),
+        timeout,
+        f"{challenge} solved",
+        result.errors,
+        result,
+    )
+    result.solved = challenge
+    result.status = "finished"
+
+
+TEACHER_JS = """() => {
+    const metric = [...document.querySelectorAll('[data-testid=stMetric]')].find(m =>
+        m.innerText.includes('Sessions open'));
+    const table = [...document.querySelectorAll('[data-testid=stTable] table')].find(t =>
+        t.innerText.includes('sessions that solved it'));
+    const counts = {};
+    if (table) table.querySelectorAll('tbody tr').forEach(row => {
+        const cells = [...row.querySelectorAll('th, td')].map(c => c.innerText.trim());
+        if (cells.length >= 2) counts[cells[0]] = parseInt(cells[cells.length - 1].replace(/,/g, ''), 10);
+    });
+    const none = document.body.innerText.includes('No challenges yet');
+    return {ready: !!metric && (!!table || none), counts,
+            open: metric ? metric.querySelector('[data-testid=stMetricValue]').innerText : null};
+}"""
+
+
+async def teacher_view(url: str, token: str, want: dict[str, int] | None = None, timeout: float = 60.0) -> dict:
+    """The teacher view's counts (and sessions open) as its page shows them — when ``want`` is given, read again
+    until they equal it or ``timeout`` has passed (the page refreshes itself every 5 s)."""
+    from playwright.async_api import async_playwright
+
+    async with async_playwright() as p:
+        browser = await p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_FLAGS)
+        page = await (await browser.new_context(viewport={"width": 1280, "height": 1400})).new_page()
+        await page.goto(url.rstrip("/") + f"/teacher?teacher={token}", timeout=120_000)
+        deadline = time.monotonic() + timeout
+        while True:
+            seen = await asyncio.wait_for(page.evaluate(TEACHER_JS), EVALUATE_TIMEOUT_S)
+            if seen["ready"] and (want is None or seen["counts"] == want or time.monotonic() > deadline):
+                break
+            if time.monotonic() > deadline + 60:
+                break
+            await asyncio.sleep(1.0)
+        await browser.close()
+    return seen
 
 
 class StartLine:
@@ -509,6 +613,7 @@ async def run_session(
     max_retries: int,
     arrive_at: float = 0.0,
     result: SessionResult | None = None,
+    solve_after: bool = False,
 ) -> SessionResult:
     result = result if result is not None else SessionResult(plan)
     context = await browser.new_context(viewport={"width": 1280, "height": 800}, reduced_motion="reduce")
@@ -531,6 +636,8 @@ async def run_session(
         await train(page, plan, result, max(5.0, deadline - time.monotonic()), max_retries, preset_titles())
         if result.status == "finished":
             await check_final(page, plan, title, result)
+        if result.status == "finished" and solve_after and not result.crosstalk:
+            await solve(page, plan, result, max(30.0, deadline - time.monotonic()))
         if result.status != "finished":
             await screenshot(page, plan.index)
     except Exception as error:  # a session that breaks is a result, not a crash of the load test
@@ -554,13 +661,14 @@ async def watched_session(
     max_retries: int,
     arrive_at: float,
     result: SessionResult,
+    solve_after: bool = False,
 ) -> None:
     """One session, given up (and said so) past its own time plus a grace for the last look, the
     picture and closing — whatever the browser or the server does meanwhile."""
     limit = arrive_at + timeout + SESSION_GRACE_S
     try:
         await asyncio.wait_for(
-            run_session(browser, url, plan, title, ready, timeout, max_retries, arrive_at, result), limit
+            run_session(browser, url, plan, title, ready, timeout, max_retries, arrive_at, result, solve_after), limit
         )
     except asyncio.TimeoutError:
         result.errors.append(f"hung: no verdict within {limit:.0f} s (last: {result.status})")
@@ -691,6 +799,7 @@ async def run_load(
     results: list[SessionResult] | None = None,
     own_axes: bool = False,
     edits: bool = True,
+    solve_after: bool = False,
 ) -> list[SessionResult]:
     """All sessions in one Chromium, arriving at random times over ``arrive_over`` seconds (default
     0.5 s per session) and — when ``together`` — pressing Train at the same moment once all are set
@@ -721,6 +830,7 @@ async def run_load(
                     max_retries,
                     random.uniform(0, spread),
                     result,
+                    solve_after,
                 )
             )
             for plan, result in zip(plans, results)
@@ -783,6 +893,10 @@ def summarize(results: list[SessionResult], peak_rss: int | None, wall: float, s
         "edits_after": sum(r.edited_after for r in results),
         "server_exceptions": server_exceptions(server_log) if server_log is not None else None,
         "wall_s": wall,
+        # which server drew each session (the app's own mark), and sessions that saw more than one
+        "servers": dict(sorted(collections.Counter(r.servers[0] for r in results if r.servers).items())),
+        "moved": sum(len(r.servers) > 1 for r in results),
+        "solved": dict(sorted(collections.Counter(r.solved for r in results if r.solved).items())),
     }
 
 
@@ -816,6 +930,16 @@ def report(results: list[SessionResult], summary: dict) -> str:
         f"server_exceptions={len(s['server_exceptions']) if s['server_exceptions'] is not None else '-'} "
         f"wall={s['wall_s']:.1f}s"
     )
+    lines.append(
+        f"SERVERS sessions per server={s['servers']} sessions that changed server={s['moved']} "
+        f"solved by the sessions={s['solved']}"
+    )
+    if s.get("teacher"):
+        t = s["teacher"]
+        lines.append(
+            f"TEACHER counts before={t['before']} after={t['after']} expected={t['expected']} "
+            f"exact={t['exact']} sessions_open={t['open']}"
+        )
     lines += [f"  server: {e}" for e in (s["server_exceptions"] or [])]
     lines += [f"  session {r.plan.index} retyped: {note}" for r in results for note in r.lost_edits]
     return "\n".join(lines)
@@ -864,7 +988,21 @@ def main(argv: list[str] | None = None) -> int:
         help="each session names its axes d<i>/m<i> (no two programs alike: nothing a warm-up compiled can serve them)",
     )
     parser.add_argument("--no-edits", action="store_true", help="no session edits while its run trains")
-    parser.add_argument("--url", help="use this running server (its RSS is not measured) instead of starting one")
+    parser.add_argument(
+        "--url",
+        help="use this running server (its RSS is not measured) instead of starting one; "
+        "or a load balancer in front of several",
+    )
+    parser.add_argument(
+        "--solve",
+        action="store_true",
+        help="after its run, three sessions in four solve a challenge (checked on the plan)",
+    )
+    parser.add_argument(
+        "--teacher-token",
+        help="the server's SHARDING_LAB_TEACHER_TOKEN: read the teacher view "
+        "before and after, and check its counts grew by exactly what the sessions solved",
+    )
     parser.add_argument("--json", type=Path, help="also write the results here")
     args = parser.parse_args(argv)
     if not 1 <= args.sessions <= 200:
@@ -878,10 +1016,14 @@ def main(argv: list[str] | None = None) -> int:
     watchdog = threading.Timer(total + 4 * CLOSE_TIMEOUT_S + 60, last_resort, (results, started))
     watchdog.daemon = True
     watchdog.start()
-    if args.url:
+    teacher = {}
+
+    def load(url: str) -> None:
+        if args.teacher_token:
+            teacher["before"] = asyncio.run(teacher_view(url, args.teacher_token))["counts"]
         asyncio.run(
             run_load(
-                args.url,
+                url,
                 args.sessions,
                 args.steps,
                 args.timeout,
@@ -892,30 +1034,28 @@ def main(argv: list[str] | None = None) -> int:
                 results,
                 args.own_axes,
                 not args.no_edits,
+                args.solve,
             )
         )
+        if args.teacher_token:
+            expected = collections.Counter(teacher["before"])
+            expected.update(r.solved for r in results if r.solved)
+            teacher["expected"] = dict(sorted(expected.items()))
+            after = asyncio.run(teacher_view(url, args.teacher_token, teacher["expected"]))
+            teacher.update(after=after["counts"], open=after["open"], exact=after["counts"] == teacher["expected"])
+
+    if args.url:
+        load(args.url)
         peak = None
     else:
-        with Server(args.max_jobs) as server, RssSampler(server.proc.pid) as rss:
-            asyncio.run(
-                run_load(
-                    server.url,
-                    args.sessions,
-                    args.steps,
-                    args.timeout,
-                    args.max_retries,
-                    not args.staggered,
-                    args.arrive_over,
-                    total,
-                    results,
-                    args.own_axes,
-                    not args.no_edits,
-                )
-            )
+        env = {"SHARDING_LAB_TEACHER_TOKEN": args.teacher_token} if args.teacher_token else {}
+        with Server(args.max_jobs, extra_env=env) as server, RssSampler(server.proc.pid) as rss:
+            load(server.url)
             peak = rss.peak
             log = server.output()
     watchdog.cancel()
     summary = summarize(results, peak, time.monotonic() - started, None if args.url else log)
+    summary["teacher"] = teacher or None
     print(report(results, summary))
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
@@ -924,7 +1064,13 @@ def main(argv: list[str] | None = None) -> int:
                 {"summary": summary, "sessions": [{**dataclasses.asdict(r), "ok": r.ok} for r in results]}, indent=1
             )
         )
-    return 0 if summary["ok"] == summary["sessions"] and not summary["server_exceptions"] else 1
+    good = (
+        summary["ok"] == summary["sessions"]
+        and not summary["server_exceptions"]
+        and not summary["moved"]
+        and (not teacher or teacher["exact"])
+    )
+    return 0 if good else 1
 
 
 if __name__ == "__main__":

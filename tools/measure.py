@@ -14,7 +14,7 @@ import jax.numpy as jnp
 import sharding_lab as sl
 from sharding_lab.sharding import mesh as mesh_module
 from sharding_lab.training.options import add_config_options, config_from_args
-from sharding_lab.training.trainer import step_program
+from sharding_lab.training.step import step_program
 
 
 def config_of(argv: list[str]) -> sl.LabConfig:

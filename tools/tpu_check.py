@@ -14,7 +14,7 @@ each a Markdown table (also written to ``--out`` as they finish, so a run cut sh
    found the app judging against the published 16 GB, not the 15.75 GiB the compiler and the chip allow.)
 3. **The step time.** Two predictions the app makes — the XLA:CPU program priced with the v5e roofline (a
    laptop without libtpu) and the ``v5e-1`` target's own program (``cost --target v5e-1``) — beside the
-   median time of :func:`sharding_lab.training.trainer.step_program` on the chip, on real arrays.
+   median time of :func:`sharding_lab.training.step.step_program` on the chip, on real arrays.
 4. **The trainer** (f32, as the app trains live): steps/s on the chip.
 """
 
@@ -33,7 +33,8 @@ import sharding_lab as sl
 from sharding_lab import cost
 from sharding_lab.cost.roofline import format_seconds
 from sharding_lab.hardware import chips
-from sharding_lab.training.trainer import Lab, Trainer, lower_train_step, step_program
+from sharding_lab.training.step import lower_train_step, step_program
+from sharding_lab.training.trainer import Lab, Trainer
 from tools.measure import config_of, gb, median_call_s, memory, table, use_platform
 
 TARGET = "v5e-1"

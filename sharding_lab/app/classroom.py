@@ -1,64 +1,115 @@
-"""Classroom: server-wide counts a teacher may see — how many sessions are here, what they solved.
+"""Classroom: what a teacher may see of the class — how many sessions are here, what they solved, how each
+server is doing — and the teacher's token that guards it.
 
-One registry per server process, shared by every session (Streamlit runs them all in threads of
-one process). It holds opaque session ids only to count each session once, and hands out numbers
-only: how many sessions were seen recently, and per challenge how many sessions solved it — never
-which ones. The challenges page calls :func:`record_solved`; every page view calls :func:`seen`.
+The counts live in the class record (:mod:`.record`): a SQLite file next to the compilation cache by default,
+the database ``SHARDING_LAB_DATABASE_URL`` names otherwise (PostgreSQL, shared by every replica of the app).
+A restart keeps them; every replica's teacher view shows the whole class. Opaque session ids only, to count
+each session once — never which session solved what. The challenges page calls :func:`record_solved`, every
+page view :func:`seen`; both only touch memory (the record's writer thread does the database work).
 """
 
 from __future__ import annotations
 
 import hmac
+import os
+import socket
 import threading
-import time
+from pathlib import Path
+
+from .. import settings
+from . import record as class_record
 
 RECENT_S = 300.0  # a session counts as open when it drew a page within the last 5 minutes
-_MAX_SESSIONS = 10_000  # a bound on memory, whatever a crowd of tabs does
 
 _lock = threading.Lock()
-_last_seen: dict[str, float] = {}
-_solved: dict[str, set[str]] = {}
+_record: class_record.Record | None = None
+
+
+def replica_id() -> str:
+    """This server process's name in the record: ``SHARDING_LAB_REPLICA_ID`` (a pod's name), or host and pid."""
+    return settings.REPLICA_ID.raw()[:128] or f"{socket.gethostname()}-{os.getpid()}"
+
+
+def database_url() -> str:
+    """``SHARDING_LAB_DATABASE_URL``, or a SQLite file next to the compilation cache (in memory when the
+    cache is off: the tests, a server that keeps nothing)."""
+    from . import warm
+
+    url = settings.DATABASE_URL.raw()
+    if url:
+        return url
+    cache = warm.cache_dir()
+    if cache is None:
+        return "sqlite://"
+    return f"sqlite:///{Path(cache) / 'classroom.sqlite3'}"
+
+
+def server_status() -> dict:
+    """What this replica reports with its heartbeat: its runs, its memory, its warm-up."""
+    import psutil
+
+    from . import scheduler, warm
+
+    training, queued = scheduler.load()
+    return {
+        "training": training,
+        "queued": queued,
+        "max_jobs": scheduler.MAX_JOBS,
+        "rss_mb": round(psutil.Process().memory_info().rss / 2**20),
+        "warm": warm.progress(),
+    }
+
+
+def record() -> class_record.Record:
+    """The class record of this process (opened on first use)."""
+    global _record
+    with _lock:
+        if _record is None:
+            _record = class_record.Record(database_url(), replica_id(), status=server_status)
+        return _record
+
+
+def use_record(new: class_record.Record | None) -> class_record.Record | None:
+    """Put ``new`` in place of this process's record (tests); returns the one it replaces."""
+    global _record
+    with _lock:
+        old, _record = _record, new
+        return old
 
 
 def seen(session_id: str, now: float | None = None) -> None:
     """``session_id`` is here now (called on every page view)."""
-    now = time.monotonic() if now is None else now
-    with _lock:
-        _last_seen[session_id] = now
-        if len(_last_seen) > _MAX_SESSIONS:
-            _forget_older_than(now - RECENT_S)
+    record().seen(session_id, now)
 
 
 def open_sessions(now: float | None = None) -> int:
-    """Sessions seen within the last :data:`RECENT_S` seconds."""
-    now = time.monotonic() if now is None else now
-    with _lock:
-        _forget_older_than(now - RECENT_S)
-        return len(_last_seen)
+    """Sessions seen within the last :data:`RECENT_S` seconds, on every replica that is up."""
+    return record().open_sessions(RECENT_S, now)
 
 
 def record_solved(session_id: str, challenge_id: str) -> None:
     """``session_id`` solved ``challenge_id`` (again is fine: each session counts once)."""
-    with _lock:
-        _solved.setdefault(str(challenge_id), set()).add(str(session_id))
+    record().solved(str(session_id), str(challenge_id))
 
 
 def solved_counts() -> dict[str, int]:
-    """challenge id → how many sessions solved it (only challenges someone solved)."""
-    with _lock:
-        return {challenge: len(sessions) for challenge, sessions in sorted(_solved.items())}
+    """challenge id → how many sessions solved it (only challenges someone solved), the whole class."""
+    return record().solved_counts()
+
+
+def servers(now: float | None = None) -> list[dict]:
+    """Every replica heard from lately: its id, whether it is up, and its last heartbeat's status."""
+    return record().replicas(now)
+
+
+def problem() -> str | None:
+    """Why the record is not being saved right now (None: it is)."""
+    return record().problem()
 
 
 def reset() -> None:
-    """Forget everything (tests; a new class on a server that stays up)."""
-    with _lock:
-        _last_seen.clear()
-        _solved.clear()
-
-
-def _forget_older_than(cutoff: float) -> None:
-    for session_id in [s for s, t in _last_seen.items() if t < cutoff]:
-        del _last_seen[session_id]
+    """Forget every session and every solve (a new class; tests)."""
+    record().reset()
 
 
 def teacher_token_ok(given: object, token: str | None) -> bool:

@@ -21,6 +21,7 @@ from ..hardware.chips import CHIPS
 from ..sharding.mesh import parse_mesh_shape
 from ..training.config import Plan
 from ..units import format_bytes, format_flops, format_rate  # noqa: F401 (pages read them here)
+from .words import app_words
 
 COLORS = {"compute": "#4C78A8", "memory": "#72B7B2", "communication": "#F58518", "latency": "#E45756"}
 
@@ -52,11 +53,13 @@ def breakdown_figure(prediction: cost.Prediction) -> go.Figure:
             textposition="auto",
         )
     )
-    for value, name, dash in (
-        (prediction.step_s, "step (full overlap)", "solid"),
-        (prediction.step_s_no_overlap, "step (no overlap)", "dot"),
+    # Full overlap ≤ no overlap: one label left of its line, the other right of its own — they never overlap
+    # (both "top" printed them on top of each other when communication was small).
+    for value, name, dash, side in (
+        (prediction.step_s, "step (full overlap)", "solid", "top left"),
+        (prediction.step_s_no_overlap, "step (no overlap)", "dot", "top right"),
     ):
-        fig.add_vline(x=value / scale, line_dash=dash, annotation_text=name, annotation_position="top")
+        fig.add_vline(x=value / scale, line_dash=dash, annotation_text=name, annotation_position=side)
     fig.update_layout(
         height=230,
         margin=dict(l=10, r=10, t=30, b=10),
@@ -197,7 +200,8 @@ def cost_panel(plan: Plan, key: str = "cost") -> None:
     st.caption(
         "A roofline from the compiled step: FLOPs ÷ peak, HBM traffic ÷ bandwidth, each collective's ring "
         "wire bytes ÷ the link its mesh axes run over. Chip figures are published ones (sources in "
-        "the table below); the step is compiled here on the CPU."
+        f"the table below); the step is compiled by {targets.parse(config.target).compiler}"
+        + (" on this machine." if config.target == "cpu" else f" for {config.target}, without the chips.")
     )
     c1, c2, c3 = st.columns(3)
     chip_id, dtype = chip_pickers(c1, c2, key, config.target)
@@ -218,20 +222,39 @@ def cost_panel(plan: Plan, key: str = "cost") -> None:
         with st.spinner("Compiling the step" + (" on several smaller meshes" if target else "") + "…"):
             p = _predict(config, chip_id, dtype, target)
     except ConfigError as error:
-        st.warning(str(error), icon=":material/block:")
+        st.warning(app_words(str(error)), icon=":material/block:")
         return
     if refused_notice(p):
         return
-    m = st.columns(5)
+    m = st.columns(6)
+    largest = step_terms(p)
     m[0].metric(
         "Predicted step",
         cost.format_seconds(p["step_s"]),
-        help="Full overlap of compute, HBM and communication: max of the three — the roofline, a lower bound.",
+        help=f"Full overlap: the largest of compute, HBM traffic and communication + latency — here {largest} — "
+        "the roofline, a lower bound.",
     )
-    m[1].metric("No overlap", cost.format_seconds(p["step_s_no_overlap"]), help="max(compute, memory) + communication.")
-    m[2].metric("Bound", BOUND_LABELS[p["bound"]], help=f"{p['bound']}-bound: the largest of the three terms.")
-    m[3].metric("MFU", f"{p['mfu']:.1%}", help="compiled FLOPs ÷ (step × peak)")
+    m[1].metric(
+        "No overlap",
+        cost.format_seconds(p["step_s_no_overlap"]),
+        help="max(compute, HBM traffic) + communication + latency: an upper bound.",
+    )
+    m[2].metric("Bound", BOUND_LABELS[p["bound"]], help=f"{p['bound']}-bound: {largest} is the largest term.")
+    formula = (p.get("model_flops_step") or {}).get("formula", "")
+    m[3].metric(
+        "MFU",
+        f"{p['mfu']:.1%}" if p.get("mfu") is not None else "-",
+        help=f"Model FLOPs utilisation: the model's own FLOPs ÷ (step × peak) — {formula}"
+        if formula
+        else "This model family gives no model FLOPs count.",
+    )
     m[4].metric(
+        "HFU",
+        f"{p['hfu']:.1%}",
+        help="Hardware FLOPs utilisation: the compiled program's FLOPs (recompute, optimizer, every op) ÷ "
+        "(step × peak). A compute-bound step is 100% at the roofline by construction.",
+    )
+    m[5].metric(
         "HBM per chip",
         format_bytes(p["hbm_needed"]),
         delta="fits" if p["fits"] else "does not fit",
@@ -313,6 +336,22 @@ def cost_panel(plan: Plan, key: str = "cost") -> None:
         )
 
 
+def step_terms(p: dict) -> str:
+    """Which term the predicted step is, in words with its value: 'communication + latency (168 ns + 16 µs)'."""
+    fmt = cost.format_seconds
+    terms = {
+        "compute": fmt(p["compute_s"]),
+        "HBM traffic": fmt(p["memory_s"]),
+        f"communication + latency ({fmt(p['comm_s'])} + {fmt(p.get('latency_s') or 0.0)})": None,
+    }
+    values = {"compute": p["compute_s"], "HBM traffic": p["memory_s"]}
+    comm = p["comm_s"] + (p.get("latency_s") or 0.0)
+    if comm >= max(values.values()):
+        return next(k for k, v in terms.items() if v is None)
+    name = max(values, key=values.get)
+    return f"{name} ({terms[name]})"
+
+
 def strategies_figure(names: list[str], predictions: list[dict]) -> go.Figure:
     """Per strategy, the three roofline terms side by side and the predicted step as a marker."""
     unit, scale = cost.time_unit(max([p["step_s_no_overlap"] for p in predictions] + [1e-15]))
@@ -368,7 +407,7 @@ def strategies_cost_panel(configs: dict, key: str = "compare_cost") -> None:
             try:
                 p = _predict(canonical(config), chip_id, dtype, None)
             except ConfigError as error:
-                st.warning(f"**{name}**: {error}", icon=":material/block:")
+                st.warning(f"**{name}**: {app_words(str(error))}", icon=":material/block:")
                 continue
             if not refused_notice(p):  # a strategy that does not fit is said so, not ranked
                 predictions.append(p)
@@ -383,7 +422,8 @@ def strategies_cost_panel(configs: dict, key: str = "compare_cost") -> None:
                     "predicted step": cost.format_seconds(p["step_s"]),
                     "no overlap": cost.format_seconds(p["step_s_no_overlap"]),
                     "bound": p["bound"],
-                    "MFU": f"{p['mfu']:.1%}",
+                    "MFU": f"{p['mfu']:.1%}" if p.get("mfu") is not None else "-",
+                    "HFU": f"{p['hfu']:.1%}",
                     "compute": cost.format_seconds(p["compute_s"]),
                     "memory": cost.format_seconds(p["memory_s"]),
                     "communication": cost.format_seconds(p["comm_s"]),
@@ -407,12 +447,20 @@ def strategies_cost_panel(configs: dict, key: str = "compare_cost") -> None:
         ratio = predictions[worst]["step_s"] / predictions[best]["step_s"]
         sentence += f" **{names[worst]}** is the slowest, {ratio:,.1f}× longer ({predictions[worst]['bound']}-bound)."
     st.markdown(sentence)
-    st.caption(latency_caveat(max(predictions, key=lambda p: p["step_s"])))
+    # Each strategy's own count: one strategy's (the slowest's) was said beside a table of them all.
+    st.caption(latency_caveat(max(predictions, key=lambda p: p["step_s"]), dict(zip(names, predictions))))
 
 
-def latency_caveat(p: dict) -> str:
-    """What the latency term is, and what the bound still leaves out, said with this layout's own sizes."""
+def latency_count(p: dict) -> str:
+    """'20 collectives, 28 µs in all': the collectives a step's latency term counts (each costs its link's α)."""
     count = sum(r["count"] for r in p["collectives"] if r.get("latency_s"))
+    return f"{count} collective{'s' if count != 1 else ''}, {cost.format_seconds(p.get('latency_s') or 0.0)} in all"
+
+
+def latency_caveat(p: dict, named: dict[str, dict] | None = None) -> str:
+    """What the latency term is, and what the bound still leaves out, said with this layout's own sizes (with
+    ``named``, each strategy's: name → its prediction)."""
+    here = "; ".join(f"{name} {latency_count(q)}" for name, q in named.items()) if named else latency_count(p)
     tpu = p.get("chip", {}).get("kind") == "tpu"
     alpha = (
         "TPU ICI 1 µs per hop (the scaling book's latency-bound AllGather)"
@@ -422,7 +470,7 @@ def latency_caveat(p: dict) -> str:
     )
     text = (
         f"Latency: each collective costs its link's α before its bytes count (an α–β model) — here "
-        f"{count} collectives, {cost.format_seconds(p.get('latency_s') or 0.0)} in all. α: {alpha}. Still left "
+        f"{here}. α: {alpha}. Still left "
         "out: kernel launches and the step's own fixed overhead."
     )
     largest = max((r["bytes"] / max(r["count"], 1) for r in p["collectives"]), default=0.0)

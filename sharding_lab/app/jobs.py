@@ -25,6 +25,7 @@ import numpy as np
 from .. import settings
 from ..errors import ConfigError
 from ..training.config import LabConfig
+from . import background
 from .scheduler import MAX_JOBS, MAX_QUEUED, Busy, load, release_slot, wait_for_slot  # noqa: F401
 
 MAX_MULTIPROCESS_JOBS = settings.MAX_MULTIPROCESS_JOBS.get()
@@ -84,6 +85,7 @@ class TrainingJob:
         self.last_seen = self.created = time.monotonic()
         self._gave_up = False  # the start limit passed: the page was told, the thread's news no longer counts
         self.thread = threading.Thread(target=self._run, name="sharding-lab-job", daemon=True)
+        background.track(self.thread, self.stop)  # stopped at its next chunk and joined before the interpreter exits
         self.thread.start()
 
     def _first_snapshot(self) -> Snapshot:
@@ -296,3 +298,30 @@ class DistributedJob(TrainingJob):
             self._publish(state="failed", message=str(error))
         except Exception as error:  # the server must live on, and say what happened
             self._publish(state="failed", message=f"{type(error).__name__}: {error}")
+
+
+def edits_since(run: LabConfig, now: LabConfig) -> list[tuple[str, str, str]]:
+    """What the sidebar and the Train page say now that the running run does not: (setting, the run's
+    value, the value now) — a student may edit while a run trains; the run keeps what it started with."""
+
+    def rules(c):
+        return f"preset {c.preset}" if c.preset else "custom rules"
+
+    fields = [
+        ("mesh", lambda c: c.mesh.label()),
+        ("rules", rules),
+        ("model", lambda c: c.family.name),
+        ("optimizer", lambda c: c.optimizer),
+        ("learning rate", lambda c: f"{c.lr:g}"),
+        ("momentum decay", lambda c: f"{c.decay:g}"),
+        ("steps", lambda c: f"{c.steps:,}"),
+        ("batch", lambda c: str(c.batch_size)),
+        ("seed", lambda c: str(c.seed)),
+        ("target", lambda c: c.target),
+        ("pipeline", lambda c: f"{c.microbatches} microbatches, {c.schedule}" if c.stage_axis else "none"),
+    ]
+    out = [(name, read(run), read(now)) for name, read in fields if read(run) != read(now)]
+    if run.family.name == now.family.name and run.model != now.model:  # the sizes that differ, not the Spec's repr
+        changed = [f for f in run.family.size_fields if getattr(run.model, f) != getattr(now.model, f)]
+        out.insert(3, tuple(["sizes"] + [", ".join(f"{f} {getattr(c.model, f)}" for f in changed) for c in (run, now)]))
+    return out

@@ -81,6 +81,26 @@ def held_table(stages: int, microbatches: int) -> pd.DataFrame:
     return pd.DataFrame({"stage": range(stages), **{f"held, {name}": held for name, held in rows.items()}})
 
 
+def held_sentence(stages: int, microbatches: int) -> str:
+    """What the held table means for memory, from its own numbers: the step's buffer has as many slots as the
+    busiest stage holds, so 1F1B saves activation memory only when its busiest stage holds fewer than GPipe's."""
+    peaks = {name: max(build(name, stages, microbatches).peak_held()) for name in SCHEDULES}
+    text = (
+        "Microbatch inputs each stage keeps for its backward, at most at once: the step's buffer has as many "
+        "slots as the busiest stage needs"
+    )
+    if peaks["1f1b"] < peaks["gpipe"]:
+        return (
+            text
+            + f" — {peaks['1f1b']} under 1F1B, {peaks['gpipe']} under GPipe: 1F1B compiles to less activation memory."
+        )
+    return (
+        text + f" — {peaks['gpipe']} under both (stage 0 starts every microbatch before its first backward): here "
+        "1F1B needs no less activation memory than GPipe. With more microbatches than stages, its busiest stage "
+        f"holds at most {stages} while GPipe's holds them all."
+    )
+
+
 def show(plan: sl.Plan) -> None:
     """The pipeline section of a page (nothing when ``plan`` is not pipelined)."""
     table = schedule_of(plan.config)
@@ -110,11 +130,7 @@ def show(plan: sl.Plan) -> None:
         f"({config.batch_size // m} rows here)."
     )
     right.dataframe(held_table(p, m), hide_index=True)
-    right.caption(
-        "Microbatch inputs each stage keeps for its backward, at most at once: the step's buffer "
-        f"has as many slots as the busiest stage needs ({table.slot_count('act')} here), so 1F1B "
-        "compiles to less activation memory than GPipe."
-    )
+    right.caption(held_sentence(p, m))
     st.caption(
         f"This is the table the pipelined step runs: at each tick every stage looks up its cell and "
         f"runs forward, backward or nothing (`lax.switch` inside `shard_map` over `{config.stage_axis}`); "

@@ -10,53 +10,114 @@ from __future__ import annotations
 import dataclasses
 import math
 import threading
+import time
 
 import plotly.graph_objects as go
 
 import sharding_lab as sl
 from sharding_lab import search
-from sharding_lab.app import settings
+from sharding_lab.app import background, settings
+from sharding_lab.hardware import targets
 from sharding_lab.units import format_bytes
+
+# The question the page opens on for a small transformer: the four textbook strategies (data, fully
+# sharded, tensor, both), without remat, on the slice's meshes — 10 compiles of the lab's 2-layer model on
+# v5e-8: about 25 s of CPU on 2 cores. Every preset and remat both ways was 32 compiles, 109 s.
+SMALL_PRESETS = ("dp", "fsdp", "tp", "fsdp_tp")
+SMALL_REMATS = ("none",)
+
+
+def counted(base: sl.LabConfig, presets, remats) -> int:
+    """How many candidates the search reports for this question (its progress total, its result's count): the
+    meshes × presets × remats, the three-axis meshes it counts as skipped, and the remats a family lacks."""
+    chips = targets.parse(base.target).devices
+    lacking = 0 if hasattr(base.model, "remat") or not remats else len(set(remats) - {"none"})
+    return len(search.candidates(base, presets, remats)) + search.three_axis_count(chips) + lacking
+
+
+@dataclasses.dataclass
+class Estimate:
+    """Before Run: how many candidates, how many the compiler will see, and how long one takes here."""
+
+    candidates: int
+    to_compile: int | None  # None: not screened before Run (a large model's screening alone takes seconds)
+    seconds_each: float | None  # measured on this server; None: not yet (a large model's compile takes minutes)
+    measured_on: str = ""
+
+    @property
+    def seconds(self) -> float | None:
+        """The search's time from Run: the compiles but the one timed (the search takes it from its cache)."""
+        if self.seconds_each is None or self.to_compile is None:
+            return None
+        return (self.to_compile - 1) * self.seconds_each
+
+
+def estimate(base: sl.LabConfig, dtype: str, presets, remats) -> Estimate:
+    """For a model under ``search.SMALL_MODEL`` parameters: screen every candidate (no compile) and compile the
+    first that needs it, timed (the search then takes that result from its cache). A larger model: the count
+    only (screening 176 llama3-8b candidates takes 6 s of CPU, one compile minutes)."""
+    total = counted(base, presets, remats)
+    if base.family.parameter_count(base.model) >= search.SMALL_MODEL:
+        return Estimate(total, None, None)
+    todo = [c for c in search.candidates(base, presets, remats) if search.screen(c, base, dtype).skipped is None]
+    timed = search.cost_candidate(todo[0], base, dtype) if todo else None
+    if timed is None or not timed.compile_s:
+        return Estimate(total, len(todo), None)
+    return Estimate(total, len(todo), timed.compile_s, _name(timed))
+
+
+def _name(result: search.Result) -> str:
+    c = result.candidate
+    return f"{c.mesh_text} {c.preset} remat {c.remat}"
 
 
 @dataclasses.dataclass
 class PlanJob:
-    """One search running in a thread: its progress, its Stop, and its result once done."""
+    """One search running in a thread: its progress, its Stop, and its result once done (or its failure)."""
 
     base: sl.LabConfig
     dtype: str
     presets: tuple[str, ...] | None = None
     remats: tuple[str, ...] | None = None
+    to_compile: int = 0
     done: int = 0
+    compiled: int = 0
     total: int = 0
     last: str = ""
+    started: float = 0.0
     result: search.Search | None = None
     error: str | None = None
     stop: threading.Event = dataclasses.field(default_factory=threading.Event)
     thread: threading.Thread | None = None
 
+    @property
+    def question(self) -> tuple:
+        return question(self.base, self.presets, self.remats)
+
     def start(self) -> "PlanJob":
+        self.total = counted(self.base, self.presets, self.remats)
+        self.started = time.monotonic()
         self.thread = threading.Thread(target=self._run, daemon=True, name="sharding-lab-plan")
+        background.track(self.thread, self.stop.set)  # its workers killed, the thread joined before exit
         self.thread.start()
         return self
 
     def _run(self) -> None:
         def progress(done, total, result):
             self.done, self.total = done, total
-            c = result.candidate
-            self.last = f"{c.mesh_text} {c.preset} remat {c.remat}: " + (
+            self.compiled += result.skipped is None
+            self.last = f"{_name(result)}: " + (
                 f"skipped ({result.skipped})" if result.skipped else ("fits" if result.fits else "does not fit")
             )
 
         try:
-            self.total = len(search.candidates(self.base, self.presets, self.remats))
             # workers: one process per core compiles, and Stop ends a compile at once (it kills them)
             self.result = search.search(
                 self.base, self.dtype, self.presets, self.remats, progress, self.stop, workers=None
             )
         except sl.ConfigError as error:
             self.error = str(error)
-        except Exception as error:  # shown as one line on the page, never a traceback
+        except Exception as error:  # a compile worker that died included: one line on the page, no traceback
             self.error = f"{type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''}"
 
     @property
@@ -66,6 +127,47 @@ class PlanJob:
     def wait(self, timeout: float | None = None) -> None:
         if self.thread is not None:
             self.thread.join(timeout)
+
+    def progress_text(self) -> str:
+        """'5 of 13 candidates — 4 compiled, 1 skipped — last: … — 31 s, about 40 s left'; once every candidate
+        is done, what the search still does (the best compiled at full depth to check its extension)."""
+        elapsed = time.monotonic() - self.started
+        if self.total and self.done >= self.total:
+            return (
+                f"All {self.total} candidates done in {elapsed:.0f} s; compiling the best at full depth to check "
+                "the figures extended from 1 and 2 layers…"
+            )
+        text = (
+            f"{self.done} of {self.total} candidates — {self.compiled} compiled, {self.done - self.compiled} "
+            f"skipped — last: {self.last or '…'} — {elapsed:.0f} s"
+        )
+        if self.compiled:  # each compile so far took this long (several at once in worker processes)
+            each = elapsed / self.compiled
+            if self.to_compile:
+                text += f", about {each * max(0, self.to_compile - self.compiled):.0f} s left"
+            else:  # not screened before Run: the candidates left, some of them skipped at once
+                text += f", at most about {each * (self.total - self.done):.0f} s left"
+        return text
+
+
+def question(base: sl.LabConfig, presets, remats) -> tuple:
+    """What a search answers: its results belong to it, and stay on the page only while the boxes ask it."""
+    return (base, tuple(presets or ()), tuple(remats or ()))
+
+
+def stopped_text(found: search.Search, total: int) -> str:
+    """A stopped search: what it got to, and what its table therefore is not."""
+    text = (
+        f"Stopped after {len(found.results)} of {total} candidates ({found.elapsed_s:.0f} s): the table holds "
+        "those only."
+    )
+    if found.best is None:
+        text += (
+            f" None of the {len(found.costed)} compiled so far fits; the others were not looked at."
+            if found.costed
+            else " None was compiled before Stop."
+        )
+    return text
 
 
 def rows(found: search.Search) -> list[dict]:
@@ -86,6 +188,7 @@ def rows(found: search.Search) -> list[dict]:
             "step": format_seconds(r.step_s) if r.step_s is not None else "refused",
             "bound": r.bound or "-",
             "MFU": f"{r.mfu:.0%}" if r.mfu is not None else "-",
+            "HFU": f"{r.hfu:.0%}" if r.hfu is not None else "-",
             "compiled": search.depth_text(r, found),
         }
         for r in ordered
@@ -99,35 +202,53 @@ def _bytes(value: float | None) -> str:
 
 
 def plotted(found: search.Search) -> list[search.Result]:
-    """The candidates the Pareto picture draws (compiled, with a step time), in trace order."""
-    return [r for r in found.costed if r.step_s is not None]
+    """The candidates the Pareto picture draws (compiled, with a step time), the best first, then by step."""
+    best = found.best
+    return sorted((r for r in found.costed if r.step_s is not None), key=lambda r: (r is not best, r.step_s))
+
+
+def name(result: search.Result) -> str:
+    """A candidate as the picture and the "Or pick one" box name it: '2x4 tp remat none'."""
+    return _name(result)
+
+
+def points(found: search.Search) -> list[list[search.Result]]:
+    """The picture's points: candidates with the same predicted step and HBM per chip share one (the same
+    program on different meshes: replicated on 8, 2x4 or 4x2), listed together, in :func:`plotted`'s order."""
+    groups: dict[tuple, list] = {}
+    for r in plotted(found):
+        groups.setdefault((r.step_s, r.hbm_per_chip), []).append(r)
+    return list(groups.values())
 
 
 def pareto_figure(found: search.Search) -> go.Figure:
-    """HBM per chip against the predicted step, one point per compiled candidate, the chip's HBM as a line."""
-    from sharding_lab.hardware import targets
+    """HBM per chip against the predicted step, one point per distinct (step, HBM) — its candidates named in
+    its hover, their count beside it — and the chip's HBM as a line."""
     from sharding_lab.hardware.chips import chip as get_chip
 
-    points = plotted(found)
+    groups = points(found)
     hbm = get_chip(targets.parse(found.base.target).chip).capacity / 1e9
     best = found.best
     fig = go.Figure()
     fig.add_trace(
         go.Scatter(
-            x=[r.step_s * 1e3 for r in points],
-            y=[r.hbm_per_chip / 1e9 for r in points],
-            mode="markers",
+            x=[g[0].step_s * 1e3 for g in groups],
+            y=[g[0].hbm_per_chip / 1e9 for g in groups],
+            mode="markers+text",
             marker={
-                "size": [16 if r is best else 10 for r in points],
-                "color": ["#2ca02c" if r.fits else "#d62728" for r in points],
-                "symbol": ["star" if r is best else "circle" for r in points],
+                "size": [16 if best in g else 10 for g in groups],
+                "color": ["#2ca02c" if g[0].fits else "#d62728" for g in groups],
+                "symbol": ["star" if best in g else "circle" for g in groups],
             },
-            text=[f"{r.candidate.mesh_text} {r.candidate.preset} remat {r.candidate.remat}" for r in points],
-            hovertemplate="%{text}<br>step %{x:.3g} ms<br>HBM %{y:.2f} GB<extra></extra>",
+            text=[f"×{len(g)}" if len(g) > 1 else "" for g in groups],
+            textposition="middle right",
+            customdata=["<br>".join(name(r) for r in g) for g in groups],
+            hovertemplate="%{customdata}<br>step %{x:.3g} ms<br>HBM %{y:.2f} GB<extra></extra>",
             name="candidates",
         )
     )
-    steps = [r.step_s * 1e3 for r in points] or [0.0]
+    drawn = [r for g in groups for r in g]
+    steps = [r.step_s * 1e3 for r in drawn] or [0.0]
     # The chip's HBM as a line trace (a shape's annotation on a log axis would be placed at 10^y)
     fig.add_trace(
         go.Scatter(
@@ -141,7 +262,7 @@ def pareto_figure(found: search.Search) -> go.Figure:
             name="HBM",
         )
     )
-    heights = [r.hbm_per_chip / 1e9 for r in points if r.hbm_per_chip and r.hbm_per_chip > 0] + [hbm]
+    heights = [r.hbm_per_chip / 1e9 for r in drawn if r.hbm_per_chip and r.hbm_per_chip > 0] + [hbm]
     decades = math.log10(max(heights) / min(heights))
     # over more than two decades Plotly's log axis labels 2 and 5 of every decade too, and they crowd
     # ("2, 10, 5, 2, 1, 5"): then only the powers of ten are labelled

@@ -14,26 +14,14 @@ import streamlit as st
 
 import sharding_lab as sl
 from sharding_lab.app import links, settings
+from sharding_lab.app.session import KEEP
 from sharding_lab.app.settings import CUSTOM, FROM_RULES
+from sharding_lab.app.words import app_words
 from sharding_lab.export.script import export_script, script_name
 from sharding_lab.export.source import source_of
 from sharding_lab.hardware import targets
-from sharding_lab.models import ChoiceField, plugins
+from sharding_lab.models import ChoiceField
 from sharding_lab.pipeline import SCHEDULES
-
-
-def init_state() -> None:
-    """Defaults for a new session; keep every setting alive on pages that do not show its widget.
-    First, the model families the server's owner installed or named in SHARDING_LAB_FAMILIES (once
-    per process; never from a link)."""
-    state = st.session_state
-    state.family_problems = plugins.load_installed()
-    defaults = settings.defaults()  # once: it walks every model family's sizes
-    for key, value in defaults.items():
-        state.setdefault(key, value)
-    for key in list(state.keys()):
-        if key in defaults or str(key).startswith(("rule_", "ovr_")):
-            state[key] = state[key]
 
 
 def current_mesh() -> sl.MeshSpec:
@@ -67,6 +55,7 @@ def target_widget() -> None:
         "Compile for",
         list(targets.TARGET_NAMES),
         key="target",
+        persist_state=KEEP,
         on_change=_on_target,
         format_func=label,
         help="cpu: this machine's simulated devices, which also train. A TPU slice (v5e-8 … v5p-1024) "
@@ -81,18 +70,22 @@ def mesh_widgets() -> None:
         "Mesh axes",
         [1, 2, 3],
         key="n_axes",
+        persist_state=KEEP,
         on_change=_on_axes_count,
         horizontal=True,
         help="How many named axes the device grid has.",
     )
     for i in range(int(st.session_state.n_axes or 2)):
         size_col, name_col = st.columns([1, 2])
-        size_col.number_input(f"Size {i + 1}", 1, settings.max_axis_size(st.session_state), key=f"size_{i}")
-        name_col.text_input(f"Name {i + 1}", key=f"name_{i}", max_chars=32)
+        size_col.number_input(
+            f"Size {i + 1}", 1, settings.max_axis_size(st.session_state), key=f"size_{i}", persist_state=KEEP
+        )
+        name_col.text_input(f"Name {i + 1}", key=f"name_{i}", persist_state=KEEP, max_chars=32)
     st.radio(
         "Axis type",
         ["Auto", "Explicit"],
         key="axis_type",
+        persist_state=KEEP,
         horizontal=True,
         help="Auto: the compiler infers shardings (the seed's way). Explicit: shardings are "
         "part of each array's type and JAX refuses to guess.",
@@ -133,7 +126,9 @@ def rules_table(mesh: sl.MeshSpec, model) -> None:
     for axis, meaning in fam.logical_axes.items():
         label, box = st.columns([2, 3])
         label.markdown(f"`{axis}`  \n<small>{meaning}</small>", unsafe_allow_html=True)
-        box.selectbox(axis, options, key=f"rule_{axis}", on_change=_to_custom, label_visibility="collapsed")
+        box.selectbox(
+            axis, options, key=f"rule_{axis}", persist_state=KEEP, on_change=_to_custom, label_visibility="collapsed"
+        )
     keys = settings.override_keys(fam, model)
     with st.expander(
         "Per-parameter overrides", expanded=any(st.session_state.get(k) not in (None, FROM_RULES) for *_, k in keys)
@@ -150,6 +145,7 @@ def rules_table(mesh: sl.MeshSpec, model) -> None:
                     f"{name} dim {dim} ({array.logical_axes[dim]})",
                     [FROM_RULES] + options,
                     key=f"ovr_{name}_{dim}",
+                    persist_state=KEEP,
                     on_change=_to_custom,
                 )
 
@@ -198,6 +194,7 @@ def model_widgets(fam) -> None:
             "Model",
             list(sl.FAMILIES),
             key="model",
+            persist_state=KEEP,
             on_change=_on_model_change,
             format_func=lambda name: sl.FAMILIES[name].title,
         )
@@ -209,21 +206,30 @@ def model_widgets(fam) -> None:
     cols = st.columns(2)
     for i, (field, size) in enumerate(fam.size_fields.items()):
         if isinstance(size, ChoiceField):
-            cols[i % 2].selectbox(size.label, size.choices, key=settings.size_key(field), help=size.help or None)
+            cols[i % 2].selectbox(
+                size.label, size.choices, key=settings.size_key(field), persist_state=KEEP, help=size.help or None
+            )
         else:
             cols[i % 2].number_input(
-                size.label, size.low, size.high, key=settings.size_key(field), help=size.help or None
+                size.label,
+                size.low,
+                size.high,
+                key=settings.size_key(field),
+                persist_state=KEEP,
+                help=size.help or None,
             )
     st.selectbox(
         "Optimizer",
         list(sl.OPTIMIZERS),
         key="optimizer",
+        persist_state=KEEP,
         help="\n\n".join(f"**{k}**: {v}" for k, v in sl.OPTIMIZERS.items()),
     )
     st.number_input(
         "Batch size",
         *settings.GENERAL_RANGES["batch"],
         key="batch",
+        persist_state=KEEP,
         help="Split along the mesh axis that the batch's rule names.",
     )
 
@@ -248,6 +254,7 @@ def named_size_widget(fam) -> None:
         "Size",
         list(fam.named_sizes) + [CUSTOM],
         key="named_size",
+        persist_state=KEEP,
         on_change=_on_named_size,
         format_func=lambda n: fam.named_sizes[n].title if n in fam.named_sizes else "Custom (the sizes below)",
         help="Public models' shapes, from their model cards; the sizes below show them.",
@@ -276,6 +283,7 @@ def pipeline_widgets() -> None:
         "Microbatches",
         *settings.MICROBATCHES,
         key="microbatches",
+        persist_state=KEEP,
         help="The batch is cut into this many microbatches, which flow through the stages one "
         "after another. More microbatches: a smaller bubble.",
     )
@@ -283,6 +291,7 @@ def pipeline_widgets() -> None:
         "Schedule",
         list(SCHEDULES),
         key="schedule",
+        persist_state=KEEP,
         format_func=lambda name: {"gpipe": "GPipe", "1f1b": "1F1B"}[name],
         help="\n\n".join(f"**{k}**: {v}" for k, v in SCHEDULES.items()),
     )
@@ -321,6 +330,7 @@ def sidebar() -> sl.Plan | sl.ConfigError:
             "Preset",
             list(fam.presets) + [CUSTOM],
             key="preset",
+            persist_state=KEEP,
             format_func=lambda p: fam.presets[p].title if p in fam.presets else "Custom (edited rules)",
         )
         st.caption(
@@ -384,35 +394,6 @@ def _build_plan() -> sl.Plan | sl.ConfigError:
         return error
 
 
-def edits_since(run: sl.LabConfig, now: sl.LabConfig) -> list[tuple[str, str, str]]:
-    """What the sidebar and the Train page say now that the running run does not: (setting, the run's
-    value, the value now) — a student may edit while a run trains; the run keeps what it started with."""
-
-    def rules(c):
-        return f"preset {c.preset}" if c.preset else "custom rules"
-
-    fields = [
-        ("mesh", lambda c: c.mesh.label()),
-        ("rules", rules),
-        ("model", lambda c: c.family.name),
-        ("sizes", lambda c: str(c.model)),
-        ("optimizer", lambda c: c.optimizer),
-        ("learning rate", lambda c: f"{c.lr:g}"),
-        ("momentum decay", lambda c: f"{c.decay:g}"),
-        ("steps", lambda c: f"{c.steps:,}"),
-        ("batch", lambda c: str(c.batch_size)),
-        ("seed", lambda c: str(c.seed)),
-        ("target", lambda c: c.target),
-        ("pipeline", lambda c: f"{c.microbatches} microbatches, {c.schedule}" if c.stage_axis else "none"),
-    ]
-    out = []
-    for name, read in fields:
-        before, after = read(run), read(now)
-        if before != after:
-            out.append((name, before, after))
-    return out
-
-
 def plain(text) -> str:
     """``text`` shown literally inside Markdown: user-typed names cannot format, link or inject. A
     command-line option (``--layers``) is set as code with non-breaking hyphens (U+2011): a narrow column broke
@@ -469,24 +450,13 @@ def show_comparison(agrees: list[str], differences: list[str], lead: str) -> Non
 def show_error(error, lead: str = "Fix the configuration first.", where=st, fix: bool = True) -> None:
     """A ConfigError (or any message) as an error box, with its text shown literally, and the fix
     it knows as a button (``fix``: the page's main error; the sidebar's copy has none)."""
-    text = str(error)
+    text = app_words(str(error))
     first = text.split(" ", 1)[0]
     if lead.endswith(".") and first.isalpha() and first.islower():
         text = text[:1].upper() + text[1:]  # a sentence after a full stop ("cannot run. the mesh…")
     where.error(f"**{lead}** {plain(text)}" if lead else plain(text), icon=":material/error:")
     if fix:
         offer_fix(error, where)
-
-
-def restore_link() -> None:
-    """Once per session: apply the link's query parameters; say what could not be used."""
-    if st.session_state.get("link_restored"):
-        return
-    st.session_state.link_restored = True
-    updates, problems = links.from_query(st.query_params.to_dict())
-    for key, value in updates.items():
-        st.session_state[key] = value
-    st.session_state.link_problems = problems
 
 
 def link_notice() -> None:

@@ -157,7 +157,10 @@ _stop = threading.Event()
 
 
 def _warm_thread(configs) -> threading.Thread:
+    from . import background
+
     thread = threading.Thread(target=_warm, args=(configs,), name="sharding-lab-warm", daemon=True)
+    background.track(thread, stop_warming)  # stopped and joined before the interpreter exits
     thread.start()
     return thread
 
@@ -178,6 +181,18 @@ def _default_configs(for_server: bool = False) -> list:
         _set_progress(note="the warm command already compiled every layout a class clicks into this cache")
         return configs
     return configs + [c for c in class_configs() if c != LabConfig()]
+
+
+def first_configs() -> list:
+    """What a class clicks first, the part a Docker build warms (``--first``): the default layout, then the MLP
+    — the model a class starts with — under every preset on every two-axis mesh the sidebar opens with over the
+    default device count and over fewer devices (2×4, 4×2, 1×8, 8×1, 2×2, 1×4, 4×1, 1×2, 2×1: the meshes a
+    class reshapes first, and the 20-session load test's). The rest (three-axis meshes, the transformer) the
+    server compiles in the background after it starts (:func:`warm_in_background`), beside the students."""
+    from ..training.config import LabConfig
+
+    rest = [c for c in class_configs() if c.family.name == "mlp" and len(c.mesh.shape) == 2 and c != LabConfig()]
+    return [LabConfig(), *rest]
 
 
 MARKER = "sharding-lab-warmed.json"  # written into the cache by the warm command once every layout is compiled
@@ -267,7 +282,7 @@ def _warm(configs, wait_for_students: bool = True, report=None, release_every: i
             break
         _set_progress(current=f"{config.family.name} {config.preset} on {config.mesh.label()}")
         try:
-            _compile_run(config)
+            compile_run(config)
         except Exception:  # noqa: BLE001 - warming is a bonus; a student's own run reports its errors
             _set_progress(skipped=progress().get("skipped", 0) + 1)
         _set_progress(done=i + 1, seconds=time.perf_counter() - started)
@@ -286,10 +301,11 @@ def _warm(configs, wait_for_students: bool = True, report=None, release_every: i
 
 
 def _release() -> None:
-    """Drop the compiled programs JAX keeps in memory (``jax.clear_caches``) and the trainer's own
-    (``training._programs``, whose jitted functions would no longer match a state built after). The warm
-    command fills the disk cache; holding what it compiled grew a process by ~15 MB per MLP layout
-    (measured: 119 layouts from a full cache, 0.54 → 1.91 GB; released every 20, flat at 0.86 GB).
+    """Drop the compiled programs JAX keeps in memory (``jax.clear_caches``) and the trainer's own chunks
+    (:func:`~sharding_lab.training.trainer.forget_chunk_programs`: their jitted functions would no longer
+    match a state built after). The warm command fills the disk cache; holding what it compiled grew a
+    process by ~15 MB per MLP layout (measured: 119 layouts from a full cache, 0.54 → 1.91 GB; released
+    every 20, flat at 0.86 GB).
 
     Only between layouts of the command: in a server a Lab built before a release cannot train with a
     program built after it (JAX: "different pytree metadata" in its out_shardings — measured), so the
@@ -299,15 +315,14 @@ def _release() -> None:
 
     import jax
 
-    from ..training import trainer as training
+    from ..training.trainer import forget_chunk_programs
 
     jax.clear_caches()
-    with training._programs_lock:
-        training._programs.clear()
+    forget_chunk_programs()
     gc.collect()
 
 
-def _compile_run(config) -> None:
+def compile_run(config) -> None:
     """One short run compiles what a student's first run would: the model's creation, the 100-step
     chunk (the same program as a full run's), the prediction and the layout check."""
     from ..training.trainer import Lab, Trainer
@@ -331,6 +346,9 @@ def main(argv: list[str] | None = None) -> int:
 
     parser = argparse.ArgumentParser(prog="python -m sharding_lab.app.warm", description=main.__doc__)
     parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="processes compiling at once")
+    parser.add_argument(
+        "--first", action="store_true", help="only what a class clicks first (first_configs); the server the rest"
+    )
     parser.add_argument("--part", default=None, help=argparse.SUPPRESS)  # "i/N": this process's share
     args = parser.parse_args(argv)
     path = enable_compilation_cache()
@@ -339,12 +357,17 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     if args.jobs < 1:
         parser.error("--jobs must be at least 1")
-    configs = _default_configs()
+    configs = first_configs() if args.first else _default_configs()
+    # a cache holding the first layouts only is not marked: the server's warm-up then compiles the rest
+    complete = not args.first and len(configs) > 1
     if args.part is None and args.jobs > 1:
         started = time.perf_counter()
         print(f"compiling {len(configs)} configurations into {path} in {args.jobs} processes", flush=True)
         workers = [
-            subprocess.Popen([sys.executable, "-m", "sharding_lab.app.warm", "--part", f"{i}/{args.jobs}"])
+            subprocess.Popen(
+                [sys.executable, "-m", "sharding_lab.app.warm", "--part", f"{i}/{args.jobs}"]
+                + (["--first"] if args.first else [])
+            )
             for i in range(args.jobs)
         ]
         failed = sum(w.wait() != 0 for w in workers)
@@ -353,7 +376,7 @@ def main(argv: list[str] | None = None) -> int:
             + (f"; {failed} process(es) failed" if failed else ""),
             flush=True,
         )
-        if not failed and len(configs) > 1:  # every class layout (not SHARDING_LAB_WARM=default's one)
+        if not failed and complete:  # every class layout (not SHARDING_LAB_WARM=default's one, not --first)
             _write_marker(path)
         return 1 if failed else 0
     if args.part is not None:
@@ -371,7 +394,7 @@ def main(argv: list[str] | None = None) -> int:
         f"done: {done['done'] - done['skipped']} compiled, {done['skipped']} skipped, {done['seconds']:.0f} s",
         flush=True,
     )
-    if args.part is None and len(configs) > 1:  # one process did them all (with parts, the parent writes it)
+    if args.part is None and complete:  # one process did them all (with parts, the parent writes it)
         _write_marker(path)
     return 0
 

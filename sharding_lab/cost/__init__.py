@@ -4,25 +4,19 @@ compiled program, per device.
 - :mod:`.compiled` — the trainer's step compiled for a compute dtype; FLOPs, HBM traffic, HBM
   needed and the collectives, per device;
 - :mod:`.roofline` — those figures on a chip (:mod:`sharding_lab.hardware.chips`): compute, memory and
-  communication time, the step time with and without overlap, the bound, MFU, whether it fits;
+  communication time, the step time with and without overlap, the bound, MFU and HFU, whether it fits;
+- :mod:`.collectives` — each collective's time on where its devices lie (the scaling book's count);
+- :mod:`.report` — the prediction as the command line prints it;
 - :mod:`.extrapolation` — the same on a bigger mesh than can be simulated, fitted from compiles
   on smaller meshes (and said so);
 - :mod:`.sweep` — the scaling book's critical batch and the batch-size sweep that shows it.
 """
 
+from .collectives import comm_rows
 from .compiled import DTYPES, Compiled, compile_step, matmul_traffic
 from .extrapolation import extrapolate, fit, probe_meshes
-from .roofline import (
-    Prediction,
-    comm_rows,
-    default_dtype,
-    describe,
-    format_seconds,
-    parse_target,
-    predict,
-    print_cost,
-    time_unit,
-)
+from .report import describe, print_cost
+from .roofline import Prediction, default_dtype, format_seconds, parse_target, predict, time_unit
 from .sweep import batch_sweep, critical_batch
 
 __all__ = [

@@ -1,7 +1,7 @@
 """One training step compiled for a compute dtype, and what it does on each device.
 
 
-The step is the trainer's own (:func:`sharding_lab.training.trainer.make_train_step`, outputs pinned,
+The step is the trainer's own (:func:`sharding_lab.training.step.make_train_step`, outputs pinned,
 state donated as in the trainer's chunks), compiled for a compute dtype: every float leaf of the
 state and the batch is cast to ``dtype`` (ints — step counters — kept), so parameters, gradients,
 optimizer state and activations are all ``dtype`` ("pure" bf16; a mixed-precision setup with f32
@@ -36,6 +36,7 @@ import numpy as np
 
 from ..errors import ConfigError
 from ..hardware.targets import parse as parse_target
+from ..hardware.targets import slice_axis as targets_slice_axis
 from ..models.attention import kernel_figures
 from ..program.communication import Collective, parse_collectives
 from ..training.config import LabConfig
@@ -127,7 +128,7 @@ def loop_layers(config: LabConfig) -> int:
 @functools.lru_cache(maxsize=128)
 def compile_step(config: LabConfig, dtype: str = "bf16") -> Compiled:
     """Compile the trainer's step for ``config`` on its target in ``dtype`` (abstract inputs: nothing
-    allocated; :func:`sharding_lab.training.trainer.compile_train_step`). A step the target's compiler refuses for
+    allocated; :func:`sharding_lab.training.step.compile_train_step`). A step the target's compiler refuses for
     memory comes back with ``refused`` set to the compiler's sentence instead of raising.
 
     **A loop over layers counted as many times as it runs.** XLA's cost analysis and the program text
@@ -197,7 +198,7 @@ def extend_loop(one: Compiled, two: Compiled, layers: int) -> Compiled:
 
 def compile_once(config: LabConfig, dtype: str) -> Compiled:
     """One compile of the step, its figures as the compiler reports them."""
-    from ..training.trainer import CompileRefused, compile_lowered, lower_train_step
+    from ..training.step import CompileRefused, compile_lowered, lower_train_step
 
     dtype = dtype_name(dtype)
     plan = make_plan(config)
@@ -223,7 +224,7 @@ def compile_once(config: LabConfig, dtype: str) -> Compiled:
     needed = hbm_needed(memory, config.target)
     hlo = compiled.as_text()
     on_cpu = config.target == "cpu"
-    collectives = parse_collectives(hlo, config.mesh.shape, config.mesh.axes)
+    collectives = parse_collectives(hlo, config.mesh.shape, config.mesh.axes) + _between_slices(hlo, config)
     if on_cpu:  # XLA:CPU computes bf16 in f32: count float collectives at the compute dtype's size
         collectives = [recount(c, dtype) for c in collectives]
     itemsize = np.dtype(DTYPES[dtype]).itemsize
@@ -269,6 +270,18 @@ def compile_once(config: LabConfig, dtype: str) -> Compiled:
             "generated_code": int(getattr(memory, "generated_code_size_in_bytes", 0)),
         },
     )
+
+
+def _between_slices(hlo: str, config: LabConfig) -> list[Collective]:
+    """On a multi-slice target, the collectives the compiler hands to the data-centre network's runtime
+    (:mod:`sharding_lab.program.megascale`), over the mesh axis that crosses slices."""
+    on = parse_target(config.target)
+    if on.slices <= 1:
+        return []
+    from ..program.megascale import parse_megascale
+
+    axis = config.mesh.axes[targets_slice_axis(on, tuple(config.mesh.shape))]
+    return parse_megascale(hlo, axis, on.slices)
 
 
 def hbm_needed(memory, target: str) -> float:

@@ -4,12 +4,20 @@ The roofline (scaling book, "All About Rooflines", jax-ml.github.io/scaling-book
 
     compute_s = flops / peak_flops[dtype]
     memory_s  = hbm_bytes / hbm_bytes_per_s
-    comm_s    = Σ over collectives  count × wire_bytes / link_bytes_per_s(its axes)   (chips.axis_links)
-    latency_s = Σ over collectives  count × α(its link)        (the α of an α–β model: chips.LATENCY, cited)
+    comm_s    = Σ over collectives  count × wire_bytes / link_bytes_per_s(its placement)
+    latency_s = Σ over collectives  count × hops × α            (the α of an α–β model: chips.LATENCY, cited)
     step_s    = max(compute_s, memory_s, comm_s + latency_s)   ← "the" prediction: full overlap, a lower bound
     step_s_no_overlap = max(compute_s, memory_s) + comm_s + latency_s   ← no overlap, an upper bound
     bound     = whichever term is the max; "latency" when communication is and its α part is the larger
-    mfu       = flops / (step_s × peak_flops)          (the compiled FLOPs, so every op counts)
+    hfu       = flops / (step_s × peak_flops)          (hardware FLOPs: the compiled program's, recompute and all)
+    mfu       = model_flops / (step_s × peak_flops)    (model FLOPs: PaLM's 6·N + attention per token,
+                                                        sharding_lab.models.flops — None where the family gives none)
+
+On a TPU target each collective's link, bandwidth and hops come from where its group's devices lie on the
+slices (:mod:`sharding_lab.hardware.placement`, the scaling book's count: rings both ways where a dimension
+closes, hops per dimension, all-reduce = reduce-scatter + all-gather, DCN between slices); a GPU target's
+from its nodes; a layout priced from the simulated host, from an idealised assignment of its axes to the
+chip's pod (:func:`sharding_lab.hardware.chips.axis_links`).
 
 Compute and HBM traffic overlap on every chip (the matrix units stream from HBM), so they are
 never added; communication may or may not hide behind them, hence the two step times. The
@@ -23,12 +31,12 @@ import math
 
 from ..errors import ConfigError
 from ..hardware import targets
-from ..hardware.chips import Chip, Link, axis_links, group_link
+from ..hardware.chips import Chip, Link
 from ..hardware.chips import chip as get_chip
-from ..program.communication import Collective
 from ..training.config import LabConfig
 from ..units import format_seconds, time_unit  # noqa: F401 (cost re-exports them)
-from .compiled import Compiled, canonical, compile_step, dtype_name, recount
+from .collectives import links_for, rows
+from .compiled import canonical, compile_step, dtype_name
 from .extrapolation import check_target, extrapolate
 
 
@@ -54,6 +62,8 @@ class Prediction:
     refused: str | None = None  # the target's compiler refused the step (out of HBM): its own sentence
     optimal_seconds: float | None = None  # the TPU compiler's own estimate of the step
     memory: dict | None = None  # the compiled program's memory_analysis()
+    model_flops: float | None = None  # per device: the model's own FLOPs (sharding_lab.models.flops), for MFU
+    model_flops_detail: dict | None = None  # the whole step's count and its formula
 
     @property
     def peak(self) -> float:
@@ -101,8 +111,18 @@ class Prediction:
         return "latency" if largest == "communication" and self.latency_s > self.comm_s else largest
 
     @property
-    def mfu(self) -> float:
+    def hfu(self) -> float:
+        """Hardware FLOPs utilisation: the compiled program's FLOPs (remat's recompute, the optimizer, every op)
+        ÷ (step × peak). At the roofline a compute-bound step is 100% by construction."""
         return self.compute_s / self.step_s if self.step_s > 0 else 0.0
+
+    @property
+    def mfu(self) -> float | None:
+        """Model FLOPs utilisation (PaLM): the model's own FLOPs per device ÷ (step × peak); None when the model
+        family gives no count."""
+        if self.model_flops is None or self.step_s <= 0:
+            return None
+        return self.model_flops / (self.step_s * self.peak)
 
     @property
     def fits(self) -> bool:
@@ -153,6 +173,9 @@ class Prediction:
                 "step_s_no_overlap": self.step_s_no_overlap,
                 "bound": self.bound,
                 "mfu": self.mfu,
+                "hfu": self.hfu,
+                "model_flops": self.model_flops,
+                "model_flops_step": self.model_flops_detail,
                 "hbm_needed": self.hbm_needed,
                 "hbm_capacity": self.chip.capacity,
                 "fits": self.fits,
@@ -177,7 +200,7 @@ class Prediction:
                 "compiled_memory": self.memory,
             }
             | (
-                {"step_s": None, "step_s_no_overlap": None, "bound": None, "mfu": None, "hbm_needed": None}
+                {"step_s": None, "step_s_no_overlap": None, "bound": None, "mfu": None, "hfu": None, "hbm_needed": None}
                 if self.refused
                 else {}
             )
@@ -201,48 +224,6 @@ def _finite(value):
     return value
 
 
-def _comm_rows(
-    chip: Chip, mesh: tuple[int, ...], axes: tuple[str, ...], keyed: dict[tuple[str, tuple[str, ...]], dict]
-) -> list[dict]:
-    rows = []
-    sizes = dict(zip(axes, mesh))
-    for (op, group_axes), row in keyed.items():
-        link = group_link(chip, mesh, axes, group_axes)
-        n = math.prod(sizes[a] for a in group_axes) if group_axes else 1
-        # one op carrying all the bytes, with the target's group size: the ring formulas of
-        # Collective.wire_bytes (communication.py) are linear in the bytes
-        wire = (
-            float(dataclasses.replace(row["example"], bytes=int(round(row["bytes"])), group_size=n, count=1).wire_bytes)
-            if row["bytes"] > 0
-            else 0.0
-        )
-        seconds = wire / link.bytes_per_s if link.bytes_per_s != float("inf") else 0.0
-        rows.append(
-            {
-                "op": op,
-                "axes": group_axes,
-                "group_size": n,
-                "count": row["count"],
-                "bytes": row["bytes"],
-                "wire_bytes": wire,
-                "link": link.name,
-                "bytes_per_s": link.bytes_per_s,
-                "seconds": seconds,
-                "latency_s": row["count"] * link.latency_s(op, n),
-            }
-        )
-    return rows
-
-
-def comm_rows(
-    chip_id: str, mesh_shape: tuple[int, ...], axes: tuple[str, ...], collectives: list[Collective], dtype: str = "bf16"
-) -> list[dict]:
-    """Time on ``chip_id`` of collectives parsed from any compiled program (one row per op and axes)."""
-    dtype = dtype_name(dtype)
-    compiled = Compiled(tuple(mesh_shape), 0.0, 0.0, 0.0, tuple(recount(c, dtype) for c in collectives))
-    return _comm_rows(get_chip(chip_id), tuple(mesh_shape), tuple(axes), compiled.by_key())
-
-
 def keyed_prediction(
     config: LabConfig, dtype: str, totals: tuple, keyed: dict, notes=(), compile_s: float = 0.0, refused=None
 ) -> Prediction:
@@ -253,9 +234,9 @@ def keyed_prediction(
     chip = dataclasses.replace(get_chip(on.chip), torus=on.torus)
     mesh, axes = tuple(config.mesh.shape), tuple(config.mesh.axes)
     notes = [n for n in [chip.flops(dtype)[1]] if n] + list(notes)
-    links, rows = axis_links(chip, mesh, axes), _comm_rows(chip, mesh, axes, keyed)
-    at = {"target": on.name, "compile_s": compile_s, "refused": refused}
-    return Prediction(chip, dtype, mesh, axes, *totals, links, rows, [mesh], False, notes, **at)
+    links, timed = links_for(chip, mesh, axes, on.name), rows(chip, mesh, axes, keyed, on.name)
+    at = {"target": on.name, "compile_s": compile_s, "refused": refused, **model_flops_fields(config, mesh)}
+    return Prediction(chip, dtype, mesh, axes, *totals, links, timed, [mesh], False, notes, **at)
 
 
 def predict(
@@ -281,7 +262,7 @@ def predict(
         compiled = compile_step(canonical(config), dtype)
         notes += [compiled.loop_note] if compiled.loop_note else []
         mesh = tuple(config.mesh.shape)
-        links = axis_links(chip, mesh, axes)
+        links = links_for(chip, mesh, axes)
         return Prediction(
             chip,
             dtype,
@@ -291,31 +272,32 @@ def predict(
             compiled.hbm_bytes,
             compiled.hbm_needed,
             links,
-            _comm_rows(chip, mesh, axes, compiled.by_key()),
+            rows(chip, mesh, axes, compiled.by_key()),
             [mesh],
             False,
             notes,
             cpu_bytes_accessed=compiled.cpu_bytes_accessed,
+            **model_flops_fields(config, mesh),
         )
     target = check_target(config, target)
     fitted, probes, fit_notes, largest = extrapolate(config, dtype, target, max_devices)
     notes += [largest.loop_note] if largest is not None and largest.loop_note else []
-    links = axis_links(chip, target, axes)
+    links = links_for(chip, target, axes)
     keyed = {
         key: {"bytes": value["bytes"], "count": value["count"], "example": value["example"]}
         for key, value in fitted["collectives"].items()
     }
     compiled_row = None
     if largest is not None:
-        small = axis_links(chip, largest.mesh, axes)
-        rows = _comm_rows(chip, largest.mesh, axes, largest.by_key())
+        small = links_for(chip, largest.mesh, axes)
+        small_rows = rows(chip, largest.mesh, axes, largest.by_key())
         compiled_row = {
             "mesh": list(largest.mesh),
             "flops": largest.flops,
             "hbm_bytes": largest.hbm_bytes,
             "hbm_needed": largest.hbm_needed,
-            "wire_bytes": sum(r["wire_bytes"] for r in rows),
-            "comm_s": sum(r["seconds"] for r in rows),
+            "wire_bytes": sum(r["wire_bytes"] for r in small_rows),
+            "comm_s": sum(r["seconds"] for r in small_rows),
             "axis_links": {a: link.to_json() for a, link in small.items()},
         }
     return Prediction(
@@ -327,13 +309,23 @@ def predict(
         fitted["hbm_bytes"],
         fitted["hbm_needed"],
         links,
-        _comm_rows(chip, target, axes, keyed),
+        rows(chip, target, axes, keyed),
         probes,
         True,
         notes + fit_notes,
         compiled_row,
         fitted["checks"],
+        **model_flops_fields(config, target),
     )
+
+
+def model_flops_fields(config: LabConfig, mesh: tuple[int, ...]) -> dict:
+    """The Prediction fields of the model's own FLOPs (:meth:`ModelFamily.model_flops`): per device (the whole
+    step's ÷ the mesh's devices) and the whole step's count with its formula; none where the family gives none."""
+    counted = config.family.model_flops(config.model, config.batch_size)
+    if counted is None:
+        return {}
+    return {"model_flops": counted.total / math.prod(mesh), "model_flops_detail": counted.to_json()}
 
 
 def default_dtype(target: str) -> str:
@@ -403,7 +395,7 @@ def _predict_on_target(config: LabConfig, on, chip_id: str | None, dtype: str, t
             "the GPU compiler reports no FLOPs: these are XLA:CPU's for the same layout"
             + ("" if fits_here else ", extrapolated past the simulated devices")
         )
-    links = axis_links(chip, mesh, axes)
+    links = links_for(chip, mesh, axes, on.name)
     return Prediction(
         chip,
         dtype,
@@ -413,7 +405,7 @@ def _predict_on_target(config: LabConfig, on, chip_id: str | None, dtype: str, t
         compiled.hbm_bytes,
         compiled.hbm_needed,
         links,
-        _comm_rows(chip, mesh, axes, compiled.by_key()),
+        rows(chip, mesh, axes, compiled.by_key(), on.name),
         [mesh],
         False,
         notes,
@@ -422,6 +414,7 @@ def _predict_on_target(config: LabConfig, on, chip_id: str | None, dtype: str, t
         refused=compiled.refused,
         optimal_seconds=compiled.optimal_seconds,
         memory=compiled.memory,
+        **model_flops_fields(config, mesh),
     )
 
 
@@ -432,66 +425,3 @@ def parse_target(text: str | None) -> tuple[int, ...] | None:
     from ..sharding.mesh import parse_mesh_shape
 
     return parse_mesh_shape(text)
-
-
-def describe(p: Prediction) -> str:
-    """The prediction as the command line prints it."""
-    mesh = "x".join(map(str, p.mesh))
-    if p.target != "cpu":
-        source = f"compiled here by {_compiler(p.target)} for {p.target} in {p.compile_s:.1f} s (abstract inputs)"
-    elif p.extrapolated:
-        source = f"extrapolated from compiles on {', '.join('x'.join(map(str, m)) for m in p.compiled_on)}"
-    else:
-        source = "compiled here (CPU, abstract inputs)"
-    head = f"{p.chip.name}, {p.dtype}, mesh {mesh} ({', '.join(p.axes)}): one training step per device — {source}"
-    if p.refused:
-        return "\n".join([head, f"  does NOT fit: {p.refused}"] + [f"  note: {note}" for note in p.notes])
-    lines = [
-        head,
-        f"  FLOPs {p.flops:,.0f}  ÷ peak {p.peak:.3g} FLOP/s  = compute {format_seconds(p.compute_s)}",
-        f"  HBM traffic {p.hbm_bytes:,.0f} B  ÷ {p.chip.hbm_bytes_per_s:.3g} B/s  "
-        f"= memory {format_seconds(p.memory_s)}",
-    ]
-    for axis, link in p.links.items():
-        lines.append(
-            f"  axis {axis}: {link.name}"
-            + (f" {link.bytes_per_s:.3g} B/s" if link.name != "none" else "")
-            + f" — {link.why}"
-        )
-    for row in p.comm:
-        lines.append(
-            f"    {row['count']} × {row['op']:<18} over {'+'.join(row['axes']) or '-':<12} n={row['group_size']:<5} "
-            f"{row['bytes']:>14,.0f} B → wire {row['wire_bytes']:>14,.0f} B on {row['link']} "
-            f"= {format_seconds(row['seconds'])}"
-        )
-    lines += [
-        f"  communication {format_seconds(p.comm_s)} ({p.wire_bytes:,.0f} wire bytes)"
-        f" + latency {format_seconds(p.latency_s)} "
-        f"({sum(r['count'] for r in p.comm if r.get('latency_s'))} collectives "
-        "× their link's α, chips.LATENCY)",
-        f"  step (full overlap, the prediction) {format_seconds(p.step_s)}  — {p.bound}-bound, MFU {p.mfu:.1%}",
-        f"  step (no overlap: compute/memory + communication) {format_seconds(p.step_s_no_overlap)}",
-        f"  HBM needed {p.hbm_needed / 1e9:,.3f} GB of {p.chip.capacity_text()}: "
-        + ("fits" if p.fits else "does NOT fit"),
-    ]
-    if p.compiler_ratio is not None:
-        lines.append(
-            f"  the TPU compiler's own estimate (cost_analysis optimal_seconds) {format_seconds(p.optimal_seconds)}: "
-            f"the roofline is {p.compiler_ratio:.2f}× it"
-        )
-    lines += [f"  note: {note}" for note in p.notes]
-    return "\n".join(lines)
-
-
-def print_cost(
-    config: LabConfig, chip_id: str | None, dtype: str | None, target_text: str | None, as_json: bool
-) -> int:
-    """``python -m sharding_lab cost``: raises ConfigError (→ exit 2) for a bad chip, dtype or target."""
-    import json
-
-    chip_id = target_chip(config, chip_id)
-    dtype = default_dtype(config.target) if dtype is None else dtype
-    get_chip(chip_id), dtype_name(dtype)  # refuse before compiling anything
-    prediction = predict(config, chip_id, dtype, parse_target(target_text))
-    print(json.dumps(prediction.to_json()) if as_json else describe(prediction))
-    return 0

@@ -5,9 +5,10 @@ from __future__ import annotations
 import dataclasses
 
 from ..errors import ConfigError
-from ..hardware.chips import axis_links
+from ..hardware import targets
 from ..hardware.chips import chip as get_chip
 from ..training.config import LabConfig
+from .collectives import links_for
 from .compiled import axis_names, dtype_name
 from .roofline import predict
 
@@ -15,11 +16,15 @@ from .roofline import predict
 def critical_batch(chip_id: str, config: LabConfig, dtype: str = "bf16", axis: str | None = None) -> dict:
     """The scaling book's critical batch per device for data parallelism (training.md, "When do we
     become bottlenecked by communication?"): compute-bound when B/X > C/W, C the chip's FLOP/s and
-    W the (bidirectional, on a full ring) bandwidth of the link the data axis runs over."""
+    W the bandwidth of the link the data axis runs over: on a TPU target where its devices lie (both
+    directions on each dimension it closes a ring on, :mod:`sharding_lab.hardware.placement`)."""
     chip = get_chip(chip_id)
+    on = targets.parse(config.target)
+    if on.kind == "tpu":
+        chip = dataclasses.replace(chip, torus=on.torus)
     axes = tuple(config.mesh.axes)
     axis = axis or axes[0]
-    link = axis_links(chip, tuple(config.mesh.shape), axes)[axis]
+    link = links_for(chip, tuple(config.mesh.shape), axes, on.name)[axis]
     peak = chip.flops(dtype_name(dtype))[0]
     return {
         "axis": axis,

@@ -5,7 +5,7 @@ model, optimizer, create under ``jit``, data, the training loop — on today's n
 nothing from Sharding Lab. It is not a second copy kept by hand: the model, its data and its loss
 are the model family's own source (``ModelFamily.export_objects``, read with
 :func:`sharding_lab.export.source.source_of`), and
-the step is the trainer's (:func:`sharding_lab.training.trainer.make_train_step`): loss, gradients,
+the step is the trainer's (:func:`sharding_lab.training.step.make_train_step`): loss, gradients,
 update, outputs pinned to the layout they were born with. Run, it prints every array's
 per-device slices as ``layout <path> device <id>: <start>:<stop> ...`` lines and, last,
 ``final_loss=<float>``.

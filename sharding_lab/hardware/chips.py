@@ -38,6 +38,16 @@ USABLE_SOURCE = "the TPU compiler's 'available HBM' (libtpu 0.0.42.1, compiling 
 
 BOOK_TPUS = "JAX scaling book, 'How to Think About TPUs', TPU Specs tables (jax-ml.github.io/scaling-book/tpus)"
 BOOK_GPUS = "JAX scaling book, 'How to Think About GPUs', spec and node tables (jax-ml.github.io/scaling-book/gpus)"
+# An f32 matmul's peak depends on the precision it is compiled at (jax.lax.Precision): at JAX's default a TPU
+# multiplies f32 in one bfloat16 pass of the matrix unit and a GPU in TF32; at "highest", in 6 bfloat16 passes
+# (TPU) or in FP32 on the CUDA cores (GPU). The lab compiles at the default: "f32" is that peak.
+TPU_F32 = (
+    "f32 at JAX's default precision: one bf16 pass of the MXU (jax.lax.Precision docs: DEFAULT 'performs float32 "
+    "computations in bfloat16', HIGHEST 'in 6 bfloat16 passes'), so the bf16 peak; at 'highest' a sixth of it. "
+    "Measured on one real TPU v5e (2026-12-05, an 8192³ matmul, JAX 0.10.2): bf16 166 TFLOP/s, f32 at the default "
+    "147, 'high' 61, 'highest' 31 (84%, 75%, 93% and 94% of 197, 197, 65.7 and 32.8)"
+)
+GPU_F32 = "JAX's default f32 matmul precision on a GPU is TF32 (jax.lax.Precision docs); 'highest' is FP32"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -45,7 +55,7 @@ class Chip:
     id: str
     name: str
     kind: str  # "tpu" or "gpu"
-    peak_flops: dict  # dtype → dense FLOP/s (None: not published)
+    peak_flops: dict  # dtype → dense FLOP/s; "f32" at JAX's default matmul precision, "f32_highest" at 'highest'
     hbm_bytes_per_s: float
     hbm_bytes: float
     sources: dict  # field → where the figure comes from
@@ -74,16 +84,15 @@ class Chip:
         return f"{self.hbm_bytes / 1e9:,.0f} GB"
 
     def flops(self, dtype: str) -> tuple[float, str]:
-        """(peak FLOP/s for ``dtype``, a note when it is not the dtype's own published figure). Mixed
-        precision computes in bf16: its peak is bf16's."""
+        """(peak FLOP/s for ``dtype``, a note where it needs one). Mixed precision computes in bf16: its peak is
+        bf16's. f32 is compiled at JAX's default matmul precision: its peak is that precision's (TPU_F32)."""
         value = self.peak_flops.get("bf16" if dtype == "mixed" else dtype)
-        if value is not None:
+        if dtype != "f32":
             return value, ""
-        # TPUs publish no f32 matmul peak: JAX's default precision runs an f32 matmul on the MXU
-        # as bf16 passes (jax.lax.Precision.DEFAULT), so the bf16 peak is the ceiling it can reach.
-        return self.peak_flops["bf16"], (
-            f"{self.name} publishes no {dtype} peak; JAX's default matmul "
-            f"precision uses the bf16 matrix units, so the bf16 peak is used"
+        unit = "one bf16 pass of the matrix unit" if self.kind == "tpu" else "TF32 on the tensor cores"
+        return value, (
+            f"f32 at JAX's default matmul precision runs as {unit}: peak {value:.3g} FLOP/s on {self.name}; at "
+            f"precision='highest' it would be {self.peak_flops['f32_highest']:.3g}"
         )
 
     def wraps(self, taken: int, dim: int) -> bool:
@@ -132,7 +141,8 @@ CHIPS: dict[str, Chip] = {
             "tpu-v5e",
             "TPU v5e",
             "tpu",
-            peak_flops={"bf16": 1.97e14, "f32": None},  # Google Cloud "TPU v5e": 197 TFLOPs bf16; book 1.97e14
+            # Google Cloud "TPU v5e": 197 TFLOPs bf16; book 1.97e14. f32: TPU_F32 (measured on a real v5e)
+            peak_flops={"bf16": 1.97e14, "f32": 1.97e14, "f32_highest": 1.97e14 / 6},
             hbm_bytes_per_s=8.1e11,  # book 8.1e11 (Google Cloud lists 819 GB/s)
             hbm_bytes=16 * GB,  # Google Cloud "TPU v5e": 16 GB HBM2; book 16GB
             hbm_usable_bytes=16_909_336_064,  # 15.75 GiB: a real v5e's bytes_limit = the TPU compiler's "available HBM"
@@ -145,6 +155,7 @@ CHIPS: dict[str, Chip] = {
                 "hbm_usable": USABLE_SOURCE
                 + "; a real v5e's memory_stats bytes_limit 16,909,336,064 (tools/tpu_check.py, 2026-12-04)",
                 "peak_flops": f"{BOOK_TPUS}; cloud.google.com/tpu/docs/v5e (197 TFLOPs bf16)",
+                "peak_flops_f32": TPU_F32,
                 "hbm": f"{BOOK_TPUS}; cloud.google.com/tpu/docs/v5e (16 GB, 819 GBps)",
                 "ici": f"{BOOK_TPUS} (ICI 4.5e10 one-way / 9e10 bidi per link); 4 ICI ports per chip, 2D torus "
                 "(cloud.google.com/tpu/docs/v5e)",
@@ -155,7 +166,7 @@ CHIPS: dict[str, Chip] = {
             "tpu-v5p",
             "TPU v5p",
             "tpu",
-            peak_flops={"bf16": 4.59e14, "f32": None},  # book 4.59e14; Google Cloud "TPU v5p": 459 TFLOPs
+            peak_flops={"bf16": 4.59e14, "f32": 4.59e14, "f32_highest": 4.59e14 / 6},  # book 4.59e14; TPU_F32
             hbm_bytes_per_s=2.8e12,  # book 2.8e12 (Google Cloud lists 2765 GBps)
             hbm_bytes=96 * GB,  # book 96GB (Google Cloud lists 95 GB)
             hbm_usable_bytes=95.74 * GIB,  # the TPU compiler's "available HBM (95.74G)" (libtpu 0.0.42.1)
@@ -167,6 +178,7 @@ CHIPS: dict[str, Chip] = {
             sources={
                 "hbm_usable": USABLE_SOURCE,
                 "peak_flops": f"{BOOK_TPUS}; cloud.google.com/tpu/docs/v5p (459 TFLOPs bf16)",
+                "peak_flops_f32": TPU_F32,
                 "hbm": f"{BOOK_TPUS} (96GB, 2.8e12); cloud.google.com/tpu/docs/v5p (95 GB, 2765 GBps)",
                 "ici": BOOK_TPUS + " (ICI 9e10 one-way / 1.8e11 bidi per link; 3D torus, 6 links)",
                 "dcn": BOOK_TPUS + " (DCN 6.25e9 bytes/s per TPU)",
@@ -176,7 +188,7 @@ CHIPS: dict[str, Chip] = {
             "tpu-v6e",
             "TPU v6e (Trillium)",
             "tpu",
-            peak_flops={"bf16": 9.2e14, "f32": None},  # book 9.20e14
+            peak_flops={"bf16": 9.2e14, "f32": 9.2e14, "f32_highest": 9.2e14 / 6},  # book 9.20e14; TPU_F32
             hbm_bytes_per_s=1.6e12,  # book 1.6e12
             hbm_bytes=32 * GB,  # book 32GB
             hbm_usable_bytes=31.25 * GIB,  # the TPU compiler's "available HBM (31.25G)" (libtpu 0.0.42.1)
@@ -188,6 +200,7 @@ CHIPS: dict[str, Chip] = {
             sources={
                 "hbm_usable": USABLE_SOURCE,
                 "peak_flops": BOOK_TPUS + " (9.20e14 bf16)",
+                "peak_flops_f32": TPU_F32,
                 "hbm": BOOK_TPUS + " (32GB, 1.6e12)",
                 "ici": BOOK_TPUS + " (ICI 9e10 one-way / 1.8e11 bidi per link; 16x16 2D torus)",
                 "dcn": BOOK_TPUS + " (DCN 12.5e9 bytes/s per TPU v6e)",
@@ -199,7 +212,8 @@ CHIPS: dict[str, Chip] = {
             "gpu",
             # NVIDIA H100 datasheet (SXM): BF16 Tensor Core 1,979 TFLOPS *with sparsity* → 989.4 dense;
             # FP32 (CUDA cores) 67 TFLOPS. Book: 9.9e14 bf16.
-            peak_flops={"bf16": 989.4e12, "f32": 66.9e12},
+            # TF32 Tensor Core 989 TFLOPS with sparsity → 494.7 dense: JAX's default f32 matmul precision on a GPU
+            peak_flops={"bf16": 989.4e12, "f32": 494.7e12, "f32_highest": 66.9e12},
             hbm_bytes_per_s=3.35e12,  # datasheet: 3.35 TB/s
             hbm_bytes=80 * GB,  # datasheet: 80 GB
             nvlink_bytes_per_s=450 * GB,  # datasheet: NVLink 900 GB/s (both directions); book: 450 GB/s egress
@@ -208,6 +222,8 @@ CHIPS: dict[str, Chip] = {
             sources={
                 "peak_flops": "NVIDIA H100 Tensor Core GPU datasheet (SXM): BF16 1,979 TFLOPS with sparsity "
                 "(989.4 dense), FP32 67 TFLOPS; " + BOOK_GPUS + " (9.9e14)",
+                "peak_flops_f32": "the same datasheet: TF32 Tensor Core 989 TFLOPS with sparsity (494.7 dense), FP32 "
+                "67 TFLOPS; " + GPU_F32,
                 "hbm": "NVIDIA H100 datasheet (SXM): 80 GB, 3.35 TB/s",
                 "nvlink": "NVIDIA H100 datasheet: NVLink 900 GB/s; "
                 + BOOK_GPUS
@@ -219,7 +235,7 @@ CHIPS: dict[str, Chip] = {
             "h200",
             "NVIDIA H200 SXM",
             "gpu",
-            peak_flops={"bf16": 989.4e12, "f32": 66.9e12},  # same GH100 compute as H100 (book: 9.9e14)
+            peak_flops={"bf16": 989.4e12, "f32": 494.7e12, "f32_highest": 66.9e12},  # GH100 as H100 (book 9.9e14)
             hbm_bytes_per_s=4.8e12,  # NVIDIA H200 datasheet: 4.8 TB/s
             hbm_bytes=141 * GB,  # NVIDIA H200 datasheet: 141 GB HBM3e
             nvlink_bytes_per_s=450 * GB,  # datasheet: NVLink 900 GB/s (both directions)
@@ -228,6 +244,8 @@ CHIPS: dict[str, Chip] = {
             sources={
                 "peak_flops": "NVIDIA H200 datasheet (SXM): BF16 1,979 TFLOPS with sparsity (989 dense), "
                 "FP32 67 TFLOPS; " + BOOK_GPUS + " (9.9e14)",
+                "peak_flops_f32": "the same datasheet: TF32 Tensor Core 989 TFLOPS with sparsity (494.7 dense), FP32 "
+                "67 TFLOPS; " + GPU_F32,
                 "hbm": "NVIDIA H200 datasheet (SXM): 141 GB HBM3e, 4.8 TB/s; " + BOOK_GPUS,
                 "nvlink": "NVIDIA H200 datasheet: NVLink 900 GB/s (450 per direction)",
                 "network": BOOK_GPUS + " (400 Gbps NIC per GPU, as DGX H100)",
@@ -239,7 +257,8 @@ CHIPS: dict[str, Chip] = {
             "gpu",
             # NVIDIA HGX B200 (per GPU): FP16/BF16 4.5 PFLOPS with sparsity → 2.25 dense; FP32 80 TFLOPS
             # (NVIDIA Blackwell architecture page, quoted in the book's quiz). Book: 2.3e15 bf16.
-            peak_flops={"bf16": 2.25e15, "f32": 80e12},
+            # TF32 Tensor Core 2.2 PFLOPS with sparsity → 1.1 dense (NVIDIA HGX B200 spec, per GPU)
+            peak_flops={"bf16": 2.25e15, "f32": 1.1e15, "f32_highest": 80e12},
             hbm_bytes_per_s=8.0e12,  # book: 8.0e12 (HGX B200: 8 TB/s per GPU)
             hbm_bytes=180 * GB,  # NVIDIA DGX B200 user guide: 8 GPUs, 1,440 GB total (192 GB physical per book)
             nvlink_bytes_per_s=900 * GB,  # NVLink 5: 1.8 TB/s both directions; book: 900 GB/s per direction
@@ -248,6 +267,8 @@ CHIPS: dict[str, Chip] = {
             sources={
                 "peak_flops": "NVIDIA HGX B200 spec (1000 W): BF16 4.5 PFLOPS with sparsity (2.25 dense), "
                 "FP32 80 TFLOPS; " + BOOK_GPUS + " (2.3e15)",
+                "peak_flops_f32": "NVIDIA HGX B200 spec: TF32 Tensor Core 2.2 PFLOPS with sparsity (1.1 dense), FP32 "
+                "80 TFLOPS; " + GPU_F32,
                 "hbm": BOOK_GPUS + " (8.0e12 B/s); NVIDIA DGX B200 user guide: 1,440 GB total for 8 GPUs",
                 "nvlink": BOOK_GPUS + " (NVLink 5: 900 GB/s per direction, 18 links); 1.8 TB/s both ways",
                 "network": "NVIDIA DGX B200 user guide: 8 × ConnectX-7 single-port, up to 400 Gbps each",
@@ -276,12 +297,14 @@ class Link:
     bytes_per_s: float
     why: str
     both_ways: bool = False  # a TPU ring that closes (wraparound): sends go both ways, half the hops
+    hops: int | None = None  # TPU: links of an all-gather's longest path (Σ per torus dimension); None: n − 1 or n/2
 
     def to_json(self) -> dict:
         return {
             "link": self.name,
             "bytes_per_s": self.bytes_per_s,
             "why": self.why,
+            "hops": self.hops,
             "latency_s": LATENCY[self.name][0] if self.name in LATENCY else 0.0,
         }
 
@@ -297,7 +320,7 @@ class Link:
             return alpha
         if op == "collective-permute":
             return alpha
-        hops = -(-n // 2) if self.both_ways else n - 1
+        hops = self.hops if self.hops is not None else -(-n // 2) if self.both_ways else n - 1
         return alpha * hops * (2 if op == "all-reduce" else 1)
 
 
@@ -369,7 +392,9 @@ def axis_links(chip: Chip, mesh_shape: tuple[int, ...], axis_names: tuple[str, .
             f"({'wraparound: both directions' if chip.wraps(take, dim) else 'no wraparound: one direction'})"
             for take, dim in parts
         )
-        links[name] = Link("ICI", bandwidth, described, both_ways=all(chip.wraps(take, dim) for take, dim in parts))
+        hops = sum(-(-take // 2) if chip.wraps(take, dim) else take - 1 for take, dim in parts)  # the book's Σ|Xᵢ|/2
+        closed = all(chip.wraps(take, dim) for take, dim in parts)
+        links[name] = Link("ICI", bandwidth, described, both_ways=closed, hops=hops)
     return {name: links[name] for name in axis_names}
 
 

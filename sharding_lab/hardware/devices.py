@@ -59,6 +59,30 @@ def force_host_devices(count: int) -> bool:
     return True
 
 
+# XLA:CPU settings that compile this lab's programs faster and give the same numbers, bit for bit (checked
+# by tests/core/test_compile_settings.py against XLA's defaults; measured with tools/compile_bench.py). Profiling
+# (perf) put a small training chunk's compile in the MLIR fusion emitters and LLVM's optimisation passes, not
+# in the HLO passes. LLVM at -O1 without its expensive passes emits the same arithmetic. Left out because they
+# change the numbers: level 0 (the last bits of the MLP's losses: no FMA contraction), the older emitters
+# (``--xla_cpu_use_fusion_emitters=false``, 1.8x faster on the MLP but a tensor-parallel transformer's losses
+# moved by 5e-7 from step 2) and ``--xla_cpu_max_isa=AVX2`` (the same transformer's losses).
+FAST_COMPILE_FLAGS = ("--xla_backend_optimization_level=1", "--xla_llvm_disable_expensive_passes=true")
+
+
+def apply_compile_settings() -> list[str]:
+    """Add :data:`FAST_COMPILE_FLAGS` to ``XLA_FLAGS`` (``SHARDING_LAB_FAST_COMPILE``, on by default) — each
+    unless ``XLA_FLAGS`` already sets that flag, so a user's (or the test suite's) own choice wins. Must run
+    before JAX's backend starts: XLA reads ``XLA_FLAGS`` once per process, for every program it compiles — the
+    forced host-device count rides in the same variable. The flags added (empty when off or all set)."""
+    if not settings.FAST_COMPILE.get():
+        return []
+    present = {flag.split("=", 1)[0] for flag in os.environ.get("XLA_FLAGS", "").split()}
+    added = [flag for flag in FAST_COMPILE_FLAGS if flag.split("=", 1)[0] not in present]
+    if added:
+        os.environ["XLA_FLAGS"] = " ".join([*os.environ.get("XLA_FLAGS", "").split(), *added])
+    return added
+
+
 def requested_platform() -> str:
     """``SHARDING_LAB_PLATFORM`` (cpu, accelerator or auto; gpu and tpu mean accelerator; anything else
     counts as auto)."""

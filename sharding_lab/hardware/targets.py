@@ -16,6 +16,9 @@ Targets are named as the clouds name them:
   (besides accelerators JAX really sees);
 - ``v5e-N`` / ``v6e-N``: N chips on a 2-D torus (8 = 2×4 … 256 = 16×16);
 - ``v5p-N``: N TensorCores = N/2 chips (megacore: one JAX device per chip) on a 3-D torus;
+- ``v5e-256x2`` (any TPU slice, ``x`` and 2–64): that many slices joined over the data-centre network
+  (``get_topology_desc(num_slices=…)``; the devices carry ``slice_index``, :func:`slice_axis` says which mesh axis
+  crosses them);
 - ``h100-8`` / ``h200-8`` (and ``-16``, ``-32``…): 8 GPUs a node over NVLink, nodes over the network.
 
 This module is the only one that knows topology names, imports libtpu's or the CUDA plugin's
@@ -67,7 +70,8 @@ class Target:
     kind: str  # "cpu", "tpu" or "gpu"
     chip: str | None = None  # the chips.py id whose figures the cost uses
     devices: int = 0  # devices a mesh must use (0 for cpu: any number up to the simulated count)
-    torus: tuple[int, ...] = ()  # TPU: the slice's physical shape; GPU: (nodes, GPUs per node)
+    torus: tuple[int, ...] = ()  # TPU: one slice's physical shape; GPU: (nodes, GPUs per node)
+    slices: int = 1  # TPU: slices joined by the data-centre network (``v5e-256x2``: 2)
 
     @property
     def compile_only(self) -> bool:
@@ -83,8 +87,14 @@ class Target:
         return {"cpu": "XLA:CPU", "tpu": "the TPU compiler (libtpu)", "gpu": "the GPU compiler (XLA:GPU)"}[self.kind]
 
     def label(self) -> str:
+        if self.kind == "tpu" and self.slices > 1:
+            return (
+                f"{self.name} ({self.devices} chips: {self.slices} slices of {'×'.join(map(str, self.torus))}, "
+                "joined over the data-centre network)"
+            )
         if self.kind == "tpu":
-            return f"{self.name} ({self.devices} chips, {'×'.join(map(str, self.torus))} torus)"
+            chips = f"{self.devices} chip{'s' if self.devices != 1 else ''}"
+            return f"{self.name} ({chips}, {'×'.join(map(str, self.torus))} torus)"
         if self.kind == "gpu":
             nodes = self.torus[0]
             return f"{self.name} ({self.devices} GPUs, {nodes} node{'s' if nodes > 1 else ''} of {GPU_NODE})"
@@ -97,6 +107,7 @@ class Target:
             "chip": self.chip,
             "devices": self.devices,
             "torus": list(self.torus),
+            "slices": self.slices,
             "compiler": self.compiler,
         }
 
@@ -114,11 +125,29 @@ def _names() -> list[str]:
 TARGET_NAMES = tuple(_names())
 
 
+MAX_SLICES = 64  # slices a multi-slice target may join
+
+
 def parse(name: str | None) -> Target:
-    """'v5e-8' → Target; a clear ConfigError naming the choices for anything else."""
+    """'v5e-8' → Target; 'v5e-256x4' → four v5e-256 slices joined over the data-centre network (what
+    ``get_topology_desc(num_slices=4)`` describes); a clear ConfigError naming the choices for anything else."""
     text = (name or CPU).strip().lower()
     if text == CPU:
         return Target(CPU, CPU)
+    base, times, slices = text.partition("x")
+    if times and "-" in base:
+        if not slices.isdigit() or not 2 <= int(slices) <= MAX_SLICES:
+            raise ConfigError(
+                f"unknown target {name!r}: a multi-slice target is a TPU slice, 'x' and 2 to {MAX_SLICES} slices, "
+                "e.g. v5e-256x2 or v5p-1024x4",
+                "target",
+            )
+        one = parse(base)
+        if one.kind != "tpu":
+            raise ConfigError(
+                f"unknown target {name!r}: only TPU slices join over the data-centre network (e.g. v5e-256x2)", "target"
+            )
+        return dataclasses.replace(one, name=text, devices=one.devices * int(slices), slices=int(slices))
     family, _, count = text.partition("-")
     if not count.isdigit() or (family not in TPU_FAMILIES and family not in GPU_FAMILIES):
         raise ConfigError(
@@ -259,7 +288,7 @@ device_description_str: "{name}"
 # (__triton_nested_gemm_fusion) in the first and a cuBLASLt call (__cublas$lt$matmul) in the second.
 GPU_KERNEL_NOTE = (
     "Compiled without the GPU, so XLA:GPU cannot autotune: it writes every matmul as a Triton GEMM "
-    "fusion, where on a real H200 it calls cuBLASLt. The collectives and the memory figures are "
+    "fusion, where on the real GPU it calls cuBLASLt. The collectives and the memory figures are "
     "the compiler's (measured on one H200: arguments identical, temporaries 1–12% below the real "
     "compile's); the kernels are not the chip's. Source: tools/h200_check.py, README."
 )
@@ -317,7 +346,7 @@ def devices(name: str) -> tuple:
             topology_name=topology,
             chip_config_name=config,
             chips_per_host_bounds=per_host,
-            num_slices=1,
+            num_slices=target.slices,
         )
     else:
         nodes = target.torus[0]
@@ -350,6 +379,8 @@ def device_grid(name: str, shape: tuple[int, ...]):
     found = list(devices(name))
     if target.kind == "gpu":  # GPUs sit in nodes: the last mesh axes fill a node first (row-major ids)
         return np.array(found, dtype=object).reshape(shape), None
+    if target.slices > 1:
+        return _multi_slice_grid(target, shape, found)
     try:
         return mesh_utils.create_device_mesh(shape, devices=found), None
     except (NotImplementedError, ValueError, AssertionError):
@@ -358,6 +389,41 @@ def device_grid(name: str, shape: tuple[int, ...]):
             f"the mesh {'×'.join(map(str, shape))} does not line up with the "
             f"{'×'.join(map(str, target.torus))} torus: an axis splits a physical dimension, "
             "so some of its neighbours are not each other's torus neighbours"
+        )
+
+
+def slice_axis(target: Target, shape: tuple[int, ...]) -> int | None:
+    """Which mesh axis crosses slices on a multi-slice target: the first whose size the slice count divides
+    (MaxText's ``dcn_*_parallelism``: a mesh axis is an ICI part × a DCN part). Name it ``dcn`` and the presets
+    split the batch over it: pure data parallelism across slices (sharding.rules.DCN_AXIS). None on one slice."""
+    if target.slices <= 1:
+        return None
+    for i, size in enumerate(shape):
+        if size % target.slices == 0:
+            return i
+    raise ConfigError(
+        f"{target.name} joins {target.slices} slices: one mesh axis must cross them, so one axis's size must be a "
+        f"multiple of {target.slices} (e.g. {target.slices}x{target.devices // target.slices} with axes dcn,data), "
+        f"not {'x'.join(map(str, shape))}",
+        "mesh",
+    )
+
+
+def _multi_slice_grid(target: Target, shape: tuple[int, ...], found: list):
+    """Devices of several slices on a mesh (``mesh_utils.create_hybrid_device_mesh``): the axis :func:`slice_axis`
+    names is (slices) × (its share within a slice); every other axis lies within each slice."""
+    from jax.experimental import mesh_utils
+
+    across = slice_axis(target, shape)
+    dcn = tuple(target.slices if i == across else 1 for i in range(len(shape)))
+    ici = tuple(size // d for size, d in zip(shape, dcn))
+    try:
+        return mesh_utils.create_hybrid_device_mesh(ici, dcn, devices=found), None
+    except (NotImplementedError, ValueError, AssertionError):
+        grid = mesh_utils.create_hybrid_device_mesh(ici, dcn, devices=found, allow_split_physical_axes=True)
+        return grid, (
+            f"within each slice the mesh {'×'.join(map(str, ici))} does not line up with the "
+            f"{'×'.join(map(str, target.torus))} torus: an axis splits a physical dimension"
         )
 
 
@@ -375,71 +441,3 @@ def check_mesh_size(target: Target, size: int) -> None:
 def _two_axes(n: int) -> str:
     first = max(d for d in range(1, int(math.isqrt(n)) + 1) if n % d == 0)
     return f"{first}x{n // first}"
-
-
-def axis_placement(name: str, mesh) -> dict[str, dict]:
-    """Mesh axis → where it runs on the target, read off the devices' coordinates. For a TPU slice: the
-    torus dimensions it spans (chips along each), the most torus hops between two mesh neighbours along it
-    (1: every step of its ring is one link), and whether the ring's closing step — last device back to
-    the first — is one link too (through a wraparound, or because the ring folds back). For GPUs: whether
-    it stays inside a node (NVLink) or crosses nodes (the network)."""
-    import numpy as np
-
-    target = parse(name)
-    grid = np.vectorize(coords, otypes=[object])(mesh.devices)
-    out = {}
-    for i, axis in enumerate(mesh.axis_names):
-        line = list(grid[tuple(slice(None) if j == i else 0 for j in range(grid.ndim))])
-        dims = [d for d in range(len(line[0])) if len({c[d] for c in line}) > 1]
-        if target.kind == "gpu":
-            out[axis] = {"size": len(line), "link": "network" if 0 in dims else ("NVLink" if dims else "none")}
-            continue
-        steps = [_hops(target, a, b) for a, b in zip(line, line[1:])]
-        out[axis] = {
-            "size": len(line),
-            "dims": ["xyz"[d] for d in dims],
-            "chips": {"xyz"[d]: len({c[d] for c in line}) for d in dims},
-            "max_hops": max(steps, default=0),
-            "ring_closes": len(line) > 2 and _hops(target, line[-1], line[0]) == 1,
-        }
-    return out
-
-
-def _hops(target: Target, a: tuple[int, ...], b: tuple[int, ...]) -> int:
-    """Links between two chips of the slice (the shorter way round a dimension that wraps)."""
-    total = 0
-    for d, (x, y) in enumerate(zip(a, b)):
-        size = target.torus[d] if d < len(target.torus) else 1
-        gap = abs(x - y)
-        total += min(gap, size - gap) if _wraps(target, size, size) else gap
-    return total
-
-
-def _wraps(target: Target, taken: int, dim: int) -> bool:
-    """A ring along a whole torus dimension closes with a wraparound link where the chip's slices have one
-    (:meth:`sharding_lab.hardware.chips.Chip.wraps`: v5e/v6e only along a full 16-chip dimension; v5p along
-    multiples of 4)."""
-    from .chips import chip
-
-    return taken == dim and chip(target.chip).wraps(taken, dim)
-
-
-def describe_placement(name: str, mesh) -> list[str]:
-    """One sentence per mesh axis: where it runs on the target."""
-    lines = []
-    for axis, place in axis_placement(name, mesh).items():
-        if place["size"] == 1:
-            lines.append(f"`{axis}` (size 1) talks to no one")
-        elif "link" in place:
-            where = {"NVLink": "inside one node, over NVLink", "network": "across nodes, over the network"}
-            lines.append(f"`{axis}` ({place['size']} GPUs) runs {where.get(place['link'], 'nowhere')}")
-        else:
-            spans = " × ".join(f"{n} along {d}" for d, n in place["chips"].items())
-            hops = (
-                "each mesh neighbour one link away"
-                if place["max_hops"] == 1
-                else f"mesh neighbours up to {place['max_hops']} links apart"
-            )
-            closes = "; its ring closes in one link" if place["ring_closes"] else ""
-            lines.append(f"`{axis}` ({place['size']} chips) spans {spans}, {hops}{closes}")
-    return lines

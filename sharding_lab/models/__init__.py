@@ -261,6 +261,14 @@ class ModelFamily:
                 return name
         return None
 
+    def model_flops(self, spec, batch_size: int):
+        """One training step's model FLOPs over the whole batch, for MFU (a :class:`~.flops.ModelFlops`): PaLM's
+        6·N per token for the weights plus 12·L·H·Q·T for attention, the MLP's matmuls exactly (:mod:`.flops`).
+        A family of its own overrides this; None: no count (the lab then reports HFU only)."""
+        from .flops import model_flops
+
+        return model_flops(self, spec, batch_size)
+
     def parameter_count(self, spec) -> int:
         """How many numbers the model's parameters hold, from their abstract shapes."""
         return sum(math.prod(a.shape) for a in self.parameters(spec).values())

@@ -9,6 +9,7 @@ on 100 points in [-2, 2].
 from __future__ import annotations
 
 import dataclasses
+import functools
 from typing import ClassVar
 
 import jax
@@ -21,6 +22,7 @@ from . import (
     DP_TEXTBOOK,
     FSDP_TEXTBOOK,
     MEGATRON_TEXTBOOK,
+    PIPELINE_TEXTBOOK,
     REPLICATED_TEXTBOOK,
     ArraySpec,
     Expect,
@@ -61,6 +63,17 @@ class ModelSpec:
             )
 
 
+class HiddenLayer(nnx.Module):
+    """One extra hidden layer, ``relu(h @ w + b)``: the unit the pipeline stacks and divides into stages
+    (:mod:`sharding_lab.pipeline.model`), built from the MLP's own ``wh<i>, bh<i>``."""
+
+    def __init__(self, w: nnx.Param, b: nnx.Param):
+        self.w, self.b = w, b
+
+    def __call__(self, h):
+        return _hidden_layer(self.w, self.b, h)
+
+
 class MLP(nnx.Module):
     """The seed's MLP; every parameter is born sharded as ``shard(name, *logical_axes)`` says."""
 
@@ -76,11 +89,42 @@ class MLP(nnx.Module):
         self.w2 = param(init(rngs.params(), (spec.dmid, spec.dout)), shard, "w2", "embed", "mlp")
 
     def __call__(self, x):
-        h = x
-        for w, b in self.layers:
-            z = matmul(h, getattr(self, w)[...])
-            h = nnx.relu(z + like_columns(getattr(self, b)[...], z))
+        h = self.embed(x)
+        for layer in self.hidden():
+            h = layer(h)
+        return self.head(h)
+
+    # Pipeline parallelism (sharding_lab.pipeline) runs __call__ in three parts: embed on the first stage,
+    # the hidden layers stage by stage, head on the last.
+    def embed(self, x):
+        """The first layer, ``relu(x @ w1 + b1)``: what enters the hidden layers."""
+        z = matmul(x, self.w1[...])
+        return nnx.relu(z + like_columns(self.b1[...], z))
+
+    def hidden(self):
+        """The extra hidden layers in order, each a function of ``h`` (when pipelined: the stacked blocks')."""
+        if hasattr(self, "blocks"):
+            return list(self.blocks)
+        return [functools.partial(_hidden_layer, getattr(self, w), getattr(self, b)) for w, b in self.layers[1:]]
+
+    def head(self, h):
+        """The output layer, ``h @ w2``."""
         return matmul(h, self.w2[...])
+
+    def take_blocks(self) -> list[HiddenLayer]:
+        """The extra hidden layers as modules, taken out of this model (their ``wh<i>, bh<i>`` attributes go):
+        the pipeline stacks them into ``blocks`` (:mod:`sharding_lab.pipeline.model`)."""
+        blocks = [HiddenLayer(getattr(self, w), getattr(self, b)) for w, b in self.layers[1:]]
+        for w, b in self.layers[1:]:
+            delattr(self, w)
+            delattr(self, b)
+        self.layers = self.layers[:1]
+        return blocks
+
+
+def _hidden_layer(w, b, h):
+    z = matmul(h, w[...])
+    return nnx.relu(z + like_columns(b[...], z))
 
 
 def make_dataset(spec, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
@@ -152,6 +196,16 @@ PRESETS: dict[str, Preset] = {
             needs_two_axes=True,
             textbook=FSDP + MEGATRON,
         ),
+        Preset(
+            "pp",
+            "Pipeline parallel (+ data)",
+            "The extra hidden layers split into stages on stage (w1 with the first, w2 with the last), the "
+            "batch into microbatches that flow through them (GPipe or 1F1B); each stage sends activations to "
+            "the next and their gradients back. The batch on data. Needs extra hidden layers.",
+            {"embed": None, "mlp": None, "data": "data", "layers": "stage"},
+            needs_two_axes=True,
+            textbook=PIPELINE_TEXTBOOK,
+        ),
     ]
 }
 
@@ -166,7 +220,9 @@ class MLPFamily(ModelFamily):
         "embed": "model input features (w1, w2 rows in the seed)",
         "mlp": "hidden units (w1 columns, b1)",
         "data": "batch rows",
+        "layers": "the extra hidden layers: mapped to a mesh axis, they are stacked and split into pipeline stages",
     }
+    blocks_field = "hidden_layers"  # the Spec field that counts what the pipeline divides into stages
     presets = PRESETS
     default_preset = "seed"
     export_objects = (MLP, make_dataset, mse_loss)
@@ -191,3 +247,12 @@ class MLPFamily(ModelFamily):
 
     def loss(self, model, x: jax.Array, y: jax.Array) -> jax.Array:
         return mse_loss(model, x, y)
+
+    def target_count(self, y: jax.Array) -> jax.Array:
+        """How many numbers the loss averages over: the mean squared error's denominator."""
+        return jnp.asarray(y.size, jnp.float32)
+
+    def partial_loss(self, model, h: jax.Array, y: jax.Array, count: jax.Array) -> jax.Array:
+        """One microbatch's share of :func:`mse_loss` whose last hidden layer output is ``h``: its summed squared
+        error over the whole batch's ``count``, so the microbatches' shares add up to the batch's loss."""
+        return jnp.sum((y - model.head(h)) ** 2) / count

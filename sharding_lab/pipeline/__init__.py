@@ -71,23 +71,26 @@ def validate(config, rules: Rules) -> None:
         raise ConfigError(f"unknown schedule {schedule!r}: choose one of {', '.join(SCHEDULES)}", "pipeline")
     if axis is None:
         return
-    layers = getattr(config.model, "layers", None)
+    field = getattr(config.family, "blocks_field", "layers")  # the MLP's: hidden_layers
+    layers = getattr(config.model, field, None)
     if layers is None or LAYERS not in config.family.logical_axes:
         raise ConfigError(
             f"the {config.family.name} model has no blocks to divide into stages: "
-            "choose the transformer for pipeline parallelism",
+            "choose the transformer or the MLP for pipeline parallelism",
             "rules",
         )
+    size = config.family.size_fields.get(field)
+    named = f"{size.label}, {size.flag}" if size is not None else f"--{field.replace('_', '-')}"
     stages = config.mesh.axis_sizes.get(axis, 1)
-    if layers % stages:
-        depths = nearest_divisible(layers, stages)
+    if layers % stages or layers == 0:
+        depths = [d for d in nearest_divisible(layers, stages) if d > 0] or [stages]
         fits, up = " or ".join(map(str, depths)), depths[-1]  # the fix offered: the next depth the stages share
         raise ConfigError(
             f"{stages} pipeline stages (mesh axis {axis!r}) cannot share {layers} layers equally: "
-            f"make the layers a multiple of {stages} (Layers, --layers: e.g. {fits}) or the "
+            f"make the layers a multiple of {stages} ({named}: e.g. {fits}) or the "
             f"{axis!r} axis smaller",
             "pipeline",
-            fix=dataclasses.replace(config, model=dataclasses.replace(config.model, layers=up)),
+            fix=dataclasses.replace(config, model=dataclasses.replace(config.model, **{field: up})),
             fix_label=f"Make it {up} layers ({up // stages} per stage)",
         )
     batch = config.batch_size

@@ -80,7 +80,9 @@ def pipelined_family(base_type: type) -> ModelFamily:
 
         def build(self, spec, shard, rngs):
             model = super().build(spec, shard, rngs)
-            model.blocks = StackedBlocks(list(model.blocks), shard)
+            # the MLP takes its hidden layers out of its own attributes (take_blocks); the transformer has a list
+            blocks = model.take_blocks() if hasattr(model, "take_blocks") else list(model.blocks)
+            model.blocks = StackedBlocks(blocks, shard)
             return model
 
         def activations(self, spec, batch_size):

@@ -88,7 +88,7 @@ def microbatches(a: jax.Array, m: int) -> jax.Array:
 
 
 def make_pipelined_step(plan, graphdef):
-    """The pipelined counterpart of :func:`sharding_lab.training.trainer.make_train_step`: the same
+    """The pipelined counterpart of :func:`sharding_lab.training.step.make_train_step`: the same
     signature ``(state, x, y) → (state, loss)``, the same loss and gradients."""
     config, mesh = plan.config, plan.mesh
     family, axis, m = config.family, config.stage_axis, config.microbatches
@@ -199,7 +199,10 @@ def make_pipelined_step(plan, graphdef):
             check_vma=not alone,
         )
         d_blocks, d_rest, loss = piped(blocks, rest, xm, ym, count)
-        optimizer.update(model, _join(d_blocks, d_rest))
+        # the gradients in the parameters' own tree (a dict where nnx.state nests one, as the seed's momentum
+        # optimizer maps the two trees together), leaf by leaf in the same sorted-key order
+        grads = jax.tree.unflatten(jax.tree.structure(params), jax.tree.leaves(_join(d_blocks, d_rest)))
+        optimizer.update(model, grads)
         return nnx.state((model, optimizer)), loss
 
     return train_step

@@ -305,7 +305,7 @@ class CommReport:
 @functools.lru_cache(maxsize=32)
 def _analyze(config, dtype: str) -> CommReport:
     from ..training.config import plan as make_plan
-    from ..training.trainer import compile_train_step
+    from ..training.step import compile_train_step
 
     plan = make_plan(config)
     compiled = compile_train_step(plan, dtype)
@@ -335,7 +335,7 @@ def default_dtype(target: str) -> str:
 
 def analyze(plan: Plan, dtype: str | None = None) -> CommReport:
     """Compile the trainer's own step for ``plan`` on its target
-    (:func:`sharding_lab.training.trainer.compile_train_step`,
+    (:func:`sharding_lab.training.step.compile_train_step`,
     no allocation) and report its collectives and memory."""
     config = dataclasses.replace(plan.config, steps=1, seed=0, chunk=1)
     if config.preset is None and config.rules is None:

@@ -75,7 +75,9 @@ class Result:
     refused: str | None = None
     step_s: float | None = None
     bound: str | None = None
-    mfu: float | None = None
+    mfu: float | None = None  # model FLOPs utilisation (the model's own FLOPs: sharding_lab.models.flops)
+    hfu: float | None = None  # hardware FLOPs utilisation (the compiled program's FLOPs)
+    links: dict | None = None  # mesh axis → its link, bandwidth and where it runs (hardware.placement)
     terms: dict | None = None  # compute_s, memory_s, comm_s, latency_s
     per_chip_tokens: int | None = None
     data_ways: int = 1
@@ -99,6 +101,8 @@ class Result:
             "step_s": self.step_s,
             "bound": self.bound,
             "mfu": self.mfu,
+            "hfu": self.hfu,
+            "links": self.links,
             "skipped": self.skipped,
             "why_skipped": self.detail or None,
             "refused": self.refused,

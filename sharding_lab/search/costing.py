@@ -99,10 +99,14 @@ def fill(result: Result, p) -> None:
     result.compile_s = p.compile_s
     result.refused = p.refused
     result.fits = p.fits
-    result.hbm_per_chip = result.step_s = result.bound = result.mfu = result.terms = None
+    result.hbm_per_chip = result.step_s = result.bound = result.mfu = result.hfu = result.terms = None
+    result.links = {
+        a: {"link": link.name, "bytes_per_s": link.bytes_per_s if link.name != "none" else None, "where": link.why}
+        for a, link in p.links.items()
+    }
     if not p.refused:
         result.hbm_per_chip = p.hbm_needed
-        result.step_s, result.bound, result.mfu = p.step_s, p.bound, p.mfu
+        result.step_s, result.bound, result.mfu, result.hfu = p.step_s, p.bound, p.mfu, p.hfu
         result.terms = {"compute_s": p.compute_s, "memory_s": p.memory_s, "comm_s": p.comm_s, "latency_s": p.latency_s}
 
 

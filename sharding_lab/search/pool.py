@@ -25,6 +25,7 @@ import glob
 import multiprocessing
 import os
 import shutil
+import signal
 import tempfile
 from typing import Callable
 
@@ -41,7 +42,7 @@ class Job:
 def _serve(conn) -> None:
     """A worker: compile each job it is sent, its buffer assignment dumped to the job's folder."""
     from ..hardware import targets
-    from ..training.trainer import compiler_options
+    from ..training.step import compiler_options
 
     targets.quiet_libtpu()
     while True:
@@ -71,7 +72,10 @@ class Worker:
     def send(self, job: Job) -> None:
         self.job = job
         self.folder = tempfile.mkdtemp(prefix="sharding-lab-compile-")
-        self.conn.send((job.key, job.function, job.args, self.folder))
+        try:
+            self.conn.send((job.key, job.function, job.args, self.folder))
+        except (BrokenPipeError, ConnectionError):  # it died between two jobs
+            raise self._died() from None
 
     def result(self):
         """The finished job's result, or None while it compiles."""
@@ -80,16 +84,25 @@ class Worker:
         try:
             _, result = self.conn.recv()
         except (EOFError, ConnectionError):  # the process is gone: killed from outside, or by the kernel for memory
-            self.process.join(timeout=5)
-            self._clear()
-            raise RuntimeError(
-                f"a compile worker died (exit code {self.process.exitcode}), perhaps out of memory: "
-                "try fewer workers (--workers 1)"
-            ) from None
+            raise self._died() from None
         self._clear()
         if isinstance(result, Exception):
             raise result
         return result
+
+    def _died(self) -> RuntimeError:
+        """The error a dead worker ends the search with, saying how it died (the search cannot go on without it)."""
+        self.process.join(timeout=5)
+        self._clear()
+        code = self.process.exitcode
+        how = f"exit code {code}"
+        if code is not None and code < 0:
+            name = signal.Signals(-code).name
+            how = {
+                "SIGKILL": "SIGKILL: killed, perhaps by the kernel for memory — fewer workers need less",
+                "SIGSEGV": "SIGSEGV: the compiler crashed",
+            }.get(name, name)
+        return RuntimeError(f"a compile worker died ({how})")
 
     def memory_checked(self) -> bool:
         """Whether the compiler has passed its memory check (its buffer assignment is written)."""

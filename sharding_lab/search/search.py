@@ -150,6 +150,9 @@ def search(
     queue = [todo[i] for i in order]
     workers = _workers(base, workers)
     step = run_serial if workers <= 1 else functools.partial(run_pool, workers=workers)
+    counted = len(results)  # skipped before the queue: progress counts them, as the result does
+    if progress is not None and counted:
+        progress = functools.partial(_counting, progress, counted)
     stopped = step(queue, base, dtype, stop, results, progress)
     out = Search(
         base,
@@ -180,3 +183,7 @@ def _workers(base: LabConfig, workers: int | None) -> int:
     if workers is None and base.family.parameter_count(base.model) < SMALL_MODEL:
         return 1
     return max(1, (os.cpu_count() or 1) if workers is None else int(workers))
+
+
+def _counting(progress, counted: int, done: int, total: int, result: Result) -> None:
+    progress(counted + done, counted + total, result)

@@ -25,6 +25,12 @@ def why(s) -> str:
 
     best = s.best
     costed = s.costed
+    if best is None and not costed:
+        reasons = "; ".join(f"{n} × {reason}" for reason, n in s.skipped().items())
+        return (
+            f"No candidate fits: all {len(s.results)} were ruled out before compiling ({reasons}). Try more chips, "
+            "a leaner optimizer, remat full or a smaller batch."
+        )
     if best is None:
         refused = sum(1 for r in costed if not r.fits)
         return (
@@ -37,8 +43,8 @@ def why(s) -> str:
         f"The fastest layout that fits is {label(best.candidate)}: a predicted step of "
         f"{format_seconds(best.step_s)}, {best.bound}-bound (compute {format_seconds(t['compute_s'])}, "
         f"HBM traffic {format_seconds(t['memory_s'])}, communication {format_seconds(t['comm_s'])} + "
-        f"latency {format_seconds(t['latency_s'])}), MFU {best.mfu:.0%}, "
-        f"{gb(best.hbm_per_chip)} of HBM per chip."
+        f"latency {format_seconds(t['latency_s'])}), {_utilisation(best)}, "
+        f"{gb(best.hbm_per_chip)} of HBM per chip. " + _links_sentence(best)
     ]
     if len(s.fitting) > 1:
         second = s.fitting[1]
@@ -59,6 +65,22 @@ def why(s) -> str:
         f"{len(costed)} compiled, " + (f"{len(refused)} of them do not fit." if refused else "all of them fit.")
     )
     return " ".join(words)
+
+
+def _utilisation(r) -> str:
+    """'MFU 44% (the model's own FLOPs: …) and HFU 61% (…)': both, named (sharding_lab.cost.roofline)."""
+    hfu = f"HFU {r.hfu:.0%} (the compiled program's FLOPs, recompute included)"
+    return hfu if r.mfu is None else f"MFU {r.mfu:.0%} (the model's own FLOPs: 6·N per token + attention) and {hfu}"
+
+
+def _links_sentence(r) -> str:
+    """Where its axes run, as every page says it (hardware.placement.describe), and whose figures these are."""
+    return (
+        "Its axes: "
+        + "; ".join(v["where"] for v in (r.links or {}).values())
+        + ". Collective times are the scaling book's count on that placement; FLOPs, HBM traffic and memory are "
+        "the compiler's."
+    )
 
 
 def _critical_sentence(s, best: Result) -> str:
@@ -102,7 +124,7 @@ def table(s) -> str:
     rows = sorted(s.costed, key=lambda r: (not r.fits, r.step_s if r.step_s is not None else math.inf))
     head = (
         f"{'mesh':<8} {'axes':<12} {'preset':<11} {'remat':<6} {'HBM/chip':>10} {'fits':<5} {'step':>10} "
-        f"{'bound':<14} {'MFU':>6}  {'compiled':<16}"
+        f"{'bound':<14} {'MFU':>6} {'HFU':>6}  {'compiled':<16}"
     )
     lines = [head, "-" * len(head)]
     best = s.best
@@ -116,7 +138,8 @@ def table(s) -> str:
         lines.append(
             f"{c.mesh_text:<8} {','.join(c.axes):<12} {c.preset:<11} {c.remat:<6} {hbm:>10} "
             f"{'yes' if r.fits else 'no':<5} {step:>10} {r.bound or '-':<14} "
-            f"{(f'{r.mfu:.0%}' if r.mfu is not None else '-'):>6}  {depth_text(r, s):<16}{mark}"
+            f"{(f'{r.mfu:.0%}' if r.mfu is not None else '-'):>6} {(f'{r.hfu:.0%}' if r.hfu is not None else '-'):>6}  "
+            f"{depth_text(r, s):<16}{mark}"
         )
     for reason, count in s.skipped().items():
         lines.append(f"skipped {count:>3}: {reason}")

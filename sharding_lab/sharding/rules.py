@@ -186,6 +186,10 @@ class Rules:
 
 
 ROLES = ("data", "model", "stage", "expert")
+# The mesh axis that crosses slices on a multi-slice target, by name: pure data parallelism over the data-centre
+# network, FSDP and the rest within each slice (the scaling book's training.md: "we do pure data parallelism over
+# the DCN axis and FSDP within a pod"; MaxText's dcn_data_parallelism). A preset splits the batch over it too.
+DCN_AXIS = "dcn"
 
 
 def preset_roles(mesh: MeshSpec) -> dict[str, str]:
@@ -194,7 +198,7 @@ def preset_roles(mesh: MeshSpec) -> dict[str, str]:
     and which ``expert`` (a mixture's experts: the axis named ``expert``, else the one playing ``model``)."""
     axes = mesh.axes
     data = "data" if "data" in axes else next((a for a in axes if a not in ("model", "stage", "expert")), axes[0])
-    model = "model" if "model" in axes else next((a for a in reversed(axes) if a != data), axes[-1])
+    model = "model" if "model" in axes else next((a for a in reversed(axes) if a not in (data, DCN_AXIS)), axes[-1])
     stage = "stage" if "stage" in axes else next((a for a in axes if a not in (data, model)), model)
     expert = "expert" if "expert" in axes else model
     return {"data": data, "model": model, "stage": stage, "expert": expert}
@@ -231,7 +235,13 @@ def bind_preset(name: str, mesh: MeshSpec, model: str = "mlp") -> Rules:
     def bind(target):  # two roles one axis plays split a dimension once (ep on a one-axis mesh)
         return tuple(dict.fromkeys(bind(t) for t in target)) if isinstance(target, tuple) else roles.get(target, target)
 
+    def bind_batch(target):  # the batch and activations: the across-slice axis joins the data role
+        bound = bind(target)
+        if DCN_AXIS not in mesh.axes or DCN_AXIS in {roles[r] for r in used} or roles["data"] not in axis_names(bound):
+            return bound
+        return (DCN_AXIS, *axis_names(bound))
+
     return Rules(
-        {axis: bind(t) for axis, t in preset.logical.items()},
+        {axis: bind_batch(t) for axis, t in preset.logical.items()},
         overrides=tuple((array, tuple(bind(t) for t in dims)) for array, dims in preset.overrides),
     )

@@ -10,7 +10,6 @@ axis name is shown as text.
 import ast
 import html
 import re
-import shutil
 import threading
 import time
 from pathlib import Path
@@ -21,8 +20,8 @@ from streamlit.testing.v1 import AppTest
 
 import sharding_lab as sl
 from sharding_lab.app import jobs, scheduler, settings
+from tests.support import ROOT, app_test, needs_chromium
 
-ROOT = Path(__file__).resolve().parents[2]
 TIMEOUT = 120
 HOSTILE_NAMES = [
     "<script>alert(1)</script>",
@@ -41,7 +40,7 @@ HOSTILE_NAMES = [
 
 
 def page(path: str) -> AppTest:
-    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=TIMEOUT)
+    at = app_test(TIMEOUT)
     at.switch_page(path)
     return at.run()
 
@@ -533,11 +532,9 @@ def test_user_text_is_parsed_not_evaluated():
 
 # --- in a real browser: HTML in an axis name is shown, not rendered ----------------------------
 
-CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
-
 
 @pytest.mark.browser
-@pytest.mark.skipif(not Path(CHROMIUM).exists(), reason="Debian's chromium is not installed")
+@needs_chromium
 def test_html_in_an_axis_name_is_shown_as_text_in_the_browser():
     from playwright.sync_api import sync_playwright
 

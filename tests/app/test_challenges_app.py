@@ -3,17 +3,18 @@ against the sidebar's configuration, a solution that fills in the sidebar, progr
 and the teacher's counts."""
 
 from streamlit.testing.v1 import AppTest
-from test_app import ROOT, TIMEOUT
+from test_app import TIMEOUT
 
 import sharding_lab as sl
 from sharding_lab.app import classroom
 from sharding_lab.lessons import challenges
+from tests.support import app_test
 
 PAGE = "app_pages/challenges.py"
 
 
 def challenges_page(query: dict | None = None) -> AppTest:
-    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=TIMEOUT)
+    at = app_test(TIMEOUT)
     for key, value in (query or {}).items():
         at.query_params[key] = value
     at.run()

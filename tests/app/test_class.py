@@ -6,7 +6,6 @@ import math
 import os
 import threading
 import time
-from pathlib import Path
 
 import pytest
 from streamlit.testing.v1 import AppTest
@@ -14,8 +13,8 @@ from streamlit.testing.v1 import AppTest
 import sharding_lab as sl
 from sharding_lab.app import classroom, jobs, scheduler, settings, ui  # noqa: F401
 from sharding_lab.app import links as share
+from tests.support import ROOT, app_test
 
-ROOT = Path(__file__).resolve().parents[2]
 TIMEOUT = 120
 TOKEN = "class-token-7f3a"
 
@@ -129,7 +128,7 @@ def app_with(query: dict, token: str | None, monkeypatch) -> AppTest:
         monkeypatch.delenv("SHARDING_LAB_TEACHER_TOKEN", raising=False)
     else:
         monkeypatch.setenv("SHARDING_LAB_TEACHER_TOKEN", token)
-    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=TIMEOUT)
+    at = app_test(TIMEOUT)
     for key, value in query.items():
         at.query_params[key] = value
     return at.run()
@@ -179,7 +178,7 @@ def test_teacher_page_shows_counts_with_the_right_token(monkeypatch):
     assert any("No challenges yet" in i.value for i in at.info)
     # Two more students open the app; two sessions solve challenge "c1" (one of them twice), one "c2".
     for _ in range(2):
-        AppTest.from_file(str(ROOT / "app.py"), default_timeout=TIMEOUT).run()
+        app_test(TIMEOUT).run()
     classroom.record_solved("s1", "c1")
     classroom.record_solved("s1", "c1")
     classroom.record_solved("s2", "c1")
@@ -187,8 +186,8 @@ def test_teacher_page_shows_counts_with_the_right_token(monkeypatch):
     at.run()
     assert {m.label: m.value for m in at.metric}["Sessions open"] == "3"
     assert not any("No challenges yet" in i.value for i in at.info)
-    table = at.dataframe[0].value
-    assert dict(zip(table["challenge"], table["sessions that solved it"])) == {"c1": 2, "c2": 1}
+    table = at.table[0].value
+    assert dict(zip(table.index, table["sessions that solved it"])) == {"c1": 2, "c2": 1}
     assert "s1" not in table.to_string() and "s2" not in table.to_string()  # counts only
     classroom.reset()
 
@@ -216,7 +215,7 @@ def test_classroom_counts_are_thread_safe_and_forget_old_sessions():
         t.join()
     assert classroom.open_sessions() == 8
     assert classroom.solved_counts() == {"c0": 8, "c1": 8, "c2": 8}
-    later = time.monotonic() + classroom.RECENT_S + 1
+    later = time.time() + classroom.RECENT_S + 1
     classroom.seen("late", now=later)
     assert classroom.open_sessions(now=later) == 1  # the eight are gone, their solves still count
     assert classroom.solved_counts()["c0"] == 8

@@ -2,16 +2,14 @@
 model, then the Train page's routing picture and the compiled step's all-to-alls."""
 
 import json
-from pathlib import Path
 
 import numpy as np
-from streamlit.testing.v1 import AppTest
 
-ROOT = Path(__file__).resolve().parents[2]
+from tests.support import app_test
 
 
 def test_train_page_shows_where_the_tokens_went():
-    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=180)
+    at = app_test(180)
     at.switch_page("app_pages/train.py").run()
     at.selectbox(key="model").select("transformer").run()
     at.selectbox(key="preset").select("ep").run()  # 2×4 (data, model): the experts on `model`

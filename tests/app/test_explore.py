@@ -2,14 +2,15 @@
 focus a device from a link or the control, what it holds, what a change moved, going back."""
 
 from streamlit.testing.v1 import AppTest
-from test_app import ROOT, TIMEOUT, chart_spec
+from test_app import TIMEOUT, chart_spec
 
 import sharding_lab as sl
 from sharding_lab.sharding.layout import describe_change, holdings
+from tests.support import app_test
 
 
 def open_with(**query) -> AppTest:
-    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=TIMEOUT)
+    at = app_test(TIMEOUT)
     for key, value in query.items():
         at.query_params[key] = value
     return at.run()

@@ -2,14 +2,12 @@
 clear error, the Train page's timeline drawn from the schedule the step runs, and the share link."""
 
 import json
-from pathlib import Path
 
 from streamlit.testing.v1 import AppTest
 
 from sharding_lab.app import links, settings
 from sharding_lab.pipeline.schedule import build
-
-ROOT = Path(__file__).resolve().parents[2]
+from tests.support import app_test
 
 
 def timeline(at: AppTest) -> dict:
@@ -18,7 +16,7 @@ def timeline(at: AppTest) -> dict:
 
 
 def test_train_page_draws_the_schedule_the_step_runs():
-    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=180)
+    at = app_test(180)
     at.switch_page("app_pages/train.py").run()
     at.selectbox(key="model").select("transformer").run()
     at.selectbox(key="preset").select("pp").run()  # 2×4 (data, model): the stages on `model`, 4 of them
@@ -43,7 +41,7 @@ def test_train_page_draws_the_schedule_the_step_runs():
 
 
 def test_a_pipeline_of_one_stage_says_it_sends_nothing():
-    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=180)
+    at = app_test(180)
     at.query_params.update(model="transformer", mesh="1x1x8", preset="pp_tp")
     at.switch_page("app_pages/train.py").run()
     assert not at.exception and not at.error
@@ -77,7 +75,7 @@ def test_share_link_carries_microbatches_and_schedule_only_for_a_pipeline():
 
 
 def test_lesson_says_where_the_pipeline_is_shown():
-    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=180)
+    at = app_test(180)
     at.switch_page("app_pages/lesson.py").run()
     at.selectbox(key="model").select("transformer").run()
     at.selectbox(key="preset").select("pp").run()
@@ -87,7 +85,7 @@ def test_lesson_says_where_the_pipeline_is_shown():
 
 
 def test_train_page_trains_a_pipeline_live():
-    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=180)
+    at = app_test(180)
     at.switch_page("app_pages/train.py").run()
     at.selectbox(key="model").select("transformer").run()
     at.selectbox(key="preset").select("pp").run()

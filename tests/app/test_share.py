@@ -2,10 +2,11 @@
 
 import pytest
 from streamlit.testing.v1 import AppTest
-from test_app import ROOT, TIMEOUT, chart_spec, device_blocks
+from test_app import TIMEOUT, chart_spec, device_blocks
 
 from sharding_lab.app import links as share
 from sharding_lab.app import settings
+from tests.support import app_test
 
 
 def test_round_trip_of_a_custom_configuration():
@@ -69,7 +70,7 @@ def test_bad_values_are_reported_and_skipped(query, ignored):
 
 
 def run_with(query: dict) -> AppTest:
-    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=TIMEOUT)
+    at = app_test(TIMEOUT)
     for key, value in query.items():
         at.query_params[key] = value
     return at.run()

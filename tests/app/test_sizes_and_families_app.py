@@ -3,20 +3,17 @@ transformer's word options in a share link, and a model family the server's owne
 SHARDING_LAB_FAMILIES appearing in the model picker — through the real Streamlit script (AppTest)."""
 
 import sys
-from pathlib import Path
 
 import pytest
-from streamlit.testing.v1 import AppTest
 
 import sharding_lab as sl
 from sharding_lab.app import links, settings
 from sharding_lab.models import plugins
-
-ROOT = Path(__file__).resolve().parents[2]
+from tests.support import ROOT, app_test
 
 
 def test_size_select_sets_the_sizes_and_shows_the_count_beside_the_card():
-    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=300)
+    at = app_test(300)
     at.run()
     at.selectbox(key="model").select("transformer").run()
     assert at.session_state["named_size"] == "default"  # today's transformer is the default size
@@ -77,7 +74,7 @@ def sine_from_the_environment(monkeypatch):
 
 
 def test_a_family_from_the_environment_is_in_the_model_picker(sine_from_the_environment):
-    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=300)
+    at = app_test(300)
     at.run()
     assert "Residual MLP on a sine (example plug-in)" in at.selectbox(key="model").options
     at.selectbox(key="model").select("sine").run()

@@ -1,20 +1,18 @@
 """The compile target in the app: the sidebar's picker, the link, the pages that compile for it."""
 
-from pathlib import Path
-
 import pytest
 from streamlit.testing.v1 import AppTest
 
 from sharding_lab.hardware import targets
+from tests.support import app_test
 
-ROOT = Path(__file__).resolve().parents[2]
 TPU = targets.availability(targets.parse("v5e-8"))
 needs_tpu = pytest.mark.skipif(not TPU[0], reason=TPU[1])
 
 
 def on_v5e_8(page: str, timeout: int = 300) -> AppTest:
     """The app compiling for v5e-8 (a 2×4 mesh, from a link), opened on ``app_pages/<page>.py``."""
-    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=timeout)
+    at = app_test(timeout)
     at.query_params.update({"target": "v5e-8", "mesh": "2x4"})
     at.run()
     return at.switch_page(f"app_pages/{page}.py").run()
@@ -58,8 +56,22 @@ def test_the_communication_page_names_the_tpu_compiler_and_where_xla_cpu_differs
 
 
 @needs_tpu
+def test_the_layout_page_says_where_each_axis_runs_in_the_placement_s_own_words():
+    """The one account of the chip (hardware.placement.describe), the same the cost prints: on v5e-8's 2×4 torus
+    (no dimension of 16: nothing wraps) JAX lays the model axis on a 2×2 block and the data axis across it."""
+    from sharding_lab.hardware import placement
+
+    at = on_v5e_8("layout", timeout=180)
+    assert not at.exception
+    captions = " ".join(c.value for c in at.caption)
+    for line in placement.describe_axes("v5e-8", (2, 4), ("data", "model")):
+        assert line in captions
+    assert "model: 4 chips over ICI, a line of 2 along x × a line of 2 along y; no wraparound" in captions
+
+
+@needs_tpu
 def test_the_app_says_when_the_mesh_does_not_fill_the_slice():
-    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=120)
+    at = app_test(120)
     at.query_params.update({"target": "v5e-16", "mesh": "2x4"})
     at.run()
     assert not at.exception

@@ -1,14 +1,10 @@
 """The Lesson's chapter "shard_map, the third way" through the real Streamlit script (AppTest)."""
 
-from pathlib import Path
-
-from streamlit.testing.v1 import AppTest
-
-ROOT = Path(__file__).resolve().parents[2]
+from tests.support import app_test
 
 
 def test_lesson_third_way_chapter_shows_three_compiled_programs():
-    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=180)
+    at = app_test(180)
     at.switch_page("app_pages/lesson.py").run()
     at.radio(key="lesson_step").set_value(10).run()
     assert not at.exception and not at.error

@@ -1,13 +1,11 @@
 """The transformer through the real Streamlit script (AppTest): Layout and Train, and its share link."""
 
 import json
-from pathlib import Path
 
 from streamlit.testing.v1 import AppTest
 
 from sharding_lab.app import links, settings
-
-ROOT = Path(__file__).resolve().parents[2]
+from tests.support import app_test
 
 
 def chart_keys(at: AppTest) -> set[str]:
@@ -15,7 +13,7 @@ def chart_keys(at: AppTest) -> set[str]:
 
 
 def transformer_on(path: str) -> AppTest:
-    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=180)
+    at = app_test(180)
     if path != "app_pages/layout.py":
         at.switch_page(path)
     at.run()
@@ -75,7 +73,7 @@ def test_share_link_round_trips_the_transformer():
 
 
 def test_lesson_chapter_reports_what_was_compiled():
-    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=180)
+    at = app_test(180)
     at.switch_page("app_pages/lesson.py").run()
     at.radio(key="lesson_step").set_value(9).run()  # with the MLP selected: the default transformer
     assert not at.exception and not at.error
@@ -87,7 +85,7 @@ def test_lesson_chapter_reports_what_was_compiled():
 
 
 def test_a_transformer_link_opens_the_lesson_at_its_chapter():
-    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=180)
+    at = app_test(180)
     at.query_params["model"] = "transformer"
     at.switch_page("app_pages/lesson.py").run()
     assert not at.exception and not at.error

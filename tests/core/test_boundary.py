@@ -6,8 +6,7 @@ import sys
 from pathlib import Path
 
 import sharding_lab
-
-ROOT = Path(__file__).resolve().parents[2]
+from tests.support import ROOT
 
 
 def core_modules() -> list[str]:
@@ -130,3 +129,35 @@ def test_packages_import_one_way():
     assert "training" in below["cli"] and "hardware" in below["training"]
     upward = sorted((a, b) for a in below for b in below[a] if reaches(b, a))
     assert not upward, f"folders that import each other: {upward}"
+
+
+def test_no_module_reaches_into_another_s_private_names():
+    """A name that starts with ``_`` is its module's own business: another module that imports it, or reads
+    ``module._name``, depends on what its author may change without notice."""
+    import ast
+
+    modules = {
+        ".".join(p.relative_to(ROOT).with_suffix("").parts).removesuffix(".__init__")
+        for p in (ROOT / "sharding_lab").rglob("*.py")
+    }
+    leaves = {m.rsplit(".", 1)[-1] for m in modules} | {"sl"}
+    found = []
+    for path in [*(ROOT / "sharding_lab").rglob("*.py"), ROOT / "app.py", *(ROOT / "app_pages").glob("*.py")]:
+        tree = ast.parse(path.read_text())
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom) and (node.level or (node.module or "").startswith("sharding_lab")):
+                found += [
+                    f"{path.name}: from {node.module} import {a.name}"
+                    for a in node.names
+                    if a.name.startswith("_") and not a.name.startswith("__")
+                ]
+            elif (
+                isinstance(node, ast.Attribute)
+                and node.attr.startswith("_")
+                and not node.attr.startswith("__")
+                and isinstance(node.value, (ast.Name, ast.Attribute))
+            ):
+                owner = node.value.id if isinstance(node.value, ast.Name) else node.value.attr
+                if owner in leaves and owner != "self":
+                    found.append(f"{path.name}: {owner}.{node.attr}")
+    assert not found, found

@@ -4,13 +4,12 @@ import json
 import os
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
 from sharding_lab.cli import main as cli
+from tests.support import ROOT
 
-ROOT = Path(__file__).resolve().parents[2]
 SEED_ARGS = ["--mesh", "2x4", "--axes", "data,model", "--preset", "seed"]
 PATHS = ("params/w1", "params/b1", "params/w2", "opt/momentum/w1", "batch/x", "batch/y")
 

@@ -11,6 +11,7 @@ import sharding_lab as sl
 from sharding_lab.cli import main as cli
 from sharding_lab.program.communication import analyze, group_axes, parse_collectives, parse_replica_groups
 from sharding_lab.sharding.mesh import MeshSpec
+from sharding_lab.units import format_bytes
 
 SNIPPET = (Path(__file__).parent / "data" / "collectives.hlo").read_text()
 MESH_2x4 = ((2, 4), ("data", "model"))
@@ -164,7 +165,8 @@ def trainer_chunk_collectives(plan, chunk=100):
     from jax.sharding import NamedSharding
     from jax.sharding import PartitionSpec as P
 
-    from sharding_lab.training.trainer import abstract_state, chunk_program
+    from sharding_lab.training.step import abstract_state
+    from sharding_lab.training.trainer import chunk_program
 
     config = plan.config
     _, state = abstract_state(plan)
@@ -286,7 +288,8 @@ def test_fsdp_at_a_large_batch_gathers_the_weights_and_all_reduces_full_gradient
     assert any("all-gather of weights" in a for a in comparison.agrees)
     assert not any(d.startswith("XLA:CPU all-gathered activations") for d in comparison.differences)
     (memory,) = [d for d in comparison.differences if d.startswith("XLA:CPU all-reduced the gradients")]
-    assert "16.79 MB per device" in memory and "1/8 slice (2.10 MB)" in memory  # 4,197,376 floats of params
+    full = 4_197_376 * 4  # the bytes of the parameters' 4,197,376 floats: 16.8 MB
+    assert f"{format_bytes(full)} per device" in memory and f"1/8 slice ({format_bytes(full / 8)})" in memory
 
 
 def test_the_batch_from_which_xla_gathers_weights_is_found_by_compiling():

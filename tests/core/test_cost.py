@@ -7,7 +7,6 @@ import json
 import os
 import subprocess
 import sys
-from pathlib import Path
 
 import jax
 import jax.numpy as jnp
@@ -21,8 +20,8 @@ from sharding_lab.cli import main as cli
 from sharding_lab.hardware import devices
 from sharding_lab.hardware.chips import CHIPS, axis_links
 from sharding_lab.program.communication import parse_collectives
+from tests.support import ROOT
 
-ROOT = Path(__file__).resolve().parents[2]
 WIDE = sl.ModelSpec(din=256, dmid=1024, dout=256)
 BF16 = 2
 
@@ -212,7 +211,7 @@ def test_platform_choice_on_a_cpu_only_machine(monkeypatch):
     monkeypatch.setenv(devices.PLATFORM_ENV, "cpu")
     assert len(devices.devices_for()) == devices.available_count() == 8
     monkeypatch.setenv(devices.PLATFORM_ENV, "gpu")
-    with pytest.raises(sl.ConfigError, match="sees no GPU"):
+    with pytest.raises(sl.ConfigError, match="sees no TPU or GPU"):
         devices.devices_for(1)
 
 

@@ -11,7 +11,6 @@ import signal
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import numpy as np
 import psutil
@@ -21,8 +20,8 @@ import sharding_lab as sl
 from sharding_lab.cli import main as cli
 from sharding_lab.distributed import WorkerFailed
 from sharding_lab.distributed import launcher as distributed
+from tests.support import ROOT, app_test
 
-ROOT = Path(__file__).resolve().parents[2]
 SEED_ARGS = ["--mesh", "2x4", "--axes", "data,model", "--preset", "seed"]
 
 
@@ -200,9 +199,8 @@ def test_a_hung_worker_is_not_waited_for():
 
 
 def test_train_page_runs_two_processes_stops_them_and_shows_who_owns_what():
-    from streamlit.testing.v1 import AppTest
 
-    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=120)
+    at = app_test(120)
     at.switch_page("app_pages/train.py").run()
     assert at.selectbox(key="processes").options == ["1", "2", "4"]
     at.selectbox(key="processes").select(2).run()

@@ -5,7 +5,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
+from tests.support import ROOT
 
 
 def ruff(*args: str) -> subprocess.CompletedProcess:
@@ -23,15 +23,10 @@ def test_ruff_format_is_clean():
     assert done.returncode == 0, done.stdout[-4000:]
 
 
-# Modules still to be split along their concepts (issue 34); each leaves this list when it is.
-STILL_TO_SPLIT = {"sharding_lab/app/ui.py", "sharding_lab/training/trainer.py"}
-
-
 def test_no_module_is_over_500_lines():
     long = {
         str(p.relative_to(ROOT)): n
         for p in (ROOT / "sharding_lab").rglob("*.py")
         if (n := len(p.read_text().splitlines())) > 500
     }
-    assert set(long) - STILL_TO_SPLIT == set(), f"one concept per module: split {long}"
-    assert STILL_TO_SPLIT - set(long) == set(), "split already: take it off STILL_TO_SPLIT"
+    assert not long, f"one concept per module: split {long}"

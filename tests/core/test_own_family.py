@@ -7,12 +7,11 @@ import json
 import os
 import subprocess
 import sys
-from pathlib import Path
 
 import sharding_lab as sl
 from sharding_lab.app import links
+from tests.support import ROOT
 
-ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "examples" / "families"
 SMALL = ["--features", "16", "--residual-blocks", "1", "--mesh", "2x4"]
 

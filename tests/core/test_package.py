@@ -14,7 +14,8 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
+from tests.support import ROOT
+
 SUBCOMMANDS = ("app", "train", "layout", "comm", "export", "cost", "plan", "challenge")
 
 

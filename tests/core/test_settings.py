@@ -1,11 +1,10 @@
 """Every ``SHARDING_LAB_*`` variable is read through sharding_lab/settings.py, and only there."""
 
 import re
-from pathlib import Path
 
 from sharding_lab import settings
+from tests.support import ROOT
 
-ROOT = Path(__file__).resolve().parents[2]
 NAME = re.compile(r"SHARDING_LAB_[A-Z_]+[A-Z]")
 
 

@@ -11,19 +11,18 @@ import re
 import subprocess
 import sys
 from collections import Counter
-from pathlib import Path
 
 import pytest
 
 import sharding_lab as sl
 from sharding_lab.cli import main as cli
 from sharding_lab.errors import ConfigError
-from sharding_lab.hardware import targets
+from sharding_lab.hardware import placement, targets
 from sharding_lab.program.communication import COLLECTIVES, analyze
 from sharding_lab.program.compilers import compare_compilers, summary
 from sharding_lab.sharding.mesh import MeshSpec
+from tests.support import ROOT
 
-ROOT = Path(__file__).resolve().parents[2]
 TPU = targets.availability(targets.parse("v5e-8"))
 GPU = targets.availability(targets.parse("h100-8"))
 needs_tpu = pytest.mark.skipif(not TPU[0], reason=TPU[1])
@@ -365,6 +364,16 @@ def test_cost_on_a_target_uses_its_chip_and_its_compiler(capsys):
     # a 1024×1024 gradient all-reduced over 8 chips in one ring: the ring formula on the compiled bytes
     (row,) = [r for r in p["collectives"] if r["bytes"] > 1e6]
     assert row["wire_bytes"] == pytest.approx(2 * 7 / 8 * row["bytes"])
+    # where the 8 chips lie (2×4, no wraparound): one direction of a link on each dimension, 1 + 3 hops a pass
+    assert p["axis_links"]["data"]["why"].startswith("data: 8 chips over ICI, a line of 2 along x × a line of 4")
+    assert row["bytes_per_s"] == pytest.approx(2 * 4.5e10) and row["hops"] == 2 * (1 + 3)
+    assert row["latency_s"] == pytest.approx(row["count"] * 8e-6)
+    # MFU: the MLP's matmuls (2·N forward, 2·N weight and 2·(N − din·width) input gradients a row) ÷ 8 chips;
+    # HFU: the compiled FLOPs — the optimizer and the elementwise ops too
+    n = 2 * 1024 * 1024
+    model = 256 * (6 * n - 2 * 1024 * 1024)
+    assert p["mfu"] == pytest.approx(model / 8 / (p["step_s"] * 1.97e14))
+    assert p["hfu"] == pytest.approx(p["compute_s"] / p["step_s"]) and 0 < p["mfu"] < p["hfu"] <= 1
     code, _, err = run(capsys, "cost", "--target", "v5e-8", "--chip", "h100", "--mesh", "8")
     assert code == 2 and "the target's chips are tpu-v5e" in err
 
@@ -375,10 +384,11 @@ def test_cost_on_a_target_uses_its_chip_and_its_compiler(capsys):
 @needs_tpu
 def test_a_16x16_mesh_on_v5e_256_runs_each_axis_around_a_closed_ring():
     mesh = sl.build_mesh(MeshSpec((16, 16), ("data", "model")), "v5e-256")
-    place = targets.axis_placement("v5e-256", mesh)
+    place = placement.axis_placements("v5e-256", (16, 16), ("data", "model"))
     for axis in ("data", "model"):
-        assert place[axis]["max_hops"] == 1 and place[axis]["ring_closes"] and len(place[axis]["dims"]) == 1
-    assert {place["data"]["dims"][0], place["model"]["dims"][0]} == {"x", "y"}
+        (dim,) = place[axis].dims
+        assert (dim.chips, dim.stride, dim.closed, place[axis].neighbour_hops) == (16, 1, True, 1)
+    assert {place["data"].dims[0].dim, place["model"].dims[0].dim} == {"x", "y"}
     # every chip once, at its own torus coordinates
     coords = [targets.coords(d) for d in mesh.devices.flat]
     assert len(set(coords)) == 256
@@ -429,9 +439,8 @@ def test_the_gpu_compiler_reduce_scatters_fsdp_gradients_where_xla_cpu_does_not(
 
 @needs_gpu
 def test_gpu_nodes_put_inner_axes_on_nvlink_and_outer_ones_on_the_network():
-    mesh = sl.build_mesh(MeshSpec((2, 8), ("data", "model")), "h100-16")
-    place = targets.axis_placement("h100-16", mesh)
-    assert place["data"]["link"] == "network" and place["model"]["link"] == "NVLink"
+    place = placement.axis_placements("h100-16", (2, 8), ("data", "model"))
+    assert place["data"].link == "network" and place["model"].link == "NVLink"
 
 
 @needs_gpu
@@ -439,7 +448,7 @@ def test_without_the_gpu_every_matmul_is_a_triton_gemm_fusion_as_the_note_says()
     """The half of targets.GPU_KERNEL_NOTE checkable here: no GPU to autotune on, XLA:GPU writes the step's
     matmuls as Triton GEMM fusions and calls no cuBLAS (the other half, cuBLASLt on a real H200, was measured
     there by tools/h200_check.py)."""
-    from sharding_lab.training.trainer import compile_train_step
+    from sharding_lab.training.step import compile_train_step
 
     config = sl.LabConfig(
         mesh=MeshSpec((8,), ("data",)),
@@ -465,7 +474,7 @@ def test_on_a_tpu_target_hbm_needed_is_the_compilers_peak_not_the_sum_that_count
     Here (a small scanned step): HBM needed is that peak, on a TPU target only; the sum describes another
     figure (for so small a program the peak is the larger: it holds the program's own scoped memory)."""
     from sharding_lab.cost.compiled import canonical, compile_once, hbm_needed
-    from sharding_lab.training.trainer import compile_train_step
+    from sharding_lab.training.step import compile_train_step
 
     spec = sl.family("transformer").Spec(
         layers=2, embed_dim=64, heads=4, head_dim=16, mlp_dim=128, vocab=64, seq=32, remat="full"

@@ -10,7 +10,6 @@ import os
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import jax
 import jax.numpy as jnp
@@ -23,8 +22,8 @@ from sharding_lab.cli import main as cli
 from sharding_lab.models.transformer import Transformer, TransformerSpec
 from sharding_lab.program.communication import analyze
 from sharding_lab.sharding.mesh import MeshSpec
+from tests.support import ROOT
 
-ROOT = Path(__file__).resolve().parents[2]
 FAMILY = sl.family("transformer")
 SMALL = TransformerSpec(
     layers=2,

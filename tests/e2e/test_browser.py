@@ -3,103 +3,13 @@
 Screenshots land in artifacts/screenshots/ for a person to look at.
 """
 
-import os
-import shutil
-import subprocess
-import sys
 import time
-import urllib.request
-from pathlib import Path
 
 import pytest
 
-from sharding_lab.distributed.launcher import free_port
+from tests.support import SHOTS, needs_chromium
 
-ROOT = Path(__file__).resolve().parents[2]
-SHOTS = ROOT / "artifacts" / "screenshots"
-CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
-CHROMIUM_FLAGS = [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-quic",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-    "--no-first-run",
-]
-
-pytestmark = [
-    pytest.mark.browser,
-    pytest.mark.skipif(not Path(CHROMIUM).exists(), reason="Debian's chromium is not installed"),
-]
-
-
-@pytest.fixture(scope="module")
-def server():
-    port = free_port()
-    env = dict(os.environ, SHARDING_LAB_DEVICES="8")
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "streamlit",
-            "run",
-            "app.py",
-            "--server.headless=true",
-            f"--server.port={port}",
-            "--server.address=127.0.0.1",
-            "--browser.gatherUsageStats=false",
-        ],
-        cwd=ROOT,
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-    )
-    url = f"http://127.0.0.1:{port}/"
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        try:
-            if urllib.request.urlopen(url + "_stcore/health", timeout=2).read() == b"ok":
-                break
-        except OSError:
-            time.sleep(0.3)
-    else:
-        proc.kill()
-        pytest.fail("streamlit did not start: " + proc.stdout.read().decode()[-2000:])
-    yield url
-    proc.terminate()
-    try:
-        proc.wait(10)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-
-
-@pytest.fixture
-def browser_tab():
-    from playwright.sync_api import sync_playwright
-
-    SHOTS.mkdir(parents=True, exist_ok=True)
-    with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_FLAGS)
-        yield browser.new_page(viewport={"width": 1500, "height": 2400})
-        browser.close()
-
-
-def poll(read, expected, timeout_s: float = 30):
-    """``read()`` once it returns ``expected``, or its last value after ``timeout_s``: under a loaded
-    machine a chart can be redrawn a moment after the text the test waited for."""
-    deadline = time.monotonic() + timeout_s
-    while (value := read()) != expected and time.monotonic() < deadline:
-        time.sleep(0.25)
-    return value
-
-
-@pytest.fixture
-def page(server, browser_tab):
-    browser_tab.goto(server)
-    browser_tab.wait_for_selector("text=Shard maps", timeout=60_000)
-    return browser_tab
+pytestmark = [pytest.mark.browser, needs_chromium]
 
 
 def test_a_shared_link_to_a_page_works_on_a_fresh_server(server, browser_tab):

@@ -3,18 +3,15 @@ the run without a full rerun, and the teacher view exists only behind its token.
 
 import re
 import time
-from pathlib import Path
 
 import pytest
 
+from tests.support import needs_chromium
 from tools import loadtest
 
 TOKEN = "browser-teacher-5b1c"
 
-pytestmark = [
-    pytest.mark.browser,
-    pytest.mark.skipif(not Path(loadtest.CHROMIUM).exists(), reason="Debian's chromium is not installed"),
-]
+pytestmark = [pytest.mark.browser, needs_chromium]
 
 
 @pytest.fixture(scope="module")

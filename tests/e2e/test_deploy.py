@@ -19,8 +19,8 @@ from pathlib import Path
 import pytest
 
 from sharding_lab.distributed.launcher import free_port
+from tests.support import CHROMIUM, CHROMIUM_FLAGS, ROOT, needs_chromium
 
-ROOT = Path(__file__).resolve().parents[2]
 DOCKERFILE = ROOT / "Dockerfile"
 CONFIG = ROOT / ".streamlit" / "config.toml"
 INVALID_OPTION = "is not a valid config option"
@@ -208,21 +208,8 @@ def test_healthcheck_command_passes_against_the_server(image_server):
     assert subprocess.run(dead, timeout=30, capture_output=True).returncode != 0
 
 
-CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
-CHROMIUM_FLAGS = [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-quic",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-    "--no-first-run",
-]
-
-
 @pytest.mark.browser
-@pytest.mark.skipif(not Path(CHROMIUM).exists(), reason="Debian's chromium is not installed")
+@needs_chromium
 def test_a_browser_gets_the_app_from_the_image_command(image_server):
     """With the deployment config (XSRF on, viewer toolbar, small message limit) the app runs."""
     from playwright.sync_api import sync_playwright

@@ -10,25 +10,13 @@ import shutil
 import subprocess
 import time
 import urllib.request
-from pathlib import Path
 
 import pytest
 
 from sharding_lab.distributed.launcher import free_port
+from tests.support import CHROMIUM, CHROMIUM_FLAGS, ROOT, needs_chromium
 
-ROOT = Path(__file__).resolve().parents[2]
 IMAGE = "sharding-lab-test"
-CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
-CHROMIUM_FLAGS = [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-quic",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-    "--no-first-run",
-]
 
 
 def _engine() -> str:
@@ -99,7 +87,7 @@ def test_the_container_is_healthy_and_runs_as_the_app_user(container):
 
 
 @pytest.mark.browser
-@pytest.mark.skipif(not Path(CHROMIUM).exists(), reason="Debian's chromium is not installed")
+@needs_chromium
 def test_a_browser_draws_the_layout_page_from_the_container(container):
     from playwright.sync_api import sync_playwright
 

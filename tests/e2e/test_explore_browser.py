@@ -3,7 +3,7 @@ click on a block of a shard map lights up its copies. Screenshots in artifacts/s
 
 import time
 
-from test_browser import SHOTS, browser_tab, page, poll, server  # noqa: F401  (fixtures)
+from tests.support import SHOTS, poll
 
 
 def click_point(tab, chart: int, customdata) -> None:

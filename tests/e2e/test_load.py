@@ -7,23 +7,17 @@ run (no cross-talk), and show no error.
 """
 
 import asyncio
-import shutil
 import time
-from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
+from tests.support import needs_chromium
 from tools import loadtest  # noqa: E402
 
-CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 SESSIONS, STEPS, MAX_JOBS = 4, 100, 2
 BUDGET_S = 85  # the whole test, server start included, must stay under 90 s
 
-pytestmark = [
-    pytest.mark.browser,
-    pytest.mark.skipif(not Path(CHROMIUM).exists(), reason="Debian's chromium is not installed"),
-]
+pytestmark = [pytest.mark.browser, needs_chromium]
 
 
 def test_sessions_at_once_train_their_own_config_without_errors(capsys):

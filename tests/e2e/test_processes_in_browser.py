@@ -1,11 +1,11 @@
 """A two-process run started from the Train page, in a real browser (Playwright + Debian's Chromium)."""
 
 import time
-from pathlib import Path
 
 import psutil
 import pytest
-from test_browser import CHROMIUM, SHOTS, browser_tab, poll, server  # noqa: F401  (fixtures)
+
+from tests.support import SHOTS, needs_chromium, poll
 
 
 def workers_left() -> list[psutil.Process]:
@@ -20,7 +20,7 @@ def workers_left() -> list[psutil.Process]:
 
 
 @pytest.mark.browser
-@pytest.mark.skipif(not Path(CHROMIUM).exists(), reason="Debian's chromium is not installed")
+@needs_chromium
 def test_browser_trains_with_two_processes(server, browser_tab):  # noqa: F811
     tab = browser_tab
     tab.goto(server + "train")

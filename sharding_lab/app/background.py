@@ -1,0 +1,87 @@
+"""The app's background threads, stopped and joined before the Python interpreter finalises.
+
+The app compiles and trains off the script thread: the warm-up (:mod:`.warm`), the precompile of the layout a
+learner is reading (:mod:`.precompile`), each training run (:mod:`.jobs`) and the plan search
+(:mod:`.plan_view`). Each is a daemon thread, so a server never waits on one to exit — but a daemon thread still
+inside XLA when the interpreter finalises is torn down mid-call, and the process aborts: SIGABRT ("terminate
+called after throwing an instance of '' / FATAL: exception not rethrown") or SIGSEGV — measured, 3 of 3 runs of
+a script that opened the Layout page twice through AppTest and ended.
+
+So every such thread is :func:`track`\\ ed with the function that asks it to stop, and :func:`stop_all` — run at
+interpreter exit (``atexit``: after ``main`` returns, a ``sys.exit``, an uncaught KeyboardInterrupt on Ctrl+C,
+or Streamlit's own SIGTERM/SIGINT handler stopping its server) — asks each to stop and joins it. A thread
+stops at its next checkpoint (between chunks, layouts, candidates); a compile in progress is allowed to finish
+(the app's are seconds). One that has still not stopped after :data:`JOIN_LIMIT_S` is abandoned the one way
+XLA survives: the process leaves through ``os._exit(70)`` after flushing its output, skipping the finalisation
+that would tear the thread down (70, not 0: the status the program meant is unknown there).
+"""
+
+from __future__ import annotations
+
+import atexit
+import os
+import sys
+import threading
+import time
+from typing import Callable
+
+JOIN_LIMIT_S = 120.0  # the longest stop_all waits for every thread together (a transformer's compile: ~30 s)
+
+_lock = threading.Lock()
+_tracked: list[tuple[threading.Thread, Callable[[], None]]] = []
+_exiting = threading.Event()
+
+
+def track(thread: threading.Thread, stop: Callable[[], None]) -> threading.Thread:
+    """Have :func:`stop_all` call ``stop()`` and join ``thread`` at exit; the thread, for chaining."""
+    with _lock:
+        _tracked[:] = [(t, s) for t, s in _tracked if t.is_alive() or t is thread]
+        _tracked.append((thread, stop))
+    return thread
+
+
+def exiting() -> bool:
+    """True once the process is stopping its threads: start no new work."""
+    return _exiting.is_set()
+
+
+def alive() -> list[threading.Thread]:
+    """The tracked threads still running."""
+    with _lock:
+        return [t for t, _ in _tracked if t.is_alive()]
+
+
+def stop_all(limit_s: float = JOIN_LIMIT_S) -> bool:
+    """Ask every tracked thread to stop, then join them (all together at most ``limit_s``); True when every
+    one ended. Called at interpreter exit; a test may call it too (new threads may be tracked after)."""
+    with _lock:
+        tracked = list(_tracked)
+    for _, stop in tracked:
+        try:
+            stop()
+        except Exception:  # noqa: BLE001 - one thread's stop must not keep the others running
+            pass
+    deadline = time.monotonic() + limit_s
+    for thread, _ in tracked:
+        if thread is not threading.current_thread():
+            thread.join(max(0.0, deadline - time.monotonic()))
+    return not any(t.is_alive() for t, _ in tracked if t is not threading.current_thread())
+
+
+def _at_exit() -> None:
+    _exiting.set()
+    if stop_all():
+        return
+    names = ", ".join(t.name for t in alive())
+    print(
+        f"sharding-lab: background work still running after {JOIN_LIMIT_S:.0f} s ({names}); leaving without "
+        "finalising the interpreter, which would tear it down inside XLA (exit status 70: the status the program "
+        "meant is not known here, and 0 could hide a failure)",
+        file=sys.stderr,
+    )
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(70)
+
+
+atexit.register(_at_exit)

@@ -1,0 +1,120 @@
+"""The layout a learner is looking at, compiled before they press Train.
+
+Students read a layout for a while (the Layout page, the Train page's caption) before they train it; the
+compiler can use that time. :func:`request` records, per session, the configuration its page shows; one
+background thread at the lowest CPU priority compiles what a first run of it would (the model's creation, the
+training chunk, the prediction and the layout check: :func:`sharding_lab.app.warm.compile_run`), so the run
+Train starts finds its programs in memory (and in the disk cache for other sessions and later servers).
+
+A session that changes its layout replaces its request: one not yet started is dropped (cancelled). One
+already compiling finishes — XLA cannot be interrupted mid-compile — and the thread moves on to what is asked
+now. Requests are served oldest first, each session's latest only; a layout compiled once is not compiled
+again. Off with ``SHARDING_LAB_WARM=off`` (the test suite), as the warm-up is. The thread is stopped and
+joined at interpreter exit (:mod:`.background`).
+"""
+
+from __future__ import annotations
+
+import collections
+import os
+import threading
+
+from .. import settings
+from . import background
+
+MAX_REMEMBERED = 256  # layouts remembered as compiled (the trainer keeps 64 chunks in memory; the disk keeps all)
+
+_cond = threading.Condition()
+_wanted: collections.OrderedDict = collections.OrderedDict()  # session → the configuration it shows
+_compiled: collections.OrderedDict = collections.OrderedDict()  # program key → None, the layouts done
+_state: dict = {"thread": None, "current": None, "done": 0, "dropped": 0}
+_stop = threading.Event()
+
+
+def enabled() -> bool:
+    return settings.WARM.raw().lower() not in ("off", "0", "false", "no")
+
+
+def request(session: str, config) -> bool:
+    """Compile ``config`` for ``session`` in the background (replacing what the session asked before); False when
+    there is nothing to do (off, not a training layout here, compiled already, or the same request)."""
+    from ..training.trainer import program_key
+
+    if not enabled() or config.target != "cpu" or _stop.is_set():
+        return False
+    key = program_key(config, config.chunk)
+    with _cond:
+        if key in _compiled or _state["current"] == key:
+            return False
+        previous = _wanted.pop(session, None)
+        if previous is not None and program_key(previous, previous.chunk) != key:
+            _state["dropped"] += 1  # the learner moved on before it was compiled: cancelled
+        _wanted[session] = config
+        _start_locked()
+        _cond.notify_all()
+    return True
+
+
+def forget(session: str) -> None:
+    """Drop ``session``'s request (it pressed Train: its own run compiles it now)."""
+    with _cond:
+        _wanted.pop(session, None)
+
+
+def status() -> dict:
+    """What the thread is doing: waiting (requests), compiled so far, dropped (cancelled) requests."""
+    with _cond:
+        return {
+            "waiting": len(_wanted),
+            "done": _state["done"],
+            "dropped": _state["dropped"],
+            "compiling": _state["current"] is not None,
+        }
+
+
+def stop() -> None:
+    """Stop after the compile in progress (interpreter exit)."""
+    _stop.set()
+    with _cond:
+        _wanted.clear()
+        _cond.notify_all()
+
+
+def _start_locked() -> None:
+    thread = _state["thread"]
+    if thread is None or not thread.is_alive():
+        thread = threading.Thread(target=_serve, name="sharding-lab-precompile", daemon=True)
+        background.track(thread, stop)
+        _state["thread"] = thread
+        thread.start()
+
+
+def _serve() -> None:
+    from ..training.trainer import program_key
+    from .warm import compile_run
+
+    try:
+        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 19)  # this thread only (Linux): students first
+    except (AttributeError, OSError):
+        pass
+    while True:
+        with _cond:
+            while not _wanted and not _stop.is_set():
+                if not _cond.wait(timeout=60):
+                    _state["thread"] = None  # idle a minute: end; the next request starts another
+                    return
+            if _stop.is_set():
+                return
+            _, config = _wanted.popitem(last=False)
+            key = program_key(config, config.chunk)
+            _state["current"] = key
+        try:
+            compile_run(config)
+        except Exception:  # noqa: BLE001 - a bonus: the learner's own run reports its errors
+            pass
+        with _cond:
+            _state["current"] = None
+            _state["done"] += 1
+            _compiled[key] = None
+            while len(_compiled) > MAX_REMEMBERED:
+                _compiled.popitem(last=False)

@@ -1,0 +1,59 @@
+"""The session's settings: their defaults, how they cross from page to page, and the link applied once.
+
+Every setting lives in ``st.session_state`` under its key (:mod:`.settings`). Streamlit (1.67) gives a
+widget a different id on each page (the page's script hash is part of it), drops a widget's value when a
+run does not draw it, and a page switch carries no widget state from the browser: a value reaches the next
+page only under its key. It can be elsewhere at the switch in two ways, each handled here:
+
+- set by code in the run before the switch (a link, a callback): still under its key. :func:`init_state`
+  copies every setting onto itself at the top of each run, so the new page's widget finds it.
+- filed under the old page's widget id by a fragment's timer run (Plan's progress, Train's live view):
+  every setting's widget is drawn with ``persist_state=KEEP``, and the switch moves the value back under
+  its key (``SessionState._remove_stale_widgets``). Without it, Train opened on cpu, the MLP and the seed
+  preset after a visit to Plan.
+"""
+
+from __future__ import annotations
+
+import streamlit as st
+
+from sharding_lab.app import links, settings
+from sharding_lab.models import plugins
+
+KEEP = "session"  # every setting widget's persist_state
+# The Plan page's question: settings too (carried like the sidebar's), though no link holds them.
+PLAN_BOXES = (
+    "plan_size",
+    "plan_target",
+    "plan_batch_tokens",
+    "plan_seq",
+    "plan_optimizer",
+    "plan_presets",
+    "plan_remats",
+)
+
+
+def init_state() -> None:
+    """Defaults for a new session, and every setting carried under its key. First, the model families the
+    server's owner installed or named in SHARDING_LAB_FAMILIES (once per process; never from a link)."""
+    state = st.session_state
+    state.family_problems = plugins.load_installed()
+    defaults = settings.defaults()  # once: it walks every model family's sizes
+    for key, value in defaults.items():
+        state.setdefault(key, value)
+    for key in list(state.keys()):
+        if key in defaults or key in PLAN_BOXES or str(key).startswith(("rule_", "ovr_")):
+            state[key] = state[key]
+
+
+def restore_link() -> None:
+    """Once per session, when the link is opened: apply its query parameters; say what could not be used.
+    Never again: the sidebar rewrites the query string from the settings on every run, and a page switch
+    keeps the session (and its ``link_restored``)."""
+    if st.session_state.get("link_restored"):
+        return
+    st.session_state.link_restored = True
+    updates, problems = links.from_query(st.query_params.to_dict())
+    for key, value in updates.items():
+        st.session_state[key] = value
+    st.session_state.link_problems = problems

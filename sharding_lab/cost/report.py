@@ -1,0 +1,92 @@
+"""The cost of a step as the command line prints it (``python -m sharding_lab cost``): the roofline's terms,
+each axis's link and where it runs, every collective, MFU and HFU, the fit."""
+
+from __future__ import annotations
+
+import math
+
+from ..hardware import targets
+from ..hardware.chips import chip as get_chip
+from ..training.config import LabConfig
+from .compiled import dtype_name
+from .roofline import Prediction, default_dtype, format_seconds, parse_target, predict, target_chip
+
+
+def describe(p: Prediction) -> str:
+    """The prediction as the command line prints it."""
+    mesh = "x".join(map(str, p.mesh))
+    if p.target != "cpu":
+        compiler = targets.parse(p.target).compiler
+        source = f"compiled here by {compiler} for {p.target} in {p.compile_s:.1f} s (abstract inputs)"
+    elif p.extrapolated:
+        source = f"extrapolated from compiles on {', '.join('x'.join(map(str, m)) for m in p.compiled_on)}"
+    else:
+        source = "compiled here (CPU, abstract inputs)"
+    head = f"{p.chip.name}, {p.dtype}, mesh {mesh} ({', '.join(p.axes)}): one training step per device — {source}"
+    if p.refused:
+        return "\n".join([head, f"  does NOT fit: {p.refused}"] + [f"  note: {note}" for note in p.notes])
+    lines = [
+        head,
+        f"  FLOPs {p.flops:,.0f}  ÷ peak {p.peak:.3g} FLOP/s  = compute {format_seconds(p.compute_s)}",
+        f"  HBM traffic {p.hbm_bytes:,.0f} B  ÷ {p.chip.hbm_bytes_per_s:.3g} B/s  "
+        f"= memory {format_seconds(p.memory_s)}",
+    ]
+    for axis, link in p.links.items():
+        lines.append(
+            f"  axis {axis}: {link.name}"
+            + (f" {link.bytes_per_s:.3g} B/s" if link.name != "none" else "")
+            + f" — {link.why}"
+        )
+    for row in p.comm:
+        lines.append(
+            f"    {row['count']} × {row['op']:<18} over {'+'.join(row['axes']) or '-':<12} n={row['group_size']:<5} "
+            f"{row['bytes']:>14,.0f} B → wire {row['wire_bytes']:>14,.0f} B on {row['link']} "
+            f"= {format_seconds(row['seconds'])}"
+        )
+    lines += [
+        f"  communication {format_seconds(p.comm_s)} ({p.wire_bytes:,.0f} wire bytes)"
+        f" + latency {format_seconds(p.latency_s)} "
+        f"({sum(r['count'] for r in p.comm if r.get('latency_s'))} collectives "
+        "× their hops × the link's α, chips.LATENCY)",
+        f"  step (full overlap, the prediction) {format_seconds(p.step_s)}  — {p.bound}-bound, {utilisation(p)}",
+        f"  step (no overlap: compute/memory + communication) {format_seconds(p.step_s_no_overlap)}",
+        f"  HBM needed {p.hbm_needed / 1e9:,.3f} GB of {p.chip.capacity_text()}: "
+        + ("fits" if p.fits else "does NOT fit"),
+    ]
+    if p.compiler_ratio is not None:
+        lines.append(
+            f"  the TPU compiler's own estimate (cost_analysis optimal_seconds) {format_seconds(p.optimal_seconds)}: "
+            f"the roofline is {p.compiler_ratio:.2f}× it"
+        )
+    if p.model_flops_detail:
+        lines.append(
+            f"  model FLOPs {p.model_flops_detail['total']:,.4g} a step = {p.model_flops_detail['formula']}; "
+            f"÷ {math.prod(p.mesh)} devices = {p.model_flops:,.4g} each"
+        )
+    if targets.parse(p.target).kind == "tpu":
+        lines.append(
+            "  whose figures: FLOPs, HBM traffic, HBM needed and the collectives are the compiler's; each "
+            "collective's time is the scaling book's count on where its devices lie (hardware.placement)"
+        )
+    lines += [f"  note: {note}" for note in p.notes]
+    return "\n".join(lines)
+
+
+def utilisation(p: Prediction) -> str:
+    """'MFU 41.2% (model FLOPs), HFU 55.0% (compiled FLOPs)': the two utilisations, named (roofline.py)."""
+    hfu = f"HFU {p.hfu:.1%} (compiled FLOPs)"
+    return hfu if p.mfu is None else f"MFU {p.mfu:.1%} (model FLOPs), {hfu}"
+
+
+def print_cost(
+    config: LabConfig, chip_id: str | None, dtype: str | None, target_text: str | None, as_json: bool
+) -> int:
+    """``python -m sharding_lab cost``: raises ConfigError (→ exit 2) for a bad chip, dtype or target."""
+    import json
+
+    chip_id = target_chip(config, chip_id)
+    dtype = default_dtype(config.target) if dtype is None else dtype
+    get_chip(chip_id), dtype_name(dtype)  # refuse before compiling anything
+    prediction = predict(config, chip_id, dtype, parse_target(target_text))
+    print(json.dumps(prediction.to_json()) if as_json else describe(prediction))
+    return 0

@@ -1,0 +1,110 @@
+"""Issue 36's smaller items: each sentence the app shows agrees with the figures beside it (every test here
+failed on the code before the fix)."""
+
+from sharding_lab.app import cost_view, pipeline_view
+from sharding_lab.hardware import targets
+from tests.support import app_test
+
+
+def test_a_one_chip_slice_is_one_chip():
+    assert targets.parse("v5e-1").label().startswith("v5e-1 (1 chip, ")  # it said "1 chips"
+    assert targets.parse("v5e-8").label().startswith("v5e-8 (8 chips, ")
+
+
+def test_the_gpu_kernel_note_does_not_name_another_gpu_as_the_target():
+    """An H100 target was told what XLA does "on a real H200" (the chip the note was measured on)."""
+    assert "real H200" not in targets.GPU_KERNEL_NOTE and "measured on one H200" in targets.GPU_KERNEL_NOTE
+
+
+def test_the_1f1b_sentence_follows_the_held_table():
+    """Its table showed stage 0 holding 4 under both schedules while the text said 1F1B needs less memory."""
+    even = pipeline_view.held_sentence(4, 4)
+    table = pipeline_view.held_table(4, 4)
+    assert table["held, gpipe"].max() == table["held, 1f1b"].max() == 4
+    assert "4 under both" in even and "no less activation memory" in even
+    more = pipeline_view.held_sentence(2, 8)
+    assert "2 under 1F1B, 8 under GPipe" in more and "less activation memory" in more
+
+
+PREDICTION = {
+    "compute_s": 10.8e-9,
+    "memory_s": 168e-9,
+    "comm_s": 1e-9,
+    "latency_s": 16e-6,
+    "step_s": 16.001e-6,
+    "step_s_no_overlap": 16.169e-6,
+}
+
+
+def test_the_step_says_which_term_it_is_and_its_two_labels_do_not_overlap():
+    """'max of the three' was said of a step that was the latency term (16 µs beside 168 ns and 10.8 ns), and
+    the full-overlap and no-overlap labels were drawn on top of each other."""
+    assert cost_view.step_terms(PREDICTION).startswith("communication + latency (")
+    assert cost_view.step_terms({**PREDICTION, "latency_s": 0.0}).startswith("HBM traffic (168 ns)")
+    figure = cost_view.breakdown_figure(cost_view._FromJson(PREDICTION))
+    positions = [a.xanchor for a in figure.layout.annotations]
+    assert len(set(positions)) == 2, positions
+
+
+def test_compare_s_latency_note_counts_each_strategy_s_collectives():
+    """It counted the slowest strategy's (2) beside a table of 20 (fsdp) and 5 (tp)."""
+    fsdp = {**PREDICTION, "chip": {"kind": "tpu"}, "collectives": [{"count": 20, "bytes": 1e3, "latency_s": 1e-6}]}
+    tp = {**PREDICTION, "chip": {"kind": "tpu"}, "collectives": [{"count": 5, "bytes": 1e3, "latency_s": 1e-6}]}
+    text = cost_view.latency_caveat(tp, {"fsdp": fsdp, "tp": tp})
+    assert "fsdp 20 collectives" in text and "tp 5 collectives" in text
+
+
+def test_the_first_page_tells_a_newcomer_where_to_start_until_they_go():
+    at = app_test(120)
+    at.run()
+    first = " ".join(m.value for m in at.markdown)
+    assert "Start with the **Lesson**" in first and "huggingface.co/blog/" in first  # what "the blog" is
+    at.switch_page("app_pages/lesson.py").run()
+    at.switch_page("app_pages/layout.py").run()
+    assert not at.exception
+    assert "Start with the **Lesson**" not in " ".join(m.value for m in at.markdown)
+
+
+def test_a_run_s_edits_name_the_sizes_that_changed_not_the_spec_s_repr():
+    """Train printed `TransformerSpec(layers=4, embed_dim=64, …)` in its 'your edits' notice."""
+    import dataclasses
+
+    import sharding_lab as sl
+    from sharding_lab.app.jobs import edits_since
+
+    fam = sl.family("transformer")
+    run = sl.LabConfig(mesh=sl.MeshSpec((2, 4), ("data", "model")), preset="tp", model=fam.Spec())
+    now = dataclasses.replace(run, model=dataclasses.replace(run.model, layers=4))
+    assert edits_since(run, now) == [("sizes", "layers 2", "layers 4")]
+
+
+def test_see_it_move_opens_on_the_collective_that_sends_the_most():
+    """It opened on the program's first collective (the loss's scalar all-reduce: "7 bytes in all")."""
+    import sharding_lab as sl
+    from sharding_lab.app import settings
+    from sharding_lab.program.communication import analyze
+
+    at = app_test(240)
+    at.run()
+    at.switch_page("app_pages/communication.py").run()
+    assert not at.exception
+    state = {k: at.session_state[k] for k in settings.defaults()}
+    collectives = analyze(sl.plan(settings.config_from_state(state))).collectives
+    most = max(range(len(collectives)), key=lambda i: collectives[i].bytes * collectives[i].count)
+    assert most != 0 and at.selectbox(key="comm_selected").value == most
+
+
+def test_the_app_s_errors_name_its_boxes_not_the_command_line_s_options():
+    """'--batch-tokens must be a multiple …' beside a box labelled 'Batch (tokens)'; 'Experts (--experts)'."""
+    from sharding_lab import search
+    from sharding_lab.app.words import app_words
+    from sharding_lab.errors import ConfigError
+    from sharding_lab.models.transformer import TransformerSpec
+
+    try:
+        search.base_config(TransformerSpec(seq=32), "v5e-8", 100)
+    except ConfigError as error:
+        said = app_words(str(error))
+    assert said.startswith("Batch (tokens) must be a multiple of the sequence length 32") and "--" not in said
+    assert app_words("set Experts (--experts), e.g. 8") == "set Experts, e.g. 8"
+    assert app_words("a multiple of 4 (Layers, --layers: e.g. 4)") == "a multiple of 4 (Layers: e.g. 4)"

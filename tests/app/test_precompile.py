@@ -1,0 +1,36 @@
+"""The layout a learner is looking at is compiled before Train is pressed; a changed layout cancels the old one."""
+
+from __future__ import annotations
+
+import time
+
+import sharding_lab as sl
+from sharding_lab.app import precompile
+from sharding_lab.training import trainer
+
+
+def test_the_layout_shown_is_compiled_in_the_background_and_an_edit_cancels_the_one_before(monkeypatch):
+    monkeypatch.setenv("SHARDING_LAB_WARM", "on")
+    first = sl.LabConfig(mesh=sl.MeshSpec((4, 2), ("data", "model")), preset="fsdp", lr=0.011)
+    edited = sl.LabConfig(mesh=sl.MeshSpec((4, 2), ("data", "model")), preset="tp", lr=0.011)
+    keys = [trainer.program_key(c, c.chunk) for c in (first, edited)]
+    assert not any(k in trainer._programs for k in keys)
+    before = precompile.status()
+    with precompile._cond:  # both asked before the thread can take the first: the edit replaces it
+        assert precompile.request("learner", first)
+        assert precompile.request("learner", edited)
+    deadline = time.monotonic() + 300
+    while precompile.status()["done"] == before["done"] and time.monotonic() < deadline:
+        time.sleep(0.2)
+    now = precompile.status()
+    assert now["done"] == before["done"] + 1 and now["dropped"] == before["dropped"] + 1
+    # the edited layout's training chunk is compiled and waiting for Train; the abandoned one never was
+    assert keys[1] in trainer._programs and keys[0] not in trainer._programs
+    assert not precompile.request("learner", edited)  # compiled once is enough
+    lab = sl.Lab(edited)  # Train: the run finds its chunk program already built
+    assert trainer.Trainer(lab)._program is trainer._programs[keys[1]]
+
+
+def test_off_with_the_warm_up(monkeypatch):
+    monkeypatch.setenv("SHARDING_LAB_WARM", "off")
+    assert not precompile.request("learner", sl.LabConfig(preset="dp", lr=0.013))

@@ -1,0 +1,32 @@
+"""What many tests share: where the checkout is, the app opened in Streamlit's AppTest, and Debian's Chromium
+for the browser tests (with the marker that skips them where it is not installed)."""
+
+import time
+from pathlib import Path
+
+import pytest
+from streamlit.testing.v1 import AppTest
+
+from tools.loadtest import CHROMIUM, CHROMIUM_FLAGS
+
+ROOT = Path(__file__).resolve().parents[1]
+APP = ROOT / "app.py"
+SHOTS = ROOT / "artifacts" / "screenshots"  # browser screenshots, for a person to look at
+
+needs_chromium = pytest.mark.skipif(not Path(CHROMIUM).exists(), reason="Debian's chromium is not installed")
+
+__all__ = ["APP", "CHROMIUM", "CHROMIUM_FLAGS", "ROOT", "SHOTS", "app_test", "needs_chromium", "poll"]
+
+
+def app_test(timeout: float = 120) -> AppTest:
+    """The whole app (``app.py``: its sidebar, navigation and pages) in AppTest, not yet run."""
+    return AppTest.from_file(str(APP), default_timeout=timeout)
+
+
+def poll(read, expected, timeout_s: float = 30):
+    """``read()`` once it returns ``expected``, or its last value after ``timeout_s``: under a loaded
+    machine a chart can be redrawn a moment after the text the test waited for."""
+    deadline = time.monotonic() + timeout_s
+    while (value := read()) != expected and time.monotonic() < deadline:
+        time.sleep(0.25)
+    return value
