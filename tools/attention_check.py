@@ -43,7 +43,7 @@ def main() -> None:
     predicted = cost.predict(dataclasses.replace(config, target="v5e-1"), None, "mixed")
     use_platform(args.platform)
     from sharding_lab import plan as make_plan
-    from sharding_lab.training.trainer import step_program
+    from sharding_lab.training.step import step_program
 
     plan = make_plan(config)
     fn, state, x, y = step_program(plan, "mixed")

@@ -15,7 +15,7 @@ from sharding_lab.models import family
 from sharding_lab.models.attention import causal_blocks
 from sharding_lab.models.transformer import Transformer, TransformerSpec
 from sharding_lab.sharding.mesh import MeshSpec
-from sharding_lab.training.trainer import lower_train_step
+from sharding_lab.training.step import lower_train_step
 
 FAMILY = family("transformer")
 # A llama-shaped block small enough to compile in seconds: GQA, SwiGLU, RoPE, 1,024 tokens of 128-wide heads.
