@@ -65,7 +65,7 @@ class ModelSpec:
 
 class HiddenLayer(nnx.Module):
     """One extra hidden layer, ``relu(h @ w + b)``: the unit the pipeline stacks and divides into stages
-    (:mod:`sharding_lab.pipeline.model`), built from the MLP's own ``wh<i>, bh<i>``."""
+    (the lab's pipeline), built from the MLP's own ``wh<i>, bh<i>``."""
 
     def __init__(self, w: nnx.Param, b: nnx.Param):
         self.w, self.b = w, b
@@ -94,7 +94,7 @@ class MLP(nnx.Module):
             h = layer(h)
         return self.head(h)
 
-    # Pipeline parallelism (sharding_lab.pipeline) runs __call__ in three parts: embed on the first stage,
+    # Pipeline parallelism (the lab's pipeline) runs __call__ in three parts: embed on the first stage,
     # the hidden layers stage by stage, head on the last.
     def embed(self, x):
         """The first layer, ``relu(x @ w1 + b1)``: what enters the hidden layers."""
@@ -113,7 +113,7 @@ class MLP(nnx.Module):
 
     def take_blocks(self) -> list[HiddenLayer]:
         """The extra hidden layers as modules, taken out of this model (their ``wh<i>, bh<i>`` attributes go):
-        the pipeline stacks them into ``blocks`` (:mod:`sharding_lab.pipeline.model`)."""
+        the pipeline stacks them into ``blocks``."""
         blocks = [HiddenLayer(getattr(self, w), getattr(self, b)) for w, b in self.layers[1:]]
         for w, b in self.layers[1:]:
             delattr(self, w)

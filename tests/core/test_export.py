@@ -15,7 +15,10 @@ from sharding_lab.sharding.mesh import MeshSpec
 
 # Every preset on 2×4; on 1×8 (a size-1 data axis) the two whose specs name both axes — each case is a fresh
 # Python process that imports JAX and compiles (~5 s), and the export's code path does not depend on the mesh.
-CASES = [((2, 4), preset) for preset in sl.PRESETS] + [((1, 8), preset) for preset in ("seed", "fsdp_tp")]
+# pp: the seed has no hidden layers to divide, and the export refuses a pipeline with a sentence
+CASES = [((2, 4), preset) for preset in sl.PRESETS if preset != "pp"] + [
+    ((1, 8), preset) for preset in ("seed", "fsdp_tp")
+]
 LINE = re.compile(r"^layout (\S+) device (\d+): (.*)$")
 
 

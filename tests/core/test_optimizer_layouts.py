@@ -30,7 +30,7 @@ SCALARS = {"sgd": ("opt/step",), "adamw": ("opt/count", "opt/step")}
 
 
 @pytest.mark.parametrize("mesh", MESHES)
-@pytest.mark.parametrize("preset", list(PRESETS))
+@pytest.mark.parametrize("preset", [p for p in PRESETS if p != "pp"])  # the seed has no hidden layers to stage
 @pytest.mark.parametrize("optimizer", ["sgd", "adamw"])
 def test_optimizer_state_layout_matches_plan(optimizer, preset, mesh):
     lab = Lab(LabConfig(mesh=MESHES[mesh], preset=preset, optimizer=optimizer))
