@@ -142,7 +142,21 @@ seq = c2.number_input(
 )
 optimizer = c3.selectbox("Optimizer", list(sl.OPTIMIZERS), key="plan_optimizer", persist_state=session.KEEP)
 presets = c3.multiselect("Presets", list(fam.presets), key="plan_presets", persist_state=session.KEEP)
-remats = c3.multiselect("Remat", list(search.REMATS), key="plan_remats", persist_state=session.KEEP)
+remats = c3.multiselect(
+    "Remat",
+    list(fam.size_fields["remat"].choices),
+    key="plan_remats",
+    persist_state=session.KEEP,
+    help="none; full (each block recomputed from its input); save_qkv_proj, minimal, save_dots: selective "
+    "policies that keep some matmul outputs (MaxText's names)",
+)
+attention = c2.selectbox(
+    "Attention",
+    list(fam.size_fields["attention"].choices),
+    key="plan_attention",
+    help="xla: the scores materialised in HBM; splash: the Pallas flash kernel real TPU runs use (its FLOPs "
+    "from the kernel's formula: XLA does not count a custom kernel)",
+)
 
 
 def _question():
@@ -155,7 +169,7 @@ def _question():
             )
     else:
         model = fam.named_spec(size)
-    model = dataclasses.replace(model, seq=int(seq))
+    model = dataclasses.replace(model, seq=int(seq), attention=attention)
     base = search.base_config(model, target, int(batch_tokens), optimizer)
     return base, tuple(presets) or None, tuple(remats) or None
 

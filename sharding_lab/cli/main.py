@@ -138,7 +138,9 @@ def main(argv=None) -> int:
     plan_parser.add_argument("--dtype", default="mixed", help="mixed (default), bf16 or f32")
     plan_parser.add_argument("--presets", default=None, help="only these presets, comma-separated (default: all)")
     plan_parser.add_argument(
-        "--remats", default=None, help="only these remat options, comma-separated (default: none,full)"
+        "--remats",
+        default=None,
+        help="these remat options, comma-separated (default: none,full,save_qkv_proj; also minimal, save_dots)",
     )
     plan_parser.add_argument(
         "--no-check", action="store_true", help="skip the full-depth compile that checks the layer extension"
@@ -155,7 +157,7 @@ def main(argv=None) -> int:
         type=int,
         default=None,
         help="compile this many candidates at once, each in its own process (default: one per "
-        "CPU core, at most 4 — one for a model under 10M parameters, whose compiles take "
+        "CPU core — one for a model under 10M parameters, whose compiles take "
         "less than starting a process; 1: all in this process)",
     )
     plan_parser.add_argument("--json", action="store_true", help="print one JSON object")
@@ -204,9 +206,11 @@ def _print_plan(args) -> int:
         if name not in base.family.presets:
             raise ConfigError(f"unknown preset {name!r}: choose among {', '.join(base.family.presets)}", "rules")
     remats = tuple(r.strip() for r in args.remats.split(",")) if args.remats else None
+    remat_field = base.family.size_fields.get("remat")
+    known = remat_field.choices if remat_field is not None else search.REMATS
     for name in remats or ():
-        if name not in search.REMATS:
-            raise ConfigError(f"unknown remat {name!r}: choose among {', '.join(search.REMATS)}", "model")
+        if name not in known:
+            raise ConfigError(f"unknown remat {name!r}: choose among {', '.join(known)}", "model")
 
     def progress(done, total, result):
         if not args.json:

@@ -37,6 +37,7 @@ import numpy as np
 from ..errors import ConfigError
 from ..hardware.targets import parse as parse_target
 from ..hardware.targets import slice_axis as targets_slice_axis
+from ..models.attention import kernel_figures
 from ..program.communication import Collective, parse_collectives
 from ..training.config import LabConfig
 from ..training.config import plan as make_plan
@@ -60,6 +61,7 @@ class Compiled:
     optimal_seconds: float | None = None  # the TPU compiler's own estimate of the step (cost_analysis)
     memory: dict | None = None  # memory_analysis(): argument, output, temp, alias, generated code
     loop_note: str | None = None  # how a loop over layers was counted (compile_step), when there is one
+    kernel_note: str | None = None  # a custom kernel XLA cannot count, counted by its formula (kernel_figures)
 
     def by_key(self) -> dict[tuple[str, tuple[str, ...]], dict]:
         """(op, axes) → total result bytes per step, op count, a representative collective."""
@@ -118,7 +120,7 @@ def loop_layers(config: LabConfig) -> int:
     with ``remat=full`` runs its blocks as a ``lax.scan`` (:func:`~sharding_lab.models.remat.
     rematerialised_blocks`); a pipelined step places its blocks otherwise."""
     layers = getattr(config.model, "layers", 0)
-    if getattr(config.model, "remat", "none") != "full" or not isinstance(layers, int) or layers < 2:
+    if getattr(config.model, "remat", "none") == "none" or not isinstance(layers, int) or layers < 2:
         return 0
     return 0 if config.stage_axis is not None else layers
 
@@ -235,6 +237,19 @@ def compile_once(config: LabConfig, dtype: str) -> Compiled:
     # target the TPU compiler's own count of its fused program is the figure.
     traffic = fused if on_cpu or not accessed else accessed
     flops = float(cost.get("flops", 0.0)) or _lowered_flops(lowered)
+    # A Pallas kernel is a custom call: XLA's cost analysis counts none of its FLOPs and only one pass over
+    # its operands. The splash attention kernel's come from its formula, added here and said so.
+    kernel = kernel_figures(hlo, itemsize)
+    flops, traffic = flops + kernel["flops"], traffic + kernel["hbm_bytes"]
+    kernel_note = None
+    if kernel["calls"]:
+        calls = ", ".join(f"{n} {kind}" for kind, n in sorted(kernel["calls"].items()))
+        kernel_note = (
+            f"attention runs in the Pallas splash kernel ({calls} calls in the program): XLA does not count a "
+            f"custom kernel, so its FLOPs ({kernel['flops']:.3g} in this program) and the K/V and Q/dO bytes it "
+            "streams come from the kernel's formula (sharding_lab.models.attention.kernel_figures), added to the "
+            "compiler's figures"
+        )
     extra = {k: float(cost[k]) for k in ("optimal_seconds", "utilization operand 0 {}") if k in cost}
     return Compiled(
         tuple(config.mesh.shape),
@@ -246,6 +261,7 @@ def compile_once(config: LabConfig, dtype: str) -> Compiled:
         compile_s=compile_s,
         target=config.target,
         optimal_seconds=extra.get("optimal_seconds"),
+        kernel_note=kernel_note,
         memory={
             "argument": int(memory.argument_size_in_bytes),
             "output": int(memory.output_size_in_bytes),

@@ -383,7 +383,7 @@ def _predict_on_target(config: LabConfig, on, chip_id: str | None, dtype: str, t
         chip = dataclasses.replace(chip, torus=on.torus)
     mesh, axes = tuple(config.mesh.shape), tuple(config.mesh.axes)
     compiled = compile_step(canonical(config), dtype)
-    notes = [n for n in [chip.flops(dtype)[1], compiled.loop_note] if n]
+    notes = [n for n in [chip.flops(dtype)[1], compiled.loop_note, compiled.kernel_note] if n]
     flops = compiled.flops
     if on.kind == "gpu" and compiled.refused is None:
         host = dataclasses.replace(canonical(config), target="cpu")

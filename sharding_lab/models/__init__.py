@@ -169,6 +169,7 @@ _creation_order = itertools.count()  # nnx sorts attributes by name; plans list 
 
 _active_constraints: list[Callable] = []
 _recording: list[bool] = []
+_active_layouts: list[tuple] = []  # (mesh, specs) of each activation_rules entered
 
 
 def recording_activations() -> bool:
@@ -182,6 +183,16 @@ def constrain(x: jax.Array, name: str) -> jax.Array:
     """Lay out the activation ``name`` as the rules say (inside the training step; a no-op when no
     rules are active, e.g. while tracing shapes)."""
     return _active_constraints[-1](x, name) if _active_constraints else x
+
+
+def activation_layout(name: str) -> tuple | None:
+    """``(mesh, PartitionSpec)`` the active rules give the activation ``name`` (None outside any
+    :class:`activation_rules`, or when the rules do not lay it out): for code that must place its work
+    itself, as a custom kernel under ``shard_map`` does (:func:`sharding_lab.models.attention.splash_attention`)."""
+    if not _active_layouts or name not in _active_layouts[-1][1]:
+        return None
+    mesh, specs = _active_layouts[-1]
+    return mesh, specs[name]
 
 
 class activation_rules:  # noqa: N801  (a context manager, used like a function)
@@ -203,14 +214,17 @@ class activation_rules:  # noqa: N801  (a context manager, used like a function)
 
         self._fn = fn
         self._record = record is not None
+        self._layout = (mesh, specs)
 
     def __enter__(self):
         _active_constraints.append(self._fn)
         _recording.append(self._record)
+        _active_layouts.append(self._layout)
 
     def __exit__(self, *exc):
         _active_constraints.pop()
         _recording.pop()
+        _active_layouts.pop()
 
 
 class ModelFamily:
@@ -293,6 +307,12 @@ class ModelFamily:
     def build(self, spec, shard: Shard, rngs: nnx.Rngs) -> nnx.Module:
         return self.Model(spec, shard, rngs)
 
+    def refusal(self, spec, platform: str, pipelined: bool) -> str | None:
+        """Why ``spec`` cannot be compiled for devices of ``platform`` (``cpu``, ``tpu``, ``gpu``) — or in
+        pipeline stages, when ``pipelined`` — as a sentence that says what to choose instead; None when it can.
+        A TPU kernel, say, compiles for TPU targets only (:func:`sharding_lab.training.config.plan` asks)."""
+        return None
+
 
 def _no_sharding(rule_name, *logical_axes):
     return None
@@ -372,6 +392,7 @@ __all__ = [
     "ModelFamily",
     "Preset",
     "SizeField",
+    "activation_layout",
     "activation_rules",
     "constrain",
     "family",

@@ -1,6 +1,14 @@
 """Rematerialisation of the transformer's blocks: a ``lax.scan`` of one ``nnx.remat``-ed block
-(:func:`rematerialised_blocks`), and the switch that unrolls that loop for the cost's compiles
-(:class:`unrolled_scan`)."""
+(:func:`rematerialised_blocks`) under a policy (:func:`remat_policy`), and the switch that unrolls that
+loop for the cost's compiles (:class:`unrolled_scan`).
+
+The policies are ``jax.checkpoint_policies`` under MaxText's names (``remat_policy`` in its base.yml):
+``full`` saves nothing (each block recomputed from its input); ``save_qkv_proj`` saves the q, k and v
+projections; ``minimal`` every projection's output but attention's context (q, k, v, the output
+projection and the MLP's matrices: ``save_only_these_names``, the names the block gives them with
+``checkpoint_name``); ``save_dots`` every matrix product without batch dimensions
+(``dots_with_no_batch_dims_saveable``: the same projections, found by their shape, not their name).
+"""
 
 from __future__ import annotations
 
@@ -9,19 +17,32 @@ import jax.numpy as jnp
 from flax import nnx
 
 
-def rematerialised_blocks(blocks, x):
+def remat_policy(name: str):
+    """The ``jax.checkpoint`` policy of the remat option ``name`` (None for ``full``: nothing saved)."""
+    policies = jax.checkpoint_policies
+    projections = ("query_proj", "key_proj", "value_proj")
+    return {
+        "full": None,
+        "save_qkv_proj": policies.save_only_these_names(*projections),
+        "minimal": policies.save_only_these_names(*projections, "out_proj", "mlpwi_0", "mlpwi_1", "mlpwo"),
+        "save_dots": policies.dots_with_no_batch_dims_saveable,
+    }[name]
+
+
+def rematerialised_blocks(blocks, x, policy: str = "full"):
     """The blocks applied in turn, each rematerialised, and their mixture-of-experts statistics
     summed (:meth:`Block.forward`): the backward pass keeps only each block's
     input and recomputes the rest. The blocks' weights are stacked and run as a ``lax.scan`` of
     one ``nnx.remat``-ed block: around unrolled blocks, XLA:CPU drops the optimization barriers
     remat places and its CSE folds the recomputation back into the forward pass (measured: the
-    same temporaries with and without), while a recomputation inside a loop body stays."""
+    same temporaries with and without), while a recomputation inside a loop body stays. ``policy``
+    names what each block keeps besides its input (:func:`remat_policy`)."""
     graphdef, first = nnx.split(blocks[0])
     treedef = jax.tree.structure(first)
     # Leaves in the same order for every block (their metadata differs, so the trees are not equal).
     stacked = [jnp.stack(leaves) for leaves in zip(*(jax.tree.leaves(nnx.split(b)[1]) for b in blocks))]
 
-    @nnx.remat
+    @nnx.remat(policy=remat_policy(policy))
     def step(x, leaves):
         return nnx.merge(graphdef, jax.tree.unflatten(treedef, leaves)).forward(x)
 

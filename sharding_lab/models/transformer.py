@@ -41,8 +41,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from flax import nnx
+from jax.ad_checkpoint import checkpoint_name
 
 from . import ArraySpec, ChoiceField, ModelFamily, SizeField, constrain, param, recording_activations, register
+from .attention import splash_attention, splash_refusal, xla_attention
 from .moe import (
     AUX_LOSS_COEFFICIENT,
     COMBINE_SCOPE,
@@ -55,7 +57,7 @@ from .moe import (
     route,
     top_k_experts,
 )
-from .remat import rematerialised_blocks, unrolled_scan
+from .remat import remat_policy, rematerialised_blocks, unrolled_scan
 from .transformer_presets import PRESETS
 from .transformer_sizes import NAMED_SIZES
 from .transformer_spec import CHOICES, LIMITS, TransformerSpec, kv_heads_of
@@ -88,6 +90,7 @@ class Block(nnx.Module):
     def __init__(self, spec, shard, rngs: nnx.Rngs):
         e, h, kv, d, m = spec.embed_dim, spec.heads, kv_heads_of(spec), spec.head_dim, spec.mlp_dim
         self.rope = spec.positions == "rope"
+        self.attention = spec.attention
         self.attn_norm = param(jnp.ones((e,)), shard, "norm", "embed")
         self.q = param(kernel(rngs.params(), (e, h, d), e), shard, "q", "embed", "heads", "head_dim")
         # K and V are sized by kv_heads (grouped-query attention): their own logical axis, so a
@@ -122,39 +125,31 @@ class Block(nnx.Module):
     def forward(self, x, routing: bool = False):
         """The block's output and its mixture-of-experts statistics (:func:`moe_mlp`; zeros for a
         dense MLP) — with ``routing``, also the router's choices (:class:`Routing`)."""
-        seq = x.shape[1]
         # The sublayer's input: under sequence parallelism the norm ran on this device's positions,
         # and here the whole sequence is gathered (Megatron-SP's all-gather) before the q/k/v matmuls.
+        # Each projection is named (checkpoint_name, MaxText's names) for the selective remat policies.
         h = constrain(rms_norm(x, self.attn_norm[...]), "normed")
-        q = jnp.einsum("bse,ehd->bshd", h, self.q[...])
-        k = jnp.einsum("bse,ehd->bshd", h, self.k[...])
-        v = jnp.einsum("bse,ehd->bshd", h, self.v[...])
+        q = checkpoint_name(jnp.einsum("bse,ehd->bshd", h, self.q[...]), "query_proj")
+        k = checkpoint_name(jnp.einsum("bse,ehd->bshd", h, self.k[...]), "key_proj")
+        v = checkpoint_name(jnp.einsum("bse,ehd->bshd", h, self.v[...]), "value_proj")
         if self.rope:
             q, k = rope(q), rope(k)
-        # Query heads in groups, one group per K/V head (group g holds heads g·n … g·n+n-1), so the
-        # scores come out (batch, heads, seq, seq) as with one K/V head per query head.
-        b, _, heads, d = q.shape
-        groups = q.reshape(b, seq, k.shape[2], heads // k.shape[2], d)
-        scores = jnp.einsum("bskgd,btkd->bkgst", groups, k).reshape(b, heads, seq, seq) * d**-0.5
-        causal = jnp.arange(seq)[:, None] >= jnp.arange(seq)[None, :]
-        scores = constrain(jnp.where(causal, scores, -1e9), "attn_scores")
-        probs = jax.nn.softmax(scores, axis=-1).reshape(b, k.shape[2], heads // k.shape[2], seq, seq)
-        attended = jnp.einsum("bkgst,btkd->bskgd", probs, v).reshape(b, seq, heads, d)
-        attended = constrain(attended, "attn_out")
-        x = constrain(x + jnp.einsum("bshd,hde->bse", attended, self.o[...]), "resid")
+        attend = splash_attention if self.attention == "splash" else xla_attention
+        attended = constrain(checkpoint_name(attend(q, k, v), "context"), "attn_out")
+        out = checkpoint_name(jnp.einsum("bshd,hde->bse", attended, self.o[...]), "out_proj")
+        x = constrain(x + out, "resid")
         h = constrain(rms_norm(x, self.mlp_norm[...]), "normed")
         if self.experts:
             out, stats, routed = moe_mlp(self, h)
             return (constrain(x + out, "resid"), stats) + ((routed,) if routing else ())
-        up = jnp.einsum("bse,em->bsm", h, self.mlp_in[...])
+        up = checkpoint_name(jnp.einsum("bse,em->bsm", h, self.mlp_in[...]), "mlpwi_1")
         if self.gated:
-            hidden = jax.nn.silu(jnp.einsum("bse,em->bsm", h, self.mlp_gate[...])) * up
+            hidden = jax.nn.silu(checkpoint_name(jnp.einsum("bse,em->bsm", h, self.mlp_gate[...]), "mlpwi_0")) * up
         else:
             hidden = jax.nn.gelu(up)
         hidden = constrain(hidden, "mlp_hidden")
-        return (constrain(x + jnp.einsum("bsm,me->bse", hidden, self.mlp_out[...]), "resid"), NO_STATS) + (
-            (None,) if routing else ()
-        )
+        out = checkpoint_name(jnp.einsum("bsm,me->bse", hidden, self.mlp_out[...]), "mlpwo")
+        return (constrain(x + out, "resid"), NO_STATS) + ((None,) if routing else ())
 
 
 class Transformer(nnx.Module):
@@ -176,10 +171,10 @@ class Transformer(nnx.Module):
         self.final_norm = param(jnp.ones((e,)), shard, "norm", "embed")
         if not self.tied:
             self.unembed = param(kernel(rngs.params(), (e, v), e), shard, "unembed", "embed", "vocab")
-        # Full rematerialisation: the backward pass recomputes each block from its input instead of
-        # keeping its activations. Never while activations are being recorded: a value made inside
-        # a checkpoint cannot leave it (the forward pass and its layouts are the same either way).
-        self.remat = spec.remat == "full"
+        # Rematerialisation: the backward pass recomputes each block from its input (and what the policy
+        # keeps) instead of keeping its activations. Never while activations are being recorded: a value
+        # made inside a checkpoint cannot leave it (the forward pass and its layouts are the same either way).
+        self.remat = spec.remat
         self.experts = spec.experts
 
     def __call__(self, tokens):
@@ -187,48 +182,43 @@ class Transformer(nnx.Module):
 
     def forward(self, tokens):
         """The logits, and the blocks' mixture-of-experts statistics: (load-balancing loss summed
-        over the blocks, token choices dropped for want of capacity) — zeros for dense MLPs."""
-        # The lookup as a one-hot matmul: with the table split on vocab (Megatron's vocab-parallel
-        # embedding) each device sums the rows it holds and one all-reduce adds the pieces.
-        one_hot = jax.nn.one_hot(tokens, self.embedding[...].shape[0])
-        x = jnp.einsum("bsv,ve->bse", one_hot, self.embedding[...])
-        x = constrain(x + self.pos[...] if self.learned_positions else x, "resid")
-        if self.remat and not recording_activations():
-            x, stats = rematerialised_blocks(self.blocks, x)
+        over the blocks, token choices dropped for want of capacity) — zeros for dense MLPs. The same
+        three parts pipeline parallelism runs on different stages: :meth:`embed`, the blocks, :meth:`head`."""
+        x = self.embed(tokens)
+        if self.remat != "none" and not recording_activations():
+            x, stats = rematerialised_blocks(self.blocks, x, self.remat)
         else:
             stats = NO_STATS
             for block in self.blocks:
                 x, block_stats = block.forward(x)
                 stats = jax.tree.map(jnp.add, stats, block_stats) if self.experts else stats
-        h = constrain(rms_norm(x, self.final_norm[...]), "normed")
-        if self.tied:
-            logits = jnp.einsum("bse,ve->bsv", h, self.embedding[...])
-        else:
-            logits = jnp.einsum("bse,ev->bsv", h, self.unembed[...])
-        return constrain(logits, "logits"), stats
+        return self.head(x), stats
 
     def routing(self, tokens) -> list[Routing]:
         """What each block's router chose for ``tokens`` (one :class:`Routing` per block; the
         mixture of experts only): the forward pass, block by block, keeping the choices."""
-        x = jnp.einsum("bsv,ve->bse", jax.nn.one_hot(tokens, self.embedding[...].shape[0]), self.embedding[...])
-        x = x + self.pos[...] if self.learned_positions else x
+        x = self.embed(tokens)
         found = []
         for block in self.blocks:
             x, _, routed = block.forward(x, routing=True)
             found.append(routed)
         return found
 
-    # Pipeline parallelism (the lab's pipeline package) runs __call__ in three parts on different stages:
-    # embed on the first, the blocks stage by stage, head on the last. These two repeat __call__'s
-    # first and last lines; tests/core/test_pipeline.py checks that the three parts make __call__.
     def embed(self, tokens):
-        """The residual stream entering the first block (__call__'s first lines)."""
+        """The residual stream entering the first block: the token embedding (+ the learned positions).
+        The lookup as a one-hot matmul: with the table split on vocab (Megatron's vocab-parallel
+        embedding) each device sums the rows it holds and one all-reduce adds the pieces."""
         one_hot = jax.nn.one_hot(tokens, self.embedding[...].shape[0])
-        return jnp.einsum("bsv,ve->bse", one_hot, self.embedding[...]) + self.pos[...]
+        x = jnp.einsum("bsv,ve->bse", one_hot, self.embedding[...])
+        return constrain(x + self.pos[...] if self.learned_positions else x, "resid")
 
     def head(self, x):
-        """The logits from the last block's output (__call__'s last lines)."""
-        return jnp.einsum("bse,ev->bsv", rms_norm(x, self.final_norm[...]), self.unembed[...])
+        """The logits from the last block's output: the final norm, then the unembedding (the token
+        embedding itself when tied)."""
+        h = constrain(rms_norm(x, self.final_norm[...]), "normed")
+        if self.tied:
+            return constrain(jnp.einsum("bse,ve->bsv", h, self.embedding[...]), "logits")
+        return constrain(jnp.einsum("bse,ev->bsv", h, self.unembed[...]), "logits")
 
 
 def make_dataset(spec, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
@@ -300,11 +290,13 @@ class TransformerFamily(ModelFamily):
         route,
         moe_mlp,
         unrolled_scan,
+        remat_policy,
         rematerialised_blocks,
+        xla_attention,  # splash never runs in the script: it targets the simulated host (plan refuses it there)
     )
     # The module's constants the copied source reads, written out with their values.
     export_preamble = (
-        "import dataclasses\nimport math\n\n"
+        "import dataclasses\nimport math\n\nfrom jax.ad_checkpoint import checkpoint_name\n\n"
         f"NO_STATS = {NO_STATS!r}  # a dense block's (load-balancing loss, dropped token choices)\n"
         f"AUX_LOSS_COEFFICIENT = {AUX_LOSS_COEFFICIENT!r}  # the load-balancing loss's weight\n"
         f"DISPATCH_SCOPE, EXPERTS_SCOPE, COMBINE_SCOPE = "
@@ -349,7 +341,14 @@ class TransformerFamily(ModelFamily):
             "Remat",
             CHOICES["remat"],
             "--remat",
-            "full: keep only each block's input, recompute the rest in the backward pass",
+            "full: keep only each block's input, recompute the rest in the backward pass; save_qkv_proj, "
+            "minimal, save_dots: keep some matmul outputs too (MaxText's policies)",
+        ),
+        "attention": ChoiceField(
+            "Attention",
+            CHOICES["attention"],
+            "--attention",
+            "xla: softmax(QKᵀ)V as einsums, the scores in HBM; splash: the Pallas flash kernel (TPU targets)",
         ),
         "experts": SizeField(
             "Experts",
@@ -373,6 +372,9 @@ class TransformerFamily(ModelFamily):
         "choose Axis type Auto"
     )
 
+    def refusal(self, spec, platform: str, pipelined: bool) -> str | None:
+        return splash_refusal(spec.seq, platform, pipelined) if spec.attention == "splash" else None
+
     def batch(self, spec, batch_size: int) -> dict[str, ArraySpec]:
         return {
             "x": ArraySpec((batch_size, spec.seq), ("batch", "seq"), "x", "int32"),
@@ -384,7 +386,16 @@ class TransformerFamily(ModelFamily):
         return {
             "resid": ArraySpec((b, s, spec.embed_dim), ("batch", "seq", "embed"), "resid"),
             "normed": ArraySpec((b, s, spec.embed_dim), ("batch", "inner_seq", "embed"), "normed"),
-            "attn_scores": ArraySpec((b, spec.heads, s, s), ("batch", "heads", "inner_seq", None), "attn_scores"),
+            # The splash kernel never writes the scores: there is no such array to lay out.
+            **(
+                {}
+                if spec.attention == "splash"
+                else {
+                    "attn_scores": ArraySpec(
+                        (b, spec.heads, s, s), ("batch", "heads", "inner_seq", None), "attn_scores"
+                    )
+                }
+            ),
             "attn_out": ArraySpec(
                 (b, s, spec.heads, spec.head_dim), ("batch", "inner_seq", "heads", "head_dim"), "attn_out"
             ),
@@ -418,7 +429,9 @@ class TransformerFamily(ModelFamily):
         scores and probabilities, the residual after attention, the MLP's pre- and post-activation
         (and the gate's under SwiGLU); then the embedding's one-hot, the final norm and the logits
         with their softmax. With full remat a block keeps only its input, and one block's worth is
-        recomputed at a time in the backward pass."""
+        recomputed at a time in the backward pass; a selective policy keeps its saved projections too
+        (:func:`~sharding_lab.models.remat.remat_policy`). Splash attention keeps no scores, only its output
+        and a log-sum-exp per query."""
         b, s, e, h, d, m, v = (
             batch_size,
             spec.seq,
@@ -435,8 +448,19 @@ class TransformerFamily(ModelFamily):
             mlp_bytes = 2 * b * s * n + 2 * b * s * n * c + 3 * n * b * c * e + mlp * n * b * c * m
         else:
             mlp_bytes = mlp * b * s * m
-        per_block = 4 * b * s * e + 2 * b * s * (h + kv_heads_of(spec)) * d + 2 * b * h * s * s + mlp_bytes
-        blocks = spec.layers * b * s * e + per_block if spec.remat == "full" else spec.layers * per_block
+        scores = b * h * s if spec.attention == "splash" else 2 * b * h * s * s
+        qkv = b * s * (h + 2 * kv_heads_of(spec)) * d
+        per_block = 4 * b * s * e + 2 * b * s * (h + kv_heads_of(spec)) * d + scores + mlp_bytes
+        saved = {  # what a selective policy keeps of a block besides its input
+            "full": 0,
+            "save_qkv_proj": qkv,
+            "minimal": qkv + b * s * e + (mlp - 1) * b * s * m + b * s * e,
+            "save_dots": qkv + b * s * e + (mlp - 1) * b * s * m + b * s * e,
+        }
+        if spec.remat == "none":
+            blocks = spec.layers * per_block
+        else:
+            blocks = spec.layers * (b * s * e + saved[spec.remat]) + per_block
         return 4 * (blocks + b * s * v + 2 * b * s * e + 2 * b * s * v)
 
     def make_dataset(self, spec, seed: int) -> tuple[np.ndarray, np.ndarray]:

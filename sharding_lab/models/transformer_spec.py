@@ -29,7 +29,11 @@ CHOICES = {
     "mlp_type": ("gelu", "swiglu"),
     "embeddings": ("untied", "tied"),
     "positions": ("learned", "rope"),
-    "remat": ("none", "full"),
+    # Rematerialisation (sharding_lab.models.remat): none, every block recomputed from its input, or a
+    # selective policy that keeps some matmul outputs (MaxText's remat_policy names).
+    "remat": ("none", "full", "save_qkv_proj", "minimal", "save_dots"),
+    # Attention (sharding_lab.models.attention): XLA's, scores materialised, or the Pallas splash kernel (TPU).
+    "attention": ("xla", "splash"),
     # A mixture of experts' capacity factor, as a choice among the values papers use (Switch
     # Transformer: 1.0 and 1.25; GShard: 2.0), so that every form and link handles it as a word.
     "capacity_factor": ("1.25", "1.0", "1.5", "2.0"),
@@ -45,7 +49,9 @@ class TransformerSpec:
     ``mlp_type``: ``gelu`` (two matrices, GPT-2's) or ``swiglu`` (gate, up, down: Llama's).
     ``embeddings``: ``tied`` reuses the token embedding as the unembedding (GPT-2), ``untied`` has
     its own (Llama 3). ``positions``: a ``learned`` table (GPT-2) or ``rope``, rotary, no parameters
-    (Llama). ``remat``: ``full`` recomputes each block in the backward pass, keeping only its input.
+    (Llama). ``remat``: ``full`` recomputes each block in the backward pass, keeping only its input;
+    ``save_qkv_proj``, ``minimal`` and ``save_dots`` keep some matmul outputs too (:mod:`.remat`).
+    ``attention``: ``xla`` (the scores materialised) or ``splash``, the Pallas TPU kernel (:mod:`.attention`).
     ``experts``: 0 is the dense MLP; more makes each block's MLP a mixture of that many experts, of
     which each token uses ``top_k``, each expert taking at most ``capacity_factor`` × its fair share
     of a sequence's tokens (:func:`moe_mlp`).
@@ -67,6 +73,7 @@ class TransformerSpec:
     experts: int = 0
     top_k: int = 2
     capacity_factor: str = "1.25"
+    attention: str = "xla"
 
     def validate(self) -> None:
         for name, (low, high) in LIMITS.items():

@@ -13,7 +13,9 @@ from ..sharding.mesh import MeshSpec
 from ..training.config import LabConfig
 from ..training.config import plan as make_plan
 
-REMATS = ("none", "full")
+# The remat options searched unless told (the family's others on request, --remats): none, full, and the
+# selective policy that keeps the q/k/v projections (sharding_lab.models.remat).
+REMATS = ("none", "full", "save_qkv_proj")
 
 SKIP_THREE_AXES = "three mesh axes: the presets have only two roles (data, model)"
 
@@ -37,7 +39,7 @@ SKIP_NO_REMAT = "the model has no remat option"
 
 SKIP_REMAT_FULL_REFUSED = (
     "remat full of the same layout does not fit (compiled, or by the block inputs it keeps), "
-    "and without remat a step keeps more"
+    "and a step that recomputes less (a selective policy, or none) keeps more"
 )
 
 

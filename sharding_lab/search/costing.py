@@ -86,11 +86,12 @@ def prediction_of(config: LabConfig, dtype: str, runs):
     if refused or len(runs) == 1:
         c = runs[-1]
         flops, traffic, needed, keyed = c.flops, c.hbm_bytes, c.hbm_needed, c.by_key()
-        notes += [c.loop_note] if c.loop_note else []
+        notes += [n for n in (c.loop_note, c.kernel_note) if n]
     else:
         layers = config.model.layers
         flops, traffic, needed, keyed = extend(*runs, layers)
         notes.append(f"extended linearly from compiles of 1 and 2 layers to {layers}")
+        notes += [runs[-1].kernel_note] if runs[-1].kernel_note else []
     return keyed_prediction(config, dtype, (flops, traffic, needed), keyed, notes, compile_s, refused)
 
 

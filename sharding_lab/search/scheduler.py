@@ -15,12 +15,12 @@ from .costing import cached, compile_job, cost_candidate, fill, first_jobs, pred
 
 
 def pruned(candidate: Candidate, base: LabConfig, dtype: str, done: dict) -> Result | None:
-    """A remat-none candidate whose remat-full twin does not fit — compiled and refused or over HBM, or ruled
-    out by the block inputs it must keep — is skipped, said why: without remat a step keeps every block's
-    input too, and the rest of its activations."""
+    """A candidate without remat, or with a selective policy, whose remat-full twin does not fit — compiled and
+    refused or over HBM, or ruled out by the block inputs it must keep — is skipped, said why: it keeps every
+    block's input too, and more of its activations."""
     twin = done.get(dataclasses.replace(candidate, remat="full"))
     if (
-        candidate.remat != "none"
+        candidate.remat == "full"
         or twin is None
         or twin.fits
         or (twin.skipped is not None and twin.skipped != SKIP_MEMORY_INPUTS)
@@ -136,7 +136,7 @@ def run_pool(queue, base, dtype, stop, results, progress, workers: int) -> bool:
                 return True
             for candidate in list(waiting):
                 twin = dataclasses.replace(candidate, remat="full")
-                if candidate.remat == "none" and twin in queue and twin not in done and twin not in passed_check:
+                if candidate.remat != "full" and twin in queue and twin not in done and twin not in passed_check:
                     continue  # its twin's fit first
                 waiting.remove(candidate)
                 earlier = cached(candidate, base, dtype)

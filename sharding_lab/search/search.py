@@ -126,7 +126,7 @@ def search(
     """Every candidate of ``base`` on its target, screened, compiled and costed; the extension checked
     against one compile of the best (``check``) at full depth, or at ``check_layers`` (> 2) layers when a
     full-depth unrolled compile would take too long. ``workers`` > 1 compiles that many candidates at
-    once, each in its own process (None: one per CPU core, at most 4)."""
+    once, each in its own process (None: one per CPU core)."""
     from ..cost.compiled import dtype_name
 
     dtype = dtype_name(dtype)
@@ -172,7 +172,8 @@ SMALL_MODEL = 10_000_000  # parameters: below it a compile takes about a second,
 
 
 def _workers(base: LabConfig, workers: int | None) -> int:
-    """How many processes compile at once: ``workers``, or for None the CPU cores (at most 4) — but one for
+    """How many processes compile at once: ``workers``, or for None every CPU core there is (the llama3-8b
+    example on a 13-core machine: 175 s with 4 workers, docs/plan-physics-measured.md) — but one for
     a model under :data:`SMALL_MODEL` parameters (a worker process takes ~4 s to start: more than such a
     compile) and for a family from the user's own module, which a fresh process would not have registered."""
     import os
@@ -181,7 +182,7 @@ def _workers(base: LabConfig, workers: int | None) -> int:
         return 1
     if workers is None and base.family.parameter_count(base.model) < SMALL_MODEL:
         return 1
-    return max(1, min(4, os.cpu_count() or 1) if workers is None else int(workers))
+    return max(1, (os.cpu_count() or 1) if workers is None else int(workers))
 
 
 def _counting(progress, counted: int, done: int, total: int, result: Result) -> None:

@@ -233,6 +233,9 @@ def plan(config: LabConfig) -> Plan:
         tuple(config.family.logical_axes),
     )
     mesh = build_mesh(config.mesh, config.target)
+    refusal = config.family.refusal(config.model, mesh.devices.flat[0].platform, stage_axis(rules) is not None)
+    if refusal:  # what the model cannot compile for these devices (a TPU kernel on the host, say)
+        raise ConfigError(refusal, "model")
     explicit = config.mesh.axis_type == "explicit"
     warnings, planned = [], {}
     split_note = device_grid(config.mesh, config.target)[1] if target.compile_only else None

@@ -230,3 +230,25 @@ def test_a_compile_worker_that_dies_is_reported_in_place_and_the_page_stays():
     assert job.result is None and "compile worker died" in job.error
     shown = [e.value for e in at.error]
     assert any(e.startswith("**The search failed:**") and "compile worker died" in e for e in shown), shown
+
+
+def test_the_plan_page_searches_with_splash_attention_and_says_where_its_flops_come_from():
+    """Issue 32: Attention splash on the Plan page compiles the Pallas kernel for the slice (its seq a multiple
+    of 128), and the best's figures count the kernel by its formula, said in its notes."""
+    at = plan_page()
+    at.selectbox(key="plan_attention").set_value("splash")
+    at.number_input(key="plan_seq").set_value(128)
+    at.number_input(key="plan_batch_tokens").set_value(1024)
+    at.multiselect(key="plan_presets").set_value(["dp"])
+    at.multiselect(key="plan_remats").set_value(["full"])
+    at.run()
+    at.button(key="plan_run").click().run()
+    job = finish(at)
+    assert job.error is None and job.result is not None and job.result.best is not None
+    assert job.result.base.model.attention == "splash"
+    assert at.dataframe, "the table is shown"
+    from sharding_lab.search import costing
+
+    best = job.result.best
+    p, _ = costing.prediction(best.candidate.config(job.result.base), "mixed")
+    assert any("splash kernel" in n for n in p.notes) and p.flops == best.terms["compute_s"] * p.peak
