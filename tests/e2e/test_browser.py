@@ -17,14 +17,14 @@ def test_a_shared_link_to_a_page_works_on_a_fresh_server(server, browser_tab):
     # page file on its own — it did, while the pages lived in a folder named `pages/`.
     browser_tab.goto(server + "communication")
     browser_tab.wait_for_selector("text=Memory per device", timeout=60_000)
-    browser_tab.get_by_role("link", name="Compare").wait_for(timeout=30_000)
+    browser_tab.get_by_role("link", name="Compare", exact=True).wait_for(timeout=30_000)
     name = browser_tab.get_by_label("Name 1")
     deadline = time.monotonic() + 30  # under load the sidebar's inputs can fill in after the page
     while name.input_value() != "data" and time.monotonic() < deadline:
         time.sleep(0.2)
     assert name.input_value() == "data"
     browser_tab.screenshot(path=str(SHOTS / "05-communication.png"))
-    browser_tab.get_by_role("link", name="Compare").click()
+    browser_tab.get_by_role("link", name="Compare", exact=True).click()
     browser_tab.wait_for_selector("text=bytes sent / device / step", timeout=60_000)
     browser_tab.screenshot(path=str(SHOTS / "06-compare.png"))
 
@@ -59,7 +59,7 @@ def test_change_preset_train_watch_and_stop(page):
     page.wait_for_selector("text=params/w1  P(None, 'data')", timeout=30_000)
     page.screenshot(path=str(SHOTS / "02-layout-fsdp.png"))
 
-    page.get_by_role("link", name="Train").click()
+    page.get_by_role("link", name="Train", exact=True).click()
     page.wait_for_selector("text=Press", timeout=30_000)
     page.get_by_label("Steps").fill("20000")
     page.get_by_label("Steps").press("Enter")

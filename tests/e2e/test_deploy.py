@@ -222,7 +222,7 @@ def test_a_browser_gets_the_app_from_the_image_command(image_server):
             tab.goto(url + "train")
             tab.wait_for_selector("text=Press", timeout=60_000)
             assert tab.locator("[data-testid=stException]").count() == 0
-            tab.get_by_role("link", name="Layout").wait_for(timeout=30_000)
+            tab.get_by_role("link", name="Layout", exact=True).wait_for(timeout=30_000)
         finally:
             browser.close()
 
