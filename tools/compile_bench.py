@@ -31,34 +31,19 @@ DEFAULT_MESH = (2, 4)
 
 def layouts(families: list[str], presets: list[str] | None = None) -> list:
     """Each family's defaults under each of its presets on the default mesh (the ones that bind there)."""
-    from sharding_lab.errors import ConfigError
+    from sharding_lab.app.warm import default_config
     from sharding_lab.models import FAMILIES
-    from sharding_lab.sharding.mesh import MeshSpec, default_axes
-    from sharding_lab.training.config import LabConfig, plan
-    from sharding_lab.training.options import TRAIN_DEFAULTS
 
     out = []
     for name in families:
-        family = FAMILIES[name]
-        train = {**TRAIN_DEFAULTS, **family.train_defaults}
-        for preset in presets or family.presets:
+        for preset in presets or FAMILIES[name].presets:
             if ":" in preset:  # family:preset names one family's preset
                 if preset.split(":")[0] != name:
                     continue
                 preset = preset.split(":", 1)[1]
-            config = LabConfig(
-                mesh=MeshSpec(DEFAULT_MESH, default_axes(len(DEFAULT_MESH))),
-                preset=preset,
-                model=family.Spec(),
-                optimizer=train["optimizer"],
-                lr=train["lr"],
-                steps=train["steps"],
-            )
-            try:
-                plan(config)
-            except ConfigError:
-                continue
-            out.append(config)
+            config = default_config(name, DEFAULT_MESH, preset)
+            if config is not None:
+                out.append(config)
     return out
 
 

@@ -95,12 +95,8 @@ def class_configs(devices: int | None = None) -> list:
     out (a preset a mesh cannot bind, a batch an axis cannot split). Axis names are the sidebar's
     defaults: a program is compiled for its mesh's axis names (they are in the program JAX hands XLA),
     so a class that renames its axes compiles afresh."""
-    from ..errors import ConfigError
     from ..hardware.devices import requested_host_devices
     from ..models import FAMILIES
-    from ..sharding.mesh import MeshSpec, default_axes
-    from ..training.config import LabConfig, plan
-    from ..training.options import TRAIN_DEFAULTS
 
     devices = devices or requested_host_devices()
     # the default model also on two-axis meshes over fewer devices (a student who makes the mesh 2×2)
@@ -111,24 +107,38 @@ def class_configs(devices: int | None = None) -> list:
     # the transformer last: each of its layouts costs ~10× an MLP's to compile (its training chunk and its
     # probe: 20-40 s of CPU each on this project's 2-core machine)
     for name, shapes in (("mlp", class_meshes(devices)), ("mlp", smaller), ("transformer", class_meshes(devices))):
-        family = FAMILIES[name]
-        train = {**TRAIN_DEFAULTS, **family.train_defaults}
         for shape in shapes:
-            for preset in family.presets:
-                config = LabConfig(
-                    mesh=MeshSpec(shape, default_axes(len(shape))),
-                    preset=preset,
-                    model=family.Spec(),
-                    optimizer=train["optimizer"],
-                    lr=train["lr"],
-                    steps=train["steps"],
-                )
-                try:
-                    plan(config)
-                except ConfigError:
-                    continue
-                out.append(config)
+            for preset in FAMILIES[name].presets:
+                config = default_config(name, shape, preset)
+                if config is not None:
+                    out.append(config)
     return out
+
+
+def default_config(family_name: str, shape: tuple[int, ...], preset: str):
+    """The family's default model and training settings on a ``shape`` mesh (the sidebar's axis names) with
+    ``preset``: what a learner gets by picking that mesh and preset; None when it cannot be planned."""
+    from ..errors import ConfigError
+    from ..models import FAMILIES
+    from ..sharding.mesh import MeshSpec, default_axes
+    from ..training.config import LabConfig, plan
+    from ..training.options import TRAIN_DEFAULTS
+
+    family = FAMILIES[family_name]
+    train = {**TRAIN_DEFAULTS, **family.train_defaults}
+    config = LabConfig(
+        mesh=MeshSpec(shape, default_axes(len(shape))),
+        preset=preset,
+        model=family.Spec(),
+        optimizer=train["optimizer"],
+        lr=train["lr"],
+        steps=train["steps"],
+    )
+    try:
+        plan(config)
+    except ConfigError:
+        return None
+    return config
 
 
 def warm_in_background(configs=None) -> threading.Thread | None:
