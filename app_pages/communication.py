@@ -6,7 +6,7 @@ import pandas as pd
 import streamlit as st
 
 import sharding_lab as sl
-from sharding_lab.app import animation, figures, ui
+from sharding_lab.app import animation, figures, memory_view, ui
 from sharding_lab.app.cost_view import cost_panel
 from sharding_lab.app.target_view import compiler_panel
 from sharding_lab.cost.roofline import loop_note
@@ -217,16 +217,10 @@ memory = report.memory
 left, right = st.columns(2)
 left.dataframe(
     pd.DataFrame(
-        [
-            {
-                "source": "compiled step (memory_analysis)",
-                "arguments": memory["argument"],
-                "outputs": memory["output"],
-                "temporaries": memory["temp"],
-            }
-        ]
+        [{"source": f"compiled step (memory_analysis, {report.dtype})", **memory_view.table_row(memory, report.target)}]
     ),
     hide_index=True,
+    key="comm_memory",
 )
 right.dataframe(
     pd.DataFrame(
@@ -244,7 +238,8 @@ right.dataframe(
 st.caption(
     explain_memory(memory, report.target, report.dtype)
     + " Temporaries are activations and gradients inside the step; outputs are "
-    "the updated parameters and optimizer state plus the loss."
+    "the updated parameters and optimizer state plus the loss. "
+    + memory_view.account(memory, report.target, report.dtype)
 )
 
 cost_panel(plan)

@@ -7,7 +7,7 @@ import pandas as pd
 import streamlit as st
 
 import sharding_lab as sl
-from sharding_lab.app import experts_view, figures, pipeline_view, precompile, session, ui
+from sharding_lab.app import experts_view, figures, memory_view, pipeline_view, precompile, session, ui
 from sharding_lab.app.jobs import DistributedJob, TrainingJob, edits_since
 from sharding_lab.app.scheduler import Busy, poll_interval
 from sharding_lab.app.settings import GENERAL_RANGES
@@ -111,12 +111,12 @@ if refused is not None and plan.config.target == "cpu":
     ui.show_error(refused, lead="Too big to train here:")
     with st.spinner("Compiling the step on abstract arrays to ask XLA what it needs…"):
         memory = analyze(plan).memory
-    per_device = {k: memory[k] for k in ("argument", "output", "temp")}
     st.caption(
         f"XLA's own memory analysis of this step (compiled, nothing allocated): per device "
-        f"{format_bytes(per_device['argument'])} of arguments, {format_bytes(per_device['output'])} of "
-        f"outputs and {format_bytes(per_device['temp'])} of temporaries — "
-        f"{format_bytes(sum(per_device.values()) * plan.config.mesh.size)} across the "
+        f"{format_bytes(memory['argument'])} of arguments, {format_bytes(memory['output'])} of "
+        f"outputs and {format_bytes(memory['temp'])} of temporaries, less {format_bytes(memory['alias'])} "
+        f"donated (outputs written into their arguments, counted in both) — "
+        f"{format_bytes(memory_view.needed(memory, 'cpu') * plan.config.mesh.size)} across the "
         f"{plan.config.mesh.size} simulated devices, which share this machine's memory. Layout, "
         "Communication, Compare and the cost panel still show this size; only training is refused."
     )

@@ -21,6 +21,7 @@ from ..hardware.chips import CHIPS
 from ..sharding.mesh import parse_mesh_shape
 from ..training.config import Plan
 from ..units import format_bytes, format_flops, format_rate  # noqa: F401 (pages read them here)
+from . import memory_view
 from .words import app_words
 
 COLORS = {"compute": "#4C78A8", "memory": "#72B7B2", "communication": "#F58518", "latency": "#E45756"}
@@ -259,9 +260,12 @@ def cost_panel(plan: Plan, key: str = "cost") -> None:
         format_bytes(p["hbm_needed"]),
         delta="fits" if p["fits"] else "does not fit",
         delta_color="normal" if p["fits"] else "inverse",
-        help=f"of {p['hbm_capacity'] / 1e9:,.1f} GB a program may use on the chip",
+        help=f"What the step needs on each chip (how it is counted: under the chart), of "
+        f"{p['hbm_capacity'] / 1e9:,.1f} GB a program may use on the chip",
     )
     st.plotly_chart(breakdown_figure(_FromJson(p)), key=f"{key}_bars")
+    if p.get("compiled_memory") and not p["extrapolated"]:  # which memory figure HBM per chip is
+        st.caption(memory_view.account(p["compiled_memory"], p["target"], p["dtype"]))
     mesh = "x".join(map(str, p["mesh"]["shape"]))
     st.caption(
         (

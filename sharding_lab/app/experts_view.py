@@ -103,11 +103,9 @@ def show(plan: sl.Plan, job=None) -> None:
         "them); hover a cell for the devices that hold that expert."
     )
     left, right = st.columns(2)
-    left.metric(
+    left.metric(  # a level, not a change: no delta badge (its arrow read as "up 9.4% since")
         "Token choices dropped",
-        f"{picture.dropped:,} of {picture.routed:,}",
-        f"{picture.dropped / max(1, picture.routed):.1%}",
-        delta_color="off",
+        f"{picture.dropped:,} of {picture.routed:,} ({picture.dropped / max(1, picture.routed):.1%})",
         help=f"Each expert takes at most {picture.capacity} choices per sequence (capacity factor × "
         "tokens × top-k / experts); a choice past that is dropped — the token skips that expert.",
     )

@@ -267,6 +267,7 @@ def compile_once(config: LabConfig, dtype: str) -> Compiled:
             "output": int(memory.output_size_in_bytes),
             "temp": int(memory.temp_size_in_bytes),
             "alias": int(memory.alias_size_in_bytes),
+            "peak": int(getattr(memory, "peak_memory_in_bytes", 0) or 0),
             "generated_code": int(getattr(memory, "generated_code_size_in_bytes", 0)),
         },
     )

@@ -277,6 +277,7 @@ def predict(
             False,
             notes,
             cpu_bytes_accessed=compiled.cpu_bytes_accessed,
+            memory=compiled.memory,
             **model_flops_fields(config, mesh),
         )
     target = check_target(config, target)

@@ -287,8 +287,8 @@ device_description_str: "{name}"
 # temporaries 1-12% below the real compile's; every matmul was a Triton GEMM fusion
 # (__triton_nested_gemm_fusion) in the first and a cuBLASLt call (__cublas$lt$matmul) in the second.
 GPU_KERNEL_NOTE = (
-    "Compiled without the GPU, so XLA:GPU cannot autotune: it writes every matmul as a Triton GEMM "
-    "fusion, where on the real GPU it calls cuBLASLt. The collectives and the memory figures are "
+    "Compiled without {chip}, so XLA:GPU cannot autotune: it writes every matmul as a Triton GEMM "
+    "fusion, where on the GPU itself it calls cuBLASLt. The collectives and the memory figures are "
     "the compiler's (measured on one H200: arguments identical, temporaries 1–12% below the real "
     "compile's); the kernels are not the chip's. Source: tools/h200_check.py, README."
 )
@@ -308,8 +308,12 @@ TPU_NOTE = (
 def without_chip_note(name: str) -> str | None:
     """What compiling for ``name`` without its chip changes in the program, and how far it was checked on a
     real chip (TPU and GPU targets)."""
-    kind = parse(name).kind
-    return GPU_KERNEL_NOTE if kind == "gpu" else TPU_NOTE if kind == "tpu" else None
+    target = parse(name)
+    if target.kind == "gpu":  # the target's own GPU named (an H100 target was once told of "a real H200")
+        from .chips import chip
+
+        return GPU_KERNEL_NOTE.format(chip=f"an {chip(target.chip).name}")
+    return TPU_NOTE if target.kind == "tpu" else None
 
 
 def _quiet_cache_misses() -> None:

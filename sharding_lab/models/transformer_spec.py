@@ -42,7 +42,7 @@ CHOICES = {
 
 @dataclasses.dataclass(frozen=True)
 class TransformerSpec:
-    """The transformer's sizes and options; defaults train in seconds on two CPU cores.
+    """The transformer's sizes and options; the defaults are small enough to train on the simulated host.
 
     ``kv_heads`` 0 means as many K/V heads as query heads (multi-head attention); fewer is
     grouped-query attention, each K/V head shared by ``heads // kv_heads`` query heads.

@@ -209,6 +209,49 @@ def _op_name(line: str, names: dict[str, str]) -> str | None:
     return None
 
 
+_INSTRUCTION = re.compile(r"^\s*(?:ROOT\s+)?%?([\w.\-]+)\s*=\s*([a-z]+[0-9]*)\[([0-9,]*)\]\S*\s+([\w\-]+)\(([^)]*)\)")
+_COMPUTATION = re.compile(r"^(?:ENTRY\s+)?%?([\w.\-]+)\s+\(.*\)\s*->\s*.*\{\s*$")
+_FLATTENING = ("bitcast", "reshape", "copy")  # ops that change an array's shape, not its values
+
+
+def _concatenated_parts(lines: list[str], names: dict[str, str]) -> dict[str, list[tuple[str, tuple, str | None]]]:
+    """Arrays the compiler concatenated into one buffer (a ``concatenate``, or a fusion whose computation
+    ends in one) → each part as (dtype, shape, op_name), traced back through the bitcasts that flattened
+    it. XLA:GPU sends a data-parallel step's gradients as one all-reduce of such a buffer: its op carries
+    no op_name and a 1-D shape, which named nothing (the textbook said the step "has none" beside a
+    table showing the one all-reduce); its parts are the gradients, each with its autodiff name."""
+    ending, computation = set(), None
+    for line in lines:
+        header = _COMPUTATION.match(line)
+        if header:
+            computation = header.group(1)
+        elif computation and line.lstrip().startswith("ROOT") and " concatenate(" in line:
+            ending.add(computation)
+    arrays, sources, joined = {}, {}, {}
+    for line in lines:
+        found = _INSTRUCTION.match(line)
+        if not found:
+            continue
+        name, dtype, dims, opcode, operands = found.groups()
+        arrays[name] = (dtype, tuple(_ints(dims)))
+        operands = re.findall(r"%([\w.\-]+)", re.sub(r"/\*.*?\*/", "", operands))
+        called = re.search(r"calls=%?([\w.\-]+)", line)
+        if opcode in _FLATTENING and len(operands) == 1 and name not in names:
+            sources[name] = operands[0]
+        if opcode == "concatenate" or (opcode == "fusion" and called and called.group(1) in ending):
+            joined[name] = operands
+
+    def traced(name: str) -> tuple[str, tuple, str | None]:
+        for _ in range(8):  # a flattened array comes from a few bitcasts at most
+            if name in names or name not in sources:
+                break
+            name = sources[name]
+        dtype, shape = arrays.get(name, ("f32", ()))
+        return dtype, shape, names.get(name)
+
+    return {name: [traced(part) for part in parts] for name, parts in joined.items() if parts}
+
+
 def _top_level(text: str) -> list[str]:
     """The elements of a tuple shape '(a, (b, c), d)' at its outer level."""
     inner, parts, depth, start = text.strip()[1:-1], [], 0, 0
@@ -239,17 +282,24 @@ def parse_collectives(hlo_text: str, mesh_shape: tuple[int, ...], axis_names: tu
     found: dict[Collective, int] = {}
     names: dict[Collective, list[str]] = {}
     defined = {}  # every instruction's op_name, for collectives that lack their own
-    for line in hlo_text.splitlines():
+    lines = hlo_text.splitlines()
+    for line in lines:
         name, op_name = _DEFINED.match(line), _NAME.search(line)
         if name and op_name:
             defined[name.group(1)] = op_name.group(1)
-    for line in hlo_text.splitlines():
+    concatenated = _concatenated_parts(lines, defined)
+    for line in lines:
         match = _OP.search(line)
         if not match or match.group("suffix") == "-done":
             continue
         arrays = _result_arrays(match.group("op"), match.group("suffix"), match.group("shape"))
         groups = parse_replica_groups(line) or []
         op_name = _op_name(line, defined)
+        operand = re.match(r"\s*%?([\w.\-]+)\s*\)", line[match.end() :])
+        parts = concatenated.get(operand.group(1)) if operand and not _NAME.search(line) else None
+        if parts and match.group("op") == "all-reduce":  # one buffer of several arrays: count the arrays
+            arrays = [(dtype, shape) for dtype, shape, _ in parts]
+            op_name = next((n for _, _, n in parts if n), op_name)
         dtypes = sorted({d for d, _ in arrays})
         collective = Collective(
             op=match.group("op"),
@@ -317,6 +367,8 @@ def _analyze(config, dtype: str) -> CommReport:
         "argument": int(stats.argument_size_in_bytes),
         "output": int(stats.output_size_in_bytes),
         "temp": int(stats.temp_size_in_bytes),
+        "alias": int(stats.alias_size_in_bytes),  # outputs written into their donated arguments: counted twice
+        "peak": int(getattr(stats, "peak_memory_in_bytes", 0) or 0),  # the TPU compiler's own (0 elsewhere)
         **fullest,
     }
     collectives = [

@@ -126,6 +126,20 @@ def _scatter_missing(report: CommReport, axis: str, plan: Plan):
     ), reduced
 
 
+def _other_use(report: CommReport, expect: Expect, axis: str, plan: Plan):
+    """The textbook's collective is not there as the textbook has it: what the compiled step runs of that op
+    over that axis instead (phase, what it carries), or that it runs none — said from the program."""
+    near = [
+        c
+        for c in report.collectives
+        if c.op in expect.ops and axis in c.axes and not all(category(m) == "loss" for m in c.moves)
+    ]
+    if not near:
+        return f"The textbook runs {_describe(expect, axis)}; this compiled step has none.", []
+    what = "; ".join(f"{c.count} × {c.op} in the {c.phase} pass carrying {phrase(c.moves)}" for c in near)
+    return f"The textbook runs {_describe(expect, axis)}; {_who(plan)} compiled, over `{axis}`: {what}.", near
+
+
 def compare(plan: Plan, report: CommReport | None = None, crossover: int | None = None) -> Comparison:
     """The compiled step of ``plan`` against its preset's textbook strategy (custom rules: none)."""
     report = report if report is not None else analyze(plan)
@@ -173,7 +187,8 @@ def compare(plan: Plan, report: CommReport | None = None, crossover: int | None 
             sentence, found = _scatter_missing(report, axis, plan)
             differences.append(sentence)
         else:
-            differences.append(f"The textbook runs {_describe(expect, axis)}; this compiled step has none.")
+            sentence, found = _other_use(report, expect, axis, plan)
+            differences.append(sentence)
         explained += found
     extra: dict[str, list[Collective]] = {}
     for c in report.collectives:

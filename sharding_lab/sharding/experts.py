@@ -38,29 +38,44 @@ def validate(config, rules: Rules) -> None:
     pipelined step would drop its load-balancing loss). ConfigError names the fix."""
     axes, experts = expert_axes(rules), experts_of(config)
     where = f"preset {config.preset}" if config.preset else "the rules"
+    ways = split_ways(rules.target(EXPERT), config.mesh.axis_sizes) if axes else 1
     if axes and not experts:
+        up = ways * -(-8 // ways)  # 8 experts, or the fewest the split's devices share evenly
         raise ConfigError(
             f"{where} split the experts over {'+'.join(axes)!r}, but this model's MLP is dense "
-            f"(experts 0): set Experts (--experts), e.g. 8, or choose a preset without experts",
+            f"(experts 0): set Experts (--experts), e.g. {up}, or choose a preset without experts",
             "model",
+            fix=_with_experts(config, up),
+            fix_label=f"Make it {up} experts ({up // ways} per device)",
         )
     if not experts:
         return
-    ways = split_ways(rules.target(EXPERT), config.mesh.axis_sizes)
     if experts % ways:
-        fits = " or ".join(map(str, nearest_divisible(experts, ways)))
+        fits = nearest_divisible(experts, ways)
         raise ConfigError(
             f"{experts} experts cannot be split evenly over the {ways} devices of "
-            f"{'+'.join(axes)!r}: make Experts (--experts) a multiple of {ways} (e.g. {fits}) or "
-            f"that axis smaller",
+            f"{'+'.join(axes)!r}: make Experts (--experts) a multiple of {ways} (e.g. "
+            f"{' or '.join(map(str, fits))}) or that axis smaller",
             "model",
+            fix=_with_experts(config, fits[-1]),
+            fix_label=f"Make it {fits[-1]} experts ({fits[-1] // ways} per device)",
         )
     if config.stage_axis is not None:
         raise ConfigError(
             "a mixture of experts is not pipelined here: the pipelined step would leave out its "
             "load-balancing loss — choose a preset without stages, or Experts 0",
             "rules",
+            fix=_with_experts(config, 0),
+            fix_label="Make the MLP dense (Experts 0)",
         )
+
+
+def _with_experts(config, experts: int):
+    """``config`` with ``experts`` experts per block: the fix a refusal above offers as a button (None for a
+    family whose model has no experts to set)."""
+    if "experts" not in {f.name for f in dataclasses.fields(config.model)}:
+        return None
+    return dataclasses.replace(config, model=dataclasses.replace(config.model, experts=experts))
 
 
 @dataclasses.dataclass(frozen=True)

@@ -121,3 +121,34 @@ def test_the_latency_caveat_cites_the_chip_s_own_links():
     gpu = latency_caveat({"chip": {"kind": "gpu"}, "collectives": small, "latency_s": 1e-5})
     assert "TPU ICI" in tpu and "NVLink" not in tpu and "H100" not in tpu and "3 collectives" in tpu
     assert "NVLink 3.5 µs" in gpu and "TPU ICI" not in gpu and "8×H100 all-reduce" in gpu
+
+
+ARROWS = {"→": (1, 0), "↓": (0, 1), "←": (-1, 0), "↑": (0, -1)}  # in the text's own frame, y down
+
+
+def _screen_arrows(fig, name: str) -> list[tuple[int, int]]:
+    """Where each arrow drawn beside ``name`` points on the screen (y down): an annotation turned by its
+    textangle (clockwise degrees), a y axis title by Plotly's quarter turn anticlockwise (−90°)."""
+    layout = fig.to_dict()["layout"]
+    texts = [(a["text"], a.get("textangle", 0)) for a in layout.get("annotations", [])]
+    texts += [(v["title"]["text"], -90) for k, v in layout.items() if k.startswith("yaxis") and "title" in v]
+    out = []
+    for text, angle in texts:
+        for arrow, (x, y) in ARROWS.items():
+            if arrow in text and text.startswith(name + " "):
+                turn = {0: (1, 0), 90: (0, 1), -90: (0, -1), 180: (-1, 0)}[int(angle)]  # (cos, sin)
+                out.append((x * turn[0] - y * turn[1], x * turn[1] + y * turn[0]))
+    return out
+
+
+def test_the_row_axis_arrow_points_the_way_the_row_numbers_grow():
+    """Issue 36: the mesh picture's rows are numbered downward, but its "data →" y title (turned a quarter
+    anticlockwise by Plotly) pointed up, and "data ↓" then pointed right."""
+    mesh = sl.build_mesh(sl.MeshSpec((2, 4), ("data", "model")))
+    picture = figures.mesh_figure(device_ids(mesh), ("data", "model"))
+    assert picture.layout.yaxis.autorange == "reversed"  # row 0 on top: the index grows downward
+    assert _screen_arrows(picture, "data") == [(0, 1)]
+    assert _screen_arrows(picture, "model") == [] and picture.layout.xaxis.title.text == "model →"
+    chips = {d: ((d % 4, d // 4), (d // 4, d % 4)) for d in range(8)}  # device → (torus x, y), mesh coords
+    torus = figures.torus_figure(chips, (4, 2), ("data", "model"))
+    assert torus.layout.yaxis.autorange == "reversed" and _screen_arrows(torus, "torus y") == [(0, 1)]

@@ -142,7 +142,7 @@ def test_comm_cli_json(capsys):
         "compilers",
     }
     assert (out["target"], out["dtype"], out["compilers"]) == ("cpu", "f32", None)
-    assert set(out["memory"]) == {"argument", "output", "temp", "params", "optimizer", "batch"}
+    assert set(out["memory"]) == {"argument", "output", "temp", "alias", "peak", "params", "optimizer", "batch"}
     (collective,) = out["collectives"]
     assert collective["op"] == "all-reduce" and collective["axes"] == ["data"]
     assert collective["phase"] == "backward" and collective["count"] == 1

@@ -6,6 +6,7 @@ the step is compiled once and the model built once for the whole module."""
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import numpy as np
@@ -122,6 +123,20 @@ def test_bad_expert_configurations_say_how_to_fix_them(changes, words):
     with pytest.raises(sl.ConfigError) as error:
         sl.plan(config(**changes))
     assert words in str(error.value)
+
+
+@pytest.mark.parametrize(
+    "changes, experts", [(dict(model=TransformerSpec(experts=0)), 8), (dict(model=TransformerSpec(experts=6)), 8)]
+)
+def test_an_experts_refusal_offers_one_change_that_plans(changes, experts):
+    """Issue 36: the pipeline's refusal came with a one-click fix, the experts' with none. The fix is the
+    refused configuration with only Experts changed, and it plans."""
+    with pytest.raises(sl.ConfigError) as error:
+        sl.plan(config(**changes))
+    fix = error.value.fix
+    assert fix is not None and fix.model.experts == experts and f"{experts} experts" in error.value.fix_label
+    assert fix == config(**{**changes, "model": dataclasses.replace(changes["model"], experts=experts)})
+    sl.plan(fix)
 
 
 def test_a_dense_model_keeps_its_parameters_and_its_loss():

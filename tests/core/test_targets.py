@@ -6,6 +6,7 @@ refusal, and the two programs a CPU-vs-TPU sentence is about.
 """
 
 import json
+import math
 import os
 import re
 import subprocess
@@ -499,3 +500,40 @@ def test_on_a_tpu_target_hbm_needed_is_the_compilers_peak_not_the_sum_that_count
     assert memory.peak_memory_in_bytes > 0 and memory.peak_memory_in_bytes != total
     assert hbm_needed(memory, "v5e-8") == memory.peak_memory_in_bytes and hbm_needed(memory, "cpu") == total
     assert compile_once(config, "mixed").hbm_needed == memory.peak_memory_in_bytes  # what cost and plan use
+    # what the app says of it (issue 36: "HBM per chip" beside temporaries, unexplained): each figure named
+    from sharding_lab.app import memory_view
+
+    said = {"argument": memory.argument_size_in_bytes, "output": memory.output_size_in_bytes}
+    said |= {"temp": memory.temp_size_in_bytes, "alias": memory.alias_size_in_bytes}
+    said |= {"peak": memory.peak_memory_in_bytes}
+    row = memory_view.table_row(said, "v5e-8")
+    assert row["HBM per chip"] == row["TPU compiler's peak"] == memory.peak_memory_in_bytes
+    assert row["temporaries"] == memory.temp_size_in_bytes
+    assert "the TPU compiler's own peak" in memory_view.account(said, "v5e-8", "mixed")
+
+
+@needs_gpu
+def test_the_gpu_compiler_s_one_gradient_buffer_is_read_as_the_gradients_it_joins():
+    """Issue 36: XLA:GPU concatenates a data-parallel step's gradients into one buffer and all-reduces that once;
+    the op carries no op_name and a 1-D shape, so on h100-8 the textbook line said "this compiled step has none"
+    beside the table's "1 × all-reduce over data". Read from the program: the buffer's parts are the gradients."""
+    from sharding_lab.program.textbook import compare
+
+    plan = sl.plan(sl.LabConfig(mesh=MESH_2X4, preset="dp", target="h100-8"))
+    report = analyze(plan)
+    # independently, in the HLO text: one all-reduce of a buffer as long as every parameter together, the
+    # result of a fusion whose computation ends in a concatenate
+    start = re.search(r"= \w+\[(\d+)\]\{0\} all-reduce-start\(%([\w.\-]+)\)", report.hlo)
+    params = sum(math.prod(a.shape) for p, a in plan.arrays.items() if p.startswith("params/"))
+    assert start and int(start.group(1)) == params
+    called = re.search(rf"%{re.escape(start.group(2))} = .*? calls=%([\w.\-]+)", report.hlo).group(1)
+    assert re.search(rf"%{re.escape(called)} .*?\{{.*?ROOT \S+ = \S+ concatenate\(", report.hlo, re.S)
+    (grads,) = [c for c in report.collectives if c.phase == "backward"]
+    assert (grads.op, grads.axes, grads.count) == ("all-reduce", ("data",), 1)
+    named = sorted(m.split(" (")[0] for m in grads.moves)  # "(32 of 1×32)": the buffer holds it flattened
+    assert named == ["gradient of params/b1", "gradient of params/w1", "gradient of params/w2"]
+    assert sum(math.prod(s) for s in grads.shape) == params
+    comparison = compare(plan, report)
+    assert comparison.differences == [] and comparison.agrees[0].startswith(
+        "As the textbook: 1 × all-reduce of gradients over `data` in the backward pass"
+    )

@@ -162,6 +162,32 @@ class _Panels:
         )
 
 
+def _row_axis_label(panels: _Panels, name: str) -> None:
+    """The rows' axis named left of the first panel, upright, with an arrow pointing down: rows are drawn top
+    to bottom, so that is the way their index grows. Not as the y axis's title: Plotly turns a y title a
+    quarter turn anticlockwise, which made "data →" point up and "data ↓" point right."""
+    panels.annotations.append(
+        dict(
+            text=f"{name} ↓",
+            textangle=0,
+            x=0,
+            y=0.5,
+            xref="x domain",
+            yref="y domain",
+            xanchor="right",
+            yanchor="middle",
+            xshift=-18,  # clear of the row numbers
+            showarrow=False,
+            font=dict(size=13),
+        )
+    )
+
+
+def _row_label_margin(name: str | None) -> int:
+    """Room left of the plot for :func:`_row_axis_label` (an annotation gets no automatic margin)."""
+    return 10 if not name else 30 + 8 * (len(name) + 2)
+
+
 def mesh_figure(
     device_ids: list, axes: tuple[str, ...], highlight: set[int] | None = None, owners: dict[int, int] | None = None
 ) -> go.Figure:
@@ -216,7 +242,6 @@ def mesh_figure(
                 zeroline=False,
             ),
             dict(
-                title=dict(text=f"{row_axis} ↓" if row_axis else ""),
                 autorange="reversed",
                 tickvals=[i + 0.46 for i in range(facet.shape[0])],
                 ticktext=[str(i) for i in range(facet.shape[0])] if row_axis else [""],
@@ -225,10 +250,12 @@ def mesh_figure(
                 scaleanchor=f"x{f + 1 if f else ''}",
             ),
         )
+    if row_axis:
+        _row_axis_label(panels, row_axis)
     return panels.figure(
         showlegend=False,
         height=90 + (70 if not big else 42) * facets[0].shape[0],
-        margin=dict(l=10, r=10, t=30, b=10),
+        margin=dict(l=_row_label_margin(row_axis), r=10, t=30, b=10),
         plot_bgcolor="rgba(0,0,0,0)",
     )
 
@@ -279,7 +306,6 @@ def torus_figure(
                 zeroline=False,
             ),
             dict(
-                title=dict(text="torus y ↓"),
                 autorange="reversed",
                 tickvals=[i + 0.46 for i in range(torus[1])],
                 ticktext=[str(i) for i in range(torus[1])],
@@ -288,10 +314,11 @@ def torus_figure(
                 scaleanchor=f"x{z + 1 if z else ''}",
             ),
         )
+    _row_axis_label(panels, "torus y")
     return panels.figure(
         showlegend=False,
         height=90 + (70 if not big else 30) * torus[1],
-        margin=dict(l=10, r=10, t=30, b=10),
+        margin=dict(l=_row_label_margin("torus y"), r=10, t=30, b=10),
         plot_bgcolor="rgba(0,0,0,0)",
     )
 

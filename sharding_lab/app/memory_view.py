@@ -1,0 +1,73 @@
+"""What a compiled step holds per chip, each figure named: the compiled program's ``memory_analysis()`` and
+which of its figures the app calls "HBM per chip".
+
+XLA reports per device: arguments (parameters, optimizer state, the batch), outputs (the updated state and
+the loss), temporaries (activations and gradients inside the step) and aliased bytes (outputs written into
+their donated arguments' buffers: counted among both). HBM per chip is arguments + outputs + temporaries −
+aliased, except on a TPU target, where it is the TPU compiler's own ``peak_memory_in_bytes``
+(:func:`sharding_lab.cost.compiled.hbm_needed`, the rule the cost model, the search and the fit check use).
+The Communication page's table and the cost panel's "HBM per chip" once stood side by side with no word on
+how a 14.8 kB figure related to 677,376 bytes of temporaries; both now read their figures here.
+"""
+
+from __future__ import annotations
+
+import types
+
+from ..cost.compiled import hbm_needed
+from ..hardware import targets
+from ..units import format_bytes
+
+
+def needed(memory: dict, target: str) -> float:
+    """HBM per chip from ``memory`` (keys argument, output, temp, alias, peak: a step's memory_analysis())."""
+    analysis = types.SimpleNamespace(
+        argument_size_in_bytes=memory["argument"],
+        output_size_in_bytes=memory["output"],
+        temp_size_in_bytes=memory["temp"],
+        alias_size_in_bytes=memory.get("alias", 0),
+        peak_memory_in_bytes=memory.get("peak", 0),
+    )
+    return hbm_needed(analysis, target)
+
+
+def uses_peak(memory: dict, target: str) -> bool:
+    """Whether HBM per chip is the TPU compiler's peak rather than the sum of the parts."""
+    return memory.get("peak", 0) > 0 and targets.parse(target).kind == "tpu"
+
+
+def table_row(memory: dict, target: str) -> dict:
+    """One row for a table, in bytes per chip: each figure of memory_analysis() under its name, then HBM per
+    chip (a TPU target's row also shows the compiler's peak it is)."""
+    row = {
+        "arguments": memory["argument"],
+        "outputs": memory["output"],
+        "temporaries": memory["temp"],
+        "donated (in both)": memory.get("alias", 0),
+    }
+    if uses_peak(memory, target):
+        row["TPU compiler's peak"] = memory["peak"]
+    row["HBM per chip"] = int(needed(memory, target))
+    return row
+
+
+def account(memory: dict, target: str, dtype: str) -> str:
+    """How HBM per chip follows from the step's memory figures, in one sentence with this step's bytes."""
+    parts = (
+        f"arguments {format_bytes(memory['argument'])}, outputs {format_bytes(memory['output'])}, temporaries "
+        f"{format_bytes(memory['temp'])}, donated {format_bytes(memory.get('alias', 0))} (outputs written into "
+        "their arguments' buffers, counted in both)"
+    )
+    head = f"**HBM per chip**, from the compiled step's `memory_analysis()` in {dtype}: "
+    if uses_peak(memory, target):
+        total = memory["argument"] + memory["output"] + memory["temp"] - memory.get("alias", 0)
+        return (
+            head + f"{format_bytes(memory['peak'])}, the TPU compiler's own peak (`peak_memory_in_bytes`: the most "
+            f"the program holds at once). Its parts: {parts}. The TPU compiler's temporaries are no part to add "
+            "up: they count heap space it sets aside (on GPT-2 small, the heap's fragmentation twice), so "
+            f"arguments + outputs + temporaries − donated ({format_bytes(total)}) is not what the step needs. "
+            "The peak decides whether it fits: a step whose sum was over a v5e's HBM and whose peak was under "
+            "it ran on the chip (tools/tpu_check.py)."
+        )
+    total = needed(memory, target)
+    return head + f"{format_bytes(total)} = arguments + outputs + temporaries − donated. Its parts: {parts}."
