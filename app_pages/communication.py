@@ -214,15 +214,15 @@ else:
 
 st.subheader("Memory per device")
 memory = report.memory
-left, right = st.columns(2)
-left.dataframe(
+# Full width: half a page hid its last columns (donated, the TPU peak, HBM per chip) behind a scroll bar.
+st.dataframe(
     pd.DataFrame(
         [{"source": f"compiled step (memory_analysis, {report.dtype})", **memory_view.table_row(memory, report.target)}]
     ),
     hide_index=True,
     key="comm_memory",
 )
-right.dataframe(
+st.columns(2)[0].dataframe(
     pd.DataFrame(
         [
             {

@@ -260,6 +260,7 @@ def cost_panel(plan: Plan, key: str = "cost") -> None:
         format_bytes(p["hbm_needed"]),
         delta="fits" if p["fits"] else "does not fit",
         delta_color="normal" if p["fits"] else "inverse",
+        delta_arrow="off",  # a verdict, not a change: "↑ fits" read as a rise
         help=f"What the step needs on each chip (how it is counted: under the chart), of "
         f"{p['hbm_capacity'] / 1e9:,.1f} GB a program may use on the chip",
     )
@@ -478,9 +479,10 @@ def latency_caveat(p: dict, named: dict[str, dict] | None = None) -> str:
         "out: kernel launches and the step's own fixed overhead."
     )
     largest = max((r["bytes"] / max(r["count"], 1) for r in p["collectives"]), default=0.0)
-    if 0 < largest < SMALL_COLLECTIVE_BYTES and not tpu:  # a GPU measurement
+    if 0 < largest < SMALL_COLLECTIVE_BYTES and not tpu:  # a GPU measurement; whose, when several are named
+        whose = next((name + "'s" for name, q in (named or {}).items() if q is p), "This step's")
         text += (
-            f" This step's largest collective moves {largest:,.0f} bytes: far below the ~1 GB per device at "
+            f" {whose} largest collective moves {largest:,.0f} bytes: far below the ~1 GB per device at "
             "which the scaling book's 8×H100 all-reduce nears its NVLink bandwidth."
         )
     return text

@@ -55,6 +55,8 @@ def test_compare_s_latency_note_counts_each_strategy_s_collectives():
     tp = {**PREDICTION, "chip": {"kind": "tpu"}, "collectives": [{"count": 5, "bytes": 1e3, "latency_s": 1e-6}]}
     text = cost_view.latency_caveat(tp, {"fsdp": fsdp, "tp": tp})
     assert "fsdp 20 collectives" in text and "tp 5 collectives" in text
+    gpu = {**tp, "chip": {"kind": "gpu"}}  # which of the strategies "this step" is, when several are named
+    assert "tp's largest collective moves 200 bytes" in cost_view.latency_caveat(gpu, {"fsdp": fsdp, "tp": gpu})
 
 
 def test_the_first_page_tells_a_newcomer_where_to_start_until_they_go():
