@@ -54,13 +54,15 @@ def breakdown_figure(prediction: cost.Prediction) -> go.Figure:
             textposition="auto",
         )
     )
-    # Full overlap ≤ no overlap: one label left of its line, the other right of its own — they never overlap
-    # (both "top" printed them on top of each other when communication was small).
+    # Full overlap ≤ no overlap: one label left of its line, the other right of its own (both "top" overlapped);
+    # above the plot (grey text on the top bar could not be read).
     for value, name, dash, side in (
         (prediction.step_s, "step (full overlap)", "solid", "top left"),
         (prediction.step_s_no_overlap, "step (no overlap)", "dot", "top right"),
     ):
-        fig.add_vline(x=value / scale, line_dash=dash, annotation_text=name, annotation_position=side)
+        fig.add_vline(
+            x=value / scale, line_dash=dash, annotation_text=name, annotation_position=side, annotation_yanchor="bottom"
+        )
     fig.update_layout(
         height=230,
         margin=dict(l=10, r=10, t=30, b=10),

@@ -8,7 +8,7 @@ from . import NamedSize
 # Public model cards' shapes. Norms are RMSNorm and nothing has a bias, as in Llama; GPT-2's
 # LayerNorm and biases (about 0.1 M parameters) are left out, so its count is 0.1% under the card's.
 NAMED_SIZES = {
-    "default": NamedSize("Default (the lab's small model)", {}),  # no time promised: a pipelined run took 143 s
+    "default": NamedSize("Default (small)", {}),  # no time promised: a pipelined run took 143 s
     "gpt2-small": NamedSize(
         "GPT-2 small (124M)",
         dict(

@@ -47,6 +47,8 @@ def test_the_step_says_which_term_it_is_and_its_two_labels_do_not_overlap():
     figure = cost_view.breakdown_figure(cost_view._FromJson(PREDICTION))
     positions = [a.xanchor for a in figure.layout.annotations]
     assert len(set(positions)) == 2, positions
+    # above the plot: grey text drawn on the top bar (latency's red, here) could not be read
+    assert all((a.y, a.yref, a.yanchor) == (1, "y domain", "bottom") for a in figure.layout.annotations)
 
 
 def test_compare_s_latency_note_counts_each_strategy_s_collectives():
