@@ -44,7 +44,13 @@ def why_not() -> str:
     return ""
 
 
-pytestmark = [pytest.mark.browser, pytest.mark.slow, pytest.mark.skipif(bool(why_not()), reason=why_not() or "ok")]
+# An image build, two replicas starting and a class of 40 browsers outlast pytest.ini's 300 s per test.
+pytestmark = [
+    pytest.mark.browser,
+    pytest.mark.slow,
+    pytest.mark.timeout(3600),
+    pytest.mark.skipif(bool(why_not()), reason=why_not() or "ok"),
+]
 
 
 def test_a_class_through_the_load_balancer_of_two_replicas(tmp_path, capsys):
