@@ -55,7 +55,16 @@ from typing import Callable
 
 from ..hardware import targets
 from ..training.config import LabConfig
-from .candidates import SKIP_NO_REMAT, SKIP_THREE_AXES, Candidate, Result, candidates, screen, three_axis_count
+from .candidates import (
+    SKIP_NO_REMAT,
+    SKIP_OTHER,
+    SKIP_THREE_AXES,
+    Candidate,
+    Result,
+    candidates,
+    screen,
+    three_axis_count,
+)
 from .depth import adopt_full_depth
 from .scheduler import run_pool, run_serial
 from .verdict import why
@@ -196,14 +205,25 @@ FIRST_FIELDS = ("mesh", "axes", "preset", "remat", "attention", "across_slices",
 
 
 def first_ranking(queue: list[Candidate], base: LabConfig, dtype: str, stop=None) -> list[Result]:
-    """Every candidate screened (no compile) and those that pass ranked by the book's step
-    (:func:`~sharding_lab.search.first.book_estimate`), fastest first."""
-    screened = []
+    """Each layout (mesh, axes, preset) screened once, no compile — by its leanest variant that passes (the queue
+    holds each layout's variants together, the leanest first: remat full, splash) — and ranked by the book's step
+    (:func:`~sharding_lab.search.first.book_estimate`), fastest first. A skip that rules out the layout (a batch
+    or heads the mesh cannot split, memory) ends it; one that rules out only the variant (the plan refuses the
+    splash kernel inside pipeline stages) tries the next. One screen a layout, not one a candidate: the llama3-8b
+    question has 6 variants of each."""
+    ranked, done = [], set()
     for c in queue:
+        layout = (c.mesh, c.axes, c.preset)
+        if layout in done:
+            continue
         if stop is not None and stop.is_set():
             break
-        screened.append(screen(c, base, dtype))
-    return sorted((r for r in screened if r.skipped is None and r.book), key=lambda r: r.book["step_s"])
+        r = screen(c, base, dtype)
+        if r.skipped is None and r.book:
+            ranked.append(r)
+        if r.skipped != SKIP_OTHER:
+            done.add(layout)
+    return sorted(ranked, key=lambda r: r.book["step_s"])
 
 
 SMALL_MODEL = 10_000_000  # parameters: below it a compile takes about a second, less than starting a worker

@@ -394,3 +394,18 @@ def test_the_first_ranking_is_the_books_count_before_any_compile():
     assert dp.book["compute_s"] == pytest.approx(compute, rel=1e-9)
     assert dp.book["comm_s"] == pytest.approx(network, rel=1e-6) and set(dp.book["comm_s_per_axis"]) == {"data"}
     assert found.to_json()["first_ranking"][0]["book"]["step_s"] == steps[0]
+
+
+def test_remat_and_attention_do_not_change_the_parameters_so_one_trace_serves_them():
+    """The first ranking plans every layout's variants; the model's parameters (read from its constructor, traced:
+    seconds for a 32-layer model) are the same under every remat policy and attention kind — checked here by
+    tracing each with the shortcut turned off — so ``parameters`` traces once for all of them."""
+    from sharding_lab.models import _traced_parameters
+
+    fam = family("transformer")
+    spec = fam.Spec(layers=3, embed_dim=64, heads=4, head_dim=16, mlp_dim=128, vocab=64, seq=128)
+    assert fam.step_only_fields == ("remat", "attention")
+    for remat in ("none", "full", "save_qkv_proj", "minimal", "save_dots"):
+        for attention in ("xla", "splash"):
+            variant = dataclasses.replace(spec, remat=remat, attention=attention)
+            assert dict(_traced_parameters(type(fam), variant)) == fam.parameters(spec) == fam.parameters(variant)
