@@ -230,6 +230,13 @@ def progress_panel():
         st.progress(job.done / job.total if job.total else 0.0, text=job.progress_text())
         if st.button("Stop", key="plan_stop"):
             job.stop.set()
+        if job.first is not None:
+            st.caption(
+                f"First ranking after {job.first_s:.1f} s: the scaling book's count (compute and the network at "
+                "each axis's links; no HBM traffic, fit unknown) for the candidates that pass the screens. The "
+                "compiler's figures replace it when the compiles are done."
+            )
+            st.dataframe(pd.DataFrame(plan_view.first_rows(job.first)), hide_index=True, width="stretch")
         return
     if job.error:
         st.error(f"**The search failed:** {ui.plain(job.error)}", icon=":material/error:")

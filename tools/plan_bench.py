@@ -5,7 +5,9 @@
 Runs the search once in this process (nothing cached yet) and prints, per candidate, whether it was skipped
 before compiling or compiled (and how long its compiles took), then ``candidates_per_s=<n>``: every
 candidate counted, skipped or compiled, over the whole wall time. A benchmark, not a test: the figure
-moves with the machine's load and cores. ``--workers N`` (default: one per core) compiles N at once.
+moves with the machine's load and cores. ``--workers N`` (default: one per core) compiles N at once;
+``--first-only`` stops after the first ranking (the book's count for every screened candidate,
+:mod:`sharding_lab.search.first`) and prints how long it took.
 
 Measured (the default command): before any speed-up (every candidate at 1 and 2 layers, one process) 1884 s,
 0.062 candidates/s; with the screens, the twin rule and 2 workers 398.5 s (2026-12-04, shared machine); with
@@ -19,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+import threading
 import time
 
 from sharding_lab import search
@@ -41,7 +44,9 @@ DEFAULT = [
 
 
 def main(argv=None) -> int:
-    argv = list(sys.argv[1:] if argv is None else argv) or DEFAULT
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if not any(a in argv for a in ("--model", "--size", "--target")):  # only options of the bench: the default
+        argv = DEFAULT + argv
     parser = argparse.ArgumentParser(prog="python -m tools.plan_bench")
     add_config_options(parser)
     parser.add_argument("--batch-tokens", type=int, required=True)
@@ -49,6 +54,12 @@ def main(argv=None) -> int:
     parser.add_argument("--presets", default=None)
     parser.add_argument("--remats", default=None)
     parser.add_argument("--workers", type=int, default=None, help="processes compiling at once (default: the cores)")
+    parser.add_argument("--attentions", default=None, help="attention kinds searched, comma-separated")
+    parser.add_argument(
+        "--first-only",
+        action="store_true",
+        help="stop once the first ranking (the book's count, before any compile) is out; print its time",
+    )
     args = parser.parse_args(argv)
     config = config_from_args(args)
     base = search.base_config(config.model, config.target, args.batch_tokens, config.optimizer, config.lr)
@@ -72,7 +83,27 @@ def main(argv=None) -> int:
             flush=True,
         )
 
-    found = search.search(base, args.dtype, presets, remats, progress, check=False, workers=args.workers)
+    attentions = tuple(args.attentions.split(",")) if args.attentions else None
+    stop = threading.Event()
+
+    def first(ranked, seconds):
+        print(f"first_ranking_s={seconds:.1f} ranked={len(ranked)}", flush=True)
+        print(search.first_table(ranked, seconds, rows=5), flush=True)
+        if args.first_only:
+            stop.set()
+
+    found = search.search(
+        base,
+        args.dtype,
+        presets,
+        remats,
+        progress,
+        stop,
+        check=False,
+        workers=args.workers,
+        attentions=attentions,
+        first=first,
+    )
     elapsed = time.perf_counter() - started
     print(
         f"candidates={len(found.results)} compiled={len(found.costed)} fitting={len(found.fitting)} "

@@ -30,9 +30,9 @@ SMALL_REMATS = ("none",)
 def counted(base: sl.LabConfig, presets, remats) -> int:
     """How many candidates the search reports for this question (its progress total, its result's count): the
     meshes × presets × remats, the three-axis meshes it counts as skipped, and the remats a family lacks."""
-    chips = targets.parse(base.target).devices
+    on = targets.parse(base.target)
     lacking = 0 if hasattr(base.model, "remat") or not remats else len(set(remats) - {"none"})
-    return len(search.candidates(base, presets, remats)) + search.three_axis_count(chips) + lacking
+    return len(search.candidates(base, presets, remats)) + search.three_axis_count(on.devices, on.slices) + lacking
 
 
 @dataclasses.dataclass
@@ -86,6 +86,8 @@ class PlanJob:
     last: str = ""
     started: float = 0.0
     result: search.Search | None = None
+    first: list[search.Result] | None = None  # the first ranking (the book's count), once every candidate is screened
+    first_s: float | None = None
     error: str | None = None
     stop: threading.Event = dataclasses.field(default_factory=threading.Event)
     thread: threading.Thread | None = None
@@ -110,10 +112,13 @@ class PlanJob:
                 f"skipped ({result.skipped})" if result.skipped else ("fits" if result.fits else "does not fit")
             )
 
+        def first(ranked, seconds):
+            self.first, self.first_s = ranked, seconds
+
         try:
             # workers: one process per core compiles, and Stop ends a compile at once (it kills them)
             self.result = search.search(
-                self.base, self.dtype, self.presets, self.remats, progress, self.stop, workers=None
+                self.base, self.dtype, self.presets, self.remats, progress, self.stop, workers=None, first=first
             )
         except sl.ConfigError as error:
             self.error = str(error)
@@ -150,6 +155,26 @@ class PlanJob:
         return text
 
 
+def first_rows(ranked: list[search.Result]) -> list[dict]:
+    """The first ranking as the page shows it while the compiles run: the book's step per candidate."""
+    from sharding_lab.cost import format_seconds
+
+    return [
+        {
+            "mesh": r.candidate.mesh_text,
+            "axes": ",".join(r.candidate.axes),
+            "preset": r.candidate.preset,
+            "remat": r.candidate.remat,
+            **({"attention": r.candidate.attention} if r.candidate.attention else {}),
+            "step (book)": format_seconds(r.book["step_s"]),
+            "bound (book)": r.book["bound"],
+            "compute": format_seconds(r.book["compute_s"]),
+            "network": format_seconds(r.book["comm_s"]),
+        }
+        for r in ranked
+    ]
+
+
 def question(base: sl.LabConfig, presets, remats) -> tuple:
     """What a search answers: its results belong to it, and stay on the page only while the boxes ask it."""
     return (base, tuple(presets or ()), tuple(remats or ()))
@@ -183,6 +208,8 @@ def rows(found: search.Search) -> list[dict]:
             "axes": ",".join(r.candidate.axes),
             "preset": r.candidate.preset,
             "remat": r.candidate.remat,
+            **({"attention": r.candidate.attention} if r.candidate.attention else {}),
+            **({"across slices": r.candidate.across} if r.candidate.across else {}),
             "HBM per chip": _bytes(r.hbm_per_chip),
             "fits": bool(r.fits),
             "step": format_seconds(r.step_s) if r.step_s is not None else "refused",

@@ -143,6 +143,12 @@ def main(argv=None) -> int:
         help="these remat options, comma-separated (default: none,full,save_qkv_proj; also minimal, save_dots)",
     )
     plan_parser.add_argument(
+        "--attentions",
+        default=None,
+        help="these attention kinds, comma-separated (default: xla,splash — XLA's and the Pallas splash kernel; "
+        "--attention names one to search it alone)",
+    )
+    plan_parser.add_argument(
         "--no-check", action="store_true", help="skip the full-depth compile that checks the layer extension"
     )
     plan_parser.add_argument(
@@ -169,7 +175,9 @@ def main(argv=None) -> int:
         return challenge.main(args)
     try:
         if args.command == "plan":
-            return _print_plan(args)
+            from .plan import print_plan
+
+            return print_plan(args)
         config = config_from_args(args)
         plan = make_plan(config)
         if args.command == "layout":
@@ -191,90 +199,6 @@ def main(argv=None) -> int:
     except ConfigError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
-
-
-def _print_plan(args) -> int:
-    """``python -m sharding_lab plan``: the search (:mod:`sharding_lab.search.search`), as a table or JSON."""
-    from .. import search
-    from ..cost.compiled import dtype_name
-
-    dtype = dtype_name(args.dtype)
-    config = config_from_args(args)
-    base = search.base_config(config.model, config.target, args.batch_tokens, config.optimizer, config.lr)
-    presets = tuple(p.strip() for p in args.presets.split(",")) if args.presets else None
-    for name in presets or ():
-        if name not in base.family.presets:
-            raise ConfigError(f"unknown preset {name!r}: choose among {', '.join(base.family.presets)}", "rules")
-    remats = tuple(r.strip() for r in args.remats.split(",")) if args.remats else None
-    remat_field = base.family.size_fields.get("remat")
-    known = remat_field.choices if remat_field is not None else search.REMATS
-    for name in remats or ():
-        if name not in known:
-            raise ConfigError(f"unknown remat {name!r}: choose among {', '.join(known)}", "model")
-
-    def progress(done, total, result):
-        if not args.json:
-            c = result.candidate
-            print(
-                f"[{done}/{total}] {c.mesh_text} {c.preset} remat {c.remat}: "
-                + (
-                    f"skipped ({result.skipped})"
-                    if result.skipped
-                    else f"{'fits' if result.fits else 'does not fit'}, compiled in {result.compile_s:.1f} s"
-                ),
-                file=sys.stderr,
-                flush=True,
-            )
-
-    if args.check_layers is not None and args.check_layers <= 2:
-        raise ConfigError(
-            f"--check-layers must be more than 2 (the extension starts from 1 and 2), not {args.check_layers}", "model"
-        )
-    if args.workers is not None and args.workers < 1:
-        raise ConfigError(f"--workers must be at least 1, not {args.workers}", "workers")
-    found = search.search(
-        base,
-        dtype,
-        presets,
-        remats,
-        progress,
-        check=not args.no_check,
-        check_layers=args.check_layers,
-        workers=args.workers,
-    )
-    out = found.to_json()
-    for row, result in zip(out["candidates"], found.costed):
-        row["cost_args"] = config_to_args(result.candidate.config(base)) + ["--dtype", dtype]
-    if out["best"] is not None:
-        out["best"]["cost_args"] = config_to_args(found.best.candidate.config(base)) + ["--dtype", dtype]
-    if args.json:
-        print(json.dumps(out))
-        return 0
-    print(
-        f"{base.family.name} on {base.target}, batch {found.batch_tokens:,} tokens ({base.batch_size} × "
-        f"{base.model.seq}), {base.optimizer}, {dtype}: {len(found.results)} candidates in {found.elapsed_s:.0f} s"
-    )
-    print(search.table(found))
-    print()
-    print(out["why"])
-    check = found.extension
-    if check and "relative_error" in check:
-        errors = ", ".join(f"{k} {v:+.2%}" for k, v in check["relative_error"].items())
-        depth = "a full" if check["full_depth"] else "a (not full-depth)"
-        print(
-            f"layer extension checked against {depth} {check['layers']}-layer compile of {check['candidate']}: {errors}"
-            + ("; the best's figures are that compile's, as `cost` gives them" if check["full_depth"] else "")
-        )
-    elif check:
-        print(f"layer extension not checked: the full-depth compile was refused ({check['refused']})")
-    elif found.best is not None and not found.best.extended:
-        print(
-            f"the best was compiled at full depth ({search.depth_text(found.best, found)}), as `cost` compiles it: "
-            "nothing extended"
-        )
-    if found.best is not None:
-        print("re-run the best: python -m sharding_lab cost " + " ".join(out["best"]["cost_args"]))
-    return 0
 
 
 def _print_layout(plan: Plan, as_json: bool) -> int:

@@ -241,6 +241,9 @@ class ModelFamily:
     export_helpers: ClassVar[tuple] = ()  # more functions/classes the exported model needs (before it)
     export_preamble: ClassVar[str] = ""  # imports and constants those need, as source (before them)
     probe_rows: ClassVar[int | None] = None  # the probe runs on the first rows of the dataset (None: all)
+    # Spec fields that change how a step computes but not which parameters the model has (the transformer: remat,
+    # attention): parameters() traces the constructor once for all their values (a 32-layer trace is seconds).
+    step_only_fields: ClassVar[tuple[str, ...]] = ()
     explicit_refusal: ClassVar[str | None] = None  # why this family cannot run under Explicit axes
     train_defaults: ClassVar[dict] = {}  # optimizer / lr / steps that suit it (else the seed's)
     size_fields: ClassVar[dict[str, SizeField | ChoiceField]] = {}  # Spec field → how it is asked for
@@ -277,6 +280,8 @@ class ModelFamily:
     def parameters(self, spec) -> dict[str, ArraySpec]:
         """Parameter path (``w1``, ``blocks/0/q``) → its :class:`ArraySpec`, in creation order,
         read from the model's own constructor traced on abstract values (nothing allocated)."""
+        if self.step_only_fields:
+            spec = dataclasses.replace(spec, **{f: getattr(type(spec)(), f) for f in self.step_only_fields})
         return dict(_traced_parameters(type(self), spec))
 
     def batch(self, spec, batch_size: int) -> dict[str, ArraySpec]:

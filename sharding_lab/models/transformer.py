@@ -366,6 +366,7 @@ class TransformerFamily(ModelFamily):
         ),
     }
     named_sizes = NAMED_SIZES
+    step_only_fields = ("remat", "attention")  # the same parameters under every remat policy and attention kind
     explicit_refusal = (
         "the transformer needs Auto axes: under Explicit axes every einsum of attention "
         "and the MLP must state its output sharding, which this model does not yet do — "

@@ -7,12 +7,14 @@ compiled for the target and ranked by its predicted step time.
 - :mod:`.costing` — one candidate compiled for the target and priced, cached;
 - :mod:`.scheduler` — the queue run in this process or by worker processes (:mod:`.pool`, the mechanism);
 - :mod:`.depth` — an extended best checked against a full-depth compile;
+- :mod:`.first` — the first ranking: the book's count for every screened candidate, before compiling;
 - :mod:`.verdict` — the why and the table, from the computed figures.
 
 Use it as ``from sharding_lab import search``: ``search.search(...)``, ``search.Candidate``, …
 """
 
 from .candidates import (
+    ATTENTIONS,
     REMATS,
     SKIP_BATCH,
     SKIP_HEADS,
@@ -30,6 +32,8 @@ from .candidates import (
     candidates,
     data_ways,
     kept_inputs_per_chip,
+    label,
+    leaner,
     mesh_shapes,
     model_ways,
     screen,
@@ -38,10 +42,11 @@ from .candidates import (
 )
 from .costing import compile_job, compiled_figures, cost_candidate, extend, full_depth, prediction, prediction_of
 from .depth import check_extension
-from .search import SMALL_MODEL, Search, search
-from .verdict import depth_text, table, why
+from .search import SMALL_MODEL, Search, first_ranking, search
+from .verdict import depth_text, first_table, table, why
 
 __all__ = [
+    "ATTENTIONS",
     "REMATS",
     "SKIP_BATCH",
     "SKIP_HEADS",
@@ -66,8 +71,12 @@ __all__ = [
     "data_ways",
     "depth_text",
     "extend",
+    "first_ranking",
+    "first_table",
     "full_depth",
     "kept_inputs_per_chip",
+    "label",
+    "leaner",
     "mesh_shapes",
     "model_ways",
     "prediction",

@@ -1,6 +1,6 @@
-"""The search's candidates: what it enumerates (meshes × presets × remat), what a candidate and its result
-hold, and the screening that skips what cannot work or cannot fit before anything is compiled
-(:mod:`sharding_lab.search.search` says why in order)."""
+"""The search's candidates: what it enumerates (meshes × presets × remat × attention; on a multi-slice target also
+which mesh axis crosses the slices), what a candidate and its result hold, and the screening that skips what
+cannot work or cannot fit before anything is compiled (:mod:`sharding_lab.search.search` says why in order)."""
 
 from __future__ import annotations
 
@@ -10,12 +10,17 @@ import math
 from ..errors import ConfigError
 from ..hardware import targets
 from ..sharding.mesh import MeshSpec
+from ..sharding.rules import DCN_AXIS
 from ..training.config import LabConfig
 from ..training.config import plan as make_plan
 
 # The remat options searched unless told (the family's others on request, --remats): none, full, and the
 # selective policy that keeps the q/k/v projections (sharding_lab.models.remat).
 REMATS = ("none", "full", "save_qkv_proj")
+
+# The attention kinds the CLI's plan searches when no --attention is given (a family with that option): XLA's,
+# which materialises the S×S scores, and the Pallas splash kernel real TPU runs use (MaxText's default on TPU).
+ATTENTIONS = ("xla", "splash")
 
 SKIP_THREE_AXES = "three mesh axes: the presets have only two roles (data, model)"
 
@@ -38,19 +43,23 @@ SKIP_OTHER = "the plan refuses it"
 SKIP_NO_REMAT = "the model has no remat option"
 
 SKIP_REMAT_FULL_REFUSED = (
-    "remat full of the same layout does not fit (compiled, or by the block inputs it keeps), "
-    "and a step that recomputes less (a selective policy, or none) keeps more"
+    "a leaner step of the same layout (remat full, or the splash kernel's attention) does not fit (compiled, or "
+    "by the block inputs it keeps), and this one keeps more (it recomputes less, or materialises the scores)"
 )
 
 
 @dataclasses.dataclass(frozen=True)
 class Candidate:
-    """One layout to try: a mesh, a preset, a rematerialisation."""
+    """One layout to try: a mesh, a preset, a rematerialisation, an attention kind (None: the model's own);
+    on a multi-slice target ``across`` names the mesh axis that crosses slices (over DCN), the axis
+    :func:`sharding_lab.hardware.targets.slice_axis` gives that mesh."""
 
     mesh: tuple[int, ...]
     axes: tuple[str, ...]
     preset: str
     remat: str
+    attention: str | None = None
+    across: str | None = None
 
     @property
     def mesh_text(self) -> str:
@@ -58,6 +67,8 @@ class Candidate:
 
     def config(self, base: LabConfig) -> LabConfig:
         model = dataclasses.replace(base.model, remat=self.remat) if hasattr(base.model, "remat") else base.model
+        if self.attention is not None:
+            model = dataclasses.replace(model, attention=self.attention)
         return dataclasses.replace(
             base, mesh=MeshSpec(self.mesh, self.axes), preset=self.preset, rules=None, model=model
         )
@@ -84,6 +95,7 @@ class Result:
     compile_s: float = 0.0
     compiled_layers: tuple[int, ...] = ()  # the depths compiled: (L,) as it is, (1, 2) extended to L
     extension: dict | None = None  # the check of its extension, once made (check_extension)
+    book: dict | None = None  # the first ranking's figures: the scaling book's count before compiling (.first)
 
     @property
     def extended(self) -> bool:
@@ -96,6 +108,8 @@ class Result:
             "axes": list(c.axes),
             "preset": c.preset,
             "remat": c.remat,
+            "attention": c.attention,
+            "across_slices": c.across,
             "hbm_per_chip": self.hbm_per_chip,
             "fits": self.fits,
             "step_s": self.step_s,
@@ -110,19 +124,39 @@ class Result:
             "per_chip_tokens": self.per_chip_tokens,
             "compile_s": round(self.compile_s, 2),
             "compiled_layers": list(self.compiled_layers) or None,
+            "book": self.book,
         }
 
 
-def mesh_shapes(chips: int) -> list[tuple[tuple[int, ...], tuple[str, ...]]]:
-    """One axis (``data``: all chips) and every two-axis factorisation ``data × model`` with both > 1."""
+def mesh_shapes(chips: int, slices: int = 1) -> list[tuple[tuple[int, ...], tuple[str, ...]]]:
+    """One axis (``data``: all chips) and every two-axis factorisation ``data × model`` with both > 1.
+
+    On ``slices`` > 1 slices one mesh axis crosses them — the first whose size the slice count divides
+    (:func:`sharding_lab.hardware.targets.slice_axis`; MaxText's ``dcn_*_parallelism``) — and the search tries
+    each choice: ``data`` across slices (FSDP or data parallelism over ICI and DCN together: those of the meshes
+    above whose ``data`` size the slices divide); a ``dcn`` axis of one chip per slice before every mesh of one
+    slice (pure data parallelism across slices, the book's "pure data parallelism over the DCN axis and FSDP
+    within a pod"; a pipeline preset puts its stages there); ``model`` across slices, one way per slice
+    (tensor parallelism over DCN)."""
     shapes = [((chips,), ("data",))]
     shapes += [((a, chips // a), ("data", "model")) for a in range(2, chips) if chips % a == 0]
-    return shapes
+    if slices <= 1:
+        return shapes
+    within = chips // slices
+    data = [(shape, axes) for shape, axes in shapes if shape[0] % slices == 0]
+    dcn = [((slices, *shape), (DCN_AXIS, *axes)) for shape, axes in mesh_shapes(within)] if within > 1 else []
+    return data + dcn + [((slices, within), ("model", "data"))]
 
 
-def three_axis_count(chips: int) -> int:
-    """How many 3-axis factorisations (every size > 1) there are: skipped, no preset has a third role."""
-    return sum(1 for a in range(2, chips) for b in range(2, chips) if chips % (a * b) == 0 and chips // (a * b) > 1)
+def three_axis_count(chips: int, slices: int = 1) -> int:
+    """How many 3-axis factorisations (every size > 1) there are: skipped, no preset has a third role — but for
+    the ``dcn`` × data × model meshes of a multi-slice target (:func:`mesh_shapes`), which the search tries."""
+    return sum(
+        1
+        for a in range(2, chips)
+        for b in range(2, chips)
+        if chips % (a * b) == 0 and chips // (a * b) > 1 and (slices <= 1 or a != slices)
+    )
 
 
 def base_config(model, target: str, batch_tokens: int, optimizer: str = "adamw", lr: float = 0.003) -> LabConfig:
@@ -156,18 +190,40 @@ def base_config(model, target: str, batch_tokens: int, optimizer: str = "adamw",
 
 
 def candidates(
-    base: LabConfig, presets: tuple[str, ...] | None = None, remats: tuple[str, ...] | None = None
+    base: LabConfig,
+    presets: tuple[str, ...] | None = None,
+    remats: tuple[str, ...] | None = None,
+    attentions: tuple[str, ...] | None = None,
 ) -> list[Candidate]:
-    """Meshes × presets × remat, in that order."""
-    chips = targets.parse(base.target).devices
+    """Meshes × presets × remat × attention (None: the model's own only), in that order."""
+    on = targets.parse(base.target)
     presets = tuple(presets or base.family.presets)
     has_remat = hasattr(base.model, "remat")
     remats = tuple(remats or (REMATS if has_remat else ("none",)))
+    kinds = tuple(attentions) if attentions and hasattr(base.model, "attention") else (None,)
+    out = []
+    for shape, axes in mesh_shapes(on.devices, on.slices):
+        across = axes[targets.slice_axis(on, shape)] if on.slices > 1 else None
+        out += [
+            Candidate(shape, axes, preset, remat, kind, across)
+            for preset in presets
+            for remat in remats
+            for kind in kinds
+        ]
+    return out
+
+
+def leaner(candidate: Candidate) -> list[Candidate]:
+    """The same layout's candidates that keep no more than ``candidate`` does: remat full (it keeps only each
+    block's input) and, instead of XLA's attention, the splash kernel (it never writes the S×S scores). A
+    candidate waits for them, and is skipped when one of them does not fit (:mod:`.scheduler`)."""
+    remats = dict.fromkeys((candidate.remat, "full"))
+    kinds = dict.fromkeys((candidate.attention, "splash") if candidate.attention == "xla" else (candidate.attention,))
     return [
-        Candidate(shape, axes, preset, remat)
-        for shape, axes in mesh_shapes(chips)
-        for preset in presets
-        for remat in remats
+        dataclasses.replace(candidate, remat=r, attention=a)
+        for r in remats
+        for a in kinds
+        if (r, a) != (candidate.remat, candidate.attention)
     ]
 
 
@@ -197,9 +253,22 @@ def state_bytes_per_chip(plan) -> int:
     return params + optimizer + params
 
 
+_screened: dict[tuple, Result] = {}
+
+
 def screen(candidate: Candidate, base: LabConfig, dtype: str) -> Result:
-    """Plan the candidate; a Result with ``skipped`` set when it cannot work or cannot fit."""
+    """Plan the candidate; a Result with ``skipped`` set when it cannot work or cannot fit, else with the book's
+    count (:func:`sharding_lab.search.first.book_estimate`). Remembered: the first ranking screens every
+    candidate before the compiles start, and the queue asks again (each asker gets its own copy)."""
+    key = (candidate, base, dtype)
+    if key not in _screened:
+        _screened[key] = _screen(candidate, base, dtype)
+    return dataclasses.replace(_screened[key])
+
+
+def _screen(candidate: Candidate, base: LabConfig, dtype: str) -> Result:
     from ..hardware.chips import chip as get_chip
+    from .first import book_estimate
 
     config = candidate.config(base)
     result = Result(candidate)
@@ -254,6 +323,8 @@ def screen(candidate: Candidate, base: LabConfig, dtype: str) -> Result:
             f"block inputs ({config.model.layers} × the residual stream's {gb(kept / config.model.layers)}) "
             f"per chip > {hbm / 1e9:.1f} GB usable"
         )
+        return result
+    result.book = book_estimate(plan, dtype)
     return result
 
 
@@ -280,7 +351,11 @@ def _replicable(plan) -> tuple[str, ...]:
 
 
 def label(c: Candidate) -> str:
-    return f"{c.mesh_text} ({', '.join(c.axes)}) {c.preset}, remat {c.remat}"
+    return (
+        f"{c.mesh_text} ({', '.join(c.axes)}) {c.preset}, remat {c.remat}"
+        + (f", attention {c.attention}" if c.attention else "")
+        + (f", {c.across} across slices" if c.across else "")
+    )
 
 
 def gb(value: float) -> str:

@@ -45,6 +45,10 @@ def _serve(conn) -> None:
     from ..training.step import compiler_options
 
     targets.quiet_libtpu()
+    # A worker only compiles, never runs on a chip: on a machine whose TPU is attached (quiet_libtpu leaves the
+    # lock alone there) it must still load libtpu beside the search's own process, which took libtpu's lock
+    # first — without this every worker died "accessing libtpu multi-process lockfile" (seen on a one-chip v5e).
+    os.environ.setdefault("ALLOW_MULTIPLE_LIBTPU_LOAD", "1")
     while True:
         message = conn.recv()
         if message is None:

@@ -1,38 +1,33 @@
 """Running the search's queue of candidates: one after another in this process (:func:`run_serial`), or
-compiled by worker processes (:func:`run_pool`, the mechanism in :mod:`.pool`), each remat-none candidate
-after its remat-full twin (:func:`pruned`)."""
+compiled by worker processes (:func:`run_pool`, the mechanism in :mod:`.pool`), each candidate after its
+leaner twins — remat full, splash attention — (:func:`pruned`)."""
 
 from __future__ import annotations
 
 import collections
-import dataclasses
 import time
 
 from ..hardware import targets
 from ..training.config import LabConfig
-from .candidates import SKIP_MEMORY_INPUTS, SKIP_REMAT_FULL_REFUSED, Candidate, Result, gb, label, screen
+from .candidates import SKIP_MEMORY_INPUTS, SKIP_REMAT_FULL_REFUSED, Candidate, Result, gb, label, leaner, screen
 from .costing import cached, compile_job, cost_candidate, fill, first_jobs, prediction_of, remember
 
 
 def pruned(candidate: Candidate, base: LabConfig, dtype: str, done: dict) -> Result | None:
-    """A candidate without remat, or with a selective policy, whose remat-full twin does not fit — compiled and
-    refused or over HBM, or ruled out by the block inputs it must keep — is skipped, said why: it keeps every
-    block's input too, and more of its activations."""
-    twin = done.get(dataclasses.replace(candidate, remat="full"))
-    if (
-        candidate.remat == "full"
-        or twin is None
-        or twin.fits
-        or (twin.skipped is not None and twin.skipped != SKIP_MEMORY_INPUTS)
-    ):
-        return None
-    result = screen(candidate, base, dtype)
-    if result.skipped is None:
-        result.skipped = SKIP_REMAT_FULL_REFUSED
-        result.detail = f"{label(twin.candidate)}: " + (
-            twin.refused or twin.detail or f"{gb(twin.hbm_per_chip)} per chip"
-        )
-    return result
+    """A candidate one of whose leaner twins (:func:`~sharding_lab.search.candidates.leaner`: remat full, the
+    splash kernel's attention) does not fit — compiled and refused or over HBM, or ruled out by the block inputs
+    it must keep — is skipped, said why: it keeps all that twin keeps, and more."""
+    for twin in (done.get(other) for other in leaner(candidate)):
+        if twin is None or twin.fits or (twin.skipped is not None and twin.skipped != SKIP_MEMORY_INPUTS):
+            continue
+        result = screen(candidate, base, dtype)
+        if result.skipped is None:
+            result.skipped = SKIP_REMAT_FULL_REFUSED
+            result.detail = f"{label(twin.candidate)}: " + (
+                twin.refused or twin.detail or f"{gb(twin.hbm_per_chip)} per chip"
+            )
+        return result
+    return None
 
 
 def run_serial(queue, base, dtype, stop, results, progress) -> bool:
@@ -65,7 +60,7 @@ def run_pool(queue, base, dtype, stop, results, progress, workers: int) -> bool:
     context = sw.context()
     pool = [sw.Worker(context) for _ in range(workers)]
     done: dict[Candidate, Result] = {}
-    passed_check: dict[Candidate, bool] = {}  # a remat-full twin that passed the compiler's memory check
+    passed_check: dict[Candidate, bool] = {}  # a leaner twin that passed the compiler's memory check
     pending: dict[Candidate, Result] = {}
     parts: dict[Candidate, dict] = {}
     checked: set = set()
@@ -135,9 +130,8 @@ def run_pool(queue, base, dtype, stop, results, progress, workers: int) -> bool:
             if stop is not None and stop.is_set():
                 return True
             for candidate in list(waiting):
-                twin = dataclasses.replace(candidate, remat="full")
-                if candidate.remat != "full" and twin in queue and twin not in done and twin not in passed_check:
-                    continue  # its twin's fit first
+                if any(t in queue and t not in done and t not in passed_check for t in leaner(candidate)):
+                    continue  # its leaner twins' fit first
                 waiting.remove(candidate)
                 earlier = cached(candidate, base, dtype)
                 result = earlier or pruned(candidate, base, dtype, done) or screen(candidate, base, dtype)

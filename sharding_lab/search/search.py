@@ -6,8 +6,10 @@ cost?" — answered by enumerating and letting the compiler decide:
 1. **Enumerate.** Mesh shapes are the factorisations of the slice's chip count into one axis
    (``data``) or two (``data`` × ``model``); the model family's presets (its roles are only ``data`` and
    ``model``, so three axes would add nothing a preset could use — counted as skipped, with that
-   reason); rematerialisation ``none`` or ``full`` where the family has it. The global batch is given
-   in tokens (``batch_tokens`` ÷ ``seq`` sequences).
+   reason); rematerialisation ``none``, ``full`` or a selective policy where the family has it; the
+   attention kinds asked for (the CLI: XLA's and the splash kernel, unless ``--attention`` names one); on a
+   multi-slice target, which axis crosses the slices (:func:`~sharding_lab.search.candidates.mesh_shapes`).
+   The global batch is given in tokens (``batch_tokens`` ÷ ``seq`` sequences).
 2. **Skip what cannot work**, counting why: the plan refuses it (:func:`sharding_lab.training.config.plan`'s
    ``ConfigError``: a batch the data axis does not divide, a preset that needs two axes), more
    tensor-parallel ways than heads, a weight dimension the mesh cannot split (JAX would silently
@@ -53,7 +55,16 @@ from typing import Callable
 
 from ..hardware import targets
 from ..training.config import LabConfig
-from .candidates import SKIP_NO_REMAT, SKIP_THREE_AXES, Candidate, Result, candidates, three_axis_count
+from .candidates import (
+    SKIP_NO_REMAT,
+    SKIP_OTHER,
+    SKIP_THREE_AXES,
+    Candidate,
+    Result,
+    candidates,
+    screen,
+    three_axis_count,
+)
 from .depth import adopt_full_depth
 from .scheduler import run_pool, run_serial
 from .verdict import why
@@ -71,6 +82,8 @@ class Search:
     elapsed_s: float = 0.0
     extension: dict | None = None
     compiled_layers: tuple[int, ...] = ()
+    first: list[Result] = dataclasses.field(default_factory=list)  # the first ranking (.first), before compiling
+    first_s: float | None = None  # seconds from the start to the first ranking
 
     @property
     def costed(self) -> list[Result]:
@@ -106,6 +119,8 @@ class Search:
             "skipped_candidates": [r.to_json() for r in self.results if r.skipped],
             "why": why(self),
             "extension_check": self.extension,
+            "first_ranking": [{k: v for k, v in r.to_json().items() if k in FIRST_FIELDS} for r in self.first],
+            "first_ranking_s": round(self.first_s, 2) if self.first_s is not None else None,
             "stopped": self.stopped,
             "elapsed_s": round(self.elapsed_s, 1),
             "candidates_per_s": round(len(self.results) / self.elapsed_s, 3) if self.elapsed_s else None,
@@ -122,32 +137,48 @@ def search(
     check: bool = True,
     check_layers: int | None = None,
     workers: int | None = 1,
+    attentions: tuple[str, ...] | None = None,
+    first: Callable[[list[Result], float], None] | None = None,
 ) -> Search:
     """Every candidate of ``base`` on its target, screened, compiled and costed; the extension checked
     against one compile of the best (``check``) at full depth, or at ``check_layers`` (> 2) layers when a
     full-depth unrolled compile would take too long. ``workers`` > 1 compiles that many candidates at
-    once, each in its own process (None: one per CPU core)."""
+    once, each in its own process (None: one per CPU core). ``attentions`` (e.g. :data:`~sharding_lab.search.
+    candidates.ATTENTIONS`) searches those attention kinds too; None: the model's own. Before any compile every
+    candidate is screened and the survivors ranked by the book's count (:mod:`.first`): ``first`` gets that
+    ranking and the seconds it took, and the answer keeps it."""
     from ..cost.compiled import dtype_name
 
     dtype = dtype_name(dtype)
     started = time.perf_counter()
-    todo = candidates(base, presets, remats)
+    todo = candidates(base, presets, remats, attentions)
+    on = targets.parse(base.target)
     results = [
         Result(Candidate((0,), (), "-", "-"), skipped=SKIP_THREE_AXES)
-        for _ in range(three_axis_count(targets.parse(base.target).devices))
+        for _ in range(three_axis_count(on.devices, on.slices))
     ]
     if not hasattr(base.model, "remat") and remats and set(remats) - {"none"}:
         results += [Result(Candidate((0,), (), "-", r), skipped=SKIP_NO_REMAT) for r in set(remats) - {"none"}]
     stopped = False
-    # Each layout with remat full first: when even that does not fit, the same layout without remat (which
-    # keeps every block's activations, not only its input) is skipped instead of compiled.
-    first: dict[tuple, int] = {}
+    # Each layout's leanest step first (remat full, splash attention): when even that does not fit, the same
+    # layout without remat (which keeps every block's activations, not only its input) or with the scores
+    # materialised is skipped instead of compiled.
+    layout_at: dict[tuple, int] = {}
     for i, c in enumerate(todo):
-        first.setdefault((c.mesh, c.axes, c.preset), i)
+        layout_at.setdefault((c.mesh, c.axes, c.preset), i)
     order = sorted(
-        range(len(todo)), key=lambda i: (first[todo[i].mesh, todo[i].axes, todo[i].preset], todo[i].remat != "full")
+        range(len(todo)),
+        key=lambda i: (
+            layout_at[todo[i].mesh, todo[i].axes, todo[i].preset],
+            todo[i].remat != "full",
+            todo[i].attention == "xla",
+        ),
     )
     queue = [todo[i] for i in order]
+    ranked = first_ranking(queue, base, dtype, stop)
+    first_s = time.perf_counter() - started
+    if first is not None:
+        first(ranked, first_s)
     workers = _workers(base, workers)
     step = run_serial if workers <= 1 else functools.partial(run_pool, workers=workers)
     counted = len(results)  # skipped before the queue: progress counts them, as the result does
@@ -161,11 +192,38 @@ def search(
         results,
         stopped,
         compiled_layers=tuple(sorted({n for r in results for n in r.compiled_layers if n})),
+        first=ranked,
+        first_s=first_s,
     )
     if check and not stopped:
         adopt_full_depth(out, check_layers)
     out.elapsed_s = time.perf_counter() - started
     return out
+
+
+FIRST_FIELDS = ("mesh", "axes", "preset", "remat", "attention", "across_slices", "per_chip_tokens", "book")
+
+
+def first_ranking(queue: list[Candidate], base: LabConfig, dtype: str, stop=None) -> list[Result]:
+    """Each layout (mesh, axes, preset) screened once, no compile — by its leanest variant that passes (the queue
+    holds each layout's variants together, the leanest first: remat full, splash) — and ranked by the book's step
+    (:func:`~sharding_lab.search.first.book_estimate`), fastest first. A skip that rules out the layout (a batch
+    or heads the mesh cannot split, memory) ends it; one that rules out only the variant (the plan refuses the
+    splash kernel inside pipeline stages) tries the next. One screen a layout, not one a candidate: the llama3-8b
+    question has 6 variants of each."""
+    ranked, done = [], set()
+    for c in queue:
+        layout = (c.mesh, c.axes, c.preset)
+        if layout in done:
+            continue
+        if stop is not None and stop.is_set():
+            break
+        r = screen(c, base, dtype)
+        if r.skipped is None and r.book:
+            ranked.append(r)
+        if r.skipped != SKIP_OTHER:
+            done.add(layout)
+    return sorted(ranked, key=lambda r: r.book["step_s"])
 
 
 SMALL_MODEL = 10_000_000  # parameters: below it a compile takes about a second, less than starting a worker

@@ -122,8 +122,13 @@ def table(s) -> str:
     from ..cost.roofline import format_seconds
 
     rows = sorted(s.costed, key=lambda r: (not r.fits, r.step_s if r.step_s is not None else math.inf))
+    attention = any(r.candidate.attention for r in rows)
+    across = any(r.candidate.across for r in rows)
     head = (
-        f"{'mesh':<8} {'axes':<12} {'preset':<11} {'remat':<6} {'HBM/chip':>10} {'fits':<5} {'step':>10} "
+        f"{'mesh':<8} {'axes':<14} {'preset':<11} {'remat':<13} "
+        + (f"{'attention':<9} " if attention else "")
+        + (f"{'across':<7} " if across else "")
+        + f"{'HBM/chip':>10} {'fits':<5} {'step':>10} "
         f"{'bound':<14} {'MFU':>6} {'HFU':>6}  {'compiled':<16}"
     )
     lines = [head, "-" * len(head)]
@@ -136,11 +141,34 @@ def table(s) -> str:
         if r.hbm_per_chip is not None and r.hbm_per_chip < 1e8:
             hbm = f"{r.hbm_per_chip / 1e6:.2f} MB"
         lines.append(
-            f"{c.mesh_text:<8} {','.join(c.axes):<12} {c.preset:<11} {c.remat:<6} {hbm:>10} "
+            f"{c.mesh_text:<8} {','.join(c.axes):<14} {c.preset:<11} {c.remat:<13} "
+            + (f"{c.attention or '-':<9} " if attention else "")
+            + (f"{c.across or '-':<7} " if across else "")
+            + f"{hbm:>10} "
             f"{'yes' if r.fits else 'no':<5} {step:>10} {r.bound or '-':<14} "
             f"{(f'{r.mfu:.0%}' if r.mfu is not None else '-'):>6} {(f'{r.hfu:.0%}' if r.hfu is not None else '-'):>6}  "
             f"{depth_text(r, s):<16}{mark}"
         )
     for reason, count in s.skipped().items():
         lines.append(f"skipped {count:>3}: {reason}")
+    return "\n".join(lines)
+
+
+def first_table(ranked: list[Result], seconds: float, rows: int = 10) -> str:
+    """The first ranking (:mod:`.first`) as text: the book's step for the fastest ``rows`` candidates that passed
+    the screens, said to be the book's count, before the compiler's confirmations."""
+    from ..cost.roofline import format_seconds
+
+    lines = [
+        f"First ranking after {seconds:.1f} s — the scaling book's count (compute and network, no HBM traffic, fit "
+        f"unknown) for {len(ranked)} candidates that pass the screens; compiled confirmations follow:"
+    ]
+    for r in ranked[:rows]:
+        b = r.book
+        lines.append(
+            f"  {format_seconds(b['step_s']):>10}  {b['bound']:<13}  {label(r.candidate)}"
+            f"  (compute {format_seconds(b['compute_s'])}, network {format_seconds(b['comm_s'])})"
+        )
+    if len(ranked) > rows:
+        lines.append(f"  … and {len(ranked) - rows} more")
     return "\n".join(lines)

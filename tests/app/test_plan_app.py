@@ -252,3 +252,20 @@ def test_the_plan_page_searches_with_splash_attention_and_says_where_its_flops_c
     best = job.result.best
     p, _ = costing.prediction(best.candidate.config(job.result.base), "mixed")
     assert any("splash kernel" in n for n in p.notes) and p.flops == best.terms["compute_s"] * p.peak
+
+
+def test_the_plan_job_has_the_first_ranking_before_its_compiles_end():
+    """The page's job keeps the first ranking (the book's count of every screened candidate) as soon as it is out,
+    long before the compiles end; the page's progress panel shows it as these rows."""
+    from sharding_lab.models import family
+
+    spec = family("transformer").Spec(layers=2, embed_dim=64, heads=4, head_dim=16, mlp_dim=128, vocab=64, seq=32)
+    job = plan_view.PlanJob(search.base_config(spec, "v5e-8", 32 * 8), "mixed", ("dp", "tp"), ("none",)).start()
+    deadline = time.monotonic() + 60
+    while job.first is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    job.stop.set()
+    job.wait(120)
+    assert job.first and job.first_s < 30 and not job.error
+    rows = plan_view.first_rows(job.first)
+    assert [r["preset"] for r in rows] and all(r["step (book)"] and r["bound (book)"] for r in rows)

@@ -40,7 +40,7 @@ SMALL = [
     "--batch-tokens",
     "128",
 ]
-NARROW = ["--presets", "dp,fsdp,tp", "--remats", "none", "--workers", "1"]
+NARROW = ["--presets", "dp,fsdp,tp", "--remats", "none", "--workers", "1", "--attention", "xla"]
 
 
 def run_cli(*args):
@@ -157,6 +157,7 @@ def test_text_output_is_a_table():
         (["--target", "cpu"], "plan searches TPU slices"),
         (["--presets", "nope"], "unknown preset"),
         (["--remats", "half"], "unknown remat"),
+        (["--attentions", "flash"], "unknown attention"),
         (["--dtype", "f8"], "unknown dtype"),
         (["--check-layers", "2"], "--check-layers must be more than 2"),
     ],
@@ -282,3 +283,129 @@ def test_the_benchmark_prints_candidates_per_second(capsys):
     assert plan_bench.main([*SMALL, *NARROW]) == 0
     out = capsys.readouterr().out
     assert float(out.strip().splitlines()[-1].split("candidates_per_s=")[1]) > 0
+
+
+def test_a_multi_slice_plan_searches_which_axis_crosses_the_slices():
+    """v5e-8x2 (two 2×4 slices over DCN): the search tries the batch's axis across slices (FSDP over ICI and DCN
+    together), a ``dcn`` axis of one chip per slice before each mesh of one slice (pure data parallelism across
+    slices, MaxText's dcn_data_parallelism) and ``model`` across slices — each candidate naming the axis that
+    crosses, which the devices' placement confirms (that axis spans 2 slices, every other stays in one), and
+    each compiled and costed with that axis over DCN (3.125e9 B/s a v5e chip) and the others over ICI."""
+    from sharding_lab.hardware import placement
+
+    spec = family("transformer").Spec(layers=2, embed_dim=64, heads=4, head_dim=16, mlp_dim=128, vocab=64, seq=32)
+    base = search.base_config(spec, "v5e-8x2", 32 * 16)
+    across = {(c.mesh, c.axes): c.across for c in search.candidates(base, ("fsdp",), ("none",))}
+    assert across == {
+        ((16,), ("data",)): "data",
+        ((2, 8), ("data", "model")): "data",
+        ((4, 4), ("data", "model")): "data",
+        ((8, 2), ("data", "model")): "data",
+        ((2, 8), ("dcn", "data")): "dcn",
+        ((2, 2, 4), ("dcn", "data", "model")): "dcn",
+        ((2, 4, 2), ("dcn", "data", "model")): "dcn",
+        ((2, 8), ("model", "data")): "model",
+    }
+    for (mesh, axes), name in across.items():
+        places = placement.axis_placements("v5e-8x2", mesh, axes)
+        assert places[name].slices == 2 and all(p.slices == 1 for a, p in places.items() if a != name), mesh
+        assert places[name].link == ("DCN" if mesh[axes.index(name)] == 2 else "ICI+DCN")
+    # every preset on every one of these meshes is planned or refused with a reason, never a traceback
+    screened = [search.screen(c, base, "mixed") for c in search.candidates(base, remats=("none",))]
+    assert all(r.skipped is None or r.detail for r in screened)
+    assert any(r.skipped is None and r.candidate.preset == "pp" and r.candidate.across == "dcn" for r in screened)
+    # 16 = 2·2·4 in 3 orders; the two that start with the slice count are the dcn meshes above
+    assert search.three_axis_count(16) == 3 and search.three_axis_count(16, 2) == 1
+    # compiled: the batch over DCN (dcn) and tensor parallelism over DCN (model), ~10-15 s each on 2 loaded cores
+    # (the data axis over ICI and DCN together is the placement's ICI+DCN, checked above for every mesh)
+    for mesh, axes in (((2, 8), ("dcn", "data")), ((2, 8), ("model", "data"))):
+        r = search.cost_candidate(
+            search.Candidate(mesh, axes, "fsdp", "none", across=across[mesh, axes]), base, "mixed"
+        )
+        name = across[mesh, axes]
+        assert r.skipped is None and r.links[name]["link"] == ("DCN" if mesh[axes.index(name)] == 2 else "ICI+DCN")
+        assert all(v["link"] == "ICI" for a, v in r.links.items() if a != name and v["link"] != "none"), r.links
+        if r.links[name]["link"] == "DCN":
+            assert r.links[name]["bytes_per_s"] == 3.125e9
+        assert r.to_json()["across_slices"] == name
+
+
+def test_the_search_tries_splash_before_xla_attention_and_prunes_what_cannot_fit():
+    """Attention kinds are searched like remat options: the leaner step of a layout (remat full, the splash
+    kernel) first; a step that keeps more (no remat, the scores materialised) waits for it and is skipped
+    when it does not fit."""
+    c = search.Candidate((8,), ("data",), "fsdp", "none", "xla")
+    assert set(search.leaner(c)) == {
+        search.Candidate((8,), ("data",), "fsdp", "full", "xla"),
+        search.Candidate((8,), ("data",), "fsdp", "none", "splash"),
+        search.Candidate((8,), ("data",), "fsdp", "full", "splash"),
+    }
+    assert search.leaner(search.Candidate((8,), ("data",), "fsdp", "full", "splash")) == []
+    base = small_base()
+    kinds = {c.attention for c in search.candidates(base, ("fsdp",), ("full",), search.ATTENTIONS)}
+    assert kinds == {"xla", "splash"}
+    assert search.Candidate((8,), ("data",), "fsdp", "full", "splash").config(base).model.attention == "splash"
+
+
+def test_a_row_of_the_plan_replays_as_the_same_cost_configuration():
+    """What ``cost`` replays: a row's configuration written as command-line options (the JSON's ``cost_args``)
+    and read back is the same configuration, attention kind and the mesh that crosses slices included
+    (llama3-70b with splash on v5p-512; model across two slices of v5e-256) — so ``cost`` compiles the very
+    program the plan costed (no compile here: the equality of the configurations is the whole claim)."""
+    import argparse
+
+    from sharding_lab.training.options import add_config_options, config_from_args, config_to_args
+
+    seventy = family("transformer").named_spec("llama3-70b")
+    for spec, target, tokens, candidate in (
+        (seventy, "v5p-512", 4096 * 1024, search.Candidate((256,), ("data",), "fsdp", "full", "splash")),
+        (small_base().model, "v5e-256x2", 32 * 512, search.Candidate((2, 256), ("model", "data"), "fsdp_tp", "none")),
+    ):
+        config = candidate.config(search.base_config(spec, target, tokens))
+        parser = argparse.ArgumentParser()
+        add_config_options(parser)
+        assert config_from_args(parser.parse_args(config_to_args(config))) == config
+
+
+def test_the_first_ranking_is_the_books_count_before_any_compile():
+    """Before any compile the search screens every candidate and ranks the survivors by the scaling book's count
+    (search.first): for data parallelism on 4x2 (data, model), compute = 6·N·tokens + attention ÷ (8 chips ×
+    197 TFLOP/s) and the network = the gradients all-reduced over the 4-way data axis, 2 × 3/4 × N × 2 bytes
+    (bf16) at that axis's link — by hand here; the ranking comes fastest first, and the answer keeps it."""
+    from sharding_lab.hardware import placement
+    from sharding_lab.hardware.chips import chip
+
+    base, seen, stop = small_base(), [], threading.Event()
+
+    def first(ranked, seconds):  # stop there: the ranking needs no compile
+        seen.append((ranked, seconds))
+        stop.set()
+
+    found = search.search(base, "mixed", ("dp", "tp"), ("none",), stop=stop, check=False, first=first)
+    ranked, seconds = seen[0]
+    assert ranked and seconds < 30 and found.first == ranked and found.stopped and not found.costed
+    steps = [r.book["step_s"] for r in ranked]
+    assert steps == sorted(steps)
+    dp = next(r for r in ranked if r.candidate.preset == "dp" and r.candidate.mesh == (4, 2))
+    spec, fam = base.model, family("transformer")
+    compute = fam.model_flops(spec, base.batch_size).total / (8 * 1.97e14)
+    where = placement.group_placement("v5e-8", (4, 2), ("data", "model"), ("data",))
+    network = 2 * 3 / 4 * fam.parameter_count(spec) * 2 / placement.link(chip("tpu-v5e"), where).bytes_per_s
+    assert dp.book["compute_s"] == pytest.approx(compute, rel=1e-9)
+    assert dp.book["comm_s"] == pytest.approx(network, rel=1e-6) and set(dp.book["comm_s_per_axis"]) == {"data"}
+    assert found.to_json()["first_ranking"][0]["book"]["step_s"] == steps[0]
+
+
+def test_remat_and_attention_do_not_change_the_parameters_so_one_trace_serves_them():
+    """The first ranking plans every layout's variants; the model's parameters (read from its constructor, traced:
+    seconds for a 32-layer model) are the same under every remat policy and attention kind — checked here by
+    tracing each with the shortcut turned off — so ``parameters`` traces once for all of them."""
+    from sharding_lab.models import _traced_parameters
+
+    fam = family("transformer")
+    spec = fam.Spec(layers=3, embed_dim=64, heads=4, head_dim=16, mlp_dim=128, vocab=64, seq=128)
+    assert fam.step_only_fields == ("remat", "attention")
+    for remat in ("none", "full", "save_qkv_proj", "minimal", "save_dots"):
+        for attention in ("xla", "splash"):
+            variant = dataclasses.replace(spec, remat=remat, attention=attention)
+            assert dict(_traced_parameters(type(fam), variant)) == fam.parameters(spec) == fam.parameters(variant)

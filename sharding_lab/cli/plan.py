@@ -1,0 +1,124 @@
+"""``python -m sharding_lab plan``: the layout search (:mod:`sharding_lab.search`) on the command line — its
+options checked, the first ranking and a progress bar on stderr, then the table and the why (or one JSON object)."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+from ..errors import ConfigError
+from ..training.options import config_from_args, config_to_args
+
+
+def print_plan(args) -> int:
+    """``python -m sharding_lab plan``: the search (:mod:`sharding_lab.search.search`), as a table or JSON."""
+    from .. import search
+    from ..cost.compiled import dtype_name
+
+    dtype = dtype_name(args.dtype)
+    config = config_from_args(args)
+    base = search.base_config(config.model, config.target, args.batch_tokens, config.optimizer, config.lr)
+    presets = tuple(p.strip() for p in args.presets.split(",")) if args.presets else None
+    for name in presets or ():
+        if name not in base.family.presets:
+            raise ConfigError(f"unknown preset {name!r}: choose among {', '.join(base.family.presets)}", "rules")
+    remats = tuple(r.strip() for r in args.remats.split(",")) if args.remats else None
+    remat_field = base.family.size_fields.get("remat")
+    known = remat_field.choices if remat_field is not None else search.REMATS
+    for name in remats or ():
+        if name not in known:
+            raise ConfigError(f"unknown remat {name!r}: choose among {', '.join(known)}", "model")
+
+    attentions = _attentions(args, base)
+
+    def progress(done, total, result):
+        if not args.json:
+            filled = round(20 * done / total) if total else 20
+            print(
+                f"[{'#' * filled}{'.' * (20 - filled)}] {done}/{total} {search.label(result.candidate)}: "
+                + (
+                    f"skipped ({result.skipped})"
+                    if result.skipped
+                    else f"{'fits' if result.fits else 'does not fit'}, compiled in {result.compile_s:.1f} s"
+                ),
+                file=sys.stderr,
+                flush=True,
+            )
+
+    def first(ranked, seconds):
+        if not args.json:
+            print(search.first_table(ranked, seconds), file=sys.stderr, flush=True)
+
+    if args.check_layers is not None and args.check_layers <= 2:
+        raise ConfigError(
+            f"--check-layers must be more than 2 (the extension starts from 1 and 2), not {args.check_layers}", "model"
+        )
+    if args.workers is not None and args.workers < 1:
+        raise ConfigError(f"--workers must be at least 1, not {args.workers}", "workers")
+    found = search.search(
+        base,
+        dtype,
+        presets,
+        remats,
+        progress,
+        check=not args.no_check,
+        check_layers=args.check_layers,
+        workers=args.workers,
+        attentions=attentions,
+        first=first,
+    )
+    out = found.to_json()
+    for row, result in zip(out["candidates"], found.costed):
+        row["cost_args"] = config_to_args(result.candidate.config(base)) + ["--dtype", dtype]
+    if out["best"] is not None:
+        out["best"]["cost_args"] = config_to_args(found.best.candidate.config(base)) + ["--dtype", dtype]
+    if args.json:
+        print(json.dumps(out))
+        return 0
+    print(
+        f"{base.family.name} on {base.target}, batch {found.batch_tokens:,} tokens ({base.batch_size} × "
+        f"{base.model.seq}), {base.optimizer}, {dtype}: {len(found.results)} candidates in {found.elapsed_s:.0f} s"
+    )
+    print(search.table(found))
+    print()
+    print(out["why"])
+    check = found.extension
+    if check and "relative_error" in check:
+        errors = ", ".join(f"{k} {v:+.2%}" for k, v in check["relative_error"].items())
+        depth = "a full" if check["full_depth"] else "a (not full-depth)"
+        print(
+            f"layer extension checked against {depth} {check['layers']}-layer compile of {check['candidate']}: {errors}"
+            + ("; the best's figures are that compile's, as `cost` gives them" if check["full_depth"] else "")
+        )
+    elif check:
+        print(f"layer extension not checked: the full-depth compile was refused ({check['refused']})")
+    elif found.best is not None and not found.best.extended:
+        print(
+            f"the best was compiled at full depth ({search.depth_text(found.best, found)}), as `cost` compiles it: "
+            "nothing extended"
+        )
+    if found.best is not None:
+        print("re-run the best: python -m sharding_lab cost " + " ".join(out["best"]["cost_args"]))
+    return 0
+
+
+def _attentions(args, base) -> tuple[str, ...] | None:
+    """The attention kinds the plan searches: ``--attentions``; else the one ``--attention`` names; else both
+    (:data:`sharding_lab.search.ATTENTIONS`) for a family that has the option, None (the model's own) otherwise."""
+    from .. import search
+
+    field = base.family.size_fields.get("attention")
+    if args.attentions:
+        kinds = tuple(a.strip() for a in args.attentions.split(","))
+        known = field.choices if field is not None else ()
+        for name in kinds:
+            if name not in known:
+                raise ConfigError(
+                    f"unknown attention {name!r}: choose among {', '.join(known) or 'none (the family has none)'}",
+                    "model",
+                )
+        return kinds
+    named = vars(args).get("size_" + field.flag.lstrip("-").replace("-", "_")) if field is not None else None
+    if field is None or named is not None:  # --attention X: the plan searches X alone
+        return None
+    return search.ATTENTIONS
