@@ -1,6 +1,6 @@
 """The browser tests' shared parts: a real `streamlit run app.py` on 127.0.0.1 (one for the whole session, and a
-fresh one for a test that needs a server nobody has opened yet), one headless Chromium for the session with a
-new tab (in its own browser context: no cookies or storage from another test) per test, the app's first page
+fresh one for a test that needs a server nobody has opened yet), one headless Chromium per module with a new
+tab (in its own browser context: no cookies or storage from another test) per test, the app's first page
 loaded in it. Screenshots land in artifacts/screenshots/ for a person to look at.
 
 One server for every module: each new one costs a Python process importing Streamlit and JAX and compiling
@@ -32,8 +32,10 @@ def fresh_server():
         yield running.url
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def chromium():
+    """One Chromium per module, closed before the next: Playwright's sync API runs one instance per thread, and
+    other modules start their own (tools/loadtest, tests/e2e/test_scale_out.py) or run asyncio."""
     from playwright.sync_api import sync_playwright
 
     SHOTS.mkdir(parents=True, exist_ok=True)
