@@ -127,7 +127,8 @@ def start_run() -> bool:
     try:
         sl.training.config.check_memory(sl.plan(config))  # steps / lr / decay checked too; memory before allocating
         precompile.forget(st.session_state.get("classroom_id", ""))  # the run compiles it now, first in line
-        slot.job = DistributedJob(config, processes) if processes > 1 else TrainingJob(config)
+        connected = session.connection_check()  # the run trains on while the tab is open, on any page
+        slot.job = DistributedJob(config, processes, connected) if processes > 1 else TrainingJob(config, connected)
         return True
     except sl.ConfigError as error:
         ui.show_error(error, lead="")

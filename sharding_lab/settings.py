@@ -105,7 +105,10 @@ MAX_MULTIPROCESS_JOBS = _define(
 )
 JOB_TIME_LIMIT_S = _define("JOB_TIME_LIMIT_S", "300", "The longest a training run may train, in seconds.", float)
 UNWATCHED_LIMIT_S = _define(
-    "UNWATCHED_LIMIT_S", "30", "A run whose page nobody polls (tab closed) stops after this many seconds.", float
+    "UNWATCHED_LIMIT_S",
+    "30",
+    "A run whose tab closed (no page polls it, its session disconnected) stops after this many seconds.",
+    float,
 )
 QUEUE_LIMIT_S = _define(
     "QUEUE_LIMIT_S",

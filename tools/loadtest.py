@@ -401,6 +401,12 @@ async def train(
                 c.startswith("This run trains what it started with") for c in state["captions"]
             )
             verdict = [a["text"] for a in state["alerts"] if "layout verified on" in a["text"]]
+            if state["progress"][0].startswith("stopped") and state["script"] == "notRunning":
+                # the server stopped the run (nobody seemed to watch it, its time limit): say why, now
+                why = [a["text"][:200] for a in state["alerts"] if a["kind"] == "info"]
+                result.errors.append(f"the run was stopped: {state['progress'][0]}; {why[:1]}")
+                result.status = "stopped by the server"
+                return
             if verdict and state["script"] == "notRunning":
                 if plan.edit and result.edited_s is None:
                     # the run was over before its page showed a loss (a warm cache: 1-2 s): the student

@@ -19,6 +19,7 @@ from __future__ import annotations
 import dataclasses
 import threading
 import time
+from typing import Callable
 
 import numpy as np
 
@@ -67,9 +68,14 @@ class Snapshot:
 
 
 class TrainingJob:
-    """One background training run of ``config``; poll :meth:`snapshot`, end with :meth:`stop`."""
+    """One background training run of ``config``; poll :meth:`snapshot`, end with :meth:`stop`.
 
-    def __init__(self, config: LabConfig):
+    ``connected``: says whether the learner's browser session is still open (the app passes
+    :func:`sharding_lab.app.session.connection_check`'s). While it is, the run counts as watched even when no page
+    polls it — the learner reads another page, or a loaded machine holds the tab's polls back; without it, only
+    :meth:`snapshot` calls count."""
+
+    def __init__(self, config: LabConfig, connected: Callable[[], bool] | None = None):
         running, waiting = load()
         if running >= MAX_JOBS and waiting >= MAX_QUEUED:
             raise Busy(
@@ -77,6 +83,7 @@ class TrainingJob:
                 "try again in a minute"
             )
         self.config = config
+        self.connected = connected
         self._stop = threading.Event()
         self._lock = threading.Lock()
         self._losses: list[float] = []
@@ -148,6 +155,9 @@ class TrainingJob:
             self._stop.set()
 
     def _unwatched(self) -> bool:
+        if self.connected is not None and self.connected():
+            self.last_seen = time.monotonic()  # the tab is open: on another page, or its polls held back
+            return False
         return time.monotonic() - self.last_seen > UNWATCHED_LIMIT_S
 
     def _wait_turn(self) -> bool:
@@ -226,7 +236,7 @@ class _WatchedStop:
 class DistributedJob(TrainingJob):
     """One background run of ``config`` as ``processes`` JAX processes; same interface."""
 
-    def __init__(self, config: LabConfig, processes: int):
+    def __init__(self, config: LabConfig, processes: int, connected: Callable[[], bool] | None = None):
         from ..distributed import check_processes
 
         check_processes(config, processes)
@@ -238,7 +248,7 @@ class DistributedJob(TrainingJob):
             )
         self.processes = processes
         try:
-            super().__init__(config)
+            super().__init__(config, connected)
         except BaseException:
             _multi_slots.release()
             raise

@@ -57,3 +57,17 @@ def restore_link() -> None:
     for key, value in updates.items():
         st.session_state[key] = value
     st.session_state.link_problems = problems
+
+
+def connection_check():
+    """A function that says whether this browser session is still connected (its tab open), callable from any
+    thread — a run keeps training while its learner reads another page, and stops soon after the tab closes;
+    None outside a Streamlit server (AppTest runs scripts without one)."""
+    from streamlit import runtime
+    from streamlit.runtime.scriptrunner import get_script_run_ctx
+
+    ctx = get_script_run_ctx()
+    if ctx is None or not runtime.exists():
+        return None
+    server, session_id = runtime.get_instance(), ctx.session_id
+    return lambda: server.is_active_session(session_id)

@@ -430,6 +430,19 @@ def test_watched_job_is_not_stopped_for_being_unwatched(monkeypatch):
     assert job.snapshot().state == "finished"
 
 
+def test_a_run_whose_tab_is_open_on_another_page_trains_on_and_stops_once_the_tab_closes(monkeypatch):
+    monkeypatch.setattr(jobs, "UNWATCHED_LIMIT_S", 1.0)
+    tab_open = threading.Event()
+    tab_open.set()
+    job = jobs.TrainingJob(long_config(), connected=tab_open.is_set)
+    time.sleep(3.0)  # nobody polls (the learner reads the Lesson), three times the limit
+    assert job.thread.is_alive() and job._snapshot.state in ("compiling", "training")
+    tab_open.clear()  # the tab closes: its session disconnects
+    job.thread.join(60)
+    snap = job.snapshot()
+    assert snap.state == "stopped" and "nobody was watching" in snap.message and snap.step < 200_000
+
+
 def test_run_time_limit_stops_a_watched_job(monkeypatch):
     monkeypatch.setattr(jobs, "JOB_TIME_LIMIT_S", 1.0)
     job = jobs.TrainingJob(long_config())
@@ -448,6 +461,8 @@ def test_abandoned_session_on_the_page(train_page, monkeypatch):
     at.number_input(key="steps").set_value(20_000).run()
     at.button(key="train").click().run()
     job = at.session_state["job_slot"].job
+    assert job.connected is not None and job.connected()  # the page gave the run its session's connection
+    job.connected = lambda: False  # the laptop closes: the session disconnects
     job.thread.join(60)  # no reruns meanwhile: nobody polls
     assert job.snapshot().state == "stopped"
     at.run()

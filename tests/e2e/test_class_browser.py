@@ -10,14 +10,17 @@ from tests.support import needs_chromium
 from tools import loadtest
 
 TOKEN = "browser-teacher-5b1c"
+UNWATCHED_S = 2
 
 pytestmark = [pytest.mark.browser, needs_chromium]
 
 
 @pytest.fixture(scope="module")
 def server():
-    # One training slot: the second session's run has to wait for the first one's, then leave the queue.
-    with loadtest.Server(max_jobs=1, extra_env={"SHARDING_LAB_TEACHER_TOKEN": TOKEN}) as running:
+    # One training slot: the second session's run has to wait for the first one's, then leave the queue. A run
+    # whose tab closed stops after UNWATCHED_S (30 s by default).
+    env = {"SHARDING_LAB_TEACHER_TOKEN": TOKEN, "SHARDING_LAB_UNWATCHED_LIMIT_S": str(UNWATCHED_S)}
+    with loadtest.Server(max_jobs=1, extra_env=env) as running:
         yield running
 
 
@@ -138,4 +141,23 @@ def test_teacher_view_only_behind_its_token(server, browser):
     page.wait_for_function("() => location.search.includes('preset=')")
     assert TOKEN not in page.url  # the address a teacher copies from now on is a student's link
     page.get_by_role("link", name="Teacher", exact=True).wait_for()
+    page.context.close()
+
+
+def test_a_run_trains_on_while_its_learner_reads_another_page(server, browser):
+    """Before, a run counted as watched only while its Train page polled it: a learner who opened the Lesson
+    mid-run came back to "stopped: nobody was watching" 30 s later (here the limit is UNWATCHED_S). Now the
+    tab's open session is enough; a closed tab's run still stops (tests/app/test_abuse.py)."""
+    page = open_train_page(browser, server.url, 20_000)
+    page.get_by_role("button", name="Train", exact=True).click()
+    page.wait_for_function("() => /training — step/.test(document.body.innerText)", timeout=90_000)
+    page.get_by_role("link", name="Lesson", exact=True).click()
+    page.get_by_role("heading", name="Lesson: sharding the seed, step by step").wait_for()
+    time.sleep(3 * UNWATCHED_S)  # no page polls the run meanwhile
+    page.get_by_role("link", name="Train", exact=True).click()
+    page.wait_for_function("() => /(training|finished|stopped) — step/.test(document.body.innerText)")
+    if running_state(page) == "training":
+        page.wait_for_function("() => /(finished|stopped) — step/.test(document.body.innerText)", timeout=120_000)
+    assert progress(page).startswith("finished — step 20,000 / 20,000"), page.inner_text("body")[-1500:]
+    assert "nobody was watching" not in page.inner_text("body")
     page.context.close()
