@@ -1,68 +1,55 @@
-"""The browser tests' shared parts: a real `streamlit run app.py` on 127.0.0.1 (one per test module), a
-Chromium tab driven by Playwright, the app's first page loaded in it, and a patient read for a loaded
-machine. Screenshots land in artifacts/screenshots/ for a person to look at."""
+"""The browser tests' shared parts: a real `streamlit run app.py` on 127.0.0.1 (one for the whole session, and a
+fresh one for a test that needs a server nobody has opened yet), one headless Chromium per module with a new
+tab (in its own browser context: no cookies or storage from another test) per test, the app's first page
+loaded in it. Screenshots land in artifacts/screenshots/ for a person to look at.
 
-import os
-import subprocess
-import sys
-import time
-import urllib.request
+One server for every module: each new one costs a Python process importing Streamlit and JAX and compiling
+the default layout again; a test that trains leaves no run behind it (its runs end or are stopped), and each
+tab is a new Streamlit session with its own settings."""
 
 import pytest
 
-from sharding_lab.distributed.launcher import free_port
-from tests.support import CHROMIUM, CHROMIUM_FLAGS, ROOT, SHOTS
+from tests.support import CHROMIUM, CHROMIUM_FLAGS, SHOTS
+from tools import loadtest
 
 
-@pytest.fixture(scope="module")
+def _streamlit():
+    """A `streamlit run app.py` on a free loopback port, healthy; its output goes to a log file (a pipe nobody
+    reads would fill and stall the server)."""
+    return loadtest.Server(devices=8)
+
+
+@pytest.fixture(scope="session")
 def server():
-    port = free_port()
-    env = dict(os.environ, SHARDING_LAB_DEVICES="8")
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "streamlit",
-            "run",
-            "app.py",
-            "--server.headless=true",
-            f"--server.port={port}",
-            "--server.address=127.0.0.1",
-            "--browser.gatherUsageStats=false",
-        ],
-        cwd=ROOT,
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-    )
-    url = f"http://127.0.0.1:{port}/"
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        try:
-            if urllib.request.urlopen(url + "_stcore/health", timeout=2).read() == b"ok":
-                break
-        except OSError:
-            time.sleep(0.3)
-    else:
-        proc.kill()
-        pytest.fail("streamlit did not start: " + proc.stdout.read().decode()[-2000:])
-    yield url
-    proc.terminate()
-    try:
-        proc.wait(10)
-    except subprocess.TimeoutExpired:
-        proc.kill()
+    with _streamlit() as running:
+        yield running.url
 
 
 @pytest.fixture
-def browser_tab():
+def fresh_server():
+    """A server of this test's own, which no browser has asked anything yet."""
+    with _streamlit() as running:
+        yield running.url
+
+
+@pytest.fixture(scope="module")
+def chromium():
+    """One Chromium per module, closed before the next: Playwright's sync API runs one instance per thread, and
+    other modules start their own (tools/loadtest, tests/e2e/test_scale_out.py) or run asyncio."""
     from playwright.sync_api import sync_playwright
 
     SHOTS.mkdir(parents=True, exist_ok=True)
     with sync_playwright() as p:
         browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_FLAGS)
-        yield browser.new_page(viewport={"width": 1500, "height": 2400})
+        yield browser
         browser.close()
+
+
+@pytest.fixture
+def browser_tab(chromium):
+    context = chromium.new_context(viewport={"width": 1500, "height": 2400})
+    yield context.new_page()
+    context.close()
 
 
 @pytest.fixture

@@ -12,10 +12,10 @@ from tests.support import SHOTS, needs_chromium
 pytestmark = [pytest.mark.browser, needs_chromium]
 
 
-def test_a_shared_link_to_a_page_works_on_a_fresh_server(server, browser_tab):
+def test_a_shared_link_to_a_page_works_on_a_fresh_server(fresh_server, browser_tab):
     # First request to this server: Streamlit must run app.py (navigation, defaults), not the
     # page file on its own — it did, while the pages lived in a folder named `pages/`.
-    browser_tab.goto(server + "communication")
+    browser_tab.goto(fresh_server + "communication")
     browser_tab.wait_for_selector("text=Memory per device", timeout=60_000)
     browser_tab.get_by_role("link", name="Compare", exact=True).wait_for(timeout=30_000)
     name = browser_tab.get_by_label("Name 1")
