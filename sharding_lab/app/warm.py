@@ -24,7 +24,6 @@ import time
 from pathlib import Path
 
 from .. import settings
-from . import first_run
 
 _lock = threading.Lock()
 _state: dict = {}
@@ -177,8 +176,7 @@ def _warm_thread(configs) -> threading.Thread:
 
 
 def _default_configs(for_server: bool = False) -> list:
-    """The default configuration, then (``SHARDING_LAB_WARM=on``) every layout a class clicks, those it clicks first
-    (:func:`first_configs`) before the others — except, for
+    """The default configuration, then (``SHARDING_LAB_WARM=on``) every layout a class clicks — except, for
     the server's background warm-up, when the warm command already compiled them into this cache with this
     code (:func:`already_warmed`): going through 224 layouts again in the server process, beside a class,
     loads each program into memory and takes the cores the students need (measured, 20-session load test: the
@@ -192,8 +190,7 @@ def _default_configs(for_server: bool = False) -> list:
     if for_server and already_warmed():
         _set_progress(note="the warm command already compiled every layout a class clicks into this cache")
         return configs
-    first = first_configs()  # what a class clicks first, first: the MLP's two-axis meshes, the load test's
-    return first + [c for c in class_configs() if c not in first]
+    return configs + [c for c in class_configs() if c != LabConfig()]
 
 
 def first_configs() -> list:
@@ -253,12 +250,10 @@ def _write_marker(path: Path) -> None:
 
 
 def _students_busy() -> bool:
-    """A student's run trains or waits, or a layout a student is reading waits to be compiled."""
-    from . import precompile
     from .scheduler import load
 
     running, waiting = load()
-    return running + waiting > 0 or precompile.busy()
+    return running + waiting > 0
 
 
 RELEASE_EVERY = 20  # the warm command: layouts compiled between two releases of JAX's in-memory programs
@@ -297,7 +292,7 @@ def _warm(configs, wait_for_students: bool = True, report=None, release_every: i
             break
         _set_progress(current=f"{config.family.name} {config.preset} on {config.mesh.label()}")
         try:
-            first_run.compile_run(config)
+            compile_run(config)
         except Exception:  # noqa: BLE001 - warming is a bonus; a student's own run reports its errors
             _set_progress(skipped=progress().get("skipped", 0) + 1)
         _set_progress(done=i + 1, seconds=time.perf_counter() - started)
@@ -335,6 +330,17 @@ def _release() -> None:
     jax.clear_caches()
     forget_chunk_programs()
     gc.collect()
+
+
+def compile_run(config) -> None:
+    """One short run compiles what a student's first run would: the model's creation, the 100-step
+    chunk (the same program as a full run's), the prediction and the layout check."""
+    from ..training.trainer import Lab, Trainer
+
+    lab = Lab(config)
+    Trainer(lab, steps=min(config.chunk, config.steps)).run()
+    lab.predict(lab.x_host)
+    lab.verify_layout()
 
 
 def _set_progress(**values) -> None:

@@ -34,16 +34,3 @@ def test_the_layout_shown_is_compiled_in_the_background_and_an_edit_cancels_the_
 def test_off_with_the_warm_up(monkeypatch):
     monkeypatch.setenv("SHARDING_LAB_WARM", "off")
     assert not precompile.request("learner", sl.LabConfig(preset="dp", lr=0.013))
-
-
-def test_the_class_warm_up_waits_while_a_layout_someone_reads_is_compiling(monkeypatch):
-    from sharding_lab.app import warm
-
-    monkeypatch.setenv("SHARDING_LAB_WARM", "on")
-    deadline = time.monotonic() + 120
-    while warm._students_busy() and time.monotonic() < deadline:  # an earlier test's layout check compiling
-        time.sleep(0.1)
-    assert not warm._students_busy()
-    with precompile._cond:
-        assert precompile.request("reader-2", sl.LabConfig(preset="tp", lr=0.019))
-        assert warm._students_busy()  # a request waits: the warm-up's own layouts come after it
