@@ -24,19 +24,9 @@ def server():
         yield running
 
 
-@pytest.fixture(scope="module")
-def browser():
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as p:
-        chromium = p.chromium.launch(executable_path=loadtest.CHROMIUM, args=loadtest.CHROMIUM_FLAGS)
-        yield chromium
-        chromium.close()
-
-
-def open_train_page(browser, url: str, steps: int, on_frame=None):
+def open_train_page(chromium, url: str, steps: int, on_frame=None):
     """A tab on the Train page (``on_frame``: called with each websocket message the server sends it)."""
-    page = browser.new_context(viewport={"width": 1280, "height": 900}).new_page()
+    page = chromium.new_context(viewport={"width": 1280, "height": 900}).new_page()
     page.set_default_timeout(60_000)
     if on_frame is not None:
         page.on("websocket", lambda ws: ws.on("framereceived", on_frame))
@@ -60,9 +50,9 @@ def train_enabled(page) -> bool:
     return page.get_by_role("button", name="Train", exact=True).is_enabled()
 
 
-def test_a_run_that_leaves_the_queue_keeps_its_page_live(server, browser):
-    first = open_train_page(browser, server.url, 20_000)
-    second = open_train_page(browser, server.url, 300)
+def test_a_run_that_leaves_the_queue_keeps_its_page_live(server, chromium):
+    first = open_train_page(chromium, server.url, 20_000)
+    second = open_train_page(chromium, server.url, 300)
     first.get_by_role("button", name="Train", exact=True).click()
     first.wait_for_function("() => /(compiling|training) — step/.test(document.body.innerText)")
     second.get_by_role("button", name="Train", exact=True).click()
@@ -99,7 +89,7 @@ def test_a_run_that_leaves_the_queue_keeps_its_page_live(server, browser):
     second.context.close()
 
 
-def test_a_slow_tab_gets_one_full_run_when_its_run_ends(server, browser):
+def test_a_slow_tab_gets_one_full_run_when_its_run_ends(server, chromium):
     """A run's end stops the page's polling with one full script run. In a class the tabs are slow (twenty on a
     busy machine): the old timer still ticks before that run's messages reach the tab, and that tick used to ask
     for another full run (measured with the CPU throttled 20×: 3-4 full runs per Train click in 4 of 4 runs;
@@ -107,7 +97,7 @@ def test_a_slow_tab_gets_one_full_run_when_its_run_ends(server, browser):
     websocket: only a full run sends the sidebar."""
     full_runs = []
     page = open_train_page(
-        browser,
+        chromium,
         server.url,
         300,
         lambda payload: full_runs.append(payload) if isinstance(payload, bytes) and b"Compile for" in payload else None,
@@ -121,8 +111,8 @@ def test_a_slow_tab_gets_one_full_run_when_its_run_ends(server, browser):
     page.context.close()
 
 
-def test_teacher_view_only_behind_its_token(server, browser):
-    page = browser.new_context().new_page()
+def test_teacher_view_only_behind_its_token(server, chromium):
+    page = chromium.new_context().new_page()
     page.set_default_timeout(60_000)
     for url in (server.url + "teacher", server.url + "teacher?teacher=wrong", server.url + "?teacher=wrong"):
         page.goto(url)
@@ -144,11 +134,11 @@ def test_teacher_view_only_behind_its_token(server, browser):
     page.context.close()
 
 
-def test_a_run_trains_on_while_its_learner_reads_another_page(server, browser):
+def test_a_run_trains_on_while_its_learner_reads_another_page(server, chromium):
     """Before, a run counted as watched only while its Train page polled it: a learner who opened the Lesson
     mid-run came back to "stopped: nobody was watching" 30 s later (here the limit is UNWATCHED_S). Now the
     tab's open session is enough; a closed tab's run still stops (tests/app/test_abuse.py)."""
-    page = open_train_page(browser, server.url, 20_000)
+    page = open_train_page(chromium, server.url, 20_000)
     page.get_by_role("button", name="Train", exact=True).click()
     page.wait_for_function("() => /training — step/.test(document.body.innerText)", timeout=90_000)
     page.get_by_role("link", name="Lesson", exact=True).click()

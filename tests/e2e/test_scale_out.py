@@ -135,18 +135,8 @@ def start_servers(envs: list[dict]) -> list[loadtest.Server]:
 # --- what a browser does and sees -----------------------------------------------------------------------------
 
 
-@pytest.fixture(scope="module")
-def browser():
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as p:
-        chromium = p.chromium.launch(executable_path=loadtest.CHROMIUM, args=loadtest.CHROMIUM_FLAGS)
-        yield chromium
-        chromium.close()
-
-
-def new_tab(browser, height: int = 900):
-    page = browser.new_context(viewport={"width": 1280, "height": height}).new_page()
+def new_tab(chromium, height: int = 900):
+    page = chromium.new_context(viewport={"width": 1280, "height": height}).new_page()
     page.set_default_timeout(120_000)
     upstreams = []
     page.on("response", lambda r: upstreams.append(r.headers.get("x-sharding-lab-upstream")))
@@ -200,13 +190,13 @@ def teacher_counts(page, url: str, want: dict | None = None) -> dict:
 
 
 @pytest.mark.timeout(600)
-def test_the_class_record_survives_a_restart_of_the_server(browser, tmp_path):
+def test_the_class_record_survives_a_restart_of_the_server(chromium, tmp_path):
     """SQLite by default, in the compilation cache's folder: a solve, a restart, the teacher view still counts it."""
     env = {"SHARDING_LAB_CACHE_DIR": str(tmp_path / "cache"), "SHARDING_LAB_TEACHER_TOKEN": TOKEN}
     env["SHARDING_LAB_DATABASE_URL"] = ""  # the default: a file next to the cache
     (first,) = start_servers([env])
     try:
-        student = new_tab(browser)
+        student = new_tab(chromium)
         solve_eighth(student, first.url)
         student.context.close()
     finally:
@@ -214,7 +204,7 @@ def test_the_class_record_survives_a_restart_of_the_server(browser, tmp_path):
     assert (tmp_path / "cache" / "classroom.sqlite3").exists()
     (second,) = start_servers([env])
     try:
-        teacher = new_tab(browser, 1400)
+        teacher = new_tab(chromium, 1400)
         assert teacher_counts(teacher, second.url, {"eighth": 1}) == {"eighth": 1}
         # The server before the restart is listed as stopped, this one as up.
         teacher.get_by_text(re.compile(r"stopped \d+ s ago")).wait_for()
@@ -225,7 +215,7 @@ def test_the_class_record_survives_a_restart_of_the_server(browser, tmp_path):
 
 
 @pytest.mark.timeout(600)
-def test_two_replicas_behind_the_load_balancer_share_the_class_and_survive_one_stopping(browser, postgres, tmp_path):
+def test_two_replicas_behind_the_load_balancer_share_the_class_and_survive_one_stopping(chromium, postgres, tmp_path):
     cache = tmp_path / "shared-cache"  # one compilation cache for both, as on a shared volume
     envs = [
         {
@@ -244,7 +234,7 @@ def test_two_replicas_behind_the_load_balancer_share_the_class_and_survive_one_s
         students = []
         while len({mark(s)[0] for s in students}) < 2:
             assert len(students) < 10, "ten browsers, all on one replica: the balancer does not spread them"
-            student = new_tab(browser)
+            student = new_tab(chromium)
             solve_eighth(student, balancer.url)
             students.append(student)
         for student in students:  # each browser stayed on one replica: the balancer's word and the app's
@@ -252,7 +242,7 @@ def test_two_replicas_behind_the_load_balancer_share_the_class_and_survive_one_s
             server, _ = mark(student)
             assert {u for u in student.upstreams if u} == {f"127.0.0.1:{by_name[server].port}"}
         # Either replica's teacher view shows the whole class.
-        teacher = new_tab(browser, 1400)
+        teacher = new_tab(chromium, 1400)
         want = {"eighth": len(students)}
         for server in servers:
             teacher.goto("about:blank")
