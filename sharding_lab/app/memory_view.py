@@ -60,7 +60,7 @@ def account(memory: dict, target: str, dtype: str) -> str:
     )
     head = f"**HBM per chip**, from the compiled step's `memory_analysis()` in {dtype}: "
     if uses_peak(memory, target):
-        total = memory["argument"] + memory["output"] + memory["temp"] - memory.get("alias", 0)
+        total = needed(memory, "cpu")  # the sum of the parts, as a target without a peak counts it
         return (
             head + f"{format_bytes(memory['peak'])}, the TPU compiler's own peak (`peak_memory_in_bytes`: the most "
             f"the program holds at once). Its parts: {parts}. The TPU compiler's temporaries are no part to add "
