@@ -733,7 +733,9 @@ def free_port() -> int:
 class Server:
     """`streamlit run app.py` on 127.0.0.1 only (a free port), output to a log file."""
 
-    def __init__(self, max_jobs: int | None = None, devices: int = 8, extra_env: dict | None = None):
+    def __init__(
+        self, max_jobs: int | None = None, devices: int = 8, extra_env: dict | None = None, script: str = "app.py"
+    ):
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}/"
         env = dict(os.environ, SHARDING_LAB_DEVICES=str(devices), **(extra_env or {}))
@@ -746,7 +748,7 @@ class Server:
                 "-m",
                 "streamlit",
                 "run",
-                "app.py",
+                script,
                 "--server.headless=true",
                 f"--server.port={self.port}",
                 "--server.address=127.0.0.1",
