@@ -5,6 +5,7 @@ compiled for the target and ranked by its predicted step time.
 - :mod:`.candidates` — what is enumerated, a candidate's :class:`Result`, and the screening that skips
   what cannot work or cannot fit before compiling;
 - :mod:`.costing` — one candidate compiled for the target and priced, cached;
+- :mod:`.bound` — a lower bound on a step from a compiled twin: what cannot win is not compiled;
 - :mod:`.scheduler` — the queue run in this process or by worker processes (:mod:`.pool`, the mechanism);
 - :mod:`.depth` — an extended best checked against a full-depth compile;
 - :mod:`.first` — the first ranking: the book's count for every screened candidate, before compiling;
@@ -13,10 +14,12 @@ compiled for the target and ranked by its predicted step time.
 Use it as ``from sharding_lab import search``: ``search.search(...)``, ``search.Candidate``, …
 """
 
+from .bound import bounded, xla_attention_excess
 from .candidates import (
     ATTENTIONS,
     REMATS,
     SKIP_BATCH,
+    SKIP_BOUND,
     SKIP_HEADS,
     SKIP_INDIVISIBLE,
     SKIP_MEMORY,
@@ -36,12 +39,15 @@ from .candidates import (
     leaner,
     mesh_shapes,
     model_ways,
+    remat_rank,
     screen,
+    splash_twin,
     state_bytes_per_chip,
     three_axis_count,
 )
 from .costing import compile_job, compiled_figures, cost_candidate, extend, full_depth, prediction, prediction_of
 from .depth import check_extension
+from .scheduler import pruned
 from .search import SMALL_MODEL, Search, first_ranking, search
 from .verdict import depth_text, first_table, table, why
 
@@ -49,6 +55,7 @@ __all__ = [
     "ATTENTIONS",
     "REMATS",
     "SKIP_BATCH",
+    "SKIP_BOUND",
     "SKIP_HEADS",
     "SKIP_INDIVISIBLE",
     "SKIP_MEMORY",
@@ -63,6 +70,7 @@ __all__ = [
     "Result",
     "Search",
     "base_config",
+    "bounded",
     "candidates",
     "check_extension",
     "compile_job",
@@ -81,10 +89,14 @@ __all__ = [
     "model_ways",
     "prediction",
     "prediction_of",
+    "pruned",
+    "remat_rank",
     "screen",
     "search",
+    "splash_twin",
     "state_bytes_per_chip",
     "table",
     "three_axis_count",
     "why",
+    "xla_attention_excess",
 ]

@@ -43,8 +43,14 @@ SKIP_OTHER = "the plan refuses it"
 SKIP_NO_REMAT = "the model has no remat option"
 
 SKIP_REMAT_FULL_REFUSED = (
-    "a leaner step of the same layout (remat full, or the splash kernel's attention) does not fit (compiled, or "
-    "by the block inputs it keeps), and this one keeps more (it recomputes less, or materialises the scores)"
+    "a leaner step of the same layout (remat full or a selective policy, or the splash kernel's attention) does "
+    "not fit (compiled, or by the block inputs it keeps), and this one keeps more (it recomputes less, or "
+    "materialises the scores)"
+)
+
+SKIP_BOUND = (
+    "cannot be faster than a compiled candidate that fits: with XLA's attention its compute is at least its splash "
+    "twin's plus the S×S scores the kernel skips (sharding_lab.search.bound)"
 )
 
 
@@ -96,6 +102,8 @@ class Result:
     compiled_layers: tuple[int, ...] = ()  # the depths compiled: (L,) as it is, (1, 2) extended to L
     extension: dict | None = None  # the check of its extension, once made (check_extension)
     book: dict | None = None  # the first ranking's figures: the scaling book's count before compiling (.first)
+    # each compile of it in a worker: kind → [sent, memory check passed (or None), answered], seconds from the start
+    timeline: dict | None = None
 
     @property
     def extended(self) -> bool:
@@ -125,6 +133,7 @@ class Result:
             "compile_s": round(self.compile_s, 2),
             "compiled_layers": list(self.compiled_layers) or None,
             "book": self.book,
+            "timeline": self.timeline,
         }
 
 
@@ -213,11 +222,23 @@ def candidates(
     return out
 
 
+# What each remat option keeps for the backward pass, least first: ``full`` each block's input; a selective policy
+# (sharding_lab.models.remat) that and the tensors it names; ``none`` every residual autodiff saves — a superset.
+SELECTIVE = ("save_qkv_proj", "minimal", "save_dots")
+
+
+def remat_rank(remat: str) -> int:
+    """0 for remat full, 1 for a selective policy, 2 for none: the order in which a layout's steps keep more."""
+    return 0 if remat == "full" else 2 if remat == "none" else 1
+
+
 def leaner(candidate: Candidate) -> list[Candidate]:
     """The same layout's candidates that keep no more than ``candidate`` does: remat full (it keeps only each
-    block's input) and, instead of XLA's attention, the splash kernel (it never writes the S×S scores). A
-    candidate waits for them, and is skipped when one of them does not fit (:mod:`.scheduler`)."""
-    remats = dict.fromkeys((candidate.remat, "full"))
+    block's input), for a step without remat also each selective policy (it keeps the tensors it names, which a
+    step without remat keeps too, and recomputes the rest) and, instead of XLA's attention, the splash kernel (it
+    never writes the S×S scores). A candidate waits for them, and is skipped when one of them does not fit
+    (:mod:`.scheduler`)."""
+    remats = dict.fromkeys((candidate.remat, "full", *(SELECTIVE if candidate.remat == "none" else ())))
     kinds = dict.fromkeys((candidate.attention, "splash") if candidate.attention == "xla" else (candidate.attention,))
     return [
         dataclasses.replace(candidate, remat=r, attention=a)
@@ -225,6 +246,12 @@ def leaner(candidate: Candidate) -> list[Candidate]:
         for a in kinds
         if (r, a) != (candidate.remat, candidate.attention)
     ]
+
+
+def splash_twin(candidate: Candidate) -> Candidate | None:
+    """For a candidate with XLA's attention, the same layout and remat with the splash kernel's (None otherwise):
+    the step whose compiled compute time bounds XLA's from below (:func:`sharding_lab.search.bound.bounded`)."""
+    return dataclasses.replace(candidate, attention="splash") if candidate.attention == "xla" else None
 
 
 def data_ways(config: LabConfig) -> int:

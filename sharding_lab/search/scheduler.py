@@ -1,6 +1,8 @@
 """Running the search's queue of candidates: one after another in this process (:func:`run_serial`), or
 compiled by worker processes (:func:`run_pool`, the mechanism in :mod:`.pool`), each candidate after its
-leaner twins — remat full, splash attention — (:func:`pruned`)."""
+leaner twins — remat full, a selective policy, splash attention — (:func:`pruned`), and a candidate with XLA's
+attention after every other, skipped when its splash twin already shows it cannot be faster
+(:func:`~sharding_lab.search.bound.bounded`)."""
 
 from __future__ import annotations
 
@@ -9,7 +11,18 @@ import time
 
 from ..hardware import targets
 from ..training.config import LabConfig
-from .candidates import SKIP_MEMORY_INPUTS, SKIP_REMAT_FULL_REFUSED, Candidate, Result, gb, label, leaner, screen
+from .bound import bounded
+from .candidates import (
+    SKIP_MEMORY_INPUTS,
+    SKIP_REMAT_FULL_REFUSED,
+    Candidate,
+    Result,
+    gb,
+    label,
+    leaner,
+    screen,
+    splash_twin,
+)
 from .costing import cached, compile_job, cost_candidate, fill, first_jobs, prediction_of, remember
 
 
@@ -35,7 +48,11 @@ def run_serial(queue, base, dtype, stop, results, progress) -> bool:
     for n, candidate in enumerate(queue):
         if stop is not None and stop.is_set():
             return True
-        result = pruned(candidate, base, dtype, done) or cost_candidate(candidate, base, dtype)
+        result = (
+            pruned(candidate, base, dtype, done)
+            or bounded(candidate, base, dtype, done)
+            or cost_candidate(candidate, base, dtype)
+        )
         done[candidate] = result
         results.append(result)
         if progress:
@@ -65,6 +82,7 @@ def run_pool(queue, base, dtype, stop, results, progress, workers: int) -> bool:
     parts: dict[Candidate, dict] = {}
     checked: set = set()
     jobs: collections.deque = collections.deque()
+    timeline: dict[Candidate, dict] = {}  # kind → [sent, memory check passed, answered] (perf_counter seconds)
     waiting = list(queue)
     count = 0
 
@@ -85,10 +103,12 @@ def run_pool(queue, base, dtype, stop, results, progress, workers: int) -> bool:
         parts.pop(candidate, None)
         fill(result, prediction_of(candidate.config(base), dtype, runs))
         result.compiled_layers = depths
+        result.timeline = timeline.pop(candidate, None)
         remember(candidate, base, dtype, result)
         record(candidate, result)
 
     def on_result(candidate, kind, compiled):
+        timeline.setdefault(candidate, {}).setdefault(kind, [None, None, None])[2] = time.perf_counter()
         if candidate not in pending:
             return  # its answer came from another compile (a refused 1-layer compile ends it)
         got = parts.setdefault(candidate, {})
@@ -116,6 +136,7 @@ def run_pool(queue, base, dtype, stop, results, progress, workers: int) -> bool:
 
     def on_memory_check(index, candidate, kind):
         checked.add((candidate, kind))
+        timeline.setdefault(candidate, {}).setdefault(kind, [None, None, None])[1] = time.perf_counter()
         if kind == "probe":  # it fits at full depth: abandon the unrolled program before code generation,
             pool[index].kill()  # and compile 1 and 2 layers to extend
             pool[index] = sw.Worker(context)
@@ -132,9 +153,18 @@ def run_pool(queue, base, dtype, stop, results, progress, workers: int) -> bool:
             for candidate in list(waiting):
                 if any(t in queue and t not in done and t not in passed_check for t in leaner(candidate)):
                     continue  # its leaner twins' fit first
+                if splash_twin(candidate) in queue and any(
+                    c.attention != "xla" for c in (*waiting, *pending)
+                ):  # XLA's attention last: every splash step's figures first, the bound against the best of them
+                    continue
                 waiting.remove(candidate)
                 earlier = cached(candidate, base, dtype)
-                result = earlier or pruned(candidate, base, dtype, done) or screen(candidate, base, dtype)
+                result = (
+                    earlier
+                    or pruned(candidate, base, dtype, done)
+                    or bounded(candidate, base, dtype, done)
+                    or screen(candidate, base, dtype)
+                )
                 if earlier or result.skipped is not None:
                     record(candidate, result)
                     continue
@@ -146,6 +176,7 @@ def run_pool(queue, base, dtype, stop, results, progress, workers: int) -> bool:
                     job = jobs.popleft()
                     if job.key[0] in pending:
                         worker.send(job)
+                        timeline.setdefault(job.key[0], {})[job.key[1]] = [time.perf_counter(), None, None]
             for index, worker in enumerate(pool):
                 if worker.job is None:
                     continue

@@ -62,7 +62,9 @@ from .candidates import (
     Candidate,
     Result,
     candidates,
+    remat_rank,
     screen,
+    splash_twin,
     three_axis_count,
 )
 from .depth import adopt_full_depth
@@ -160,18 +162,20 @@ def search(
     if not hasattr(base.model, "remat") and remats and set(remats) - {"none"}:
         results += [Result(Candidate((0,), (), "-", r), skipped=SKIP_NO_REMAT) for r in set(remats) - {"none"}]
     stopped = False
-    # Each layout's leanest step first (remat full, splash attention): when even that does not fit, the same
-    # layout without remat (which keeps every block's activations, not only its input) or with the scores
-    # materialised is skipped instead of compiled.
+    # Each layout's leanest step first (remat full, then a selective policy, then none): when one does not fit,
+    # the same layout's steps that keep more are skipped instead of compiled. XLA's attention after every
+    # splash step: its splash twin then bounds it (scheduler.bounded), and when that twin does not fit neither
+    # does it (it materialises the scores).
     layout_at: dict[tuple, int] = {}
+    searched = set(todo)
     for i, c in enumerate(todo):
         layout_at.setdefault((c.mesh, c.axes, c.preset), i)
     order = sorted(
         range(len(todo)),
         key=lambda i: (
+            splash_twin(todo[i]) in searched,
             layout_at[todo[i].mesh, todo[i].axes, todo[i].preset],
-            todo[i].remat != "full",
-            todo[i].attention == "xla",
+            remat_rank(todo[i].remat),
         ),
     )
     queue = [todo[i] for i in order]
@@ -185,6 +189,9 @@ def search(
     if progress is not None and counted:
         progress = functools.partial(_counting, progress, counted)
     stopped = step(queue, base, dtype, stop, results, progress)
+    for r in results:  # each compile's times, from the search's start
+        if r.timeline:
+            r.timeline = {k: [None if t is None else round(t - started, 1) for t in v] for k, v in r.timeline.items()}
     out = Search(
         base,
         dtype,
@@ -206,11 +213,11 @@ FIRST_FIELDS = ("mesh", "axes", "preset", "remat", "attention", "across_slices",
 
 def first_ranking(queue: list[Candidate], base: LabConfig, dtype: str, stop=None) -> list[Result]:
     """Each layout (mesh, axes, preset) screened once, no compile — by its leanest variant that passes (the queue
-    holds each layout's variants together, the leanest first: remat full, splash) — and ranked by the book's step
-    (:func:`~sharding_lab.search.first.book_estimate`), fastest first. A skip that rules out the layout (a batch
-    or heads the mesh cannot split, memory) ends it; one that rules out only the variant (the plan refuses the
-    splash kernel inside pipeline stages) tries the next. One screen a layout, not one a candidate: the llama3-8b
-    question has 6 variants of each."""
+    holds each layout's variants the leanest first: remat full, splash; XLA's attention at its end) — and ranked
+    by the book's step (:func:`~sharding_lab.search.first.book_estimate`), fastest first. A skip that rules out
+    the layout (a batch or heads the mesh cannot split, memory) ends it; one that rules out only the variant (the
+    plan refuses the splash kernel inside pipeline stages) tries the next. One screen a layout, not one a
+    candidate: the llama3-8b question has 6 variants of each."""
     ranked, done = [], set()
     for c in queue:
         layout = (c.mesh, c.axes, c.preset)

@@ -335,10 +335,14 @@ def test_the_search_tries_splash_before_xla_attention_and_prunes_what_cannot_fit
     kernel) first; a step that keeps more (no remat, the scores materialised) waits for it and is skipped
     when it does not fit."""
     c = search.Candidate((8,), ("data",), "fsdp", "none", "xla")
+    # leaner: remat full and every selective policy (each keeps a subset of what no remat keeps), splash
     assert set(search.leaner(c)) == {
-        search.Candidate((8,), ("data",), "fsdp", "full", "xla"),
-        search.Candidate((8,), ("data",), "fsdp", "none", "splash"),
-        search.Candidate((8,), ("data",), "fsdp", "full", "splash"),
+        search.Candidate((8,), ("data",), "fsdp", remat, attention)
+        for remat in ("none", "full", "save_qkv_proj", "minimal", "save_dots")
+        for attention in ("xla", "splash")
+    } - {c}
+    assert set(search.leaner(search.Candidate((8,), ("data",), "fsdp", "save_qkv_proj", "splash"))) == {
+        search.Candidate((8,), ("data",), "fsdp", "full", "splash")
     }
     assert search.leaner(search.Candidate((8,), ("data",), "fsdp", "full", "splash")) == []
     base = small_base()
@@ -443,3 +447,46 @@ def test_remat_and_attention_do_not_change_the_parameters_so_one_trace_serves_th
         for attention in ("xla", "splash"):
             variant = dataclasses.replace(spec, remat=remat, attention=attention)
             assert dict(_traced_parameters(type(fam), variant)) == fam.parameters(spec) == fam.parameters(variant)
+
+
+def test_xla_attention_computes_at_least_its_splash_twin_plus_the_scores_the_kernel_skips():
+    """The bound's premise (search.bound), compiled: 2,048 tokens in the kernel's blocks of 512 — 10 of 16 block
+    pairs visited — 2 heads of 128, one sequence per chip (dp on 8). By hand, per chip: 2 × 2,048² scores, XLA's 6
+    products of 2·128 FLOPs each against the kernel's 9 over 10/16 of them: (6 − 5.625) × 256 × 8,388,608 FLOPs
+    ÷ 197 TFLOP/s. The XLA step's compiled compute is at least its twin's plus that."""
+    spec = family("transformer").Spec(layers=1, embed_dim=256, heads=2, head_dim=128, mlp_dim=256, vocab=256, seq=2048)
+    base = search.base_config(spec, "v5e-8", 2048 * 8)
+    xla, splash = (search.Candidate((8,), ("data",), "dp", "none", a).config(base) for a in ("xla", "splash"))
+    excess = search.xla_attention_excess(xla, "mixed")
+    assert excess == pytest.approx((6 - 9 * 10 / 16) * 2 * 128 * 2 * 2048**2 / 1.97e14, rel=1e-12)
+    (x, _), (k, _) = search.prediction(xla, "mixed"), search.prediction(splash, "mixed")
+    assert x.compute_s >= k.compute_s + excess
+    # the twin with 1,024 tokens (3 of 4 pairs visited): the kernel's formula counts more than XLA's einsums
+    short = search.base_config(dataclasses.replace(spec, seq=1024), "v5e-8", 1024 * 8)
+    assert (
+        search.xla_attention_excess(search.Candidate((8,), ("data",), "dp", "none", "xla").config(short), "mixed") < 0
+    )
+
+
+def test_an_xla_attention_step_that_cannot_beat_a_compiled_one_is_not_compiled():
+    """search.bounded decides from its splash twin's compute and the best compiled step so far: skipped (said
+    why) when twin + the scores' excess ≥ that step — it could not have won: its step is at least its compute —
+    and compiled when the best is slower than the bound (it might still win)."""
+    spec = family("transformer").Spec(layers=1, embed_dim=256, heads=2, head_dim=128, mlp_dim=256, vocab=256, seq=2048)
+    base = search.base_config(spec, "v5e-8", 2048 * 8)
+    xla = search.Candidate((8,), ("data",), "dp", "none", "xla")
+    twin = search.splash_twin(xla)
+    excess = search.xla_attention_excess(xla.config(base), "mixed")
+    terms = {"compute_s": 1.0, "memory_s": 0.5, "comm_s": 0.1, "latency_s": 0.0}
+    done = {twin: search.Result(twin, fits=True, step_s=1.0, terms=terms)}
+    skipped = search.bounded(xla, base, "mixed", done)  # the twin is the best: 1 s + excess ≥ 1 s
+    assert skipped.skipped == search.SKIP_BOUND and "its splash twin computes for" in skipped.detail
+    other = search.Candidate((4, 2), ("data", "model"), "dp", "none", "splash")
+    done[other] = search.Result(other, fits=True, step_s=1.0 + 2 * excess, terms=terms)
+    done[twin] = search.Result(twin, fits=False, refused="RESOURCE_EXHAUSTED")
+    assert search.bounded(xla, base, "mixed", done) is None  # a twin that does not fit bounds nothing
+    done[twin] = search.Result(twin, fits=True, step_s=1.5 + 3 * excess, terms={**terms, "compute_s": 1.0 + excess})
+    assert search.bounded(xla, base, "mixed", done).skipped == search.SKIP_BOUND  # 1 + 2·excess ≥ best
+    done[twin].terms = {**terms, "compute_s": 1.0}
+    done[other].step_s = 1.0 + 1.5 * excess
+    assert search.bounded(xla, base, "mixed", done) is None  # 1 + excess < 1 + 1.5·excess: it might win
