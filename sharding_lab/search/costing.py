@@ -158,9 +158,11 @@ def compile_job(kind: str, config: LabConfig, dtype: str):
 
 
 def first_jobs(config: LabConfig) -> tuple[str, ...]:
-    """The compiles a candidate starts with: its loop as it runs (remat full), a probe of its full depth
-    (more than 2 layers, unrolled), or the step as ``cost`` compiles it."""
+    """The compiles a candidate starts with: its loop as it runs and unrolled by 2 (remat), a probe of its full
+    depth (more than 2 layers, unrolled), or the step as ``cost`` compiles it."""
     from ..cost.compiled import loop_layers
 
     layers = getattr(config.model, "layers", None)
-    return ("looped",) if loop_layers(config) else ("probe",) if layers is not None and layers > 2 else ("whole",)
+    if loop_layers(config):
+        return ("looped", "looped2")
+    return ("probe",) if layers is not None and layers > 2 else ("whole",)

@@ -43,6 +43,14 @@ def pruned(candidate: Candidate, base: LabConfig, dtype: str, done: dict) -> Res
     return None
 
 
+def waits_for(candidate: Candidate) -> list[Candidate]:
+    """The leaner twins a candidate's compiles wait for in the pool: remat full's and splash's memory check (the
+    first seconds of their compiles). A step without remat does not wait for the selective policies' (a chain of
+    two checks, each a minute under load): it starts beside them and is stopped, and skipped, should one of them
+    not fit (:func:`pruned`)."""
+    return [t for t in leaner(candidate) if candidate.remat != "none" or t.remat in ("none", "full")]
+
+
 def run_serial(queue, base, dtype, stop, results, progress) -> bool:
     done: dict[Candidate, Result] = {}
     for n, candidate in enumerate(queue):
@@ -63,11 +71,12 @@ def run_serial(queue, base, dtype, stop, results, progress) -> bool:
 def run_pool(queue, base, dtype, stop, results, progress, workers: int) -> bool:
     """The queue compiled by ``workers`` processes (:mod:`sharding_lab.search.pool`), each candidate
     screened here first (a skip never leaves this process). Each compile is watched to the compiler's memory
-    check: a remat-full step's 2-block compile starts beside its looped one once that one has passed it; a
-    full-depth probe of a step without remat that passes it is abandoned (its worker replaced) for 1 and 2
-    layers, extended — a refusal is the compiler's own answer at full depth. A remat-none candidate starts
-    once its remat-full twin's fit is known (it may be pruned). libtpu in several processes at once:
-    :func:`sharding_lab.hardware.targets.quiet_libtpu` allows it."""
+    check: a looped step's two compiles (the loop as it runs, and unrolled by 2) start together; a full-depth
+    probe of a step without remat that passes it is abandoned (its worker replaced) for 1 and 2 layers,
+    extended — a refusal is the compiler's own answer at full depth. A candidate starts once its leaner twins
+    have passed that check (:func:`waits_for`), and is stopped — its compiles killed — when one of them turns
+    out not to fit, or when its answer is in while a compile of it still runs (a refused loop). libtpu in
+    several processes at once: :func:`sharding_lab.hardware.targets.quiet_libtpu` allows it."""
     from ..cost.compiled import loop_figures
     from ..hardware.chips import chip as get_chip
     from . import pool as sw
@@ -125,8 +134,6 @@ def run_pool(queue, base, dtype, stop, results, progress, workers: int) -> bool:
                 finish(candidate, [compiled], (layers,))
             elif "looped2" in got:
                 finish(candidate, [loop_figures(compiled, got["looped2"], layers)], (layers,))
-            elif (candidate, "looped") not in checked:
-                enqueue(candidate, "looped2", urgent=True)
         elif kind == "looped2" and "looped" in got:
             finish(candidate, [loop_figures(got["looped"], compiled, layers)], (layers,))
         elif kind == "layers1" and compiled.refused:
@@ -142,16 +149,25 @@ def run_pool(queue, base, dtype, stop, results, progress, workers: int) -> bool:
             pool[index] = sw.Worker(context)
             enqueue(candidate, "layers1", urgent=True)
             enqueue(candidate, "layers2", urgent=True)
-        else:  # the loop as it runs fits: its 2-block twin starts now, beside it
+        else:  # the loop as it runs fits (its 2-block twin compiles beside it since the start)
             passed_check[candidate] = True
-            enqueue(candidate, "looped2", urgent=True)
 
     try:
         while waiting or pending:
             if stop is not None and stop.is_set():
                 return True
+            for candidate in list(pending):  # a leaner twin found not to fit after it started: it stops here
+                result = pruned(candidate, base, dtype, done)
+                if result is not None:
+                    pending.pop(candidate)
+                    parts.pop(candidate, None)
+                    record(candidate, result)
+            for index, worker in enumerate(pool):  # a compile whose candidate is answered is not needed any more
+                if worker.job is not None and worker.job.key[0] not in pending:
+                    worker.kill()
+                    pool[index] = sw.Worker(context)
             for candidate in list(waiting):
-                if any(t in queue and t not in done and t not in passed_check for t in leaner(candidate)):
+                if any(t in queue and t not in done and t not in passed_check for t in waits_for(candidate)):
                     continue  # its leaner twins' fit first
                 if splash_twin(candidate) in queue and any(
                     c.attention != "xla" for c in (*waiting, *pending)
@@ -188,6 +204,6 @@ def run_pool(queue, base, dtype, stop, results, progress, workers: int) -> bool:
                     on_memory_check(index, candidate, kind)
             time.sleep(0.1)
         return False
-    finally:
+    finally:  # a worker only compiles: nothing to flush, and stopping each politely took ~1 s apiece
         for worker in pool:
-            worker.kill() if worker.job is not None else worker.stop()
+            worker.kill()
