@@ -14,7 +14,7 @@ compiled for the target and ranked by its predicted step time.
 Use it as ``from sharding_lab import search``: ``search.search(...)``, ``search.Candidate``, …
 """
 
-from .bound import bounded, xla_attention_excess
+from .bound import bounded, defer, repeated_work_bound, xla_attention_excess
 from .candidates import (
     ATTENTIONS,
     REMATS,
@@ -77,6 +77,7 @@ __all__ = [
     "compiled_figures",
     "cost_candidate",
     "data_ways",
+    "defer",
     "depth_text",
     "extend",
     "first_ranking",
@@ -91,6 +92,7 @@ __all__ = [
     "prediction_of",
     "pruned",
     "remat_rank",
+    "repeated_work_bound",
     "screen",
     "search",
     "splash_twin",

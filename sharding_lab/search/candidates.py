@@ -49,8 +49,9 @@ SKIP_REMAT_FULL_REFUSED = (
 )
 
 SKIP_BOUND = (
-    "cannot be faster than a compiled candidate that fits: with XLA's attention its compute is at least its splash "
-    "twin's plus the S×S scores the kernel skips (sharding_lab.search.bound)"
+    "cannot be faster than a compiled candidate that fits: a lower bound on its compute time is already no less "
+    "than that candidate's step (XLA's attention: its splash twin's + the scores the kernel skips; devices that "
+    "repeat each other's work: the weights' FLOPs; sharding_lab.search.bound)"
 )
 
 

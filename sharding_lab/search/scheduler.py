@@ -11,18 +11,8 @@ import time
 
 from ..hardware import targets
 from ..training.config import LabConfig
-from .bound import bounded
-from .candidates import (
-    SKIP_MEMORY_INPUTS,
-    SKIP_REMAT_FULL_REFUSED,
-    Candidate,
-    Result,
-    gb,
-    label,
-    leaner,
-    screen,
-    splash_twin,
-)
+from .bound import bounded, defer
+from .candidates import SKIP_MEMORY_INPUTS, SKIP_REMAT_FULL_REFUSED, Candidate, Result, gb, label, leaner, screen
 from .costing import cached, compile_job, cost_candidate, fill, first_jobs, prediction_of, remember
 
 
@@ -53,7 +43,8 @@ def waits_for(candidate: Candidate) -> list[Candidate]:
 
 def run_serial(queue, base, dtype, stop, results, progress) -> bool:
     done: dict[Candidate, Result] = {}
-    for n, candidate in enumerate(queue):
+    searched = set(queue)
+    for n, candidate in enumerate(sorted(queue, key=lambda c: defer(c, base, dtype, searched))):
         if stop is not None and stop.is_set():
             return True
         result = (
@@ -71,7 +62,9 @@ def run_serial(queue, base, dtype, stop, results, progress) -> bool:
 def run_pool(queue, base, dtype, stop, results, progress, workers: int) -> bool:
     """The queue compiled by ``workers`` processes (:mod:`sharding_lab.search.pool`), each candidate
     screened here first (a skip never leaves this process). Each compile is watched to the compiler's memory
-    check: a looped step's two compiles (the loop as it runs, and unrolled by 2) start together; a full-depth
+    check: a looped step's two compiles (the loop as it runs, and unrolled by 2) start together — for a layout's
+    leanest step, whose layout may not fit, the second on a worker nothing else needs or once the first passed
+    the check; a full-depth
     probe of a step without remat that passes it is abandoned (its worker replaced) for 1 and 2 layers,
     extended — a refusal is the compiler's own answer at full depth. A candidate starts once its leaner twins
     have passed that check (:func:`waits_for`), and is stopped — its compiles killed — when one of them turns
@@ -94,6 +87,16 @@ def run_pool(queue, base, dtype, stop, results, progress, workers: int) -> bool:
     timeline: dict[Candidate, dict] = {}  # kind → [sent, memory check passed, answered] (perf_counter seconds)
     waiting = list(queue)
     count = 0
+    searched = set(queue)
+    ranks: dict[Candidate, int] = {}
+    # a leanest step's 2-block compile (its layout may not fit) on a worker nothing else needs, those of the
+    # fewest tokens per chip first (the likeliest to fit), else once its loop passes the memory check
+    spare: list = []
+
+    def later(candidate) -> int:
+        if candidate not in ranks:
+            ranks[candidate] = defer(candidate, base, dtype, searched)
+        return ranks[candidate]
 
     def record(candidate, result):
         nonlocal count
@@ -134,6 +137,8 @@ def run_pool(queue, base, dtype, stop, results, progress, workers: int) -> bool:
                 finish(candidate, [compiled], (layers,))
             elif "looped2" in got:
                 finish(candidate, [loop_figures(compiled, got["looped2"], layers)], (layers,))
+            else:
+                hurry(candidate)
         elif kind == "looped2" and "looped" in got:
             finish(candidate, [loop_figures(got["looped"], compiled, layers)], (layers,))
         elif kind == "layers1" and compiled.refused:
@@ -149,8 +154,14 @@ def run_pool(queue, base, dtype, stop, results, progress, workers: int) -> bool:
             pool[index] = sw.Worker(context)
             enqueue(candidate, "layers1", urgent=True)
             enqueue(candidate, "layers2", urgent=True)
-        else:  # the loop as it runs fits (its 2-block twin compiles beside it since the start)
+        else:  # the loop as it runs fits: its 2-block twin now, if no spare worker took it yet
             passed_check[candidate] = True
+            hurry(candidate)
+
+    def hurry(candidate):
+        for entry in [t for t in spare if t[1] == candidate]:
+            spare.remove(entry)
+            enqueue(candidate, "looped2", urgent=True)
 
     try:
         while waiting or pending:
@@ -169,10 +180,8 @@ def run_pool(queue, base, dtype, stop, results, progress, workers: int) -> bool:
             for candidate in list(waiting):
                 if any(t in queue and t not in done and t not in passed_check for t in waits_for(candidate)):
                     continue  # its leaner twins' fit first
-                if splash_twin(candidate) in queue and any(
-                    c.attention != "xla" for c in (*waiting, *pending)
-                ):  # XLA's attention last: every splash step's figures first, the bound against the best of them
-                    continue
+                if later(candidate) and any(later(c) < later(candidate) for c in (*waiting, *pending)):
+                    continue  # deferred (bound.defer): the compiled candidates its bound is held against first
                 waiting.remove(candidate)
                 earlier = cached(candidate, base, dtype)
                 result = (
@@ -185,9 +194,19 @@ def run_pool(queue, base, dtype, stop, results, progress, workers: int) -> bool:
                     record(candidate, result)
                     continue
                 pending[candidate] = result
+                leanest = not any(t in searched for t in leaner(candidate))
                 for kind in first_jobs(candidate.config(base)):
-                    enqueue(candidate, kind)
+                    if kind == "looped2" and leanest:
+                        spare.append((result.per_chip_tokens or 0, candidate))
+                        spare.sort(key=lambda t: t[0])
+                    else:
+                        enqueue(candidate, kind)
             for worker in pool:
+                if worker.job is None and not jobs:
+                    while spare and not jobs:
+                        _, candidate = spare.pop(0)
+                        if candidate in pending:
+                            enqueue(candidate, "looped2")
                 while worker.job is None and jobs:
                     job = jobs.popleft()
                     if job.key[0] in pending:
