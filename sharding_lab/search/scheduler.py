@@ -1,8 +1,8 @@
 """Running the search's queue of candidates: one after another in this process (:func:`run_serial`), or
 compiled by worker processes (:func:`run_pool`, the mechanism in :mod:`.pool`), each candidate after its
-leaner twins — remat full, a selective policy, splash attention — (:func:`pruned`), and a candidate with XLA's
-attention after every other, skipped when its splash twin already shows it cannot be faster
-(:func:`~sharding_lab.search.bound.bounded`)."""
+leaner twins — remat full, a selective policy, splash attention — (:func:`pruned`), and what a lower bound may
+rule out (XLA's attention, layouts whose devices repeat each other's work) after the rest, skipped when the bound
+shows it cannot be faster than a compiled candidate that fits (:mod:`~sharding_lab.search.bound`)."""
 
 from __future__ import annotations
 

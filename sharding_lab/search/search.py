@@ -19,7 +19,10 @@ cost?" — answered by enumerating and letting the compiler decide:
    remat full, those + every block's input (the residual stream a scan keeps for its backward pass,
    :func:`~sharding_lab.search.candidates.kept_inputs_per_chip`). Each layout is tried with remat full
    first: when even that does not fit, the layout without remat (which keeps those inputs and more) is
-   skipped, not compiled.
+   skipped, not compiled. And what cannot win (:mod:`sharding_lab.search.bound`): a candidate whose compute
+   time is bounded from below — XLA's attention by its compiled splash twin plus the S×S scores the kernel
+   skips; a layout whose devices repeat each other's work by its weights' FLOPs — at no less than the step of a
+   compiled candidate that fits is skipped; such candidates are compiled after the rest, so that one is there.
 3. **Compile and cost** each remaining candidate for the target (:mod:`sharding_lab.cost`): the
    roofline of the TPU compiler's program, ``fits`` the compiler's memory answer. ``workers`` processes
    compile at once (the CLI: one per core), each compile watched to the compiler's memory check
