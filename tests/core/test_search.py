@@ -490,3 +490,29 @@ def test_an_xla_attention_step_that_cannot_beat_a_compiled_one_is_not_compiled()
     done[twin].terms = {**terms, "compute_s": 1.0}
     done[other].step_s = 1.0 + 1.5 * excess
     assert search.bounded(xla, base, "mixed", done) is None  # 1 + excess < 1 + 1.5·excess: it might win
+
+
+def test_devices_that_repeat_each_others_work_compute_at_least_the_weights_flops_times_the_repeats(planned):
+    """search.bound's second bound, against the compiler: on 4x2 and 2x4, dp and fsdp put the batch and the weights
+    on ``data`` only, so the ``model`` axis splits no array and its devices repeat each other's work. By hand for
+    fsdp on 4x2: each chip does at least the weights' FLOPs of a quarter of the batch — 6·N·128 tokens (N without
+    the lookup table: the model's own count) × 2 ÷ (8 × 197 TFLOP/s); every such row compiled here computes at
+    least its bound. tp splits heads over ``model``: no bound."""
+    from sharding_lab.search.bound import repeated_ways
+
+    base, fam = small_base(), family("transformer")
+    fsdp = search.Candidate((4, 2), ("data", "model"), "fsdp", "none", "xla").config(base)
+    weights = fam.model_flops(base.model, base.batch_size).weights
+    assert repeated_ways(fsdp) == 2
+    assert search.repeated_work_bound(fsdp, "mixed") == pytest.approx(weights * 2 / (8 * 1.97e14), rel=1e-12)
+    tp = search.Candidate((4, 2), ("data", "model"), "tp", "none", "xla").config(base)
+    assert repeated_ways(tp) == 1 and search.repeated_work_bound(tp, "mixed") is None
+    bounded_rows = 0
+    for row in planned["candidates"]:
+        shape = tuple(int(n) for n in row["mesh"].split("x"))
+        config = search.Candidate(shape, tuple(row["axes"]), row["preset"], row["remat"], row["attention"]).config(base)
+        bound = search.repeated_work_bound(config, "mixed")
+        if bound is not None and row["terms"]:
+            bounded_rows += 1
+            assert row["terms"]["compute_s"] >= bound, row
+    assert bounded_rows >= 2
