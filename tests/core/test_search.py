@@ -497,7 +497,7 @@ def test_devices_that_repeat_each_others_work_compute_at_least_the_weights_flops
     on ``data`` only, so the ``model`` axis splits no array and its devices repeat each other's work. By hand for
     fsdp on 4x2: each chip does at least the weights' FLOPs of a quarter of the batch — 6·N·128 tokens (N without
     the lookup table: the model's own count) × 2 ÷ (8 × 197 TFLOP/s); every such row compiled here computes at
-    least its bound. tp splits heads over ``model``: no bound."""
+    least its bound (tp: ``data`` splits nothing). fsdp_tp splits both: no bound."""
     from sharding_lab.search.bound import repeated_ways
 
     base, fam = small_base(), family("transformer")
@@ -506,7 +506,9 @@ def test_devices_that_repeat_each_others_work_compute_at_least_the_weights_flops
     assert repeated_ways(fsdp) == 2
     assert search.repeated_work_bound(fsdp, "mixed") == pytest.approx(weights * 2 / (8 * 1.97e14), rel=1e-12)
     tp = search.Candidate((4, 2), ("data", "model"), "tp", "none", "xla").config(base)
-    assert repeated_ways(tp) == 1 and search.repeated_work_bound(tp, "mixed") is None
+    assert repeated_ways(tp) == 4  # tp keeps the whole batch on every chip: ``data`` splits nothing
+    both = search.Candidate((4, 2), ("data", "model"), "fsdp_tp", "none", "xla").config(base)
+    assert repeated_ways(both) == 1 and search.repeated_work_bound(both, "mixed") is None
     bounded_rows = 0
     for row in planned["candidates"]:
         shape = tuple(int(n) for n in row["mesh"].split("x"))
