@@ -3,9 +3,10 @@
 import streamlit as st
 
 from sharding_lab import settings
-from sharding_lab.app import classroom, session, tabs, warm
+from sharding_lab.app import classroom, fragment_race, session, tabs, warm
 
 st.set_page_config(page_title="Sharding Lab", page_icon=":material/grid_view:", layout="wide")
+fragment_race.install()  # the Train page's polls must not cut a full run's end off (see the module)
 # Once per server process: compiled programs from disk, and the default layout compiled before the
 # first student presses Train (SHARDING_LAB_CACHE_DIR, SHARDING_LAB_WARM).
 warm.enable_compilation_cache()

@@ -140,8 +140,10 @@ def start_run() -> bool:
 # Why the buttons live in the fragment and the page never reruns while a run is on: Streamlit 1.67
 # drops what a finished script run had still to send when a fragment's timer request reaches the
 # server first (AppSession ignores the events of a ScriptRunner it has replaced; they pile up when
-# the server is busy). A full rerun clears the browser's poll timers as it starts and sets them again
-# only when it reaches `live_view()`: if that part is dropped, the page never polls again. That was
+# the server is busy). app.fragment_race now holds such a request back until they are through; the
+# design below keeps full runs few anyway (each one is a moment a poll can meet). A full rerun clears
+# the browser's poll timers as it starts and sets them again only when it reaches `live_view()`: if
+# that part is dropped, the page never polls again. That was
 # the frozen "starting — step 0 / 440" session of the 20-session load test, whose fragment called
 # st.rerun() when its run left the queue. So while a run is on only this fragment redraws — progress,
 # buttons, charts — and a full rerun is asked for only to start polling (no timer is live then) and

@@ -733,7 +733,9 @@ def free_port() -> int:
 class Server:
     """`streamlit run app.py` on 127.0.0.1 only (a free port), output to a log file."""
 
-    def __init__(self, max_jobs: int | None = None, devices: int = 8, extra_env: dict | None = None):
+    def __init__(
+        self, max_jobs: int | None = None, devices: int = 8, extra_env: dict | None = None, script: str = "app.py"
+    ):
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}/"
         env = dict(os.environ, SHARDING_LAB_DEVICES=str(devices), **(extra_env or {}))
@@ -746,7 +748,7 @@ class Server:
                 "-m",
                 "streamlit",
                 "run",
-                "app.py",
+                script,
                 "--server.headless=true",
                 f"--server.port={self.port}",
                 "--server.address=127.0.0.1",
@@ -1009,6 +1011,12 @@ def main(argv: list[str] | None = None) -> int:
         help="the server's SHARDING_LAB_TEACHER_TOKEN: read the teacher view "
         "before and after, and check its counts grew by exactly what the sessions solved",
     )
+    parser.add_argument(
+        "--browser-nice",
+        type=int,
+        default=0,
+        help="run this harness and its browsers at this niceness (0-19), below a server on the same cores",
+    )
     parser.add_argument("--json", type=Path, help="also write the results here")
     args = parser.parse_args(argv)
     if not 1 <= args.sessions <= 200:
@@ -1025,6 +1033,8 @@ def main(argv: list[str] | None = None) -> int:
     teacher = {}
 
     def load(url: str) -> None:
+        if args.browser_nice:  # after the server started (it keeps its own priority); Chromium inherits this
+            os.nice(args.browser_nice)
         if args.teacher_token:
             teacher["before"] = asyncio.run(teacher_view(url, args.teacher_token))["counts"]
         asyncio.run(

@@ -8,21 +8,25 @@ batch — and the links its axes really use (:mod:`sharding_lab.hardware.placeme
 - **compute**: the model's own FLOPs (:meth:`ModelFamily.model_flops <sharding_lab.models.ModelFamily>`: 6·N per
   token + attention), × 4/3 under remat full (the blocks' forward again), ÷ (chips × the chip's peak);
 - **weights over a batch axis that splits them** (FSDP): all-gathered forward, again backward, the gradients
-  reduce-scattered: 3 × (n − 1)/n of the weight's bytes over that axis's group;
-- **weights a batch axis replicates** (data parallelism): the gradients all-reduced, 2 × (n − 1)/n;
+  reduce-scattered — two all-gathers of the weight's bytes over that axis's group and one reduce-scatter;
+- **weights a batch axis replicates** (data parallelism): the gradients all-reduced;
 - **the heads axis** (Megatron tensor parallelism): each block's two sublayer outputs all-reduced forward and
-  backward (and forward again under remat full), 2 × (n − 1)/n of the chip's activations each;
-- bytes in the compute dtype, each axis's time = its bytes ÷ its link's bandwidth; the step is the larger of
-  compute and communication (the book's full overlap).
+  backward (and forward again under remat full), each an all-reduce of the chip's activations;
+- bytes in the compute dtype; each op timed by :func:`~sharding_lab.cost.collectives.collective_time` on the
+  placement of its axis — the rule the compiled rows are costed by, so one slice gives the book's (n − 1)/n,
+  2×, 3× over the axis's ICI bandwidth, and an axis across slices its ICI part then each chip's share over DCN
+  (hierarchical); the step is the larger of compute and communication (the book's full overlap).
 
 Not counted: HBM traffic and whether it fits (the compiler answers both), pipeline stages' sends, experts'
-all-to-alls, selective remat's recompute. The compiled confirmations replace these figures row by row.
+all-to-alls, selective remat's recompute, and the collectives' latency (hops × α per op: how many ops the
+compiler makes of them is known only once compiled). The compiled confirmations replace these figures row by row.
 """
 
 from __future__ import annotations
 
 import math
 
+from ..cost.collectives import collective_time
 from ..hardware import placement, targets
 from ..hardware.chips import chip as get_chip
 from ..sharding.rules import axis_names
@@ -47,30 +51,35 @@ def book_estimate(plan, dtype: str) -> dict | None:
     batch = [a for a in axis_names(rules.target("batch")) if sizes.get(a, 1) > 1]
     heads = [a for a in axis_names(rules.target("heads")) if sizes.get(a, 1) > 1]
     item = ITEMSIZE.get(dtype, 2)
-    moved = dict.fromkeys(config.mesh.axes, 0.0)
+    ops: dict[tuple[str, str], float] = {}  # (axis, op) → result bytes per device, summed over the step's ops
+
+    def count(axis: str, op: str, result_bytes: float) -> None:
+        ops[axis, op] = ops.get((axis, op), 0.0) + result_bytes
+
     for path, layout in plan.layouts().items():
         if not path.startswith("params/"):
             continue
         split = {a for dims in layout.spec if dims for a in ((dims,) if isinstance(dims, str) else dims)}
         elements = math.prod(layout.shape)
         for a in batch:
-            n = sizes[a]
-            others = math.prod(sizes[b] for b in split if b != a)
-            group = elements * item / others  # the weight's bytes over one group of this axis
-            moved[a] += (3 if a in split else 2) * (n - 1) / n * group
+            group = elements * item / math.prod(sizes[b] for b in split if b != a)  # the weight over one group
+            if a in split:  # gathered forward and backward; its gradient reduce-scattered to each device's block
+                count(a, "all-gather", 2 * group)
+                count(a, "reduce-scatter", group / sizes[a])
+            else:
+                count(a, "all-reduce", group)
     layers = getattr(config.model, "layers", 0) or 0
     embed = getattr(config.model, "embed_dim", 0) or 0
     if heads and layers and embed:
         tokens = config.batch_size * getattr(config.model, "seq", 1) / math.prod(sizes[a] for a in batch)
         passes = 2 * (3 if remat == "full" else 2)  # two sublayers × (forward, backward[, forward again])
         for a in heads:
-            n = sizes[a]
-            moved[a] += layers * passes * 2 * (n - 1) / n * tokens * embed * item
-    seconds = {}
-    for a, size in moved.items():
-        if size:
-            where = placement.group_placement(config.target, tuple(config.mesh.shape), tuple(config.mesh.axes), (a,))
-            seconds[a] = size / placement.link(chip, where).bytes_per_s
+            count(a, "all-reduce", layers * passes * tokens * embed * item)
+    # one collective_time per (axis, op) with the op's bytes summed: its bandwidth term is linear in the bytes
+    seconds: dict[str, float] = {}
+    for (a, op), result_bytes in ops.items():
+        where = placement.group_placement(config.target, tuple(config.mesh.shape), tuple(config.mesh.axes), (a,))
+        seconds[a] = seconds.get(a, 0.0) + collective_time(chip, where, op, result_bytes).bandwidth_s
     comm = sum(seconds.values())
     return {
         "compute_s": compute,

@@ -396,6 +396,40 @@ def test_the_first_ranking_is_the_books_count_before_any_compile():
     assert found.to_json()["first_ranking"][0]["book"]["step_s"] == steps[0]
 
 
+def test_the_first_ranking_times_its_collectives_by_the_rule_the_compiled_rows_use():
+    """The first ranking's network is ``collective_time`` per op (cost.collectives: the rule the compiled rows
+    are costed by), not a second count. On v5e-8x2 a 16-way ``data`` axis runs 8 chips over ICI in each slice and
+    then across the 2 slices over DCN: data parallelism all-reduces the gradients (one all-reduce of all N
+    parameters' 2 bytes), FSDP all-gathers every weight twice and reduce-scatters its gradient (two all-gathers
+    of 2N bytes, one reduce-scatter whose result is 2N/16) — hand counts of the ops, timed hierarchically, ICI
+    then each chip's share over DCN; the axis's combined link bandwidth (the count before) gives another figure.
+    On one slice (v5e-8, FSDP over 8) nothing changed: 3 × 7/8 × 2N over the axis's link."""
+    from sharding_lab.cost.collectives import collective_time
+    from sharding_lab.hardware import placement
+    from sharding_lab.hardware.chips import chip
+
+    v5e, fam = chip("tpu-v5e"), family("transformer")
+    spec = fam.Spec(layers=2, embed_dim=64, heads=4, head_dim=16, mlp_dim=128, vocab=64, seq=32)
+    weights = 2 * fam.parameter_count(spec)  # bytes in the compute dtype (mixed: bf16)
+    base = search.base_config(spec, "v5e-8x2", 32 * 16)
+    where = placement.group_placement("v5e-8x2", (16,), ("data",), ("data",))
+    assert (where.link, where.slices, where.per_slice) == ("ICI+DCN", 2, 8)
+    ops = {
+        "dp": [("all-reduce", weights)],
+        "fsdp": [("all-gather", weights), ("all-gather", weights), ("reduce-scatter", weights / 16)],
+    }
+    for preset, counted in ops.items():
+        book = search.screen(search.Candidate((16,), ("data",), preset, "none", across="data"), base, "mixed").book
+        network = sum(collective_time(v5e, where, op, size).bandwidth_s for op, size in counted)
+        assert book["comm_s"] == pytest.approx(network, rel=1e-9) and set(book["comm_s_per_axis"]) == {"data"}
+        combined = (2 if preset == "dp" else 3) * 15 / 16 * weights / placement.link(v5e, where).bytes_per_s
+        assert book["comm_s"] < 0.7 * combined  # the count before: one bandwidth for both stages
+    one = search.base_config(spec, "v5e-8", 32 * 16)
+    book = search.screen(search.Candidate((8,), ("data",), "fsdp", "none"), one, "mixed").book
+    link = placement.link(v5e, placement.group_placement("v5e-8", (8,), ("data",), ("data",)))
+    assert link.name == "ICI" and book["comm_s"] == pytest.approx(3 * 7 / 8 * weights / link.bytes_per_s, rel=1e-9)
+
+
 def test_remat_and_attention_do_not_change_the_parameters_so_one_trace_serves_them():
     """The first ranking plans every layout's variants; the model's parameters (read from its constructor, traced:
     seconds for a 32-layer model) are the same under every remat policy and attention kind — checked here by
