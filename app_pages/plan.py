@@ -191,7 +191,8 @@ if asked_error is not None:
     ui.show_error(asked_error, lead="")
 else:
     if state.get("plan_estimate", (None,))[0] != plan_view.question(*asked):
-        with st.spinner("Counting the candidates (and timing one compile of a small model)…"):
+        timing = " (and timing one compile of a small model)" if settings.PAGE_COMPILES.get() else ""
+        with st.spinner(f"Counting the candidates{timing}…"):
             state.plan_estimate = (
                 plan_view.question(*asked),
                 plan_view.estimate(asked[0], DTYPE, *asked[1:], compile_one=settings.PAGE_COMPILES.get()),
