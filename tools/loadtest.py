@@ -1014,8 +1014,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--browser-nice",
         type=int,
-        default=0,
-        help="run this harness and its browsers at this niceness (0-19), below a server on the same cores",
+        default=19,
+        choices=range(20),
+        metavar="0-19",
+        help="run this harness and its browsers at this niceness (default 19: a class's browsers run on the "
+        "students' laptops, not on the server's cores; 0: they compete with a server on the same cores as equals)",
     )
     parser.add_argument("--json", type=Path, help="also write the results here")
     args = parser.parse_args(argv)
@@ -1033,8 +1036,9 @@ def main(argv: list[str] | None = None) -> int:
     teacher = {}
 
     def load(url: str) -> None:
-        if args.browser_nice:  # after the server started (it keeps its own priority); Chromium inherits this
-            os.nice(args.browser_nice)
+        # After the server started (it keeps its priority): this process and the Chromium it starts take the
+        # cores only when the server leaves them — a class's browsers run on the students' laptops.
+        os.nice(args.browser_nice)
         if args.teacher_token:
             teacher["before"] = asyncio.run(teacher_view(url, args.teacher_token))["counts"]
         asyncio.run(

@@ -3,8 +3,10 @@
 Students read a layout for a while (the Layout page, the Train page's caption) before they train it; the
 compiler can use that time. :func:`request` records, per session, the configuration its page shows; one
 background thread at the lowest CPU priority compiles what a first run of it would (the model's creation, the
-training chunk, the prediction and the layout check: :func:`sharding_lab.app.warm.compile_run`), so the run
-Train starts finds its programs in memory (and in the disk cache for other sessions and later servers).
+training chunk, the prediction and the layout check:
+:func:`sharding_lab.training.trainer.compile_first_run`), so the run Train starts finds its programs in memory
+(and in the disk cache for other sessions and later servers). The server's class warm-up waits while a request
+is pending: what learners read now comes before what a class may click later.
 
 A session that changes its layout replaces its request: one not yet started is dropped (cancelled). One
 already compiling finishes — XLA cannot be interrupted mid-compile — and the thread moves on to what is asked
@@ -61,6 +63,12 @@ def forget(session: str) -> None:
         _wanted.pop(session, None)
 
 
+def pending() -> bool:
+    """Whether a layout a learner is reading is waiting to be compiled, or compiling now."""
+    with _cond:
+        return bool(_wanted) or _state["current"] is not None
+
+
 def status() -> dict:
     """What the thread is doing: waiting (requests), compiled so far, dropped (cancelled) requests."""
     with _cond:
@@ -90,8 +98,7 @@ def _start_locked() -> None:
 
 
 def _serve() -> None:
-    from ..training.trainer import program_key
-    from .warm import compile_run
+    from ..training.trainer import compile_first_run, program_key
 
     try:
         os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 19)  # this thread only (Linux): students first
@@ -109,7 +116,7 @@ def _serve() -> None:
             key = program_key(config, config.chunk)
             _state["current"] = key
         try:
-            compile_run(config)
+            compile_first_run(config)
         except Exception:  # noqa: BLE001 - a bonus: the learner's own run reports its errors
             pass
         with _cond:

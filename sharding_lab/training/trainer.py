@@ -402,3 +402,13 @@ def train(config: LabConfig, on_progress=None, stop=None) -> tuple[Lab, TrainRes
     """Plan, build and train ``config`` in one call."""
     lab = Lab(config)
     return lab, Trainer(lab).run(on_progress, stop)
+
+
+def compile_first_run(config: LabConfig) -> None:
+    """One short run compiles what a learner's first run of ``config`` would: the model's creation, the
+    training chunk (the same program as a full run's), the prediction and the layout check — for the
+    server's warm-up and for the layout a learner is reading (``sharding_lab.app.warm``, ``.precompile``)."""
+    lab = Lab(config)
+    Trainer(lab, steps=min(config.chunk, config.steps)).run()
+    lab.predict(lab.x_host)
+    lab.verify_layout()

@@ -344,6 +344,27 @@ def test_the_warm_up_waits_for_students_and_stops_when_told():
         warm._stop.clear()
 
 
+def test_the_class_warm_up_waits_while_a_layout_a_learner_reads_is_not_compiled():
+    """What learners look at comes before what a class may click later: on a fresh server the class warm-up
+    beside the learners' requests left 4 of 20 layouts compiled when the class pressed Train (16 without it)."""
+    from sharding_lab.app import precompile, warm
+
+    config = sl.LabConfig(mesh=sl.MeshSpec((2, 4), ("read_a", "read_b")), preset="dp")
+    with precompile._cond:  # a learner's page asked (no notify: the precompile thread does not take it here)
+        precompile._wanted["reader"] = config
+    try:
+        assert precompile.pending()
+        thread = warm._warm_thread([config])
+        time.sleep(1.5)
+        assert warm.progress()["done"] == 0 and warm.progress()["running"]
+    finally:
+        with precompile._cond:
+            precompile._wanted.pop("reader", None)
+    assert not precompile.pending()
+    thread.join(120)
+    assert warm.progress()["done"] == 1 and not warm.progress()["running"]
+
+
 def test_the_warm_command_splits_the_layouts_over_processes_into_one_cache(tmp_path):
     """``python -m sharding_lab.app.warm --jobs 2`` (the Docker build's step): each process takes every
     second layout; here only the default one (SHARDING_LAB_WARM=default), so one process has none."""
