@@ -6,6 +6,7 @@ import pandas as pd
 import streamlit as st
 
 import sharding_lab as sl
+from sharding_lab import settings
 from sharding_lab.app import figures, ui
 from sharding_lab.app.cost_view import strategies_cost_panel
 from sharding_lab.app.scheduler import Busy, slot
@@ -82,7 +83,9 @@ strategies = {name: (plan.rules if name == CURRENT else name) for name in chosen
 done: dict = st.session_state.setdefault("compare_done", {})
 wanted = {name: (strategy_config(base, strategy), int(steps)) for name, strategy in strategies.items()}
 missing = [name for name, key in wanted.items() if key not in done]
-if missing and (go or st.session_state.get("compare_key") != (base, tuple(chosen), steps)):
+# New strategies are computed on opening the page, or only on Compare where SHARDING_LAB_PAGE_COMPILES=off.
+opened = settings.PAGE_COMPILES.get() and st.session_state.get("compare_key") != (base, tuple(chosen), steps)
+if missing and (go or opened):
     progress = st.progress(0.0)
     try:
         for i, name in enumerate(missing):

@@ -6,7 +6,7 @@ import pandas as pd
 import streamlit as st
 
 import sharding_lab as sl
-from sharding_lab import search
+from sharding_lab import search, settings
 from sharding_lab.app import plan_view, session, ui
 from sharding_lab.hardware import targets
 
@@ -191,8 +191,12 @@ if asked_error is not None:
     ui.show_error(asked_error, lead="")
 else:
     if state.get("plan_estimate", (None,))[0] != plan_view.question(*asked):
-        with st.spinner("Counting the candidates (and timing one compile of a small model)…"):
-            state.plan_estimate = (plan_view.question(*asked), plan_view.estimate(asked[0], DTYPE, *asked[1:]))
+        timing = " (and timing one compile of a small model)" if settings.PAGE_COMPILES.get() else ""
+        with st.spinner(f"Counting the candidates{timing}…"):
+            state.plan_estimate = (
+                plan_view.question(*asked),
+                plan_view.estimate(asked[0], DTYPE, *asked[1:], compile_one=settings.PAGE_COMPILES.get()),
+            )
     estimate = state.plan_estimate[1]
     text = f"{estimate.candidates} candidates"
     if estimate.to_compile is not None:
@@ -203,6 +207,11 @@ else:
         text += (
             f". One was compiled just now to time it ({estimate.measured_on}: {each:.1f} s), so the answer should "
             f"take about {estimate.seconds:.0f} s ({estimate.to_compile - 1} × {each:.1f} s)."
+        )
+    elif estimate.to_compile and not settings.PAGE_COMPILES.get():  # a small model; this server times none
+        text += (
+            ". Nothing is compiled before Run on this server (SHARDING_LAB_PAGE_COMPILES=off): the progress shows "
+            "the time left once the first compiles are in."
         )
     else:
         text += (

@@ -85,6 +85,14 @@ WARM = _define(
     "Compile what a class clicks first in the background when the server starts: `on`, `default` (the "
     "default layout only) or `off`.",
 )
+PAGE_COMPILES = _define(
+    "PAGE_COMPILES",
+    "on",
+    "Pages compile when they open: the Plan page times one compile for its estimate, Compare computes its "
+    "strategies; `off`: they compile only when asked (Run, Compare) — the test suite's servers, which only walk "
+    "through the pages.",
+    _switch,
+)
 TEACHER_TOKEN = _define(
     "TEACHER_TOKEN", "", "The secret a link needs (`?teacher=…`) to open the Teacher page; empty: no teacher view."
 )

@@ -52,15 +52,16 @@ class Estimate:
         return (self.to_compile - 1) * self.seconds_each
 
 
-def estimate(base: sl.LabConfig, dtype: str, presets, remats) -> Estimate:
+def estimate(base: sl.LabConfig, dtype: str, presets, remats, compile_one: bool = True) -> Estimate:
     """For a model under ``search.SMALL_MODEL`` parameters: screen every candidate (no compile) and compile the
-    first that needs it, timed (the search then takes that result from its cache). A larger model: the count
-    only (screening 176 llama3-8b candidates takes 6 s of CPU, one compile minutes)."""
+    first that needs it, timed (the search then takes that result from its cache) — unless ``compile_one`` is
+    False (``SHARDING_LAB_PAGE_COMPILES=off``: the count only). A larger model: the count only (screening 176
+    llama3-8b candidates takes 6 s of CPU, one compile minutes)."""
     total = counted(base, presets, remats)
     if base.family.parameter_count(base.model) >= search.SMALL_MODEL:
         return Estimate(total, None, None)
     todo = [c for c in search.candidates(base, presets, remats) if search.screen(c, base, dtype).skipped is None]
-    timed = search.cost_candidate(todo[0], base, dtype) if todo else None
+    timed = search.cost_candidate(todo[0], base, dtype) if todo and compile_one else None
     if timed is None or not timed.compile_s:
         return Estimate(total, len(todo), None)
     return Estimate(total, len(todo), timed.compile_s, _name(timed))

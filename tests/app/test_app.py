@@ -230,6 +230,25 @@ def test_compare_page_shows_fsdp_storing_less_than_dp():
     assert all(v > 0 for v in plotly_values(comm["y"]))
 
 
+def test_with_page_compiles_off_plan_and_compare_compile_only_when_asked(monkeypatch):
+    """SHARDING_LAB_PAGE_COMPILES=off (the suite's browser server, which only walks through the pages): the Plan
+    page counts its candidates but times no compile, and says so; Compare computes nothing until Compare is
+    pressed, then the same three strategies as on opening."""
+    monkeypatch.setenv("SHARDING_LAB_PAGE_COMPILES", "off")
+    at = page("app_pages/compare.py")
+    assert not at.exception and not at.error
+    assert not at.session_state["compare_done"] and "compare_rows" not in at.session_state
+    assert any("Press **Compare**" in i.value for i in at.info)
+    at.button(key="compare_go").click().run()
+    assert not at.exception and {r["name"] for r in at.session_state["compare_rows"]} == {"dp", "fsdp", "tp"}
+    at.switch_page("app_pages/plan.py").run()
+    assert not at.exception, at.exception
+    estimate = at.session_state["plan_estimate"][1]
+    assert estimate.to_compile and estimate.seconds_each is None
+    said = next(c.value for c in at.caption if "candidates:" in c.value)
+    assert f"{estimate.to_compile} to compile" in said and "Nothing is compiled before Run" in said
+
+
 def test_compare_page_predicts_each_strategy_s_step_on_the_chosen_chip():
     import sharding_lab as sl
 

@@ -13,15 +13,18 @@ from tests.support import CHROMIUM, CHROMIUM_FLAGS, SHOTS
 from tools import loadtest
 
 
-def _streamlit():
+def _streamlit(**env):
     """A `streamlit run app.py` on a free loopback port, healthy; its output goes to a log file (a pipe nobody
     reads would fill and stall the server)."""
-    return loadtest.Server(devices=8)
+    return loadtest.Server(devices=8, extra_env=env)
 
 
 @pytest.fixture(scope="session")
 def server():
-    with _streamlit() as running:
+    """The tests on this server walk through the Plan and Compare pages without reading what they compile on
+    opening (tests/app checks that, and test_browser's fresh server shows Compare's figures): they compile only
+    when asked (SHARDING_LAB_PAGE_COMPILES=off; tests/app/test_app.py checks the switch)."""
+    with _streamlit(SHARDING_LAB_PAGE_COMPILES="off") as running:
         yield running.url
 
 
