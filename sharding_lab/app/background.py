@@ -40,6 +40,15 @@ def track(thread: threading.Thread, stop: Callable[[], None]) -> threading.Threa
     return thread
 
 
+def lowest_priority() -> None:
+    """Give the calling thread the lowest CPU priority (nice 19; Linux keeps a priority per thread, so only this
+    one): a background compile takes the cores only when the learners' own work leaves them."""
+    try:
+        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 19)
+    except (AttributeError, OSError):  # not Linux, or not allowed: it runs at the process's priority
+        pass
+
+
 def exiting() -> bool:
     """True once the process is stopping its threads: start no new work."""
     return _exiting.is_set()

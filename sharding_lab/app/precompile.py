@@ -18,7 +18,6 @@ joined at interpreter exit (:mod:`.background`).
 from __future__ import annotations
 
 import collections
-import os
 import threading
 
 from .. import settings
@@ -100,10 +99,7 @@ def _start_locked() -> None:
 def _serve() -> None:
     from ..training.trainer import compile_first_run, program_key
 
-    try:
-        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 19)  # this thread only (Linux): students first
-    except (AttributeError, OSError):
-        pass
+    background.lowest_priority()  # students first
     while True:
         with _cond:
             while not _wanted and not _stop.is_set():

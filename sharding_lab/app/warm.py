@@ -271,12 +271,10 @@ def _warm(configs, wait_for_students: bool = True, report=None, release_every: i
     a Docker build) at normal priority, letting go of what JAX keeps in memory every ``release_every``
     layouts (:func:`_release`)."""
     from ..training.trainer import compile_first_run
+    from .background import lowest_priority
 
     if wait_for_students:
-        try:
-            os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 19)  # this thread only (Linux)
-        except (AttributeError, OSError):
-            pass
+        lowest_priority()
     started = time.perf_counter()
     _set_progress(
         done=0,
