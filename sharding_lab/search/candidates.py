@@ -5,6 +5,7 @@ cannot work or cannot fit before anything is compiled (:mod:`sharding_lab.search
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 
 from ..errors import ConfigError
@@ -281,19 +282,14 @@ def state_bytes_per_chip(plan) -> int:
     return params + optimizer + params
 
 
-_screened: dict[tuple, Result] = {}
-
-
 def screen(candidate: Candidate, base: LabConfig, dtype: str) -> Result:
     """Plan the candidate; a Result with ``skipped`` set when it cannot work or cannot fit, else with the book's
     count (:func:`sharding_lab.search.first.book_estimate`). Remembered: the first ranking screens every
     candidate before the compiles start, and the queue asks again (each asker gets its own copy)."""
-    key = (candidate, base, dtype)
-    if key not in _screened:
-        _screened[key] = _screen(candidate, base, dtype)
-    return dataclasses.replace(_screened[key])
+    return dataclasses.replace(_screen(candidate, base, dtype))
 
 
+@functools.lru_cache(maxsize=4096)  # a server's plan searches: a few hundred candidates each
 def _screen(candidate: Candidate, base: LabConfig, dtype: str) -> Result:
     from ..hardware.chips import chip as get_chip
     from .first import book_estimate
