@@ -3,15 +3,12 @@
 import streamlit as st
 
 from sharding_lab import settings
-from sharding_lab.app import classroom, fragment_race, session, tabs, warm
+from sharding_lab.app import activity, classroom, fragment_race, session, tabs, warm
 
 st.set_page_config(page_title="Sharding Lab", page_icon=":material/grid_view:", layout="wide")
 fragment_race.install()  # the Train page's polls must not cut a full run's end off (see the module)
-# Once per server process: compiled programs from disk, and the default layout compiled before the
-# first student presses Train (SHARDING_LAB_CACHE_DIR, SHARDING_LAB_WARM).
+# Once per server process: compiled programs from disk (SHARDING_LAB_CACHE_DIR).
 warm.enable_compilation_cache()
-if settings.WARM.raw().lower() not in ("off", "0", "false", "no"):
-    warm.warm_in_background()
 session.init_state()
 tabs.tab_id()  # this tab's opaque id, from its first run on (the challenges page counts solves by it)
 # The teacher view exists for this session only if its link carried the server's token; the
@@ -35,8 +32,13 @@ if st.session_state.teacher_view:
     pages.append(st.Page("app_pages/teacher.py", title="Teacher", icon=":material/groups:", url_path="teacher"))
 page = st.navigation(pages)
 tabs.moved_notice(classroom.replica_id())
-page.run()
+with activity.page_run():  # the class warm-up waits for the server's idle time
+    page.run()
 # After the page, with this run's settings: the mark the tab keeps, in case this server stops.
 tabs.keep_mark(classroom.replica_id())
 # Counted for the teacher view: an opaque id per browser tab, nothing else about it.
 classroom.seen(tabs.tab_id())
+# Once per server process, after its first page run: what a class clicks, compiled in the server's idle time
+# (SHARDING_LAB_WARM; started before the page, its first compile ran beside the first pages as an equal).
+if settings.WARM.raw().lower() not in ("off", "0", "false", "no"):
+    warm.warm_in_background()

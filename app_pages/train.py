@@ -105,7 +105,7 @@ except sl.ConfigError as compile_only:
         icon=":material/memory:",
     )
 if refused is None and processes == 1 and (slot.job is None or not slot.job.snapshot().running):
-    # what Train would compile, compiled while the learner reads the page (low priority; replaced on an edit)
+    # what Train would compile, compiled while the learner reads the page (in the background; replaced on an edit)
     precompile.request(st.session_state.get("classroom_id", ""), config)
 if refused is not None and plan.config.target == "cpu":
     ui.show_error(refused, lead="Too big to train here:")

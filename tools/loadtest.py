@@ -33,7 +33,9 @@ teacher view is read before and after, and its counts must have grown by exactly
         --teacher-token "$SHARDING_LAB_TEACHER_TOKEN"                            # replicas behind nginx
 
 Exit status 0 when every session finished with no error, no cross-talk and no change of server, and the
-teacher's counts (when read) were exact; 1 otherwise.
+teacher's counts (when read) were exact; 1 otherwise. A session that does not finish is photographed, and one
+whose page reported an error also leaves its tab's last websocket messages, decoded
+(:mod:`tools.message_trace`), beside the picture in ``artifacts/load/``.
 """
 
 from __future__ import annotations
@@ -56,6 +58,8 @@ import threading
 import time
 import urllib.request
 from pathlib import Path
+
+from tools.message_trace import MessageTrace
 
 ROOT = Path(__file__).resolve().parents[1]
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
@@ -626,7 +630,15 @@ async def run_session(
     await context.add_init_script(NO_ANIMATIONS_JS)
     page = await context.new_page()
     page.set_default_timeout(min(120_000, timeout * 1000))  # a loaded 2-core machine is slow to draw
-    page.on("pageerror", lambda error: result.errors.append(f"page error: {error}"))
+    trace = MessageTrace()  # the tab's last websocket frames, written out when the page reports an error
+    page.on("websocket", trace.attach)
+
+    def page_error(error) -> None:
+        result.errors.append(f"page error: {error}")
+        if SCREENSHOTS is not None:
+            trace.write(SCREENSHOTS / f"session-{plan.index:02d}-messages.txt", header=f"page error: {error}")
+
+    page.on("pageerror", page_error)
     deadline = time.monotonic() + timeout
     try:
         await asyncio.sleep(arrive_at)  # students do not all arrive in the same second
@@ -683,6 +695,49 @@ async def watched_session(
             ready.arrive()
 
 
+def nice_browser_session(nice: int) -> list[str]:
+    """Lower the CPU share of the Chromium this process started; what could not be done, as notes.
+
+    Niceness alone does not do it. Playwright starts Chromium in a session of its own (``setsid``), and with
+    Linux's autogroup scheduling (on by default: ``/proc/sys/kernel/sched_autogroup_enabled``) the CPU is
+    shared between sessions first and by niceness only inside one: twenty tabs at nice 19 still took half of
+    the two cores from a server in another session (measured on 2026-12-06: the browsers' autogroup at nice 0
+    while their processes were at 19). A session's share is set by its autogroup's niceness,
+    ``/proc/<pid>/autogroup`` (raising it needs no privilege)."""
+    me, parents, sessions, comms = os.getpid(), {}, {}, {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as stat:
+                comm, _, rest = stat.read().partition(" (")[2].rpartition(") ")
+            fields = rest.split()
+        except OSError:
+            continue
+        parents[int(entry)], sessions[int(entry)], comms[int(entry)] = int(fields[1]), int(fields[3]), comm
+
+    def descends(pid: int) -> bool:
+        while pid > 1:
+            pid = parents.get(pid, 0)
+            if pid == me:
+                return True
+        return False
+
+    browser_sessions = {sessions[pid]: pid for pid in parents if "chrom" in comms[pid] and descends(pid)}
+    notes = []
+    for sid, pid in browser_sessions.items():
+        if sid == sessions.get(me) or not os.path.exists(f"/proc/{pid}/autogroup"):
+            continue  # the same session as this process, or no autogroups: niceness alone counts
+        try:
+            with open(f"/proc/{pid}/autogroup", "w") as group:
+                group.write(str(nice))
+        except OSError as error:
+            notes.append(f"note: the browsers' session keeps its CPU share ({error}); they compete with the server")
+    if not browser_sessions:
+        notes.append("note: no Chromium process found under this one; its CPU share is unchanged")
+    return notes
+
+
 class RssSampler:
     """Peak resident memory of a process and its children, sampled in a thread."""
 
@@ -734,8 +789,16 @@ class Server:
     """`streamlit run app.py` on 127.0.0.1 only (a free port), output to a log file."""
 
     def __init__(
-        self, max_jobs: int | None = None, devices: int = 8, extra_env: dict | None = None, script: str = "app.py"
+        self,
+        max_jobs: int | None = None,
+        devices: int = 8,
+        extra_env: dict | None = None,
+        script: str = "app.py",
+        own_session: bool = False,
     ):
+        """``own_session``: the server runs in a session of its own (``setsid``), so that Linux's autogroup
+        scheduling gives it its own share of the cores — as a server on its own machine has — rather than
+        one shared with the process that started it (the load test, which must not be what it measures)."""
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}/"
         env = dict(os.environ, SHARDING_LAB_DEVICES=str(devices), **(extra_env or {}))
@@ -758,6 +821,7 @@ class Server:
             env=env,
             stdout=self.log,
             stderr=subprocess.STDOUT,
+            start_new_session=own_session,
         )
 
     def wait_healthy(self, timeout: float = 60) -> None:
@@ -808,12 +872,14 @@ async def run_load(
     own_axes: bool = False,
     edits: bool = True,
     solve_after: bool = False,
+    browser_nice: int = 0,
 ) -> list[SessionResult]:
     """All sessions in one Chromium, arriving at random times over ``arrive_over`` seconds (default
     0.5 s per session) and — when ``together`` — pressing Train at the same moment once all are set
     up; returns one result per session, in order. Each session is bounded by ``timeout`` (+ a grace)
     and all of them by ``total_timeout``: a session still going then is reported as hung. Pass
-    ``results`` to see them fill in (the caller's watchdog reports them if even this hangs)."""
+    ``results`` to see them fill in (the caller's watchdog reports them if even this hangs). ``browser_nice``:
+    the browsers' session as a whole runs at this niceness (:func:`nice_browser_session`)."""
     from playwright.async_api import async_playwright
 
     titles = preset_titles()
@@ -826,6 +892,9 @@ async def run_load(
     p = await async_playwright().start()
     try:
         browser = await p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_FLAGS)
+        if browser_nice:
+            for note in nice_browser_session(browser_nice):
+                print(note, flush=True)
         tasks = [
             asyncio.create_task(
                 watched_session(
@@ -1017,8 +1086,19 @@ def main(argv: list[str] | None = None) -> int:
         default=19,
         choices=range(20),
         metavar="0-19",
-        help="run this harness and its browsers at this niceness (default 19: a class's browsers run on the "
-        "students' laptops, not on the server's cores; 0: they compete with a server on the same cores as equals)",
+        help="run this harness and the processes it starts at this niceness (default 19: the harness is not part "
+        "of the server; its Chromium runs in a session of its own, whose share is --browser-session-nice)",
+    )
+    parser.add_argument(
+        "--browser-session-nice",
+        type=int,
+        default=0,
+        choices=range(20),
+        metavar="0-19",
+        help="the niceness of the browsers' session as a whole (Linux autogroup; Chromium runs in a session of "
+        "its own). 0, the default: the browsers and the server share the cores as equals — the closest two "
+        "cores come to a class whose browsers run on laptops of their own; 19: the browsers get only what the "
+        "server leaves, and see their losses late whenever it works in the background",
     )
     parser.add_argument("--json", type=Path, help="also write the results here")
     args = parser.parse_args(argv)
@@ -1036,8 +1116,10 @@ def main(argv: list[str] | None = None) -> int:
     teacher = {}
 
     def load(url: str) -> None:
-        # After the server started (it keeps its priority): this process and the Chromium it starts take the
-        # cores only when the server leaves them — a class's browsers run on the students' laptops.
+        # After the server started (it keeps its priority): this process is not part of the server. Linux shares
+        # the cores between sessions (autogroups) before niceness counts: the server started here runs in a
+        # session of its own, so does Chromium (Playwright's doing; their share is --browser-session-nice), and
+        # this process — an observer that must not be starved by what it measures — in the one it was started in.
         os.nice(args.browser_nice)
         if args.teacher_token:
             teacher["before"] = asyncio.run(teacher_view(url, args.teacher_token))["counts"]
@@ -1055,6 +1137,7 @@ def main(argv: list[str] | None = None) -> int:
                 args.own_axes,
                 not args.no_edits,
                 args.solve,
+                args.browser_session_nice,
             )
         )
         if args.teacher_token:
@@ -1069,7 +1152,7 @@ def main(argv: list[str] | None = None) -> int:
         peak = None
     else:
         env = {"SHARDING_LAB_TEACHER_TOKEN": args.teacher_token} if args.teacher_token else {}
-        with Server(args.max_jobs, extra_env=env) as server, RssSampler(server.proc.pid) as rss:
+        with Server(args.max_jobs, extra_env=env, own_session=True) as server, RssSampler(server.proc.pid) as rss:
             load(server.url)
             peak = rss.peak
             log = server.output()

@@ -14,6 +14,15 @@ stops at its next checkpoint (between chunks, layouts, candidates); a compile in
 (the app's are seconds). One that has still not stopped after :data:`JOIN_LIMIT_S` is abandoned the one way
 XLA survives: the process leaves through ``os._exit(70)`` after flushing its output, skipping the finalisation
 that would tear the thread down (70, not 0: the status the program meant is unknown there).
+
+None of these threads lowers its CPU priority. XLA compiles and runs every program on thread pools it starts
+the first time it needs them (``tf_XLAEigen`` when the backend starts, ``llvm-worker-*`` at the first program
+big enough to split its code generation), and a thread Linux creates inherits its creator's priority: the
+warm-up thread at nice 19 left those pools — every student's compile and training step included — at nice 19
+for the server's life (measured on 2026-12-06; a fresh class's layouts then took 10–30 s of wall clock for
+under a second of their own thread's CPU). What keeps the background work out of the learners' way is when it
+runs: the class warm-up only while the server is idle (:mod:`.warm`), the precompile only for the layouts the
+learners are reading (:mod:`.precompile`).
 """
 
 from __future__ import annotations
@@ -38,15 +47,6 @@ def track(thread: threading.Thread, stop: Callable[[], None]) -> threading.Threa
         _tracked[:] = [(t, s) for t, s in _tracked if t.is_alive() or t is thread]
         _tracked.append((thread, stop))
     return thread
-
-
-def lowest_priority() -> None:
-    """Give the calling thread the lowest CPU priority (nice 19; Linux keeps a priority per thread, so only this
-    one): a background compile takes the cores only when the learners' own work leaves them."""
-    try:
-        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 19)
-    except (AttributeError, OSError):  # not Linux, or not allowed: it runs at the process's priority
-        pass
 
 
 def exiting() -> bool:

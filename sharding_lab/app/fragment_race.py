@@ -12,6 +12,17 @@ all: the stale Train pages of the 40-session load test (a missing verdict, a mis
 The fix waits instead: a fragment's rerun that arrives in that window is tried again once the finished
 runner's events are through (its SHUTDOWN event clears ``_scriptrunner``), then handled as usual. Full
 reruns (an edit, a click outside a fragment) are untouched: they stop the old runner on purpose.
+
+A second race, found with the load test's message traces (:mod:`tools.message_trace`, 2026-12-06): when a
+fragment's run starts, AppSession clears the session's outgoing queue of that fragment's deltas not yet sent
+— meant for an earlier run of the same fragment, superseded — but a *full* run that has just finished drew
+the fragment too, and its deltas carry the fragment's id: they are dropped, while the full run's
+"finished successfully" is kept on purpose. The browser then removes every element the full run did not
+draw as stale — the fragment's whole container — and the fragment's next deltas point into a container
+that is no longer there: "Bad delta path index 3 (should be between [0, 2])" or "Cannot set a node at a
+delta path", the tab blank from then on (2 of 20 tabs in one fresh-server class). So while the queue still
+holds a full run's successful end, a fragment's start clears none of the deltas before it: they are sent,
+and the fragment's new ones follow and replace them.
 """
 
 import time
@@ -22,6 +33,7 @@ RETRY_S = 0.02  # how often to look again; the finished runner's events are usua
 GIVE_UP_S = 10.0  # then start the new runner anyway, as Streamlit would have (a runner that never shuts down)
 
 _original_create = AppSession._create_scriptrunner
+_original_clear = AppSession._clear_queue
 
 
 def _create_scriptrunner(app_session: AppSession, initial_rerun_data, *, waited_since: float | None = None) -> None:
@@ -46,6 +58,25 @@ def _retry(app_session: AppSession, rerun_data, since: float) -> None:
     _create_scriptrunner(app_session, rerun_data, waited_since=since)
 
 
+def _clear_queue(app_session: AppSession, fragment_ids_this_run: list[str] | None = None) -> None:
+    """AppSession's clear at a run's start — except that a fragment's start keeps the deltas of a full run
+    whose successful end is still waiting to be sent (the second race above)."""
+    if fragment_ids_this_run and full_run_ended_in(app_session._browser_queue):
+        fragment_ids_this_run = []  # the queue's own rule then keeps every delta and every lifecycle message
+    _original_clear(app_session, fragment_ids_this_run)
+
+
+def full_run_ended_in(queue) -> bool:
+    """Whether a ForwardMsgQueue holds the end of a full run that finished successfully (not yet sent)."""
+    from streamlit.proto.ForwardMsg_pb2 import ForwardMsg
+
+    return any(
+        msg.WhichOneof("type") == "script_finished" and msg.script_finished == ForwardMsg.FINISHED_SUCCESSFULLY
+        for msg in queue._queue
+    )
+
+
 def install() -> None:
     """Patch this server process's AppSession (idempotent; the entry script calls it on every run)."""
     AppSession._create_scriptrunner = _create_scriptrunner
+    AppSession._clear_queue = _clear_queue

@@ -2,8 +2,8 @@
 
 Students read a layout for a while (the Layout page, the Train page's caption) before they train it; the
 compiler can use that time. :func:`request` records, per session, the configuration its page shows; one
-background thread at the lowest CPU priority compiles what a first run of it would (the model's creation, the
-training chunk, the prediction and the layout check:
+background thread (at the server's priority: :mod:`.background` says why) compiles what a first run of it
+would (the model's creation, the training chunk, the prediction and the layout check:
 :func:`sharding_lab.training.trainer.compile_first_run`), so the run Train starts finds its programs in memory
 (and in the disk cache for other sessions and later servers). The server's class warm-up waits while a request
 is pending: what learners read now comes before what a class may click later.
@@ -99,7 +99,6 @@ def _start_locked() -> None:
 def _serve() -> None:
     from ..training.trainer import compile_first_run, program_key
 
-    background.lowest_priority()  # students first
     while True:
         with _cond:
             while not _wanted and not _stop.is_set():

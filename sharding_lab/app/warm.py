@@ -3,10 +3,11 @@
 :func:`enable_compilation_cache` points JAX's persistent compilation cache at
 ``SHARDING_LAB_CACHE_DIR`` (default ``~/.cache/sharding-lab/jax``; ``off`` disables it), so a
 restarted server loads the programs the last one compiled instead of compiling them again.
-:func:`warm_in_background` then compiles, in a low-priority thread, the default configuration (the
+:func:`warm_in_background` then compiles, in a background thread, the default configuration (the
 seed preset on the default mesh — what every student sees first) and after it every layout a class
 clicks through (:func:`class_configs`: each model family's defaults × every preset × every mesh shape
-over the default device count), pausing whenever a student's own run trains or waits, stoppable from
+over the default device count), only while the server is idle (no run training or waiting, no layout a
+learner reads waiting to be compiled, no page run in the last few seconds), stoppable from
 the teacher view, its progress in :func:`progress`. ``SHARDING_LAB_WARM``: ``on`` (all of it),
 ``default`` (the default layout only) or ``off``. ``python -m sharding_lab.app.warm`` does the same in the
 foreground — the Docker image runs it at build time, so a fresh container's cache is already full — and
@@ -143,7 +144,7 @@ def default_config(family_name: str, shape: tuple[int, ...], preset: str):
 
 def warm_in_background(configs=None) -> threading.Thread | None:
     """Compile ``configs`` (default: the app's default configuration, then — with ``SHARDING_LAB_WARM=on``
-    — :func:`class_configs`) in a background thread at the lowest CPU priority, once per process; the
+    — :func:`class_configs`) in a background thread while the server is idle, once per process; the
     thread, or None if it was started before."""
     with _lock:
         if "warm" in _state:
@@ -249,32 +250,31 @@ def _write_marker(path: Path) -> None:
     (path / MARKER).write_text(json.dumps(fingerprint()))
 
 
+IDLE_BEFORE_WARMING_S = 3.0  # no page run for this long: the learners are reading, the class warm-up may go on
+
+
 def _students_busy() -> bool:
-    """Whether a learner's work is waiting for the cores: a run training or queued, or the layout a learner is
-    reading not yet compiled (:mod:`.precompile`). The class warm-up guesses what a class will click; what
-    learners look at now comes first (measured on a fresh server, 20 sessions: with the class warm-up beside
-    the precompile requests 4 of 20 layouts were compiled when the class pressed Train, first-loss median
-    23–31 s; without it 16 of 20, 10.9 s)."""
-    from . import precompile
+    """Whether learners are using the server: a run training or queued, the layout a learner is reading not yet
+    compiled (:mod:`.precompile`), or a page run within the last :data:`IDLE_BEFORE_WARMING_S` (:mod:`.activity`).
+    The class warm-up guesses what a class will click; what learners do now comes first (measured on a fresh
+    server, 20 sessions: with the class warm-up beside the precompile requests 4 of 20 layouts were compiled
+    when the class pressed Train, first-loss median 23–31 s; without it 16 of 20, 10.9 s)."""
+    from . import activity, precompile
     from .scheduler import load
 
     running, waiting = load()
-    return running + waiting > 0 or precompile.pending()
+    return running + waiting > 0 or precompile.pending() or activity.quiet_for() < IDLE_BEFORE_WARMING_S
 
 
 RELEASE_EVERY = 20  # the warm command: layouts compiled between two releases of JAX's in-memory programs
 
 
 def _warm(configs, wait_for_students: bool = True, report=None, release_every: int | None = None) -> None:
-    """Compile ``configs`` in turn. Beside students (``wait_for_students``) at the lowest CPU priority and
-    paused while they train or while a layout a learner reads waits to be compiled; on its own (the command,
-    a Docker build) at normal priority, letting go of what JAX keeps in memory every ``release_every``
-    layouts (:func:`_release`)."""
+    """Compile ``configs`` in turn. Beside students (``wait_for_students``) only while the server is idle
+    (:func:`_students_busy`); on its own (the command, a Docker build) one after the other, letting go of what
+    JAX keeps in memory every ``release_every`` layouts (:func:`_release`)."""
     from ..training.trainer import compile_first_run
-    from .background import lowest_priority
 
-    if wait_for_students:
-        lowest_priority()
     started = time.perf_counter()
     _set_progress(
         done=0,

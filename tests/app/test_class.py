@@ -344,25 +344,33 @@ def test_the_warm_up_waits_for_students_and_stops_when_told():
         warm._stop.clear()
 
 
-def test_the_class_warm_up_waits_while_a_layout_a_learner_reads_is_not_compiled():
-    """What learners look at comes before what a class may click later: on a fresh server the class warm-up
-    beside the learners' requests left 4 of 20 layouts compiled when the class pressed Train (16 without it)."""
-    from sharding_lab.app import precompile, warm
+def test_the_class_warm_up_waits_while_a_layout_a_learner_reads_is_not_compiled_and_while_pages_run():
+    """What learners look at and do comes before what a class may click later: on a fresh server the class
+    warm-up beside the learners' requests left 4 of 20 layouts compiled when the class pressed Train (16
+    without it); beside their page runs it took the cores XLA's shared thread pools give every compile."""
+    from sharding_lab.app import activity, precompile, warm
 
     config = sl.LabConfig(mesh=sl.MeshSpec((2, 4), ("read_a", "read_b")), preset="dp")
     with precompile._cond:  # a learner's page asked (no notify: the precompile thread does not take it here)
         precompile._wanted["reader"] = config
+    page = activity.page_run()
     try:
         assert precompile.pending()
         thread = warm._warm_thread([config])
         time.sleep(1.5)
         assert warm.progress()["done"] == 0 and warm.progress()["running"]
+        page.__enter__()  # a learner's page runs (a long one: a sidebar edit on the Plan page)
     finally:
         with precompile._cond:
             precompile._wanted.pop("reader", None)
-    assert not precompile.pending()
+    assert not precompile.pending() and activity.quiet_for() == 0.0
+    time.sleep(1.5)
+    assert warm.progress()["done"] == 0, "the warm-up compiled while a page ran"
+    page.__exit__(None, None, None)
+    ended = time.monotonic()
     thread.join(120)
     assert warm.progress()["done"] == 1 and not warm.progress()["running"]
+    assert time.monotonic() - ended >= warm.IDLE_BEFORE_WARMING_S  # it waited for the server to be idle
 
 
 def test_the_warm_command_splits_the_layouts_over_processes_into_one_cache(tmp_path):
