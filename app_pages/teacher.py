@@ -57,7 +57,8 @@ def overview() -> None:
         if warming.get("note"):
             st.caption(warming["note"].capitalize() + ": this server warmed the default layout only.")
         st.caption(
-            "Compiled at the lowest priority, and paused whenever a student's run trains or waits. "
+            f"Compiled only while the server is idle: paused whenever a student's run trains or waits, a layout a "
+            f"student reads waits to be compiled, or a page ran in the last {warm.IDLE_BEFORE_WARMING_S:.0f} s. "
             "SHARDING_LAB_WARM=default keeps only the default layout; the cache lives in "
             "SHARDING_LAB_CACHE_DIR."
         )
