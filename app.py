@@ -40,5 +40,5 @@ tabs.keep_mark(classroom.replica_id())
 classroom.seen(tabs.tab_id())
 # Once per server process, after its first page run: what a class clicks, compiled in the server's idle time
 # (SHARDING_LAB_WARM; started before the page, its first compile ran beside the first pages as an equal).
-if settings.WARM.raw().lower() not in ("off", "0", "false", "no"):
+if settings.WARM.on():
     warm.warm_in_background()

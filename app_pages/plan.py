@@ -190,12 +190,13 @@ if job is not None and not job.running and (asked is None or job.question != pla
 if asked_error is not None:
     ui.show_error(asked_error, lead="")
 else:
+    page_compiles = settings.PAGE_COMPILES.get()
     if state.get("plan_estimate", (None,))[0] != plan_view.question(*asked):
-        timing = " (and timing one compile of a small model)" if settings.PAGE_COMPILES.get() else ""
+        timing = " (and timing one compile of a small model)" if page_compiles else ""
         with st.spinner(f"Counting the candidates{timing}…"):
             state.plan_estimate = (
                 plan_view.question(*asked),
-                plan_view.estimate(asked[0], DTYPE, *asked[1:], compile_one=settings.PAGE_COMPILES.get()),
+                plan_view.estimate(asked[0], DTYPE, *asked[1:], compile_one=page_compiles),
             )
     estimate = state.plan_estimate[1]
     text = f"{estimate.candidates} candidates"
@@ -208,7 +209,7 @@ else:
             f". One was compiled just now to time it ({estimate.measured_on}: {each:.1f} s), so the answer should "
             f"take about {estimate.seconds:.0f} s ({estimate.to_compile - 1} × {each:.1f} s)."
         )
-    elif estimate.to_compile and not settings.PAGE_COMPILES.get():  # a small model; this server times none
+    elif estimate.to_compile and not page_compiles:  # a small model; this server times none
         text += (
             ". Nothing is compiled before Run on this server (SHARDING_LAB_PAGE_COMPILES=off): the progress shows "
             "the time left once the first compiles are in."

@@ -27,6 +27,11 @@ class Setting:
         value = os.environ.get(self.name, "").strip()
         return value or self.default
 
+    def on(self) -> bool:
+        """Whether the text is anything but an off-word (``off``, ``0``, ``false``, ``no``): a setting with more
+        values than on and off (``SHARDING_LAB_WARM``: on, default, off) is off only by those words."""
+        return _switch(self.raw())
+
     def get(self):
         """The parsed value (the default's when the text does not parse)."""
         try:

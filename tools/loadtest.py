@@ -704,29 +704,18 @@ def nice_browser_session(nice: int) -> list[str]:
     the two cores from a server in another session (measured on 2026-12-06: the browsers' autogroup at nice 0
     while their processes were at 19). A session's share is set by its autogroup's niceness,
     ``/proc/<pid>/autogroup`` (raising it needs no privilege)."""
-    me, parents, sessions, comms = os.getpid(), {}, {}, {}
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
+    import psutil
+
+    browser_sessions = {}  # session id → one of its Chromium processes
+    for child in psutil.Process().children(recursive=True):
         try:
-            with open(f"/proc/{entry}/stat") as stat:
-                comm, _, rest = stat.read().partition(" (")[2].rpartition(") ")
-            fields = rest.split()
-        except OSError:
+            if "chrom" in child.name():
+                browser_sessions[os.getsid(child.pid)] = child.pid
+        except (psutil.Error, OSError):  # ended since the listing
             continue
-        parents[int(entry)], sessions[int(entry)], comms[int(entry)] = int(fields[1]), int(fields[3]), comm
-
-    def descends(pid: int) -> bool:
-        while pid > 1:
-            pid = parents.get(pid, 0)
-            if pid == me:
-                return True
-        return False
-
-    browser_sessions = {sessions[pid]: pid for pid in parents if "chrom" in comms[pid] and descends(pid)}
     notes = []
     for sid, pid in browser_sessions.items():
-        if sid == sessions.get(me) or not os.path.exists(f"/proc/{pid}/autogroup"):
+        if sid == os.getsid(0) or not os.path.exists(f"/proc/{pid}/autogroup"):
             continue  # the same session as this process, or no autogroups: niceness alone counts
         try:
             with open(f"/proc/{pid}/autogroup", "w") as group:

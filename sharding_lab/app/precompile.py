@@ -33,7 +33,7 @@ _stop = threading.Event()
 
 
 def enabled() -> bool:
-    return settings.WARM.raw().lower() not in ("off", "0", "false", "no")
+    return settings.WARM.on()
 
 
 def request(session: str, config) -> bool:
