@@ -31,9 +31,11 @@ pages = [
 if st.session_state.teacher_view:
     pages.append(st.Page("app_pages/teacher.py", title="Teacher", icon=":material/groups:", url_path="teacher"))
 page = st.navigation(pages)
+session.carry_settings(page)
 tabs.moved_notice(classroom.replica_id())
 with activity.page_run():  # the class warm-up waits for the server's idle time
     page.run()
+session.page_drawn(page)  # not after st.stop() or a rerun: the page's next run copies the settings again
 # After the page, with this run's settings: the mark the tab keeps, in case this server stops.
 tabs.keep_mark(classroom.replica_id())
 # Counted for the teacher view: an opaque id per browser tab, nothing else about it.

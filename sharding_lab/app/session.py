@@ -5,8 +5,8 @@ widget a different id on each page (the page's script hash is part of it), drops
 run does not draw it, and a page switch carries no widget state from the browser: a value reaches the next
 page only under its key. It can be elsewhere at the switch in two ways, each handled here:
 
-- set by code in the run before the switch (a link, a callback): still under its key. :func:`init_state`
-  copies every setting onto itself at the top of each run, so the new page's widget finds it.
+- set by code in the run before the switch (a link, a callback): still under its key. :func:`carry_settings`
+  copies every setting onto itself on a page's first run, so the new page's widget finds it.
 - filed under the old page's widget id by a fragment's timer run (Plan's progress, Train's live view):
   every setting's widget is drawn with ``persist_state=KEEP``, and the switch moves the value back under
   its key (``SessionState._remove_stale_widgets``). Without it, Train opened on cpu, the MLP and the seed
@@ -21,6 +21,7 @@ from sharding_lab.app import links, settings
 from sharding_lab.models import plugins
 
 KEEP = "session"  # every setting widget's persist_state
+DRAWN_PAGE = "settings_drawn_on"  # the page whose last run ended with the settings' widgets drawn
 # The Plan page's question: settings too (carried like the sidebar's), though no link holds them.
 PLAN_BOXES = (
     "plan_size",
@@ -41,9 +42,29 @@ def init_state() -> None:
     defaults = settings.defaults()  # once: it walks every model family's sizes
     for key, value in defaults.items():
         state.setdefault(key, value)
+
+
+def carry_settings(page) -> None:
+    """On the first run of ``page`` (a page switch, a new session, a run cut short before its page was drawn):
+    every setting copied onto itself, so that the page's own widgets find it under its key.
+
+    Only then: a setting written in a run is sent back to the browser as the widget's value, and on a busy
+    server that echo can arrive after the learner's next edit and undo it — the box showing the older value,
+    and the browser's next rerun carrying it (a name typed twice in a moment came back as the first; the
+    20-session load test, 2026-12-06). On the page's later runs the browser is the one source of each
+    widget's value, as Streamlit means it to be."""
+    state = st.session_state
+    if state.get(DRAWN_PAGE) == page.url_path:
+        return
+    defaults = settings.defaults()
     for key in list(state.keys()):
         if key in defaults or key in PLAN_BOXES or str(key).startswith(("rule_", "ovr_")):
             state[key] = state[key]
+
+
+def page_drawn(page) -> None:
+    """``page`` ran to its end: its widgets hold the settings, so its next runs need no copy."""
+    st.session_state[DRAWN_PAGE] = page.url_path
 
 
 def restore_link() -> None:

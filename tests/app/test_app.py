@@ -290,6 +290,25 @@ def test_settings_survive_a_page_switch(app):
     assert any("preset tp" in c.value for c in app.caption)
 
 
+def test_a_run_on_the_same_page_sends_no_widget_values_back(app):
+    """A setting written by the server reaches the browser as the widget's value (``set_value``); sent on every
+    run, a late one undid a learner's newer edit on a busy server (the load test's name typed twice came back
+    as the first). Only a page's first run copies the settings; its later runs leave the browser the source."""
+    sidebar_boxes = {"name_0", "name_1", "size_0", "size_1", "preset", "n_axes"}
+
+    def echoed() -> set[str]:
+        widgets = [*app.text_input, *app.number_input, *app.selectbox, *app.radio]
+        return {w.key for w in widgets if w.key in sidebar_boxes and w.proto.set_value}
+
+    assert echoed() == sidebar_boxes  # the session's first run: every setting onto its widget
+    app.text_input(key="name_1").input("mdl").run()
+    assert not app.exception and app.session_state["name_1"] == "mdl"
+    assert echoed() == set()
+    app.switch_page("app_pages/train.py").run()  # a new page: its widgets get the settings again
+    assert echoed() == sidebar_boxes and app.text_input(key="name_1").value == "mdl"
+    assert any("(data, mdl)" in c.value for c in app.caption)
+
+
 def test_explicit_axes_refusal_is_explained_and_fixed_in_one_click(app):
     """Issue 23: Explicit axes with the seed's rules blanked every page with a garbled sentence."""
     app.radio(key="axis_type").set_value("Explicit").run()
