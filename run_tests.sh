@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Install (first time only) what the tests need — Python packages, and Debian's Chromium, PostgreSQL and nginx
-# for the end-to-end tests when missing — then run the whole suite. Extra args go to pytest.
+# for the end-to-end tests when missing — then run the whole suite in two processes. Extra args go to pytest.
 set -euo pipefail
 cd "$(dirname "$0")"
 bash scripts/venv.sh test
@@ -14,4 +14,6 @@ if [ ${#missing[@]} -gt 0 ] && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/nu
   (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}") \
     >/tmp/sharding-lab-apt.log 2>&1 || echo "could not install ${missing[*]} (see /tmp/sharding-lab-apt.log)"
 fi
-exec .venv/bin/python -m pytest "$@"
+# Two test processes, a test file each at a time (its module's compiles and servers stay shared): alone the
+# suite keeps 1.1 of two cores busy (24 → 15 min, docs/measurements.md). `-n 0` runs it in this one.
+exec .venv/bin/python -m pytest -n 2 --dist loadfile "$@"

@@ -3,9 +3,9 @@ leaves when its page reports an error. A load test that mis-measures itself sent
 astray (docs/classroom-timing.md, "What the day's earlier measurements missed")."""
 
 import asyncio
-import os
 from pathlib import Path
 
+import psutil
 import pytest
 from streamlit.proto.ForwardMsg_pb2 import ForwardMsg
 
@@ -29,11 +29,11 @@ def test_the_browsers_session_gets_the_niceness_asked_for():
             browser = await p.chromium.launch(executable_path=loadtest.CHROMIUM, args=loadtest.CHROMIUM_FLAGS)
             notes = loadtest.nice_browser_session(7)
             groups = set()
-            for pid in os.listdir("/proc"):
+            for child in psutil.Process().children(recursive=True):  # this test's browser, not another test's
                 try:
-                    if pid.isdigit() and open(f"/proc/{pid}/comm").read().strip() == "chromium":
-                        groups.add(open(f"/proc/{pid}/autogroup").read().strip())
-                except OSError:
+                    if child.name() == "chromium":
+                        groups.add(open(f"/proc/{child.pid}/autogroup").read().strip())
+                except (psutil.Error, OSError):
                     continue
             await browser.close()
             return notes, groups
