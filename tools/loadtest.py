@@ -311,7 +311,14 @@ async def edit_while_training(page, plan: SessionPlan, titles: dict[str, str]) -
 
 
 async def configure(
-    page, url: str, plan: SessionPlan, title: str, result: "SessionResult", timeout: float, attempts: int = 4
+    page,
+    url: str,
+    plan: SessionPlan,
+    title: str,
+    result: "SessionResult",
+    timeout: float,
+    attempts: int = 4,
+    trace: MessageTrace | None = None,
 ) -> None:
     """Open the app (Layout page), follow the link to Train, set this session's preset, mesh and
     axis names in the sidebar and its steps; done when the Train page's caption (drawn by the
@@ -357,7 +364,13 @@ async def configure(
                 label: await page.get_by_label(label, exact=True).input_value()
                 for label in ("Size 1", "Size 2", "Name 1", "Name 2")
             }
-            result.lost_edits.append(f"sidebar shows {boxes}, server drew {state['captions'][1:2]}")
+            drawn = [c for c in state["captions"] if " · preset " in c][:1]
+            result.lost_edits.append(f"sidebar shows {boxes}, server drew {drawn}")
+            if trace is not None and SCREENSHOTS is not None:  # what the tab and the server said, for the cause
+                trace.write(
+                    SCREENSHOTS / f"session-{plan.index:02d}-retyped-{attempt + 1}-messages.txt",
+                    header=f"retyped: {result.lost_edits[-1]}",
+                )
     await set_input(page, "Steps", str(plan.steps))
 
 
@@ -644,7 +657,7 @@ async def run_session(
         await asyncio.sleep(arrive_at)  # students do not all arrive in the same second
         started = time.monotonic()
         result.status = "configuring"
-        await configure(page, url, plan, title, result, timeout=max(5.0, deadline - time.monotonic()))
+        await configure(page, url, plan, title, result, timeout=max(5.0, deadline - time.monotonic()), trace=trace)
         result.setup_s = time.monotonic() - started
         result.status = "waiting for the others"
         if ready is not None:

@@ -16,6 +16,9 @@ import time
 from pathlib import Path
 
 KEEP = 600  # frames per tab: a Train page's full run is ~40 messages, a poll ~15
+# The settings the load test types: their values are shown, as the browser sent them and as the server drew them
+# (with ``set``: the server wrote the value, and the browser's box takes it).
+WATCHED = ("size_0", "size_1", "name_0", "name_1", "preset", "steps", "lr")
 
 
 class MessageTrace:
@@ -61,7 +64,14 @@ def forward(payload: bytes) -> str:
         what = delta.WhichOneof("type")
         inner = getattr(delta, what).WhichOneof("type") if what in ("new_element", "add_block") else ""
         frag = f" frag={delta.fragment_id[:8]}" if delta.fragment_id else ""
-        return f"delta {list(msg.metadata.delta_path)} {what}:{inner}{frag} {where}"
+        shown = ""
+        if inner in ("number_input", "text_input"):
+            box = getattr(delta.new_element, inner)
+            key = widget_key(box.id)
+            if key in WATCHED:
+                value = box.value if inner == "text_input" or box.HasField("value") else "(default)"
+                shown = f" {key}={value}" + (" set" if box.set_value else "")
+        return f"delta {list(msg.metadata.delta_path)} {what}:{inner}{shown}{frag} {where}"
     if kind == "script_finished":
         return f"script_finished {ForwardMsg.ScriptFinishedStatus.Name(msg.script_finished)} {where}"
     if kind == "session_status_changed":
@@ -85,5 +95,18 @@ def back(payload: bytes) -> str:
         rerun = msg.rerun_script
         frag = f" frag={rerun.fragment_id[:8]}" if rerun.fragment_id else ""
         auto = " auto" if rerun.is_auto_rerun else ""
-        return f"rerun_script{frag}{auto} widgets={len(rerun.widget_states.widgets)} page={rerun.page_script_hash[:8]}"
+        values = [
+            f"{key}={getattr(w, w.WhichOneof('value'))}"
+            for w in rerun.widget_states.widgets
+            if (key := widget_key(w.id)) in WATCHED and w.WhichOneof("value")
+        ]
+        return (
+            f"rerun_script{frag}{auto} widgets={len(rerun.widget_states.widgets)} page={rerun.page_script_hash[:8]}"
+            + (" " + " ".join(values) if values else "")
+        )
     return kind or "empty"
+
+
+def widget_key(widget_id: str) -> str:
+    """The key a widget was given (``$$ID-<hash>-<key>``, Streamlit 1.67's ids), or its whole id."""
+    return widget_id.split("-", 2)[2] if widget_id.startswith("$$ID-") and widget_id.count("-") >= 2 else widget_id

@@ -11,7 +11,11 @@ is pending: what learners read now comes before what a class may click later.
 A session that changes its layout replaces its request: one not yet started is dropped (cancelled). One
 already compiling finishes — XLA cannot be interrupted mid-compile — and the thread moves on to what is asked
 now. Requests are served oldest first, each session's latest only; a layout compiled once is not compiled
-again. Off with ``SHARDING_LAB_WARM=off`` (the test suite), as the warm-up is. The thread is stopped and
+again. A request waits until its layout has stayed :data:`SETTLE_S` on the learner's page (one typing a mesh
+passes through layouts nobody reads: 3 of the first 8 compiles of a fresh 20-session class were such
+intermediate layouts, 6–14 s each while the class set up), and none starts while a run waits in the queue for
+a training slot (that run's own compile comes first: it is what a learner is waiting for now). Off with
+``SHARDING_LAB_WARM=off`` (the test suite), as the warm-up is. The thread is stopped and
 joined at interpreter exit (:mod:`.background`).
 """
 
@@ -19,14 +23,17 @@ from __future__ import annotations
 
 import collections
 import threading
+import time
 
 from .. import settings
-from . import background
+from . import background, scheduler
 
 MAX_REMEMBERED = 256  # layouts remembered as compiled (the trainer keeps 64 chunks in memory; the disk keeps all)
+SETTLE_S = 2.0  # how long a layout stays on a learner's page before it is compiled
+LOOK_AGAIN_S = 0.25  # how often the thread looks again while requests settle or runs are queued
 
 _cond = threading.Condition()
-_wanted: collections.OrderedDict = collections.OrderedDict()  # session → the configuration it shows
+_wanted: collections.OrderedDict = collections.OrderedDict()  # session → (the configuration it shows, since)
 _compiled: collections.OrderedDict = collections.OrderedDict()  # program key → None, the layouts done
 _state: dict = {"thread": None, "current": None, "done": 0, "dropped": 0}
 _stop = threading.Event()
@@ -48,9 +55,12 @@ def request(session: str, config) -> bool:
         if key in _compiled or _state["current"] == key:
             return False
         previous = _wanted.pop(session, None)
-        if previous is not None and program_key(previous, previous.chunk) != key:
+        if previous is not None and program_key(previous[0], previous[0].chunk) == key:
+            _wanted[session] = previous  # the same layout, drawn again: it keeps its place and its age
+            return False
+        if previous is not None:
             _state["dropped"] += 1  # the learner moved on before it was compiled: cancelled
-        _wanted[session] = config
+        _wanted[session] = (config, time.monotonic())
         _start_locked()
         _cond.notify_all()
     return True
@@ -101,13 +111,13 @@ def _serve() -> None:
 
     while True:
         with _cond:
-            while not _wanted and not _stop.is_set():
-                if not _cond.wait(timeout=60):
+            while not _stop.is_set() and (session := _next_locked()) is None:
+                if not _cond.wait(timeout=LOOK_AGAIN_S if _wanted else 60) and not _wanted:
                     _state["thread"] = None  # idle a minute: end; the next request starts another
                     return
             if _stop.is_set():
                 return
-            _, config = _wanted.popitem(last=False)
+            config, _ = _wanted.pop(session)
             key = program_key(config, config.chunk)
             _state["current"] = key
         try:
@@ -120,3 +130,12 @@ def _serve() -> None:
             _compiled[key] = None
             while len(_compiled) > MAX_REMEMBERED:
                 _compiled.popitem(last=False)
+
+
+def _next_locked():
+    """The session whose request is served next: the oldest whose layout has settled — none while a run is queued."""
+    if not _wanted or scheduler.load()[1] > 0:
+        return None
+    now = time.monotonic()
+    settled = [(since, session) for session, (_, since) in _wanted.items() if now - since >= SETTLE_S]
+    return min(settled)[1] if settled else None

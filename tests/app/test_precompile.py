@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 import time
 
 import sharding_lab as sl
@@ -34,3 +35,39 @@ def test_the_layout_shown_is_compiled_in_the_background_and_an_edit_cancels_the_
 def test_off_with_the_warm_up(monkeypatch):
     monkeypatch.setenv("SHARDING_LAB_WARM", "off")
     assert not precompile.request("learner", sl.LabConfig(preset="dp", lr=0.013))
+
+
+def test_a_layout_is_compiled_once_it_has_settled_and_not_while_a_run_waits_for_a_slot(monkeypatch):
+    """A learner typing a mesh passes through layouts nobody reads; a run in the queue is what someone waits for."""
+    from sharding_lab.app import scheduler
+
+    monkeypatch.setenv("SHARDING_LAB_WARM", "on")
+    config = sl.LabConfig(mesh=sl.MeshSpec((8,), ("data",)), preset="dp", lr=0.017)
+    held, waiting_run_gone = [], threading.Event()
+    try:
+        while True:
+            scheduler.take_slot()
+            held.append(1)
+    except scheduler.Busy:
+        pass
+    queued = threading.Thread(target=scheduler.wait_for_slot, args=(object(), waiting_run_gone.is_set, lambda _: None))
+    queued.start()
+    try:
+        before = precompile.status()
+        assert precompile.request("typing", sl.LabConfig(mesh=sl.MeshSpec((4, 2), ("data", "model")), lr=0.017))
+        time.sleep(0.5)
+        assert precompile.request("typing", config)  # the next key stroke, before the first layout settled
+        time.sleep(0.5)
+        assert precompile.status() == {**before, "waiting": 1, "dropped": before["dropped"] + 1}  # nothing started
+        time.sleep(precompile.SETTLE_S + 1.0)  # settled, but a run is queued
+        assert scheduler.load()[1] == 1 and precompile.status()["done"] == before["done"]
+    finally:
+        waiting_run_gone.set()
+        queued.join(10)
+        for _ in held:
+            scheduler.release_slot()
+    deadline = time.monotonic() + 120
+    while precompile.status()["done"] == before["done"] and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert precompile.status()["done"] == before["done"] + 1
+    assert trainer.program_key(config, config.chunk) in trainer._programs

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import psutil
 import pytest
+from streamlit.proto.BackMsg_pb2 import BackMsg
 from streamlit.proto.ForwardMsg_pb2 import ForwardMsg
 
 from tests.support import needs_chromium
@@ -55,6 +56,21 @@ def test_a_trace_line_names_the_run_the_fragment_and_the_path():
     done.metadata.run.script_run_id = "69ec9e9e-run"
     assert describe("<", done.SerializeToString()) == "script_finished FINISHED_SUCCESSFULLY run=69ec9e9e"
     assert describe("<", b"\xff\xff").startswith("undecodable")
+
+
+def test_a_trace_line_shows_the_typed_settings_as_sent_and_as_drawn():
+    """A lost edit is read from the trace: what value the browser sent, and what the server drew (``set``: a
+    value the server wrote, which the browser's box takes over its own)."""
+    drawn = ForwardMsg()
+    drawn.metadata.delta_path[:] = [1, 0, 3]
+    drawn.delta.new_element.number_input.id = "$$ID-b304c82b-size_0"
+    drawn.delta.new_element.number_input.value = 2
+    drawn.delta.new_element.number_input.set_value = True
+    assert describe("<", drawn.SerializeToString()) == "delta [1, 0, 3] new_element:number_input size_0=2.0 set run="
+    sent = BackMsg()
+    for key, value in (("size_0", 1.0), ("rule_batch", 0.0)):  # a setting the load test does not type: left out
+        sent.rerun_script.widget_states.widgets.add(id=f"$$ID-0f3a-{key}", double_value=value)
+    assert describe(">", sent.SerializeToString()) == "rerun_script widgets=2 page= size_0=1.0"
 
 
 def test_a_trace_keeps_the_last_frames_and_writes_them(tmp_path):
