@@ -1,6 +1,7 @@
 """What many tests share: where the checkout is, the app opened in Streamlit's AppTest, and Debian's Chromium
 for the browser tests (with the marker that skips them where it is not installed)."""
 
+import contextlib
 import time
 from pathlib import Path
 
@@ -15,7 +16,7 @@ SHOTS = ROOT / "artifacts" / "screenshots"  # browser screenshots, for a person 
 
 needs_chromium = pytest.mark.skipif(not Path(CHROMIUM).exists(), reason="Debian's chromium is not installed")
 
-__all__ = ["APP", "CHROMIUM", "CHROMIUM_FLAGS", "ROOT", "SHOTS", "app_test", "needs_chromium", "poll"]
+__all__ = ["APP", "CHROMIUM", "CHROMIUM_FLAGS", "ROOT", "SHOTS", "all_slots_held", "app_test", "needs_chromium", "poll"]
 
 
 def app_test(timeout: float = 120) -> AppTest:
@@ -30,3 +31,23 @@ def poll(read, expected, timeout_s: float = 30):
     while (value := read()) != expected and time.monotonic() < deadline:
         time.sleep(0.25)
     return value
+
+
+@contextlib.contextmanager
+def all_slots_held():
+    """Every training slot of this process's scheduler held here, so new runs queue; yields the list of slots
+    held (clear it when they are handed to runs) and gives back what it still holds."""
+    from sharding_lab.app import scheduler
+
+    held = []
+    try:
+        while True:
+            scheduler.take_slot()
+            held.append(1)
+    except scheduler.Busy:
+        pass
+    try:
+        yield held
+    finally:
+        for _ in held:
+            scheduler.release_slot()

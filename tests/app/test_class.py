@@ -13,7 +13,7 @@ from streamlit.testing.v1 import AppTest
 import sharding_lab as sl
 from sharding_lab.app import classroom, jobs, scheduler, settings, ui  # noqa: F401
 from sharding_lab.app import links as share
-from tests.support import ROOT, app_test
+from tests.support import ROOT, all_slots_held, app_test
 
 TIMEOUT = 120
 TOKEN = "class-token-7f3a"
@@ -22,16 +22,8 @@ TOKEN = "class-token-7f3a"
 @pytest.fixture
 def all_slots_taken():
     """Every training slot held here, so new runs queue; gives back what it still holds."""
-    held = []
-    try:
-        while True:
-            scheduler.take_slot()
-            held.append(1)
-    except scheduler.Busy:
-        pass
-    yield held
-    for _ in held:
-        scheduler.release_slot()
+    with all_slots_held() as held:
+        yield held
 
 
 def small_config(steps: int = 200) -> sl.LabConfig:

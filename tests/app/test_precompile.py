@@ -8,6 +8,7 @@ import time
 import sharding_lab as sl
 from sharding_lab.app import precompile
 from sharding_lab.training import trainer
+from tests.support import all_slots_held
 
 
 def test_the_layout_shown_is_compiled_in_the_background_and_an_edit_cancels_the_one_before(monkeypatch):
@@ -43,29 +44,22 @@ def test_a_layout_is_compiled_once_it_has_settled_and_not_while_a_run_waits_for_
 
     monkeypatch.setenv("SHARDING_LAB_WARM", "on")
     config = sl.LabConfig(mesh=sl.MeshSpec((8,), ("data",)), preset="dp", lr=0.017)
-    held, waiting_run_gone = [], threading.Event()
-    try:
-        while True:
-            scheduler.take_slot()
-            held.append(1)
-    except scheduler.Busy:
-        pass
+    waiting_run_gone = threading.Event()
     queued = threading.Thread(target=scheduler.wait_for_slot, args=(object(), waiting_run_gone.is_set, lambda _: None))
-    queued.start()
-    try:
-        before = precompile.status()
-        assert precompile.request("typing", sl.LabConfig(mesh=sl.MeshSpec((4, 2), ("data", "model")), lr=0.017))
-        time.sleep(0.5)
-        assert precompile.request("typing", config)  # the next key stroke, before the first layout settled
-        time.sleep(0.5)
-        assert precompile.status() == {**before, "waiting": 1, "dropped": before["dropped"] + 1}  # nothing started
-        time.sleep(precompile.SETTLE_S + 1.0)  # settled, but a run is queued
-        assert scheduler.load()[1] == 1 and precompile.status()["done"] == before["done"]
-    finally:
-        waiting_run_gone.set()
-        queued.join(10)
-        for _ in held:
-            scheduler.release_slot()
+    with all_slots_held():
+        queued.start()
+        try:
+            before = precompile.status()
+            assert precompile.request("typing", sl.LabConfig(mesh=sl.MeshSpec((4, 2), ("data", "model")), lr=0.017))
+            time.sleep(0.5)
+            assert precompile.request("typing", config)  # the next key stroke, before the first layout settled
+            time.sleep(0.5)
+            assert precompile.status() == {**before, "waiting": 1, "dropped": before["dropped"] + 1}  # none started
+            time.sleep(precompile.SETTLE_S + 1.0)  # settled, but a run is queued
+            assert scheduler.load()[1] == 1 and precompile.status()["done"] == before["done"]
+        finally:
+            waiting_run_gone.set()
+            queued.join(10)
     deadline = time.monotonic() + 120
     while precompile.status()["done"] == before["done"] and time.monotonic() < deadline:
         time.sleep(0.1)
