@@ -129,14 +129,14 @@ size = c1.selectbox(
     help="The transformer in the sidebar, the lab's small one, or a public model card's shapes",
 )
 target = c1.selectbox("Target", tpu_targets, key="plan_target", persist_state=session.KEEP)
-batch_tokens = c2.number_input("Batch (tokens)", 1, 1 << 24, key="plan_batch_tokens", persist_state=session.KEEP)
-seq = c2.number_input(
+batch_tokens = ui.number_setting("Batch (tokens)", 1, 1 << 24, "plan_batch_tokens", c2)
+seq = ui.number_setting(
     "Sequence",
     4,
     32768,
+    "plan_seq",
+    c2,
     step=2,
-    key="plan_seq",
-    persist_state=session.KEEP,
     help="Tokens per sequence (the batch is Batch ÷ Sequence sequences). A small transformer starts as the "
     "sidebar has it; a public model at the README's example.",
 )

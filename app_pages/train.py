@@ -39,9 +39,9 @@ slot = st.session_state.setdefault("job_slot", JobSlot())
 stop_when_session_ends(slot)
 
 c1, c2, c3, c4 = st.columns(4)
-c1.number_input("Steps", *GENERAL_RANGES["steps"], step=500, key="steps", persist_state=session.KEEP)
-c2.number_input("Learning rate", *GENERAL_RANGES["lr"], step=0.005, format="%.4f", key="lr", persist_state=session.KEEP)
-c3.number_input("Momentum decay", *GENERAL_RANGES["decay"], step=0.05, key="decay", persist_state=session.KEEP)
+ui.number_setting("Steps", *GENERAL_RANGES["steps"], "steps", c1, step=500)
+ui.number_setting("Learning rate", *GENERAL_RANGES["lr"], "lr", c2, step=0.005, format="%.4f")
+ui.number_setting("Momentum decay", *GENERAL_RANGES["decay"], "decay", c3, step=0.05)
 if switched := ui.model_switch_note():  # steps and learning rate above were set by the model picker
     st.caption(switched)
 # The choice lives under a key of its own: Streamlit forgets a widget's key on pages that do not draw it.
