@@ -33,7 +33,7 @@ SETTLE_S = 2.0  # how long a layout stays on a learner's page before it is compi
 LOOK_AGAIN_S = 0.25  # how often the thread looks again while requests settle or runs are queued
 
 _cond = threading.Condition()
-_wanted: collections.OrderedDict = collections.OrderedDict()  # session → (the configuration it shows, since)
+_wanted: dict = {}  # session → (the configuration it shows, since when): served by age, not by insertion
 _compiled: collections.OrderedDict = collections.OrderedDict()  # program key → None, the layouts done
 _state: dict = {"thread": None, "current": None, "done": 0, "dropped": 0}
 _stop = threading.Event()
@@ -56,7 +56,7 @@ def request(session: str, config) -> bool:
             return False
         previous = _wanted.pop(session, None)
         if previous is not None and program_key(previous[0], previous[0].chunk) == key:
-            _wanted[session] = previous  # the same layout, drawn again: it keeps its place and its age
+            _wanted[session] = previous  # the same layout, drawn again: it keeps its age
             return False
         if previous is not None:
             _state["dropped"] += 1  # the learner moved on before it was compiled: cancelled

@@ -56,9 +56,9 @@ def carry_settings(page) -> None:
     state = st.session_state
     if state.get(DRAWN_PAGE) == page.url_path:
         return
-    defaults = settings.defaults()
-    for key in list(state.keys()):
-        if key in defaults or key in PLAN_BOXES or str(key).startswith(("rule_", "ovr_")):
+    state.update(settings.snapshot(state))  # the sidebar's settings and the rules table's values
+    for key in PLAN_BOXES:
+        if key in state:
             state[key] = state[key]
 
 
