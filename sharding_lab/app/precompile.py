@@ -11,12 +11,13 @@ is pending: what learners read now comes before what a class may click later.
 A session that changes its layout replaces its request: one not yet started is dropped (cancelled). One
 already compiling finishes — XLA cannot be interrupted mid-compile — and the thread moves on to what is asked
 now. Requests are served oldest first, each session's latest only; a layout compiled once is not compiled
-again. A request waits until its layout has stayed :data:`SETTLE_S` on the learner's page (one typing a mesh
-passes through layouts nobody reads: 3 of the first 8 compiles of a fresh 20-session class were such
-intermediate layouts, 6–14 s each while the class set up), and none starts while a run waits in the queue for
-a training slot (that run's own compile comes first: it is what a learner is waiting for now). Off with
-``SHARDING_LAB_WARM=off`` (the test suite), as the warm-up is. The thread is stopped and
-joined at interpreter exit (:mod:`.background`).
+again, whichever session asked (a class opening the app asks twenty times for the default layout: each extra
+first run cost 0.1–2.8 s of the thread's time while the class set up). A request waits until its layout has
+stayed :data:`SETTLE_S` on the learner's page (one typing a mesh passes through layouts nobody reads: 3 of the
+first 8 compiles of a fresh 20-session class were such intermediate layouts, 6–14 s each while the class set
+up), and none starts while a run waits in the queue for a training slot (that run's own compile comes first:
+it is what a learner is waiting for now). Off with ``SHARDING_LAB_WARM=off`` (the test suite), as the warm-up
+is. The thread is stopped and joined at interpreter exit (:mod:`.background`).
 """
 
 from __future__ import annotations
@@ -128,6 +129,8 @@ def _serve() -> None:
             _state["current"] = None
             _state["done"] += 1
             _compiled[key] = None
+            for other in [s for s, (c, _) in _wanted.items() if program_key(c, c.chunk) == key]:
+                del _wanted[other]  # the same layout, asked by other sessions (a class opening the default)
             while len(_compiled) > MAX_REMEMBERED:
                 _compiled.popitem(last=False)
 

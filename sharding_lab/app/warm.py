@@ -266,6 +266,29 @@ def _students_busy() -> bool:
     return running + waiting > 0 or precompile.pending() or activity.quiet_for() < IDLE_BEFORE_WARMING_S
 
 
+def _compile_when_idle(config, wait_for_students: bool) -> bool:
+    """Compile ``config``'s first run; beside students only while they leave the server idle, giving way between
+    the parts of a first run (a whole one took 26 s while a class set up, and the precompile request that came
+    meanwhile waited for it). False: the warm-up was stopped."""
+    from ..training.trainer import compile_first_run
+
+    def keep_going() -> bool:
+        return not _stop.is_set() and not (wait_for_students and _students_busy())
+
+    while True:
+        while wait_for_students and _students_busy() and not _stop.is_set():
+            time.sleep(0.5)  # a student's own compile and run come first
+        if _stop.is_set():
+            return False
+        _set_progress(current=f"{config.family.name} {config.preset} on {config.mesh.label()}")
+        try:
+            if compile_first_run(config, keep_going):
+                return True
+        except Exception:  # noqa: BLE001 - warming is a bonus; a student's own run reports its errors
+            _set_progress(skipped=progress().get("skipped", 0) + 1)
+            return True
+
+
 RELEASE_EVERY = 20  # the warm command: layouts compiled between two releases of JAX's in-memory programs
 
 
@@ -273,8 +296,6 @@ def _warm(configs, wait_for_students: bool = True, report=None, release_every: i
     """Compile ``configs`` in turn. Beside students (``wait_for_students``) only while the server is idle
     (:func:`_students_busy`); on its own (the command, a Docker build) one after the other, letting go of what
     JAX keeps in memory every ``release_every`` layouts (:func:`_release`)."""
-    from ..training.trainer import compile_first_run
-
     started = time.perf_counter()
     _set_progress(
         done=0,
@@ -292,16 +313,9 @@ def _warm(configs, wait_for_students: bool = True, report=None, release_every: i
     mark = mark and len(configs) > 1
     _set_progress(total=len(configs))
     for i, config in enumerate(configs):
-        while wait_for_students and _students_busy() and not _stop.is_set():
-            time.sleep(0.5)  # a student's own compile and run come first
-        if _stop.is_set():
+        if not _compile_when_idle(config, wait_for_students):
             _set_progress(stopped=True)
             break
-        _set_progress(current=f"{config.family.name} {config.preset} on {config.mesh.label()}")
-        try:
-            compile_first_run(config)
-        except Exception:  # noqa: BLE001 - warming is a bonus; a student's own run reports its errors
-            _set_progress(skipped=progress().get("skipped", 0) + 1)
         _set_progress(done=i + 1, seconds=time.perf_counter() - started)
         if report is not None:
             report(progress())

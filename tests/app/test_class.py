@@ -346,7 +346,7 @@ def test_the_class_warm_up_waits_while_a_layout_a_learner_reads_is_not_compiled_
 
     config = sl.LabConfig(mesh=sl.MeshSpec((2, 4), ("read_a", "read_b")), preset="dp")
     with precompile._cond:  # a learner's page asked (no notify: the precompile thread does not take it here)
-        precompile._wanted["reader"] = config
+        precompile._wanted["reader"] = (config, time.monotonic())
     page = activity.page_run()
     try:
         assert precompile.pending()
@@ -365,6 +365,39 @@ def test_the_class_warm_up_waits_while_a_layout_a_learner_reads_is_not_compiled_
     thread.join(120)
     assert warm.progress()["done"] == 1 and not warm.progress()["running"]
     assert time.monotonic() - ended >= warm.IDLE_BEFORE_WARMING_S  # it waited for the server to be idle
+
+
+def test_the_class_warm_up_gives_way_to_a_page_run_in_the_middle_of_a_layout(monkeypatch):
+    """A whole first run took 26 s while a class set up its pages; the warm-up now stops between its parts when a
+    learner's page runs, and finishes the layout once the server is idle again."""
+    from sharding_lab.app import activity, warm
+    from sharding_lab.training import trainer
+
+    config = sl.LabConfig(mesh=sl.MeshSpec((4, 2), ("gives_a", "gives_b")), preset="fsdp")
+    key = trainer.program_key(config, config.chunk)
+    page = activity.page_run()
+    built = []
+
+    class LabThenAPageRun(trainer.Lab):
+        def __init__(self, config):
+            super().__init__(config)
+            if not built:  # a learner's page starts while the warm-up builds the model
+                page.__enter__()
+            built.append(config)
+
+    monkeypatch.setattr(trainer, "Lab", LabThenAPageRun)
+    thread = warm._warm_thread([config])
+    try:
+        deadline = time.monotonic() + 60
+        while not built and time.monotonic() < deadline:
+            time.sleep(0.1)
+        time.sleep(1.5)
+        assert built and warm.progress()["done"] == 0
+        assert key not in trainer._programs, "the warm-up went on compiling while a page ran"
+    finally:
+        page.__exit__(None, None, None)
+    thread.join(120)
+    assert warm.progress()["done"] == 1 and key in trainer._programs and len(built) == 2
 
 
 def test_the_warm_command_splits_the_layouts_over_processes_into_one_cache(tmp_path):

@@ -65,3 +65,19 @@ def test_a_layout_is_compiled_once_it_has_settled_and_not_while_a_run_waits_for_
         time.sleep(0.1)
     assert precompile.status()["done"] == before["done"] + 1
     assert trainer.program_key(config, config.chunk) in trainer._programs
+
+
+def test_a_layout_many_sessions_ask_for_is_compiled_once(monkeypatch):
+    """A class opening the app asks for the default layout from every tab: one first run serves them all."""
+    monkeypatch.setenv("SHARDING_LAB_WARM", "on")
+    config = sl.LabConfig(mesh=sl.MeshSpec((2, 2), ("data", "model")), preset="tp", lr=0.019)
+    before = precompile.status()
+    with precompile._cond:  # all asked before the thread can take the first
+        for tab in range(3):
+            assert precompile.request(f"tab-{tab}", config)
+    deadline = time.monotonic() + 120
+    while precompile.status()["done"] == before["done"] and time.monotonic() < deadline:
+        time.sleep(0.1)
+    time.sleep(1.0)  # time enough for a second first run to start, were the others still asking
+    assert precompile.status() == {**before, "done": before["done"] + 1}  # none waiting, none compiling
+    assert not precompile.request("tab-3", config)  # a fourth tab: compiled already
