@@ -168,7 +168,10 @@ class TrainingJob:
         def too_long() -> bool:
             return time.monotonic() - self.created > START_LIMIT_S
 
-        if wait_for_slot(self, lambda: self._stop.is_set() or self._unwatched() or too_long(), on_wait):
+        from ..training.trainer import is_compiled
+
+        cancelled = lambda: self._stop.is_set() or self._unwatched() or too_long()  # noqa: E731
+        if wait_for_slot(self, cancelled, on_wait, compiled=is_compiled(self.config)):
             self._publish(state="starting", message="")
             return True
         if self._unwatched():

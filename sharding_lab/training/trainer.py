@@ -280,9 +280,21 @@ def chunk_program(plan: Plan, chunk: int, host_batches: bool = False):
     with _programs_lock:
         if key not in _programs:
             if len(_programs) >= 64:
-                _programs.pop(next(iter(_programs)))
+                oldest = next(iter(_programs))
+                del _programs[oldest]
+                _ran.discard(oldest)
             _programs[key] = build_chunk_program(plan, chunk, host_batches)
         return _programs[key]
+
+
+_ran: set = set()  # the keys in _programs whose chunk has run once (compiled)
+
+
+def is_compiled(config: LabConfig) -> bool:
+    """Whether a run of ``config`` finds its training chunk compiled in this process (one has run already), so
+    its first loss comes without a compile (the server's queue serves such runs first)."""
+    with _programs_lock:
+        return program_key(config, config.chunk) in _ran
 
 
 def forget_chunk_programs() -> None:
@@ -290,6 +302,7 @@ def forget_chunk_programs() -> None:
     state built after)."""
     with _programs_lock:
         _programs.clear()
+        _ran.clear()
 
 
 def build_chunk_program(plan: Plan, chunk: int, host_batches: bool = False):
@@ -336,6 +349,7 @@ class Trainer:
         self.chunk = max(1, min(chunk or lab.config.chunk, self.steps))
         self.host_batches = host_batches
         self._program = chunk_program(lab.plan, self.chunk, host_batches)
+        self._key = program_key(lab.config, self.chunk, host_batches)
         self.losses: list[float] = []
 
     def chunks(self, stop: threading.Event | None = None) -> Iterator[Progress]:
@@ -360,6 +374,10 @@ class Trainer:
                         lab.state, key, jnp.int32(lab.steps_done), jnp.int32(n_active), lab.x_all, lab.y_all
                     )
                 unreported = np.asarray(losses)[:n_active].tolist()  # blocks: one program in flight
+                if done == 0:
+                    with _programs_lock:
+                        if self._key in _programs:  # not dropped from the cache meanwhile
+                            _ran.add(self._key)
                 lab.state = state
                 lab.steps_done += n_active
                 done += n_active

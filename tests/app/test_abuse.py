@@ -373,6 +373,33 @@ def test_a_full_server_queues_runs_first_come_first_served(all_slots_taken):
     assert scheduler.load()[1] == 0
 
 
+def test_a_run_whose_programs_are_compiled_goes_before_queued_runs_that_must_compile(all_slots_taken):
+    """A compiled layout's first loss comes within a second of its start; one that compiles first takes
+    seconds: in a class's queue the compiled runs go first (first come, first served among each)."""
+    from sharding_lab.training import trainer
+
+    compiled = sl.LabConfig(mesh=sl.MeshSpec((4, 2), ("data", "model")), preset="dp", steps=100, lr=0.021)
+    must_compile = sl.LabConfig(mesh=sl.MeshSpec((2, 4), ("data", "model")), preset="fsdp", steps=100, lr=0.021)
+    assert not trainer.is_compiled(compiled)
+    sl.train(compiled)  # an earlier run of the same layout
+    assert trainer.is_compiled(compiled) and not trainer.is_compiled(must_compile)
+    first = jobs.TrainingJob(must_compile)
+    wait_until(lambda: "next in line" in first.snapshot().message)
+    second = jobs.TrainingJob(compiled)
+    try:
+        wait_until(lambda: "1 run ahead of you" in first.snapshot().message)
+        assert "next in line" in second.snapshot().message
+        scheduler.release_slot()  # one slot frees up: the compiled run takes it, then hands it on
+        assert second.wait(60).state == "finished" and first.snapshot().step == 0
+        assert first.wait(120).state == "finished"
+        assert trainer.is_compiled(must_compile)
+    finally:
+        second.stop()
+        first.stop()
+        scheduler.take_slot()  # the slot they shared, so the fixture gives back what it took
+    assert scheduler.load()[1] == 0
+
+
 def test_a_queued_run_whose_tab_closed_leaves_the_queue(all_slots_taken, monkeypatch):
     monkeypatch.setattr(jobs, "UNWATCHED_LIMIT_S", 0.5)
     job = jobs.TrainingJob(long_config(300))
