@@ -161,17 +161,21 @@ class TrainingJob:
         return time.monotonic() - self.last_seen > UNWATCHED_LIMIT_S
 
     def _wait_turn(self) -> bool:
+        from ..training.trainer import is_compiled
+
+        compiled = is_compiled(self.config)
+        # a run that must compile can see its place grow: say why (compiled runs take a second or two each)
+        order = "" if compiled else "; runs already compiled go first"
+
         def on_wait(ahead: int) -> None:
             line = "next in line" if ahead == 0 else f"{ahead} run{'s' if ahead > 1 else ''} ahead of you"
-            self._publish(message=f"waiting for a free slot — {line} ({MAX_JOBS} train at once on this server)")
+            self._publish(message=f"waiting for a free slot — {line} ({MAX_JOBS} train at once on this server{order})")
 
         def too_long() -> bool:
             return time.monotonic() - self.created > START_LIMIT_S
 
-        from ..training.trainer import is_compiled
-
         cancelled = lambda: self._stop.is_set() or self._unwatched() or too_long()  # noqa: E731
-        if wait_for_slot(self, cancelled, on_wait, compiled=is_compiled(self.config)):
+        if wait_for_slot(self, cancelled, on_wait, compiled=compiled):
             self._publish(state="starting", message="")
             return True
         if self._unwatched():

@@ -388,7 +388,8 @@ def test_a_run_whose_programs_are_compiled_goes_before_queued_runs_that_must_com
     second = jobs.TrainingJob(compiled)
     try:
         wait_until(lambda: "1 run ahead of you" in first.snapshot().message)
-        assert "next in line" in second.snapshot().message
+        assert "runs already compiled go first" in first.snapshot().message  # why its place grew
+        assert "next in line" in second.snapshot().message and "compiled go first" not in second.snapshot().message
         scheduler.release_slot()  # one slot frees up: the compiled run takes it, then hands it on
         assert second.wait(60).state == "finished" and first.snapshot().step == 0
         assert first.wait(120).state == "finished"
