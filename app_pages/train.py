@@ -149,6 +149,13 @@ def start_run() -> bool:
 # buttons, charts — and a full rerun is asked for only to start polling (no timer is live then) and
 # to stop it once the run is over (one that gets lost leaves the fragment's own final view, and the
 # next poll asks again).
+# The full run that follows a click on Train starts the page's polling; the first poll comes one interval later
+# (3 s with a class training). A run whose layout is compiled has its first 100 steps within a second or two of
+# its start: this run waits that long for them and draws them itself (a fresh class, 2026-12-06: compiled runs had
+# their first chunk 1–5 s after the click, and their pages drew it at their first poll, 7.5–9 s after).
+FIRST_LOSS_WAIT_S = 2.0
+if st.session_state.pop("train_started", False) and slot.job is not None and slot.job.compiled:
+    slot.job.wait_for_first_loss(FIRST_LOSS_WAIT_S)
 polling = slot.job is not None and slot.job.snapshot().running
 # A poll can still come after the full run that stopped polling: the browser's timer ticks until that run's
 # messages reach it, seconds later in a slow tab. Such a tick asks for no second full run (each costs a tab
@@ -170,6 +177,7 @@ def live_view() -> None:
     # `not running`: a second click can leave the browser before the poll that disables the button.
     clicked = start_col.button("Train", type="primary", disabled=running or refused is not None, key="train")
     if clicked and not running and start_run():
+        st.session_state.train_started = True
         st.rerun()  # a full run registers this fragment with a poll timer
     if stop_col.button("Stop", disabled=not running, key="stop"):
         slot.stop()

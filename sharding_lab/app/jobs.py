@@ -82,10 +82,13 @@ class TrainingJob:
                 f"all {MAX_JOBS} training slots are in use and {waiting} runs are waiting for one — "
                 "try again in a minute"
             )
+        from ..training.trainer import is_compiled
+
         self.config = config
         self.connected = connected
+        self.compiled = is_compiled(config)  # its training chunk has run here: it goes first in the queue
         self._stop = threading.Event()
-        self._lock = threading.Lock()
+        self._lock = threading.Condition()  # guards the snapshot and the losses; notified at each change
         self._losses: list[float] = []
         self._snapshot = self._first_snapshot()
         self.x, self.y = config.family.probe_set(config.model, config.seed)  # what the probe draws
@@ -123,6 +126,13 @@ class TrainingJob:
     def stop(self) -> None:
         self._stop.set()
 
+    def wait_for_first_loss(self, timeout: float) -> None:
+        """Block up to ``timeout`` seconds until the run has its first losses or is over."""
+        deadline = time.monotonic() + timeout
+        with self._lock:
+            while not self._losses and self._snapshot.running and (left := deadline - time.monotonic()) > 0:
+                self._lock.wait(left)
+
     def wait(self, timeout: float | None = None) -> Snapshot:
         self.thread.join(timeout)
         return self.snapshot()
@@ -132,6 +142,7 @@ class TrainingJob:
             if self._gave_up:
                 return
             self._snapshot = dataclasses.replace(self._snapshot, **changes)
+            self._lock.notify_all()
 
     def _finish(self, result, **changes) -> None:
         """Publish the end of a run (one TrainResult, whichever way it trained)."""
@@ -161,11 +172,8 @@ class TrainingJob:
         return time.monotonic() - self.last_seen > UNWATCHED_LIMIT_S
 
     def _wait_turn(self) -> bool:
-        from ..training.trainer import is_compiled
-
-        compiled = is_compiled(self.config)
         # a run that must compile can see its place grow: say why (compiled runs take a second or two each)
-        order = "" if compiled else "; runs already compiled go first"
+        order = "" if self.compiled else "; runs already compiled go first"
 
         def on_wait(ahead: int) -> None:
             line = "next in line" if ahead == 0 else f"{ahead} run{'s' if ahead > 1 else ''} ahead of you"
@@ -175,7 +183,7 @@ class TrainingJob:
             return time.monotonic() - self.created > START_LIMIT_S
 
         cancelled = lambda: self._stop.is_set() or self._unwatched() or too_long()  # noqa: E731
-        if wait_for_slot(self, cancelled, on_wait, compiled=compiled):
+        if wait_for_slot(self, cancelled, on_wait, compiled=self.compiled):
             self._publish(state="starting", message="")
             return True
         if self._unwatched():

@@ -142,6 +142,33 @@ def test_train_page_trains_the_seed_config(train_page):
     assert seen[-1] > seen[0]
 
 
+def test_a_compiled_layouts_first_loss_is_drawn_by_the_run_that_follows_the_click(train_page):
+    """The full run after a click on Train starts the page's polling, whose first poll comes an interval later (3 s
+    with a class training); a layout compiled on this server has its first 100 steps within a second or two, and
+    that run waits for them and draws them. A layout that must compile is drawn by a poll, as before."""
+    app = train_page
+    app.number_input(key="steps").set_value(20_000).run()  # long enough to be running still when the page is read
+    app.number_input(key="lr").set_value(0.0123).run()  # a layout no other test compiled
+    last_loss = lambda: [m for m in app.metric if m.label == "Last loss"][0].value  # noqa: E731
+    app.button(key="train").click().run()
+    assert not app.exception and last_loss() == "—"  # compiling: nothing to draw yet, and the run did not wait
+    job = app.session_state["job_slot"].job
+    assert not job.compiled
+    job.wait_for_first_loss(120)
+    job.stop()
+    assert job.wait(60).state == "stopped"
+    app.run()
+    app.button(key="train").click().run()  # the same layout again: compiled now
+    second = app.session_state["job_slot"].job
+    try:
+        assert second is not job and second.compiled
+        assert not app.exception and last_loss() != "—" and second.snapshot().running
+        assert chart_spec(app, "loss")  # the loss chart too, before any poll
+    finally:
+        second.stop()
+        second.wait(60)
+
+
 def test_train_page_reports_divergence(train_page):
     app = train_page
     app.number_input(key="lr").set_value(100.0).run()
