@@ -82,11 +82,9 @@ class TrainingJob:
                 f"all {MAX_JOBS} training slots are in use and {waiting} runs are waiting for one — "
                 "try again in a minute"
             )
-        from ..training.trainer import is_compiled
-
         self.config = config
         self.connected = connected
-        self.compiled = is_compiled(config)  # its training chunk has run here: it goes first in the queue
+        self.compiled = self._compiled_here()  # its training chunk has run here: it goes first in the queue
         self._stop = threading.Event()
         self._lock = threading.Condition()  # guards the snapshot and the losses; notified at each change
         self._losses: list[float] = []
@@ -97,6 +95,11 @@ class TrainingJob:
         self.thread = threading.Thread(target=self._run, name="sharding-lab-job", daemon=True)
         background.track(self.thread, self.stop)  # stopped at its next chunk and joined before the interpreter exits
         self.thread.start()
+
+    def _compiled_here(self) -> bool:
+        from ..training.trainer import is_compiled
+
+        return is_compiled(self.config)
 
     def _first_snapshot(self) -> Snapshot:
         return Snapshot("queued", [], 0, self.config.steps, 0.0, 0.0, None, message="waiting for a free slot")
@@ -267,6 +270,9 @@ class DistributedJob(TrainingJob):
         except BaseException:
             _multi_slots.release()
             raise
+
+    def _compiled_here(self) -> bool:
+        return False  # its processes compile their own programs, whatever this one has compiled
 
     def _first_snapshot(self) -> Snapshot:
         return dataclasses.replace(super()._first_snapshot(), processes=self.processes)

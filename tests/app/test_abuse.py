@@ -399,6 +399,12 @@ def test_a_run_whose_programs_are_compiled_goes_before_queued_runs_that_must_com
         first.stop()
         scheduler.take_slot()  # the slot they shared, so the fixture gives back what it took
     assert scheduler.load()[1] == 0
+    several = jobs.DistributedJob(compiled, 2)  # the same layout as two processes: they compile their own
+    try:
+        assert not several.compiled
+    finally:
+        several.stop()
+        several.thread.join(30)
 
 
 def test_a_queued_run_whose_tab_closed_leaves_the_queue(all_slots_taken, monkeypatch):
