@@ -20,7 +20,7 @@ from streamlit.testing.v1 import AppTest
 
 import sharding_lab as sl
 from sharding_lab.app import jobs, scheduler, settings
-from tests.support import ROOT, app_test
+from tests.support import ROOT, all_slots_held, app_test
 
 TIMEOUT = 120
 HOSTILE_NAMES = [
@@ -102,16 +102,8 @@ def train_page() -> AppTest:
 def all_slots_taken():
     """Every training slot on the server held, so any new job is refused with Busy before it
     allocates anything: a safe way to see whether the page would *try* to start one."""
-    taken = 0
-    try:
-        while True:
-            scheduler.take_slot()
-            taken += 1
-    except scheduler.Busy:
-        pass
-    yield taken
-    for _ in range(taken):
-        scheduler.release_slot()
+    with all_slots_held() as held:
+        yield len(held)
 
 
 # --- numbers out of range ---------------------------------------------------------------------
