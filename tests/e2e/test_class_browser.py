@@ -24,13 +24,13 @@ def server():
         yield running
 
 
-def open_train_page(chromium, url: str, steps: int, on_frame=None):
+def open_train_page(chromium, url: str, steps: int, on_frame=None, query: str = ""):
     """A tab on the Train page (``on_frame``: called with each websocket message the server sends it)."""
     page = chromium.new_context(viewport={"width": 1280, "height": 900}).new_page()
     page.set_default_timeout(60_000)
     if on_frame is not None:
         page.on("websocket", lambda ws: ws.on("framereceived", on_frame))
-    page.goto(url + f"train?steps={steps}&mesh=1x8&preset=dp")
+    page.goto(url + f"train?steps={steps}&mesh=1x8&preset=dp{query}")
     page.get_by_role("button", name="Train", exact=True).wait_for()
     return page
 
@@ -51,7 +51,10 @@ def train_enabled(page) -> bool:
 
 
 def test_a_run_that_leaves_the_queue_keeps_its_page_live(server, chromium):
-    first = open_train_page(chromium, server.url, 20_000)
+    # A run that must still be training when Stop is pressed: the default layout's 20,000 steps take 5 s on a
+    # 2-core machine once compiled (they finished first in CI on 2026-12-06); 4,096 rows and two hidden layers take
+    # over a minute.
+    first = open_train_page(chromium, server.url, 20_000, query="&batch=4096&hidden=2")
     second = open_train_page(chromium, server.url, 300)
     first.get_by_role("button", name="Train", exact=True).click()
     first.wait_for_function("() => /(compiling|training) — step/.test(document.body.innerText)")
