@@ -37,6 +37,8 @@ def test_sessions_at_once_train_their_own_config_without_errors(capsys):
     # 4 clicks at once on 2 slots: somebody waited in the queue, and still finished
     assert summary["queued"] > 0 and summary["busy_retries"] == 0, table
     assert all(r.first_loss_s is not None and r.first_loss_s <= r.finish_s for r in results), table
+    # The tab's own clock saw the loss appear after the click, and no later than the harness's look found it.
+    assert all(0 < r.first_loss_shown_s <= r.first_loss_s + 0.05 for r in results), table
     assert summary["server_exceptions"] == [], log[-3000:]
     assert summary["edits"] == 2 and summary["edits_noted"] == 2, table  # sessions 1 and 3 edited, the page said so
     assert wall < BUDGET_S, table
