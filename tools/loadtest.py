@@ -1127,8 +1127,8 @@ def main(argv: list[str] | None = None) -> int:
         "its own). 19, the default: the server gets the cores it asks for and the twenty tabs what it leaves, as a "
         "server on its own machine does while its students' browsers run on their laptops; the tabs' lateness "
         "(they draw on what is left) still counts in the first loss. 0: the browsers and the server share the "
-        "cores as equals — the server, 3-10 threads waiting to run, then got 0.1-0.7 of a core while the class "
-        "set up (2026-12-06; docs/classroom-timing.md)",
+        "cores as equals — the server, 2-10 threads runnable on average, then got 0.1-0.9 of a core while the "
+        "class set up (2026-12-06; docs/classroom-timing.md)",
     )
     parser.add_argument("--json", type=Path, help="also write the results here")
     args = parser.parse_args(argv)
