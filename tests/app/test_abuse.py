@@ -275,6 +275,9 @@ def test_axis_name_is_validated_by_the_backend_too():
 def test_rapid_train_clicks_start_one_job(train_page):
     at = train_page
     before = set(job_threads())
+    # A run still training when Stop is pressed: the default layout's 20,000 steps take ~5 s once compiled (the
+    # five clicks below take 1-3 s); 4,096 rows a step take over 20 s.
+    at.number_input(key="batch").set_value(4096).run()
     at.number_input(key="steps").set_value(20_000).run()
     at.button(key="train").click().run()
     first = at.session_state["job_slot"].job
