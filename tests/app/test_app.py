@@ -147,7 +147,10 @@ def test_a_compiled_layouts_first_loss_is_drawn_by_the_run_that_follows_the_clic
     with a class training); a layout compiled on this server has its first 100 steps within a second or two, and
     that run waits for them and draws them. A layout that must compile is drawn by a poll, as before."""
     app = train_page
-    app.number_input(key="steps").set_value(20_000).run()  # long enough to be running still when the page is read
+    # Long enough to be running still when the page is read: the default layout's 20,000 steps take ~5 s once
+    # compiled (that race failed test_class_browser in CI); 4,096 rows a step take over 20 s.
+    app.number_input(key="batch").set_value(4096).run()
+    app.number_input(key="steps").set_value(20_000).run()
     app.number_input(key="lr").set_value(0.0123).run()  # a layout no other test compiled
     last_loss = lambda: [m for m in app.metric if m.label == "Last loss"][0].value  # noqa: E731
     app.button(key="train").click().run()
