@@ -56,11 +56,14 @@ def overview() -> None:
         )
         if warming.get("note"):
             st.caption(warming["note"].capitalize() + ": this server warmed the default layout only.")
+        child = f" (process {warming['child']}{', paused now' if warming.get('paused') else ''})"
         st.caption(
-            f"Compiled only while the server is idle: paused whenever a student's run trains or waits, a layout a "
-            f"student reads waits to be compiled, or a page ran in the last {warm.IDLE_BEFORE_WARMING_S:.0f} s. "
-            "SHARDING_LAB_WARM=default keeps only the default layout; the cache lives in "
-            "SHARDING_LAB_CACHE_DIR."
+            "The default layout is compiled by the server itself, the rest by a separate process"
+            + (child if warming.get("child") and warming.get("running") else "")
+            + " at the lowest CPU priority, and only while the server is idle: paused whenever a student's run "
+            f"trains or waits, a layout a student reads waits to be compiled, or a page ran in the last "
+            f"{warm.IDLE_BEFORE_WARMING_S:.0f} s. SHARDING_LAB_WARM=default keeps only the default layout; the "
+            "cache lives in SHARDING_LAB_CACHE_DIR."
         )
         if warming.get("running") and st.button("Stop warming", key="stop_warming"):
             warm.stop_warming()

@@ -21,8 +21,9 @@ big enough to split its code generation), and a thread Linux creates inherits it
 warm-up thread at nice 19 left those pools — every student's compile and training step included — at nice 19
 for the server's life (measured on 2026-12-06; a fresh class's layouts then took 10–30 s of wall clock for
 under a second of their own thread's CPU). What keeps the background work out of the learners' way is when it
-runs: the class warm-up only while the server is idle (:mod:`.warm`), the precompile only for the layouts the
-learners are reading (:mod:`.precompile`).
+runs — the precompile only for the layouts the learners are reading (:mod:`.precompile`) — and where: the
+class warm-up compiles all but the default layout in a child process of its own at the lowest priority, paused
+while the server is busy and killed when it stops (:func:`.warm._warm_in_child`).
 """
 
 from __future__ import annotations

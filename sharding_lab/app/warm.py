@@ -4,11 +4,12 @@
 ``SHARDING_LAB_CACHE_DIR`` (default ``~/.cache/sharding-lab/jax``; ``off`` disables it), so a
 restarted server loads the programs the last one compiled instead of compiling them again.
 :func:`warm_in_background` then compiles, in a background thread, the default configuration (the
-seed preset on the default mesh — what every student sees first) and after it every layout a class
-clicks through (:func:`class_configs`: each model family's defaults × every preset × every mesh shape
-over the default device count), only while the server is idle (no run training or waiting, no layout a
-learner reads waiting to be compiled, no page run in the last few seconds), stoppable from
-the teacher view, its progress in :func:`progress`. ``SHARDING_LAB_WARM``: ``on`` (all of it),
+seed preset on the default mesh — what every student sees first) and after it, in a child process at the
+lowest CPU priority (:func:`_warm_in_child`), every layout a class clicks through (:func:`class_configs`:
+each model family's defaults × every preset × every mesh shape over the default device count), only while
+the server is idle (no run training or waiting, no layout a learner reads waiting to be compiled, no page run
+in the last few seconds: the child is paused otherwise), stoppable from the teacher view, its progress in
+:func:`progress`. ``SHARDING_LAB_WARM``: ``on`` (all of it),
 ``default`` (the default layout only) or ``off``. ``python -m sharding_lab.app.warm`` does the same in the
 foreground — the Docker image runs it at build time, so a fresh container's cache is already full — and
 marks the cache it filled (:data:`MARKER`: this code, this JAX, these devices), after which a server on that
@@ -18,6 +19,7 @@ Both are the app's business: the CLI and the tests compile as before.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 import threading
@@ -306,13 +308,21 @@ def _warm(configs, wait_for_students: bool = True, report=None, release_every: i
         stopped=False,
         seconds=0.0,
         note="",
+        child=None,  # the process compiling the class's layouts (_warm_in_child), once started
+        paused=False,
     )
-    # the server's own warm-up of every class layout marks the cache when it is done, as the command does
-    mark = not configs and wait_for_students
+    # the server's own warm-up: what a class clicks first here (in memory, so its first runs start at once; an
+    # MLP's layouts take a second or two each), the rest in a child process (_warm_in_child), and the cache
+    # marked when they are all done, as the command does
+    server = not configs and wait_for_students
     configs = configs or _default_configs(for_server=wait_for_students)
-    mark = mark and len(configs) > 1
+    mark = server and len(configs) > 1
     _set_progress(total=len(configs))
-    for i, config in enumerate(configs):
+    # (where processes cannot be paused — os.killpg is POSIX — all of it here, as before)
+    first = first_configs() if server and hasattr(os, "killpg") else configs
+    here = [c for c in configs if c in first]
+    rest = [c for c in configs if c not in first]
+    for i, config in enumerate(here):
         if not _compile_when_idle(config, wait_for_students):
             _set_progress(stopped=True)
             break
@@ -321,6 +331,8 @@ def _warm(configs, wait_for_students: bool = True, report=None, release_every: i
             report(progress())
         if release_every and (i + 1) % release_every == 0:
             _release()
+    if rest and not progress().get("stopped"):
+        _warm_in_child(rest, started)
     # a layout that fails to compile is skipped here as in the command (one transformer layout stops XLA's
     # SPMD partitioner): the cache holds everything that can be compiled, so it is marked all the same
     if mark and not progress().get("stopped") and cache_dir() is not None:
@@ -329,6 +341,116 @@ def _warm(configs, wait_for_students: bool = True, report=None, release_every: i
             note="every layout a class clicks is compiled into this cache: a restart warms the default layout only"
         )
     _set_progress(running=False, current="", seconds=time.perf_counter() - started)
+
+
+CHILD_POLL_S = 0.2  # how often the server looks whether its students need the cores the child is using
+
+
+def _warm_in_child(configs: list, started: float) -> None:
+    """Compile ``configs`` (the class layouts after those a class clicks first) into the cache in a child process
+    that runs at the lowest CPU priority and is paused (SIGSTOP) whenever the students are busy
+    (:func:`_students_busy`), resumed when the server is idle again, and ended with the warm-up
+    (:func:`stop_warming`, the server's exit).
+
+    Why a process: a compile in this process shares XLA's thread pools with the students' compiles and runs, at
+    their priority (a thread cannot lower its own without lowering the pools it starts: :mod:`.background`),
+    and once started it cannot be paused — a student who pressed Train during a warm-up compile waited for it
+    (2-26 s; a transformer's part takes 20-40 s of CPU). A child is paused at once, and at nice 19 in a
+    session (autogroup) of its own it yields the cores to everything else on the machine, the load test's
+    twenty browsers included (a warm-up compile in the server takes its share from them). It also keeps what it
+    compiled out of the server's memory (the server grew to 10.8-11.7 GB going through every layout itself).
+    The server loads a layout the child compiled from the disk cache the first time a learner opens it
+    (:mod:`.precompile`: 0.1-0.6 s for an MLP layout)."""
+    import json
+    import pickle
+    import signal
+    import subprocess
+
+    before = progress().get("done", 0)
+    child = subprocess.Popen(
+        [sys.executable, "-m", "sharding_lab.app.warm", "--child"],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        cwd=Path(__file__).resolve().parents[2],  # where `sharding_lab` is, whatever the server's directory
+        start_new_session=True,  # its own session: its own autogroup, whose share of the CPU is lowered
+    )
+    lowest_priority(child.pid)  # at once, not after its imports: they take seconds of CPU too
+    _set_progress(child=child.pid)
+    with child:
+        try:
+            child.stdin.write(pickle.dumps(configs))  # our own objects, to our own child
+            child.stdin.close()
+        except OSError:  # it died on start: say so as a stop, not a crash
+            pass
+
+        def follow() -> None:  # the child's progress lines, as this process's progress
+            for line in child.stdout:
+                try:
+                    done = json.loads(line)
+                except ValueError:
+                    continue
+                _set_progress(
+                    done=before + done.get("done", 0),
+                    skipped=done.get("skipped", 0),
+                    current=done.get("current", ""),
+                    seconds=time.perf_counter() - started,
+                )
+
+        reader = threading.Thread(target=follow, name="sharding-lab-warm-child", daemon=True)
+        reader.start()
+        paused = False
+        while child.poll() is None and not _stop.is_set():
+            busy = _students_busy()
+            if busy != paused:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(child.pid, signal.SIGSTOP if busy else signal.SIGCONT)
+                paused = busy
+                _set_progress(paused=busy)
+            time.sleep(CHILD_POLL_S)
+        if child.poll() is None:  # stopped: the child goes now (XLA survives a process that ends)
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(child.pid, signal.SIGKILL)
+        child.wait()
+        reader.join(5)
+    _set_progress(paused=False)
+    if _stop.is_set() or child.returncode != 0:
+        _set_progress(stopped=True)
+
+
+def _child_main() -> int:
+    """``--child``: compile the pickled configurations on standard input, at the lowest priority, reporting each
+    step of the progress as a JSON line on standard output (:func:`_warm_in_child` reads them)."""
+    import pickle
+
+    lowest_priority()
+    server = os.getppid()
+    # a server killed outright (SIGKILL, no exit handlers) leaves no one to stop this process: it goes too
+    orphaned = threading.Thread(target=_exit_when_orphaned, args=(server,), name="sharding-lab-orphan", daemon=True)
+    orphaned.start()
+    configs = pickle.load(sys.stdin.buffer)
+    enable_compilation_cache()
+    _echo.set()
+    _warm(configs, wait_for_students=False, release_every=RELEASE_EVERY)
+    return 0
+
+
+def lowest_priority(pid: int = 0) -> None:
+    """Lower process ``pid`` (0: this one) to the lowest CPU priority: its main thread to nice 19, before JAX
+    starts (XLA's thread pools inherit the priority of the thread that starts them), and its session's autogroup
+    too (Linux shares the cores between sessions first, then between the threads of each by their nice)."""
+    with contextlib.suppress(OSError):
+        os.setpriority(os.PRIO_PROCESS, pid, 19)
+    with contextlib.suppress(OSError):
+        Path(f"/proc/{pid or 'self'}/autogroup").write_text("19")
+
+
+def _exit_when_orphaned(server: int) -> None:
+    while os.getppid() == server:
+        time.sleep(1.0)
+    os._exit(0)  # mid-compile is fine: XLA survives a process that ends
+
+
+_echo = threading.Event()  # set in the child: every progress change is printed for the server
 
 
 def _release() -> None:
@@ -356,6 +478,11 @@ def _release() -> None:
 def _set_progress(**values) -> None:
     with _lock:
         _state.setdefault("progress", {}).update(values)
+        if _echo.is_set() and {"done", "current"} & values.keys():
+            import json
+
+            progress = _state["progress"]
+            print(json.dumps({k: progress.get(k) for k in ("done", "skipped", "current")}), flush=True)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -370,7 +497,10 @@ def main(argv: list[str] | None = None) -> int:
         "--first", action="store_true", help="only what a class clicks first (first_configs); the server the rest"
     )
     parser.add_argument("--part", default=None, help=argparse.SUPPRESS)  # "i/N": this process's share
+    parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)  # the server's: _warm_in_child
     args = parser.parse_args(argv)
+    if args.child:
+        return _child_main()
     path = enable_compilation_cache()
     if path is None:
         print("SHARDING_LAB_CACHE_DIR is off: there is no cache to fill", file=sys.stderr)

@@ -6,6 +6,7 @@ import math
 import os
 import threading
 import time
+from pathlib import Path
 
 import pytest
 from streamlit.testing.v1 import AppTest
@@ -13,7 +14,7 @@ from streamlit.testing.v1 import AppTest
 import sharding_lab as sl
 from sharding_lab.app import classroom, jobs, scheduler, settings, ui  # noqa: F401
 from sharding_lab.app import links as share
-from tests.support import ROOT, all_slots_held, app_test
+from tests.support import ROOT, all_slots_held, app_test, poll
 
 TIMEOUT = 120
 TOKEN = "class-token-7f3a"
@@ -470,6 +471,101 @@ def test_a_server_whose_own_warm_up_went_through_every_layout_marks_the_cache(tm
     assert warm.progress()["done"] == 3 and not warm.progress()["skipped"]  # the default, then the class's two
     assert warm.already_warmed() and "restart warms the default layout only" in warm.progress()["note"]
     assert warm._default_configs(for_server=True) == [sl.LabConfig()]
+
+
+def process_state(pid: int) -> tuple[str, int, str]:
+    """(state letter, nice, autogroup nice) of process ``pid``, from /proc: "T" is stopped (SIGSTOP)."""
+    fields = (Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1]).split()
+    return fields[0], int(fields[16]), Path(f"/proc/{pid}/autogroup").read_text().split()[-1]
+
+
+def test_the_class_warm_up_compiles_in_a_child_at_the_lowest_priority_paused_while_students_are_busy(
+    tmp_path, monkeypatch
+):
+    """After what a class clicks first (here, in memory: the default layout and the MLP on two-axis meshes), the
+    server's warm-up hands the rest (here three layouts on a three-axis mesh) to a child process: nice 19 in an
+    autogroup of its own at 19 (this process keeps its priority: XLA's pools would inherit it), stopped
+    (SIGSTOP) while every training slot is taken and going on once they are free; the cache marked at the end."""
+    from sharding_lab.app import warm
+
+    mesh = sl.MeshSpec((2, 2, 2), ("cw_a", "cw_b", "cw_c"))
+    layouts = [sl.LabConfig(mesh=mesh, preset=p) for p in ("dp", "fsdp", "tp")]
+    monkeypatch.setattr(warm, "class_configs", lambda devices=None: layouts)
+    monkeypatch.setenv("SHARDING_LAB_CACHE_DIR", str(tmp_path))
+    monkeypatch.setenv("SHARDING_LAB_WARM", "on")
+    monkeypatch.setattr(warm, "IDLE_BEFORE_WARMING_S", 0.0)  # page runs of other tests in this process
+    priority = os.getpriority(os.PRIO_PROCESS, 0)
+    thread = warm._warm_thread(None)
+    deadline = time.monotonic() + 120  # the default layout first, in this process
+    while not (child := warm.progress().get("child")) and thread.is_alive() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert child and child != os.getpid()
+    with all_slots_held():  # students' runs in every slot
+        state, nice, group = poll(lambda: process_state(child), ("T", 19, "19"), 10)
+        assert (state, nice, group) == ("T", 19, "19") and warm.progress()["paused"]
+        done = warm.progress()["done"]
+        time.sleep(1.0)
+        assert warm.progress()["done"] == done and process_state(child)[0] == "T"  # nothing compiled meanwhile
+    assert os.getpriority(os.PRIO_PROCESS, 0) == priority
+    thread.join(180)
+    assert not thread.is_alive() and warm.progress()["done"] == 4 and not warm.progress()["skipped"]
+    assert not warm.progress()["paused"] and not Path(f"/proc/{child}").exists()
+    assert warm.already_warmed()
+
+
+WARM_AND_WAIT = """
+import sys, time
+import sharding_lab as sl
+from sharding_lab.app import warm
+mesh = sl.MeshSpec((2, 2, 2), ("cw_x", "cw_y", "cw_z"))
+warm.class_configs = lambda devices=None: [sl.LabConfig(mesh=mesh, preset=p) for p in ("dp", "tp")]
+warm._warm_thread(None)
+while not warm.progress().get("child"):
+    time.sleep(0.05)
+print(warm.progress()["child"], flush=True)
+time.sleep(600)
+"""
+
+
+def test_the_warm_up_child_ends_with_the_warm_up_and_with_a_server_killed_outright(tmp_path, monkeypatch):
+    """Stop warming (the teacher's button, the server's exit): the child is gone at once. A server killed with
+    SIGKILL runs no exit handler: its child notices within a second or two and ends too (no orphan compiling
+    on a machine whose server is gone)."""
+    import signal
+    import subprocess
+    import sys
+
+    from sharding_lab.app import warm
+
+    mesh = sl.MeshSpec((2, 2, 2), ("cs_a", "cs_b", "cs_c"))
+    monkeypatch.setattr(warm, "class_configs", lambda devices=None: [sl.LabConfig(mesh=mesh, preset="dp")])
+    monkeypatch.setenv("SHARDING_LAB_CACHE_DIR", str(tmp_path / "stopped"))
+    monkeypatch.setenv("SHARDING_LAB_WARM", "on")
+    thread = warm._warm_thread(None)
+    deadline = time.monotonic() + 120
+    while not (child := warm.progress().get("child")) and thread.is_alive() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert child
+    try:
+        warm.stop_warming()
+        thread.join(10)
+        assert not thread.is_alive() and not Path(f"/proc/{child}").exists() and warm.progress()["stopped"]
+    finally:
+        warm._stop.clear()
+
+    env = {**os.environ, "SHARDING_LAB_CACHE_DIR": str(tmp_path / "killed"), "SHARDING_LAB_WARM": "on"}
+    server = subprocess.Popen(
+        [sys.executable, "-c", WARM_AND_WAIT], cwd=ROOT, env=env, stdout=subprocess.PIPE, text=True
+    )
+    try:
+        orphan = int(server.stdout.readline())
+        assert Path(f"/proc/{orphan}").exists()
+        server.send_signal(signal.SIGKILL)
+        server.wait(10)
+        assert poll(lambda: Path(f"/proc/{orphan}").exists(), False, 10) is False
+    finally:
+        server.kill()
+        server.wait()
 
 
 def test_the_warm_command_lets_go_of_the_programs_jax_keeps_in_memory():
