@@ -45,6 +45,7 @@ def overview() -> None:
     c2.metric("Server memory", f"{server.memory_info().rss / 2**20:,.0f} MB")
     c3.metric("Machine memory free", f"{memory.available / 2**30:.1f} of {memory.total / 2**30:.1f} GB")
     warming = warm.progress()
+
     if warming:
         st.subheader("Compilation cache")
         state = "stopped" if warming.get("stopped") else "warming" if warming.get("running") else "warm"
@@ -56,10 +57,10 @@ def overview() -> None:
         )
         if warming.get("note"):
             st.caption(warming["note"].capitalize() + ": this server warmed the default layout only.")
-        child = f" (process {warming['child']}{', paused now' if warming.get('paused') else ''})"
         st.caption(
-            "The default layout is compiled by the server itself, the rest by a separate process"
-            + (child if warming.get("child") and warming.get("running") else "")
+            "What a class clicks first (the default layout, the MLP on two-axis meshes) is compiled by the server "
+            "itself, the rest by a separate process"
+            + (child_process(warming) if warming.get("running") else "")
             + " at the lowest CPU priority, and only while the server is idle: paused whenever a student's run "
             f"trains or waits, a layout a student reads waits to be compiled, or a page ran in the last "
             f"{warm.IDLE_BEFORE_WARMING_S:.0f} s. SHARDING_LAB_WARM=default keeps only the default layout; the "
@@ -78,6 +79,16 @@ def overview() -> None:
             )
         )
     servers_view()
+
+
+def child_process(warming: dict) -> str:
+    """The warm-up's child process as the caption names it: its id, its memory, whether it is paused now."""
+    try:
+        memory = psutil.Process(warming["child"]).memory_info().rss
+    except (KeyError, TypeError, psutil.Error):  # not started yet, or just ended
+        return ""
+    paused = ", paused now" if warming.get("paused") else ""
+    return f" (process {warming['child']}, {memory / 2**20:,.0f} MB{paused})"
 
 
 def warm_state(status: dict) -> str:
