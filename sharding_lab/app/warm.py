@@ -4,9 +4,10 @@
 ``SHARDING_LAB_CACHE_DIR`` (default ``~/.cache/sharding-lab/jax``; ``off`` disables it), so a
 restarted server loads the programs the last one compiled instead of compiling them again.
 :func:`warm_in_background` then compiles, in a background thread, the default configuration (the
-seed preset on the default mesh — what every student sees first) and after it, in a child process at the
-lowest CPU priority (:func:`_warm_in_child`), every layout a class clicks through (:func:`class_configs`:
-each model family's defaults × every preset × every mesh shape over the default device count), only while
+seed preset on the default mesh — what every student sees first) and what a class clicks first
+(:func:`first_configs`), then in a child process at the lowest CPU priority (:func:`_warm_in_child`) the rest
+of the layouts a class clicks through (:func:`class_configs`: each model family's defaults × every preset ×
+every mesh shape over the default device count), only while
 the server is idle (no run training or waiting, no layout a learner reads waiting to be compiled, no page run
 in the last few seconds: the child is paused otherwise), stoppable from the teacher view, its progress in
 :func:`progress`. ``SHARDING_LAB_WARM``: ``on`` (all of it),
@@ -19,7 +20,6 @@ Both are the app's business: the CLI and the tests compile as before.
 
 from __future__ import annotations
 
-import contextlib
 import os
 import sys
 import threading
@@ -318,10 +318,12 @@ def _warm(configs, wait_for_students: bool = True, report=None, release_every: i
     configs = configs or _default_configs(for_server=wait_for_students)
     mark = server and len(configs) > 1
     _set_progress(total=len(configs))
-    # (where processes cannot be paused — os.killpg is POSIX — all of it here, as before)
-    first = first_configs() if server and hasattr(os, "killpg") else configs
-    here = [c for c in configs if c in first]
-    rest = [c for c in configs if c not in first]
+    # (where processes cannot be paused — not on Windows — or a layout is not one the child can rebuild: here)
+    from .idle_process import AVAILABLE
+
+    first = first_configs() if server and AVAILABLE else configs
+    here = [c for c in configs if c in first or _rebuild(_describe(c)) != c]
+    rest = [c for c in configs if c not in here]
     for i, config in enumerate(here):
         if not _compile_when_idle(config, wait_for_students):
             _set_progress(stopped=True)
@@ -343,114 +345,63 @@ def _warm(configs, wait_for_students: bool = True, report=None, release_every: i
     _set_progress(running=False, current="", seconds=time.perf_counter() - started)
 
 
-CHILD_POLL_S = 0.2  # how often the server looks whether its students need the cores the child is using
-
-
 def _warm_in_child(configs: list, started: float) -> None:
-    """Compile ``configs`` (the class layouts after those a class clicks first) into the cache in a child process
-    that runs at the lowest CPU priority and is paused (SIGSTOP) whenever the students are busy
-    (:func:`_students_busy`), resumed when the server is idle again, and ended with the warm-up
-    (:func:`stop_warming`, the server's exit).
-
-    Why a process: a compile in this process shares XLA's thread pools with the students' compiles and runs, at
-    their priority (a thread cannot lower its own without lowering the pools it starts: :mod:`.background`),
-    and once started it cannot be paused — a student who pressed Train during a warm-up compile waited for it
-    (2-26 s; a transformer's part takes 20-40 s of CPU). A child is paused at once, and at nice 19 in a
-    session (autogroup) of its own it yields the cores to everything else on the machine, the load test's
-    twenty browsers included (a warm-up compile in the server takes its share from them). It also keeps what it
-    compiled out of the server's memory (the server grew to 10.8-11.7 GB going through every layout itself).
-    The server loads a layout the child compiled from the disk cache the first time a learner opens it
-    (:mod:`.precompile`: 0.1-0.6 s for an MLP layout)."""
-    import json
-    import pickle
-    import signal
-    import subprocess
+    """Compile ``configs`` into the cache in a child process at the lowest priority, paused while the students
+    are busy (:func:`_students_busy`), killed with the warm-up (:mod:`.idle_process` says why). Out of the
+    server's memory too (it grew to 10.8-11.7 GB going through every layout itself); the server loads such a
+    layout from the disk cache when a learner opens it (:mod:`.precompile`: 0.1-0.6 s for an MLP's)."""
+    from . import idle_process
 
     before = progress().get("done", 0)
-    child = subprocess.Popen(
-        [sys.executable, "-m", "sharding_lab.app.warm", "--child"],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        cwd=Path(__file__).resolve().parents[2],  # where `sharding_lab` is, whatever the server's directory
-        start_new_session=True,  # its own session: its own autogroup, whose share of the CPU is lowered
+
+    def on_line(done: dict) -> None:  # the child's progress, as this process's
+        _set_progress(
+            done=before + done.get("done", 0),
+            skipped=done.get("skipped", 0),
+            current=done.get("current", ""),
+            seconds=time.perf_counter() - started,
+        )
+
+    def on_state(pid: int | None = None, paused: bool = False) -> None:
+        _set_progress(paused=paused, **({"child": pid} if pid else {}))
+
+    status = idle_process.run(
+        "sharding_lab.app.warm_child", [_describe(c) for c in configs], _students_busy, _stop.is_set, on_line, on_state
     )
-    lowest_priority(child.pid)  # at once, not after its imports: they take seconds of CPU too
-    _set_progress(child=child.pid)
-    with child:
-        try:
-            child.stdin.write(pickle.dumps(configs))  # our own objects, to our own child
-            child.stdin.close()
-        except OSError:  # it died on start: say so as a stop, not a crash
-            pass
-
-        def follow() -> None:  # the child's progress lines, as this process's progress
-            for line in child.stdout:
-                try:
-                    done = json.loads(line)
-                except ValueError:
-                    continue
-                _set_progress(
-                    done=before + done.get("done", 0),
-                    skipped=done.get("skipped", 0),
-                    current=done.get("current", ""),
-                    seconds=time.perf_counter() - started,
-                )
-
-        reader = threading.Thread(target=follow, name="sharding-lab-warm-child", daemon=True)
-        reader.start()
-        paused = False
-        while child.poll() is None and not _stop.is_set():
-            busy = _students_busy()
-            if busy != paused:
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(child.pid, signal.SIGSTOP if busy else signal.SIGCONT)
-                paused = busy
-                _set_progress(paused=busy)
-            time.sleep(CHILD_POLL_S)
-        if child.poll() is None:  # stopped: the child goes now (XLA survives a process that ends)
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(child.pid, signal.SIGKILL)
-        child.wait()
-        reader.join(5)
-    _set_progress(paused=False)
-    if _stop.is_set() or child.returncode != 0:
+    if status != 0:
         _set_progress(stopped=True)
 
 
-def _child_main() -> int:
-    """``--child``: compile the pickled configurations on standard input, at the lowest priority, reporting each
-    step of the progress as a JSON line on standard output (:func:`_warm_in_child` reads them)."""
-    import pickle
+def _describe(config) -> dict:
+    """A class layout in words the child can rebuild (:func:`_rebuild`): its family's defaults on a mesh."""
+    return {"family": config.family.name, "shape": config.mesh.shape, "axes": config.mesh.axes, "preset": config.preset}
 
-    lowest_priority()
-    server = os.getppid()
-    # a server killed outright (SIGKILL, no exit handlers) leaves no one to stop this process: it goes too
-    orphaned = threading.Thread(target=_exit_when_orphaned, args=(server,), name="sharding-lab-orphan", daemon=True)
-    orphaned.start()
-    configs = pickle.load(sys.stdin.buffer)
+
+def _rebuild(layout: dict):
+    """The configuration :func:`_describe` described."""
+    import dataclasses
+
+    from ..sharding.mesh import MeshSpec
+
+    config = default_config(layout["family"], tuple(layout["shape"]), layout["preset"])
+    return config and dataclasses.replace(config, mesh=MeshSpec(tuple(layout["shape"]), tuple(layout["axes"])))
+
+
+def child_main() -> int:
+    """The warm-up's child (``python -m sharding_lab.app.warm_child``): compile the layouts the server sent, at the
+    lowest priority, saying each step of the progress as a JSON line."""
+    from . import idle_process
+
+    idle_process.lowest_priority()
+    idle_process.leave_with_parent()
+    configs = [_rebuild(layout) for layout in idle_process.read_message()]
     enable_compilation_cache()
-    _echo.set()
+    _say.set()
     _warm(configs, wait_for_students=False, release_every=RELEASE_EVERY)
     return 0
 
 
-def lowest_priority(pid: int = 0) -> None:
-    """Lower process ``pid`` (0: this one) to the lowest CPU priority: its main thread to nice 19, before JAX
-    starts (XLA's thread pools inherit the priority of the thread that starts them), and its session's autogroup
-    too (Linux shares the cores between sessions first, then between the threads of each by their nice)."""
-    with contextlib.suppress(OSError):
-        os.setpriority(os.PRIO_PROCESS, pid, 19)
-    with contextlib.suppress(OSError):
-        Path(f"/proc/{pid or 'self'}/autogroup").write_text("19")
-
-
-def _exit_when_orphaned(server: int) -> None:
-    while os.getppid() == server:
-        time.sleep(1.0)
-    os._exit(0)  # mid-compile is fine: XLA survives a process that ends
-
-
-_echo = threading.Event()  # set in the child: every progress change is printed for the server
+_say = threading.Event()  # set in the child: every progress change is said to the server
 
 
 def _release() -> None:
@@ -478,11 +429,10 @@ def _release() -> None:
 def _set_progress(**values) -> None:
     with _lock:
         _state.setdefault("progress", {}).update(values)
-        if _echo.is_set() and {"done", "current"} & values.keys():
-            import json
+        if _say.is_set() and {"done", "current"} & values.keys():
+            from .idle_process import say
 
-            progress = _state["progress"]
-            print(json.dumps({k: progress.get(k) for k in ("done", "skipped", "current")}), flush=True)
+            say({k: _state["progress"].get(k) for k in ("done", "skipped", "current")})
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -497,10 +447,7 @@ def main(argv: list[str] | None = None) -> int:
         "--first", action="store_true", help="only what a class clicks first (first_configs); the server the rest"
     )
     parser.add_argument("--part", default=None, help=argparse.SUPPRESS)  # "i/N": this process's share
-    parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)  # the server's: _warm_in_child
     args = parser.parse_args(argv)
-    if args.child:
-        return _child_main()
     path = enable_compilation_cache()
     if path is None:
         print("SHARDING_LAB_CACHE_DIR is off: there is no cache to fill", file=sys.stderr)
