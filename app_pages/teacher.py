@@ -83,9 +83,11 @@ def overview() -> None:
 
 def child_process(warming: dict) -> str:
     """The warm-up's child process as the caption names it: its id, its memory, whether it is paused now."""
+    if not warming.get("child"):  # not started yet (psutil.Process(None) would be this server)
+        return ""
     try:
         memory = psutil.Process(warming["child"]).memory_info().rss
-    except (KeyError, TypeError, psutil.Error):  # not started yet, or just ended
+    except psutil.Error:  # just ended
         return ""
     paused = ", paused now" if warming.get("paused") else ""
     return f" (process {warming['child']}, {memory / 2**20:,.0f} MB{paused})"
