@@ -136,6 +136,21 @@ class TrainingJob:
             while not self._losses and self._snapshot.running and (left := deadline - time.monotonic()) > 0:
                 self._lock.wait(left)
 
+    def wait_if_ending(self, within: float) -> bool:
+        """Block until the run is over if, at its pace so far, that is at most ``within`` seconds away (and never
+        much longer than its pace says): True if it is over. A short run is then drawn once, finished."""
+        with self._lock:
+            snap = self._snapshot
+            if not snap.running or snap.steps_per_s <= 0:
+                return not snap.running
+            left = (snap.total_steps - snap.step) / snap.steps_per_s
+            if left > within:
+                return False
+            deadline = time.monotonic() + 2 * left + 0.2  # its last chunk, the layout check, a slow moment
+            while self._snapshot.running and (wait := deadline - time.monotonic()) > 0:
+                self._lock.wait(wait)
+            return not self._snapshot.running
+
     def wait(self, timeout: float | None = None) -> Snapshot:
         self.thread.join(timeout)
         return self.snapshot()

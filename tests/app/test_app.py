@@ -142,7 +142,7 @@ def test_train_page_trains_the_seed_config(train_page):
     assert seen[-1] > seen[0]
 
 
-def test_a_compiled_layouts_first_loss_is_drawn_by_the_run_that_follows_the_click(train_page):
+def test_a_compiled_layouts_first_loss_and_a_short_runs_end_are_drawn_by_the_run_that_follows_the_click(train_page):
     """The full run after a click on Train starts the page's polling, whose first poll comes an interval later (3 s
     with a class training); a layout compiled on this server has its first 100 steps within a second or two, and
     that run waits for them and draws them. A layout that must compile is drawn by a poll, as before."""
@@ -170,6 +170,16 @@ def test_a_compiled_layouts_first_loss_is_drawn_by_the_run_that_follows_the_clic
     finally:
         second.stop()
         second.wait(60)
+    # A compiled run that ends within the next poll's interval (here: 150 steps, ~0.05 s after its first 100) is
+    # waited for, and drawn once, finished: its verdict and all 150 losses in the run after the click.
+    app.run()
+    app.number_input(key="steps").set_value(150).run()
+    app.button(key="train").click().run()
+    third = app.session_state["job_slot"].job
+    assert third is not second and third.compiled
+    assert not app.exception and not third.snapshot().running
+    assert any("layout verified on 8 devices" in s.value for s in app.success)
+    assert len(plotly_values(chart_spec(app, "loss")["data"][0]["y"])) == 150
 
 
 def test_train_page_reports_divergence(train_page):
