@@ -17,6 +17,7 @@ several JAX processes, which a small server cannot afford many of.
 from __future__ import annotations
 
 import dataclasses
+import math
 import threading
 import time
 from typing import Callable
@@ -143,7 +144,8 @@ class TrainingJob:
             snap = self._snapshot
             if not snap.running or snap.steps_per_s <= 0:
                 return not snap.running
-            left = (snap.total_steps - snap.step) / snap.steps_per_s
+            chunk = max(1, min(self.config.chunk, snap.total_steps))  # a last, shorter chunk computes a whole one
+            left = math.ceil((snap.total_steps - snap.step) / chunk) * chunk / snap.steps_per_s
             if left > within:
                 return False
             deadline = time.monotonic() + 2 * left + 0.2  # its last chunk, the layout check, a slow moment

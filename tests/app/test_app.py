@@ -170,16 +170,21 @@ def test_a_compiled_layouts_first_loss_and_a_short_runs_end_are_drawn_by_the_run
     finally:
         second.stop()
         second.wait(60)
-    # A compiled run that ends within the next poll's interval (here: 150 steps, ~0.05 s after its first 100) is
-    # waited for, and drawn once, finished: its verdict and all 150 losses in the run after the click.
+    # A compiled run that ends within the next poll's interval (at least 0.5 s) is waited for, and drawn once,
+    # finished: its verdict and all its losses in the run after the click. 200 steps of 32 rows: one chunk left
+    # after the first, ~0.05 s (a chunk of 4,096-row steps takes 0.1-0.3 s, too near that bound to test).
     app.run()
-    app.number_input(key="steps").set_value(150).run()
+    app.number_input(key="batch").set_value(32).run()
+    app.number_input(key="steps").set_value(200).run()
+    app.button(key="train").click().run()  # compiles this layout if no test did
+    app.session_state["job_slot"].job.wait(120)
+    app.run()
     app.button(key="train").click().run()
     third = app.session_state["job_slot"].job
     assert third is not second and third.compiled
     assert not app.exception and not third.snapshot().running
     assert any("layout verified on 8 devices" in s.value for s in app.success)
-    assert len(plotly_values(chart_spec(app, "loss")["data"][0]["y"])) == 150
+    assert len(plotly_values(chart_spec(app, "loss")["data"][0]["y"])) == 200
 
 
 def test_train_page_reports_divergence(train_page):
