@@ -6,7 +6,7 @@ import tempfile
 os.environ.setdefault("SHARDING_LAB_DEVICES", "8")
 # One compilation cache for the whole run, empty at its start and removed at its end: the app's servers, the
 # commands and the exported scripts the tests start, and both test processes, otherwise compiled the same
-# layouts again each (the suite: 20.3 → 16.4 min on two cores, 2026-12-07). Never a developer's cache: the
+# layouts again each (the suite: 20.3 → 16.4 and 17.8 min on two cores, 2026-12-07). Never a developer's cache: the
 # tests compile for themselves. Set before pytest-xdist starts its workers, which inherit it.
 if "SHARDING_LAB_CACHE_DIR" not in os.environ:
     os.environ["SHARDING_LAB_CACHE_DIR"] = tempfile.mkdtemp(prefix="sharding-lab-tests-cache-")
