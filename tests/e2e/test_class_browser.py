@@ -97,12 +97,13 @@ def test_a_slow_tab_gets_one_full_run_when_its_run_ends(server, chromium):
     busy machine): the old timer still ticks before that run's messages reach the tab, and that tick used to ask
     for another full run (measured with the CPU throttled 20×: 3-4 full runs per Train click in 4 of 4 runs;
     in the 20-session load test, 38 full runs after the runs' ends instead of 29). Counted here from the
-    websocket: only a full run sends the sidebar."""
+    websocket: only a full run sends the sidebar. 10,000 steps: a shorter run can end before the page's first poll
+    and be drawn finished by the full run after the click, with no polling to stop (one full run: 300 steps did)."""
     full_runs = []
     page = open_train_page(
         chromium,
         server.url,
-        300,
+        10_000,
         lambda payload: full_runs.append(payload) if isinstance(payload, bytes) and b"Compile for" in payload else None,
     )
     full_runs.clear()  # the page's first run
