@@ -157,10 +157,10 @@ def start_run() -> bool:
 # once, finished, its tab then runs no poll and no second full run — in a class, twenty tabs' drawing is what the
 # server's two cores spend most on after a click (docs/classroom-timing.md). A longer run is drawn live.
 FIRST_LOSS_WAIT_S = 2.0
-SHORT_RUN_S = (0.5, 1.0)
+SHORT_RUN_MIN_S, SHORT_RUN_MAX_S = 0.5, 1.0
 if st.session_state.pop("train_started", False) and slot.job is not None and slot.job.compiled:
     slot.job.wait_for_first_loss(FIRST_LOSS_WAIT_S)
-    slot.job.wait_if_ending(min(SHORT_RUN_S[1], max(SHORT_RUN_S[0], poll_interval())))
+    slot.job.wait_if_ending(min(SHORT_RUN_MAX_S, max(SHORT_RUN_MIN_S, poll_interval())))
 polling = slot.job is not None and slot.job.snapshot().running
 # A poll can still come after the full run that stopped polling: the browser's timer ticks until that run's
 # messages reach it, seconds later in a slow tab. Such a tick asks for no second full run (each costs a tab

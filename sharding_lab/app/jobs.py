@@ -132,26 +132,24 @@ class TrainingJob:
 
     def wait_for_first_loss(self, timeout: float) -> None:
         """Block up to ``timeout`` seconds until the run has its first losses or is over."""
-        deadline = time.monotonic() + timeout
         with self._lock:
-            while not self._losses and self._snapshot.running and (left := deadline - time.monotonic()) > 0:
-                self._lock.wait(left)
+            self._lock.wait_for(lambda: self._losses or not self._snapshot.running, timeout)
 
     def wait_if_ending(self, within: float) -> bool:
         """Block until the run is over if, at its pace so far, that is at most ``within`` seconds away (and never
         much longer than its pace says): True if it is over. A short run is then drawn once, finished."""
+        from ..training.trainer import chunk_length
+
         with self._lock:
             snap = self._snapshot
             if not snap.running or snap.steps_per_s <= 0:
                 return not snap.running
-            chunk = max(1, min(self.config.chunk, snap.total_steps))  # a last, shorter chunk computes a whole one
+            chunk = chunk_length(self.config.chunk, snap.total_steps)  # the last chunk computes a whole one
             left = math.ceil((snap.total_steps - snap.step) / chunk) * chunk / snap.steps_per_s
             if left > within:
                 return False
-            deadline = time.monotonic() + 2 * left + 0.2  # its last chunk, the layout check, a slow moment
-            while self._snapshot.running and (wait := deadline - time.monotonic()) > 0:
-                self._lock.wait(wait)
-            return not self._snapshot.running
+            # its last chunk, the layout check, a slow moment
+            return self._lock.wait_for(lambda: not self._snapshot.running, 2 * left + 0.2)
 
     def wait(self, timeout: float | None = None) -> Snapshot:
         self.thread.join(timeout)

@@ -340,13 +340,19 @@ def build_chunk_program(plan: Plan, chunk: int, host_batches: bool = False):
     )
 
 
+def chunk_length(chunk: int, steps: int) -> int:
+    """The steps one compiled chunk runs: ``chunk``, or all of a shorter run's (at least one). A run's last chunk
+    computes a whole one, its steps past the run's end masked (:func:`chunk_program`)."""
+    return max(1, min(chunk, steps))
+
+
 class Trainer:
     """Runs ``steps`` training steps on a :class:`Lab` in chunks, streaming :class:`Progress`."""
 
     def __init__(self, lab: Lab, steps: int | None = None, chunk: int | None = None, host_batches: bool = False):
         self.lab = lab
         self.steps = steps if steps is not None else lab.config.steps
-        self.chunk = max(1, min(chunk or lab.config.chunk, self.steps))
+        self.chunk = chunk_length(chunk or lab.config.chunk, self.steps)
         self.host_batches = host_batches
         self._program = chunk_program(lab.plan, self.chunk, host_batches)
         self._key = program_key(lab.config, self.chunk, host_batches)
