@@ -45,7 +45,7 @@ COPY . .
 # --first) took 52 min on a 2-core machine. The cache stays writable by the app user (mount a volume on
 # /app/cache to keep what a class adds). WARM_CACHE=0 skips it (a faster build; the server warms it all).
 ARG WARM_CACHE=1
-RUN if [ "$WARM_CACHE" = 1 ]; then python -m sharding_lab.app.warm --first; fi \
+RUN if [ "$WARM_CACHE" = 1 ]; then python -m sharding_lab.server.warm --first; fi \
     && mkdir -p /app/cache && chown -R 10001:10001 /app/cache
 USER 10001:10001
 

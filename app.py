@@ -3,7 +3,8 @@
 import streamlit as st
 
 from sharding_lab import settings
-from sharding_lab.app import activity, classroom, fragment_race, session, tabs, warm
+from sharding_lab.app import fragment_race, session, tabs
+from sharding_lab.server import activity, classroom, warm
 
 st.set_page_config(page_title="Sharding Lab", page_icon=":material/grid_view:", layout="wide")
 fragment_race.install()  # the Train page's polls must not cut a full run's end off (see the module)

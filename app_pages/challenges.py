@@ -9,8 +9,9 @@ import shlex
 import streamlit as st
 
 import sharding_lab as sl
-from sharding_lab.app import classroom, settings, ui
+from sharding_lab.app import settings, ui
 from sharding_lab.lessons import challenges
+from sharding_lab.server import classroom
 
 st.title("Challenges")
 st.caption(

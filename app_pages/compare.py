@@ -9,8 +9,8 @@ import sharding_lab as sl
 from sharding_lab import settings
 from sharding_lab.app import figures, ui
 from sharding_lab.app.cost_view import strategies_cost_panel
-from sharding_lab.app.scheduler import Busy, slot
 from sharding_lab.lessons.compare import METRICS, compare_one, strategy_config
+from sharding_lab.server.slots import Busy, slot
 
 CURRENT = "your rules"
 

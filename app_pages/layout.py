@@ -6,8 +6,9 @@ import pandas as pd
 import streamlit as st
 
 import sharding_lab as sl
-from sharding_lab.app import explore, figures, precompile, session, settings, ui
+from sharding_lab.app import explore, figures, session, settings, ui
 from sharding_lab.hardware import placement, targets
+from sharding_lab.server import precompile
 from sharding_lab.sharding.layout import describe, format_spec, memory_part, memory_per_device
 from sharding_lab.sharding.mesh import device_ids, mesh_coords
 from sharding_lab.sharding.rules import axis_names

@@ -10,7 +10,7 @@ import pandas as pd
 import psutil
 import streamlit as st
 
-from sharding_lab.app import classroom, record, scheduler, warm
+from sharding_lab.server import classroom, record, slots, warm
 
 st.title("Teacher view")
 st.caption("Counts only: no names, no session ids. This page refreshes itself every 5 seconds.")
@@ -18,7 +18,7 @@ st.caption("Counts only: no names, no session ids. This page refreshes itself ev
 
 @st.fragment(run_every=5.0)
 def overview() -> None:
-    training, queued = scheduler.load()
+    training, queued = slots.load()
     c1, c2, c3 = st.columns(3)
     c1.metric(
         "Sessions open",
@@ -28,7 +28,7 @@ def overview() -> None:
     )
     c2.metric(
         "Runs training",
-        f"{training} / {scheduler.MAX_JOBS}",
+        f"{training} / {slots.MAX_JOBS}",
         help="SHARDING_LAB_MAX_JOBS runs train at once; the others wait in the queue.",
     )
     c3.metric("Runs queued", queued)

@@ -7,12 +7,13 @@ import pandas as pd
 import streamlit as st
 
 import sharding_lab as sl
-from sharding_lab.app import experts_view, figures, memory_view, pipeline_view, precompile, session, ui
-from sharding_lab.app.jobs import DistributedJob, TrainingJob, edits_since
-from sharding_lab.app.scheduler import Busy, poll_interval
+from sharding_lab.app import experts_view, figures, memory_view, pipeline_view, session, ui
 from sharding_lab.app.settings import GENERAL_RANGES
 from sharding_lab.distributed import process_choices, process_table
 from sharding_lab.program.communication import analyze
+from sharding_lab.server import precompile
+from sharding_lab.server.jobs import DistributedJob, TrainingJob, edits_since
+from sharding_lab.server.slots import Busy, poll_interval
 from sharding_lab.sharding.layout import format_bytes
 
 

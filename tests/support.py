@@ -37,17 +37,17 @@ def poll(read, expected, timeout_s: float = 30):
 def all_slots_held():
     """Every training slot of this process's scheduler held here, so new runs queue; yields the list of slots
     held (clear it when they are handed to runs) and gives back what it still holds."""
-    from sharding_lab.app import scheduler
+    from sharding_lab.server import slots
 
     held = []
     try:
         while True:
-            scheduler.take_slot()
+            slots.take_slot()
             held.append(1)
-    except scheduler.Busy:
+    except slots.Busy:
         pass
     try:
         yield held
     finally:
         for _ in held:
-            scheduler.release_slot()
+            slots.release_slot()

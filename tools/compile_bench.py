@@ -31,8 +31,8 @@ DEFAULT_MESH = (2, 4)
 
 def layouts(families: list[str], presets: list[str] | None = None) -> list:
     """Each family's defaults under each of its presets on the default mesh (the ones that bind there)."""
-    from sharding_lab.app.warm import default_config
     from sharding_lab.models import FAMILIES
+    from sharding_lab.server.warm import default_config
 
     out = []
     for name in families:

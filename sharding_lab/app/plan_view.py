@@ -16,8 +16,9 @@ import plotly.graph_objects as go
 
 import sharding_lab as sl
 from sharding_lab import search
-from sharding_lab.app import background, settings
+from sharding_lab.app import settings
 from sharding_lab.hardware import targets
+from sharding_lab.server import background
 from sharding_lab.units import format_bytes
 
 # The question the page opens on for a small transformer: the four textbook strategies (data, fully

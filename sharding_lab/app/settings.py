@@ -13,14 +13,13 @@ import itertools
 import sharding_lab as sl
 from sharding_lab.hardware import targets
 from sharding_lab.models import ChoiceField
-from sharding_lab.sharding.mesh import default_axes
+from sharding_lab.sharding.mesh import DEFAULT_SHAPES, default_axes
 from sharding_lab.sharding.rules import parse_target
 
 CUSTOM = "custom"
 FROM_RULES = "(rule)"
 REPLICATED = "replicated"
 MAX_HOST_AXIS_SIZE = 64  # the simulated host has at most 64 devices
-DEFAULT_SHAPES = {1: (8,), 2: (2, 4), 3: (2, 2, 2)}
 GENERAL_RANGES = {"batch": (1, 4096), "steps": (1, 20_000), "lr": (0.0, 1000.0), "decay": (0.0, 0.999)}
 FLOATS = ("lr", "decay")
 DEFAULTS = {

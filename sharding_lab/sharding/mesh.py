@@ -19,6 +19,7 @@ from jax.sharding import AxisType
 from ..errors import ConfigError
 
 DEFAULT_AXIS_NAMES = {1: ("data",), 2: ("data", "model"), 3: ("x", "y", "z")}
+DEFAULT_SHAPES = {1: (8,), 2: (2, 4), 3: (2, 2, 2)}  # the sidebar's mesh for 1, 2 and 3 axes
 AXIS_TYPES = {"auto": AxisType.Auto, "explicit": AxisType.Explicit}
 AXIS_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,31}$")
 

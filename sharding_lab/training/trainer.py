@@ -431,7 +431,7 @@ def train(config: LabConfig, on_progress=None, stop=None) -> tuple[Lab, TrainRes
 def compile_first_run(config: LabConfig, keep_going: Callable[[], bool] | None = None) -> bool:
     """One short run compiles what a learner's first run of ``config`` would: the model's creation, the
     training chunk (the same program as a full run's), the prediction and the layout check — for the
-    server's warm-up and for the layout a learner is reading (``sharding_lab.app.warm``, ``.precompile``).
+    server's warm-up and for the layout a learner is reading (``sharding_lab.server.warm``, ``.precompile``).
 
     ``keep_going`` is asked before each part after the model's creation; when it says no, the run stops there
     and returns False (what was compiled stays compiled: the next call finds it in memory). The class warm-up

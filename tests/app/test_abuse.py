@@ -19,7 +19,8 @@ from markdown_it import MarkdownIt
 from streamlit.testing.v1 import AppTest
 
 import sharding_lab as sl
-from sharding_lab.app import jobs, scheduler, settings
+from sharding_lab.app import settings
+from sharding_lab.server import jobs, slots
 from tests.support import ROOT, all_slots_held, app_test
 
 TIMEOUT = 120
@@ -357,15 +358,15 @@ def test_a_full_server_queues_runs_first_come_first_served(all_slots_taken):
         assert first.snapshot().state == second.snapshot().state == "queued"
         assert "next in line" in first.snapshot().message
         assert "1 run ahead of you" in second.snapshot().message
-        assert scheduler.load() == (all_slots_taken, 2)
-        scheduler.release_slot()  # one slot frees up: the first in line trains, then hands it to the next
+        assert slots.load() == (all_slots_taken, 2)
+        slots.release_slot()  # one slot frees up: the first in line trains, then hands it to the next
         assert first.wait(60).state == "finished"
         assert second.wait(60).state == "finished"
     finally:
         second.stop()
         first.stop()
-        scheduler.take_slot()  # the slot they shared, so the fixture gives back what it took
-    assert scheduler.load()[1] == 0
+        slots.take_slot()  # the slot they shared, so the fixture gives back what it took
+    assert slots.load()[1] == 0
 
 
 def test_a_run_whose_programs_are_compiled_goes_before_queued_runs_that_must_compile(all_slots_taken):
@@ -385,15 +386,15 @@ def test_a_run_whose_programs_are_compiled_goes_before_queued_runs_that_must_com
         wait_until(lambda: "1 run ahead of you" in first.snapshot().message)
         assert "runs already compiled go first" in first.snapshot().message  # why its place grew
         assert "next in line" in second.snapshot().message and "compiled go first" not in second.snapshot().message
-        scheduler.release_slot()  # one slot frees up: the compiled run takes it, then hands it on
+        slots.release_slot()  # one slot frees up: the compiled run takes it, then hands it on
         assert second.wait(60).state == "finished" and first.snapshot().step == 0
         assert first.wait(120).state == "finished"
         assert trainer.is_compiled(must_compile)
     finally:
         second.stop()
         first.stop()
-        scheduler.take_slot()  # the slot they shared, so the fixture gives back what it took
-    assert scheduler.load()[1] == 0
+        slots.take_slot()  # the slot they shared, so the fixture gives back what it took
+    assert slots.load()[1] == 0
     several = jobs.DistributedJob(compiled, 2)  # the same layout as two processes: they compile their own
     try:
         assert not several.compiled
@@ -407,12 +408,12 @@ def test_a_queued_run_whose_tab_closed_leaves_the_queue(all_slots_taken, monkeyp
     job = jobs.TrainingJob(long_config(300))
     job.thread.join(30)  # nobody polls
     assert job._snapshot.state == "stopped" and "nobody was watching" in job._snapshot.message
-    assert scheduler.load()[1] == 0
+    assert slots.load()[1] == 0
 
 
 def test_poll_interval_slows_down_as_the_server_fills(all_slots_taken):
-    assert scheduler.poll_interval() == pytest.approx(min(3.0, 0.2 * max(1, all_slots_taken)))
-    assert scheduler.poll_interval(queued=True) >= 1.5
+    assert slots.poll_interval() == pytest.approx(min(3.0, 0.2 * max(1, all_slots_taken)))
+    assert slots.poll_interval(queued=True) >= 1.5
 
 
 def test_train_page_shows_its_place_in_the_queue_then_stops(train_page, all_slots_taken):
@@ -445,8 +446,8 @@ def test_abandoned_job_stops_by_itself(monkeypatch):
     snap = job.snapshot()
     assert snap.state == "stopped" and "nobody was watching" in snap.message
     assert 0 < snap.step < 200_000
-    scheduler.take_slot()  # its slot came back
-    scheduler.release_slot()
+    slots.take_slot()  # its slot came back
+    slots.release_slot()
 
 
 def test_watched_job_is_not_stopped_for_being_unwatched(monkeypatch):

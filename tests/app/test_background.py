@@ -20,7 +20,7 @@ from tests.support import ROOT
 SCRIPT = """
 import json, os
 import sharding_lab as sl
-from sharding_lab.app import warm
+from sharding_lab.server import warm
 
 config = sl.LabConfig(mesh=sl.MeshSpec((2, 4), ("data", "model")), preset="fsdp")
 warm._warm_thread([config]).join(300)

@@ -6,8 +6,8 @@ from streamlit.testing.v1 import AppTest
 from test_app import TIMEOUT
 
 import sharding_lab as sl
-from sharding_lab.app import classroom
 from sharding_lab.lessons import challenges
+from sharding_lab.server import classroom
 from tests.support import app_test
 
 PAGE = "app_pages/challenges.py"

@@ -13,8 +13,9 @@ import pytest
 from streamlit.testing.v1 import AppTest
 
 import sharding_lab as sl
-from sharding_lab.app import classroom, jobs, scheduler, settings, ui  # noqa: F401
 from sharding_lab.app import links as share
+from sharding_lab.app import settings, ui  # noqa: F401
+from sharding_lab.server import classroom, jobs, slots  # noqa: F401
 from tests.support import ROOT, all_slots_held, app_test, poll
 
 TIMEOUT = 120
@@ -53,15 +54,15 @@ def watch(job_list, seconds: float) -> list[list[str]]:
 def test_many_queued_runs_released_at_once_all_start_and_finish(all_slots_taken):
     """Every slot frees up in the same instant with more runs waiting than slots: each run must
     leave the queue, train and finish — none left 'starting' (the frozen session of the load test)."""
-    assert len(all_slots_taken) == scheduler.MAX_JOBS
-    waiting = [jobs.TrainingJob(small_config(100 + 10 * i)) for i in range(scheduler.MAX_JOBS + 2)]
+    assert len(all_slots_taken) == slots.MAX_JOBS
+    waiting = [jobs.TrainingJob(small_config(100 + 10 * i)) for i in range(slots.MAX_JOBS + 2)]
     try:
         deadline = time.monotonic() + 30
-        while scheduler.load()[1] < len(waiting) and time.monotonic() < deadline:
+        while slots.load()[1] < len(waiting) and time.monotonic() < deadline:
             time.sleep(0.02)
-        assert scheduler.load() == (scheduler.MAX_JOBS, len(waiting))
+        assert slots.load() == (slots.MAX_JOBS, len(waiting))
         assert {job.snapshot().state for job in waiting} == {"queued"}
-        release = [threading.Thread(target=scheduler.release_slot) for _ in all_slots_taken]
+        release = [threading.Thread(target=slots.release_slot) for _ in all_slots_taken]
         all_slots_taken.clear()  # they are ours no more: the runs take them
         for thread in release:
             thread.start()
@@ -73,7 +74,7 @@ def test_many_queued_runs_released_at_once_all_start_and_finish(all_slots_taken)
             assert states[-1] == "finished" and "queued" not in states[1:], states  # forward only
         for job in waiting:  # a run says "finished" just before its thread gives the slot back
             job.thread.join(10)
-        assert scheduler.load() == (0, 0)
+        assert slots.load() == (0, 0)
     finally:
         for job in waiting:
             job.stop()
@@ -81,9 +82,9 @@ def test_many_queued_runs_released_at_once_all_start_and_finish(all_slots_taken)
             job.thread.join(60)
         while True:  # take the slots back for the fixture to return
             try:
-                scheduler.take_slot()
+                slots.take_slot()
                 all_slots_taken.append(1)
-            except scheduler.Busy:
+            except slots.Busy:
                 break
 
 
@@ -98,7 +99,7 @@ def test_a_run_that_waits_past_the_start_limit_says_so(all_slots_taken, monkeypa
     assert states == ["queued", "stopped"], states
     assert "could not start within 0 s" in snap.message or "could not start within 1 s" in snap.message
     assert "press Train" in snap.message
-    assert scheduler.load()[1] == 0
+    assert slots.load()[1] == 0
 
 
 def test_a_run_stuck_before_its_first_step_is_reported_failed(monkeypatch):
@@ -106,7 +107,7 @@ def test_a_run_stuck_before_its_first_step_is_reported_failed(monkeypatch):
     start, the thread stops at its first chunk and hands its slot back. Its own learning rate: a layout no other
     test compiles (the suite's shared compilation cache once had this one ready in less than the limit)."""
     monkeypatch.setattr(jobs, "START_LIMIT_S", 0.05)
-    before = scheduler.load()[0]
+    before = slots.load()[0]
     job = jobs.TrainingJob(dataclasses.replace(small_config(5000), lr=0.0137))
     states = watch([job], 60)[0]
     snap = job.snapshot()
@@ -114,7 +115,7 @@ def test_a_run_stuck_before_its_first_step_is_reported_failed(monkeypatch):
     job.thread.join(60)
     assert not job.thread.is_alive()
     assert job.snapshot().state == "failed" and job.snapshot().step == 0  # the thread's later news ignored
-    assert scheduler.load()[0] == before
+    assert slots.load()[0] == before
 
 
 # --- the teacher view ----------------------------------------------------------------------------
@@ -169,8 +170,8 @@ def test_teacher_page_shows_counts_with_the_right_token(monkeypatch):
     assert [t.value for t in at.title] == ["Teacher view"]
     metrics = {m.label: m.value for m in at.metric}
     assert metrics["Sessions open"] == "1"
-    assert metrics["Runs training"] == f"{scheduler.load()[0]} / {scheduler.MAX_JOBS}"
-    assert metrics["Runs queued"] == str(scheduler.load()[1])
+    assert metrics["Runs training"] == f"{slots.load()[0]} / {slots.MAX_JOBS}"
+    assert metrics["Runs queued"] == str(slots.load()[1])
     assert "MB" in metrics["Server memory"] and "cores" in metrics["CPU load (1 min)"]
     assert any("No challenges yet" in i.value for i in at.info)
     # Two more students open the app; two sessions solve challenge "c1" (one of them twice), one "c2".
@@ -231,7 +232,7 @@ def test_token_comparison():
 
 CACHE_PROBE = """
 import sharding_lab as sl
-from sharding_lab.app import warm
+from sharding_lab.server import warm
 print(warm.enable_compilation_cache())
 lab = sl.Lab(sl.LabConfig(mesh=sl.MeshSpec((2, 4), ("data", "model")), preset="fsdp", steps=100))
 sl.Trainer(lab).run()
@@ -263,7 +264,7 @@ def test_a_second_server_start_loads_its_programs_from_the_disk_cache_even_moved
 
 
 def test_cache_can_be_switched_off(monkeypatch):
-    from sharding_lab.app import warm
+    from sharding_lab.server import warm
 
     monkeypatch.setenv("SHARDING_LAB_CACHE_DIR", "off")
     assert warm.cache_dir() is None
@@ -272,7 +273,7 @@ def test_cache_can_be_switched_off(monkeypatch):
 
 
 def test_warm_up_compiles_the_default_configuration_in_the_background():
-    from sharding_lab.app import warm
+    from sharding_lab.server import warm
     from sharding_lab.training import trainer as training
 
     config = sl.LabConfig(mesh=sl.MeshSpec((4, 2), ("warm_a", "warm_b")), preset="seed")
@@ -286,7 +287,7 @@ def test_warm_up_compiles_the_default_configuration_in_the_background():
 def test_the_class_warm_up_covers_every_preset_and_mesh_shape_the_sidebar_offers():
     """Each family's defaults × every preset × every 1–3-axis shape over the 8 devices, less what cannot
     run — counted independently here by planning every combination."""
-    from sharding_lab.app import warm
+    from sharding_lab.server import warm
     from sharding_lab.sharding.mesh import default_axes
 
     shapes = warm.class_meshes(8)
@@ -321,16 +322,16 @@ def test_the_class_warm_up_covers_every_preset_and_mesh_shape_the_sidebar_offers
 
 
 def test_the_warm_up_waits_for_students_and_stops_when_told():
-    from sharding_lab.app import scheduler, warm
+    from sharding_lab.server import slots, warm
 
     config = sl.LabConfig(mesh=sl.MeshSpec((2, 4), ("wait_a", "wait_b")), preset="dp")
-    scheduler.take_slot()  # a student's run is training
+    slots.take_slot()  # a student's run is training
     try:
         thread = warm._warm_thread([config])
         time.sleep(1.5)
         assert warm.progress()["done"] == 0 and warm.progress()["running"]
     finally:
-        scheduler.release_slot()
+        slots.release_slot()
     thread.join(120)
     assert warm.progress()["done"] == 1 and not warm.progress()["running"]
     warm.stop_warming()
@@ -345,7 +346,7 @@ def test_the_class_warm_up_waits_while_a_layout_a_learner_reads_is_not_compiled_
     """What learners look at and do comes before what a class may click later: on a fresh server the class
     warm-up beside the learners' requests left 4 of 20 layouts compiled when the class pressed Train (16
     without it); beside their page runs it took the cores XLA's shared thread pools give every compile."""
-    from sharding_lab.app import activity, precompile, warm
+    from sharding_lab.server import activity, precompile, warm
 
     config = sl.LabConfig(mesh=sl.MeshSpec((2, 4), ("read_a", "read_b")), preset="dp")
     with precompile._cond:  # a learner's page asked (no notify: the precompile thread does not take it here)
@@ -373,7 +374,7 @@ def test_the_class_warm_up_waits_while_a_layout_a_learner_reads_is_not_compiled_
 def test_the_class_warm_up_gives_way_to_a_page_run_in_the_middle_of_a_layout(monkeypatch):
     """A whole first run took 26 s while a class set up its pages; the warm-up now stops between its parts when a
     learner's page runs, and finishes the layout once the server is idle again."""
-    from sharding_lab.app import activity, warm
+    from sharding_lab.server import activity, warm
     from sharding_lab.training import trainer
 
     config = sl.LabConfig(mesh=sl.MeshSpec((4, 2), ("gives_a", "gives_b")), preset="fsdp")
@@ -404,17 +405,17 @@ def test_the_class_warm_up_gives_way_to_a_page_run_in_the_middle_of_a_layout(mon
 
 
 def test_the_warm_command_splits_the_layouts_over_processes_into_one_cache(tmp_path):
-    """``python -m sharding_lab.app.warm --jobs 2`` (the Docker build's step): each process takes every
+    """``python -m sharding_lab.server.warm --jobs 2`` (the Docker build's step): each process takes every
     second layout; here only the default one (SHARDING_LAB_WARM=default), so one process has none."""
     import os
     import subprocess
     import sys
 
-    from sharding_lab.app import warm
+    from sharding_lab.server import warm
 
     env = dict(os.environ, SHARDING_LAB_CACHE_DIR=str(tmp_path), SHARDING_LAB_WARM="default")
     done = subprocess.run(
-        [sys.executable, "-m", "sharding_lab.app.warm", "--jobs", "2"],
+        [sys.executable, "-m", "sharding_lab.server.warm", "--jobs", "2"],
         env=env,
         capture_output=True,
         text=True,
@@ -432,7 +433,7 @@ def test_after_the_warm_command_the_server_warms_the_default_layout_only(tmp_pat
     since (its programs differ, or their cache keys do)."""
     import json
 
-    from sharding_lab.app import warm
+    from sharding_lab.server import warm
 
     monkeypatch.setenv("SHARDING_LAB_CACHE_DIR", str(tmp_path))
     monkeypatch.setenv("SHARDING_LAB_WARM", "on")
@@ -457,7 +458,7 @@ def test_a_server_whose_own_warm_up_went_through_every_layout_marks_the_cache(tm
     """Without the warm command, the server's background warm-up compiles every class layout; once it has, it
     marks the cache as the command does, so a restart warms the default layout only. A stopped warm-up does
     not (here the class is two small layouts)."""
-    from sharding_lab.app import warm
+    from sharding_lab.server import warm
 
     layouts = [sl.LabConfig(mesh=sl.MeshSpec((2, 4), ("data", "model")), preset=p) for p in ("dp", "fsdp")]
     monkeypatch.setattr(warm, "class_configs", lambda devices=None: layouts)
@@ -488,7 +489,7 @@ def test_the_class_warm_up_compiles_in_a_child_at_the_lowest_priority_paused_whi
     server's warm-up hands the rest (here three layouts on a three-axis mesh) to a child process: nice 19 in an
     autogroup of its own at 19 (this process keeps its priority: XLA's pools would inherit it), stopped
     (SIGSTOP) while every training slot is taken and going on once they are free; the cache marked at the end."""
-    from sharding_lab.app import warm
+    from sharding_lab.server import warm
 
     mesh = sl.MeshSpec((2, 2, 2), ("cw_a", "cw_b", "cw_c"))
     layouts = [sl.LabConfig(mesh=mesh, preset=p) for p in ("dp", "fsdp", "tp")]
@@ -518,7 +519,7 @@ def test_the_class_warm_up_compiles_in_a_child_at_the_lowest_priority_paused_whi
 WARM_AND_WAIT = """
 import sys, time
 import sharding_lab as sl
-from sharding_lab.app import warm
+from sharding_lab.server import warm
 mesh = sl.MeshSpec((2, 2, 2), ("cw_x", "cw_y", "cw_z"))
 warm.class_configs = lambda devices=None: [sl.LabConfig(mesh=mesh, preset=p) for p in ("dp", "tp")]
 warm._warm_thread(None)
@@ -537,7 +538,7 @@ def test_the_warm_up_child_ends_with_the_warm_up_and_with_a_server_killed_outrig
     import subprocess
     import sys
 
-    from sharding_lab.app import warm
+    from sharding_lab.server import warm
 
     mesh = sl.MeshSpec((2, 2, 2), ("cs_a", "cs_b", "cs_c"))
     monkeypatch.setattr(warm, "class_configs", lambda devices=None: [sl.LabConfig(mesh=mesh, preset="dp")])
@@ -578,7 +579,7 @@ def test_the_warm_command_lets_go_of_the_programs_jax_keeps_in_memory():
     warmed before it, still compile and train."""
     import jax
 
-    from sharding_lab.app import warm
+    from sharding_lab.server import warm
 
     before = jax.jit(lambda x: x * 3)
     before(1.0)

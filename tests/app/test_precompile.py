@@ -6,7 +6,7 @@ import threading
 import time
 
 import sharding_lab as sl
-from sharding_lab.app import precompile
+from sharding_lab.server import precompile
 from sharding_lab.training import trainer
 from tests.support import all_slots_held
 
@@ -40,12 +40,12 @@ def test_off_with_the_warm_up(monkeypatch):
 
 def test_a_layout_is_compiled_once_it_has_settled_and_not_while_a_run_waits_for_a_slot(monkeypatch):
     """A learner typing a mesh passes through layouts nobody reads; a run in the queue is what someone waits for."""
-    from sharding_lab.app import scheduler
+    from sharding_lab.server import slots
 
     monkeypatch.setenv("SHARDING_LAB_WARM", "on")
     config = sl.LabConfig(mesh=sl.MeshSpec((8,), ("data",)), preset="dp", lr=0.017)
     waiting_run_gone = threading.Event()
-    queued = threading.Thread(target=scheduler.wait_for_slot, args=(object(), waiting_run_gone.is_set, lambda _: None))
+    queued = threading.Thread(target=slots.wait_for_slot, args=(object(), waiting_run_gone.is_set, lambda _: None))
     with all_slots_held():
         queued.start()
         try:
@@ -56,7 +56,7 @@ def test_a_layout_is_compiled_once_it_has_settled_and_not_while_a_run_waits_for_
             time.sleep(0.5)
             assert precompile.status() == {**before, "waiting": 1, "dropped": before["dropped"] + 1}  # none started
             time.sleep(precompile.SETTLE_S + 1.0)  # settled, but a run is queued
-            assert scheduler.load()[1] == 1 and precompile.status()["done"] == before["done"]
+            assert slots.load()[1] == 1 and precompile.status()["done"] == before["done"]
         finally:
             waiting_run_gone.set()
             queued.join(10)

@@ -8,7 +8,7 @@ import time
 import pytest
 import sqlalchemy as sa
 
-from sharding_lab.app import classroom, record
+from sharding_lab.server import classroom, record
 
 
 @pytest.fixture

@@ -1,4 +1,5 @@
-"""The layers: the concepts in ``sharding_lab/`` import without Streamlit or Plotly installed."""
+"""The layers: the concepts in ``sharding_lab/`` and the class server (``sharding_lab/server/``) import without
+Streamlit or Plotly installed; the server never imports the app's pages or helpers."""
 
 import pkgutil
 import subprocess
@@ -20,6 +21,7 @@ def core_modules() -> list[str]:
 def test_core_modules_import_without_streamlit_or_plotly():
     modules = core_modules()
     assert "sharding_lab.training.trainer" in modules and "sharding_lab.distributed.worker" in modules
+    assert "sharding_lab.server.jobs" in modules and "sharding_lab.server.warm_child" in modules
     # A finder that refuses streamlit and plotly, as on a machine without them.
     program = (
         "import sys, importlib\n"
@@ -161,3 +163,28 @@ def test_no_module_reaches_into_another_s_private_names():
                 if owner in leaves and owner != "self":
                     found.append(f"{path.name}: {owner}.{node.attr}")
     assert not found, found
+
+
+def test_the_server_never_imports_the_app():
+    """The class server is a layer below the app: the pages and :mod:`sharding_lab.app` call it, never the
+    other way round (a server module that reached up into ``app/`` would bring Streamlit's world with it)."""
+    server = ROOT / "sharding_lab" / "server"
+    found = set()
+    for path in server.glob("*.py"):
+        module = "sharding_lab.server" + ("" if path.stem == "__init__" else f".{path.stem}")
+        found |= {
+            f"{path.name} imports {name}"
+            for name in _imports_of(path, module)
+            if name.split(".")[:2] == ["sharding_lab", "app"]
+        }
+    assert {p.stem for p in server.glob("*.py")} >= {"jobs", "slots", "warm", "record", "classroom"}
+    assert not found, sorted(found)
+    assert "sharding_lab.server" in _imports_of(ROOT / "app_pages" / "train.py", "app_pages.train")
+
+
+def test_no_two_modules_share_a_file_name_among_these():
+    """A file name says one thing: ``scheduler`` is the design search's queue (``search/scheduler.py``), the
+    server's training slots are ``server/slots.py``."""
+    names = [p.stem for p in (ROOT / "sharding_lab").rglob("*.py")]
+    for name in ("scheduler", "slots"):
+        assert names.count(name) == 1, name

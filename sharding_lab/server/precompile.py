@@ -27,7 +27,7 @@ import threading
 import time
 
 from .. import settings
-from . import background, scheduler
+from . import background, slots
 
 MAX_REMEMBERED = 256  # layouts remembered as compiled (the trainer keeps 64 chunks in memory; the disk keeps all)
 SETTLE_S = 2.0  # how long a layout stays on a learner's page before it is compiled
@@ -137,7 +137,7 @@ def _serve() -> None:
 
 def _next_locked():
     """The session whose request is served next: the oldest whose layout has settled — none while a run is queued."""
-    if not _wanted or scheduler.load()[1] > 0:
+    if not _wanted or slots.load()[1] > 0:
         return None
     now = time.monotonic()
     settled = [(since, session) for session, (_, since) in _wanted.items() if now - since >= SETTLE_S]

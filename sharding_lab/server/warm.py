@@ -11,7 +11,7 @@ every mesh shape over the default device count), only while
 the server is idle (no run training or waiting, no layout a learner reads waiting to be compiled, no page run
 in the last few seconds: the child is paused otherwise), stoppable from the teacher view, its progress in
 :func:`progress`. ``SHARDING_LAB_WARM``: ``on`` (all of it),
-``default`` (the default layout only) or ``off``. ``python -m sharding_lab.app.warm`` does the same in the
+``default`` (the default layout only) or ``off``. ``python -m sharding_lab.server.warm`` does the same in the
 foreground — the Docker image runs it at build time, so a fresh container's cache is already full — and
 marks the cache it filled (:data:`MARKER`: this code, this JAX, these devices), after which a server on that
 cache warms the default layout only (:func:`already_warmed`).
@@ -73,7 +73,7 @@ def enable_compilation_cache() -> Path | None:
 def class_meshes(devices: int) -> list[tuple[int, ...]]:
     """Every mesh shape of 1–3 axes over exactly ``devices`` devices (the sidebar's sizes): the shapes the
     sidebar opens with first (2×4, 8, 2×2×2 for 8 devices), then the other two-axis ones, then the rest."""
-    from .settings import DEFAULT_SHAPES
+    from ..sharding.mesh import DEFAULT_SHAPES
 
     shapes = [(devices,)]
     shapes += [(a, devices // a) for a in range(1, devices + 1) if devices % a == 0]
@@ -262,7 +262,7 @@ def _students_busy() -> bool:
     server, 20 sessions: with the class warm-up beside the precompile requests 4 of 20 layouts were compiled
     when the class pressed Train, first-loss median 23–31 s; without it 16 of 20, 10.9 s)."""
     from . import activity, precompile
-    from .scheduler import load
+    from .slots import load
 
     running, waiting = load()
     return running + waiting > 0 or precompile.pending() or activity.quiet_for() < IDLE_BEFORE_WARMING_S
@@ -366,7 +366,12 @@ def _warm_in_child(configs: list, started: float) -> None:
         _set_progress(paused=paused, **({"child": pid} if pid else {}))
 
     status = idle_process.run(
-        "sharding_lab.app.warm_child", [_describe(c) for c in configs], _students_busy, _stop.is_set, on_line, on_state
+        "sharding_lab.server.warm_child",
+        [_describe(c) for c in configs],
+        _students_busy,
+        _stop.is_set,
+        on_line,
+        on_state,
     )
     if status != 0:
         _set_progress(stopped=True)
@@ -388,7 +393,7 @@ def _rebuild(layout: dict):
 
 
 def child_main() -> int:
-    """The warm-up's child (``python -m sharding_lab.app.warm_child``): compile the layouts the server sent, at the
+    """The warm-up's child (``python -m sharding_lab.server.warm_child``): compile the layouts the server sent, at the
     lowest priority, saying each step of the progress as a JSON line."""
     from . import idle_process
 
@@ -436,12 +441,12 @@ def _set_progress(**values) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m sharding_lab.app.warm [--jobs N]``: compile what a class clicks into SHARDING_LAB_CACHE_DIR
+    """``python -m sharding_lab.server.warm [--jobs N]``: compile what a class clicks into SHARDING_LAB_CACHE_DIR
     now, in N processes (default: one per core; each takes every N-th layout, all write to the one cache)."""
     import argparse
     import subprocess
 
-    parser = argparse.ArgumentParser(prog="python -m sharding_lab.app.warm", description=main.__doc__)
+    parser = argparse.ArgumentParser(prog="python -m sharding_lab.server.warm", description=main.__doc__)
     parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="processes compiling at once")
     parser.add_argument(
         "--first", action="store_true", help="only what a class clicks first (first_configs); the server the rest"
@@ -462,7 +467,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"compiling {len(configs)} configurations into {path} in {args.jobs} processes", flush=True)
         workers = [
             subprocess.Popen(
-                [sys.executable, "-m", "sharding_lab.app.warm", "--part", f"{i}/{args.jobs}"]
+                [sys.executable, "-m", "sharding_lab.server.warm", "--part", f"{i}/{args.jobs}"]
                 + (["--first"] if args.first else [])
             )
             for i in range(args.jobs)

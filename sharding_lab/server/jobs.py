@@ -4,7 +4,7 @@ A :class:`TrainingJob` owns one run. Its thread builds the :class:`~sharding_lab
 runs the trainer chunk by chunk and publishes a :class:`Snapshot` (losses so far, speed, the
 model's current prediction, the final verdict) that a page can poll as often as it likes. A job
 stops when asked, when its time limit passes, or when nobody has looked at it for a while (the tab
-was closed). When it may train is the :mod:`~sharding_lab.app.scheduler`'s call: a job waits in
+was closed). When it may train is the :mod:`~sharding_lab.server.slots`'s call: a job waits in
 its queue, reporting its place, until a slot is free.
 
 A :class:`DistributedJob` is the same for a run as several JAX processes
@@ -28,7 +28,7 @@ from .. import settings
 from ..errors import ConfigError
 from ..training.config import LabConfig
 from . import background
-from .scheduler import MAX_JOBS, MAX_QUEUED, Busy, load, release_slot, wait_for_slot  # noqa: F401
+from .slots import MAX_JOBS, MAX_QUEUED, Busy, load, release_slot, wait_for_slot  # noqa: F401
 
 MAX_MULTIPROCESS_JOBS = settings.MAX_MULTIPROCESS_JOBS.get()
 JOB_TIME_LIMIT_S = settings.JOB_TIME_LIMIT_S.get()

@@ -10,7 +10,7 @@ compiled runs waited 18–34 s in line behind runs that compiled, then each had 
 its start). A queue rather than "try again": a class pressing Train together would otherwise
 keep re-clicking, and every click redraws a page on the same cores the runs need.
 :func:`poll_interval` tells pages how often to look, slower as more runs share the server, for the
-same reason. Policy only: the runs themselves are :mod:`sharding_lab.app.jobs`.
+same reason. Policy only: the runs themselves are :mod:`sharding_lab.server.jobs`.
 """
 
 from __future__ import annotations

@@ -48,13 +48,13 @@ def server_status() -> dict:
     """What this replica reports with its heartbeat: its runs, its memory, its warm-up."""
     import psutil
 
-    from . import scheduler, warm
+    from . import slots, warm
 
-    training, queued = scheduler.load()
+    training, queued = slots.load()
     return {
         "training": training,
         "queued": queued,
-        "max_jobs": scheduler.MAX_JOBS,
+        "max_jobs": slots.MAX_JOBS,
         "rss_mb": round(psutil.Process().memory_info().rss / 2**20),
         "warm": warm.progress(),
     }

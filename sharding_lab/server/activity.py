@@ -1,7 +1,7 @@
 """When learners last asked this server for a page: the class warm-up's cue that the server is idle.
 
 Every script run of the app (a page opened, a widget edited; not a fragment's poll, whose run is counted
-as training by :mod:`.scheduler`) is wrapped in :func:`page_run`. The class warm-up (:mod:`.warm`) compiles
+as training by :mod:`.slots`) is wrapped in :func:`page_run`. The class warm-up (:mod:`.warm`) compiles
 what a class *may* click later, so it runs only in the server's idle time — not while learners set up
 their pages: XLA compiles and runs every program on thread pools shared by all threads at the server's
 priority, so a warm-up compile that starts between two page runs takes the cores from the next ones
