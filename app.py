@@ -6,42 +6,52 @@ from sharding_lab import settings
 from sharding_lab.app import fragment_race, session, tabs
 from sharding_lab.server import activity, classroom, warm
 
-st.set_page_config(page_title="Sharding Lab", page_icon=":material/grid_view:", layout="wide")
-fragment_race.install()  # the Train page's polls must not cut a full run's end off (see the module)
-# Once per server process: compiled programs from disk (SHARDING_LAB_CACHE_DIR).
-warm.enable_compilation_cache()
-session.init_state()
-tabs.tab_id()  # this tab's opaque id, from its first run on (the challenges page counts solves by it)
-# The teacher view exists for this session only if its link carried the server's token; the
-# sidebar then rewrites the query string without it, so links copied from the page never hold it.
-if not st.session_state.get("teacher_view"):
-    st.session_state.teacher_view = classroom.teacher_token_ok(
-        st.query_params.get("teacher"), settings.TEACHER_TOKEN.raw() or None
-    )
-session.restore_link()
-tabs.restore_moved()  # a tab whose server stopped (a replica, a restart): its settings, from the mark it brought
-pages = [
-    st.Page("app_pages/layout.py", title="Layout", icon=":material/grid_view:", default=True),
-    st.Page("app_pages/train.py", title="Train", icon=":material/show_chart:"),
-    st.Page("app_pages/communication.py", title="Communication", icon=":material/swap_horiz:"),
-    st.Page("app_pages/compare.py", title="Compare", icon=":material/compare_arrows:"),
-    st.Page("app_pages/plan.py", title="Plan", icon=":material/travel_explore:"),
-    st.Page("app_pages/lesson.py", title="Lesson", icon=":material/school:"),
-    st.Page("app_pages/challenges.py", title="Challenges", icon=":material/emoji_events:"),
-]
-if st.session_state.teacher_view:
-    pages.append(st.Page("app_pages/teacher.py", title="Teacher", icon=":material/groups:", url_path="teacher"))
-page = st.navigation(pages)
-session.carry_settings(page)
-tabs.moved_notice(classroom.replica_id())
-with activity.page_run():  # the class warm-up waits for the server's idle time
-    page.run()
-session.page_drawn(page)  # not after st.stop() or a rerun: the page's next run copies the settings again
-# After the page, with this run's settings: the mark the tab keeps, in case this server stops.
-tabs.keep_mark(classroom.replica_id())
-# Counted for the teacher view: an opaque id per browser tab, nothing else about it.
-classroom.seen(tabs.tab_id())
-# Once per server process, after its first page run: what a class clicks, compiled in the server's idle time
-# (SHARDING_LAB_WARM; started before the page, its first compile ran beside the first pages as an equal).
-if settings.WARM.on():
-    warm.warm_in_background()
+
+def main() -> None:
+    """One run of the app for one browser tab."""
+    st.set_page_config(page_title="Sharding Lab", page_icon=":material/grid_view:", layout="wide")
+    fragment_race.install()  # the Train page's polls must not cut a full run's end off (see the module)
+    # Once per server process: compiled programs from disk (SHARDING_LAB_CACHE_DIR).
+    warm.enable_compilation_cache()
+    session.init_state()
+    tabs.tab_id()  # this tab's opaque id, from its first run on (the challenges page counts solves by it)
+    # The teacher view exists for this session only if its link carried the server's token; the
+    # sidebar then rewrites the query string without it, so links copied from the page never hold it.
+    if not st.session_state.get("teacher_view"):
+        st.session_state.teacher_view = classroom.teacher_token_ok(
+            st.query_params.get("teacher"), settings.TEACHER_TOKEN.raw() or None
+        )
+    session.restore_link()
+    tabs.restore_moved()  # a tab whose server stopped (a replica, a restart): its settings, from the mark it brought
+    pages = [
+        st.Page("app_pages/layout.py", title="Layout", icon=":material/grid_view:", default=True),
+        st.Page("app_pages/train.py", title="Train", icon=":material/show_chart:"),
+        st.Page("app_pages/communication.py", title="Communication", icon=":material/swap_horiz:"),
+        st.Page("app_pages/compare.py", title="Compare", icon=":material/compare_arrows:"),
+        st.Page("app_pages/plan.py", title="Plan", icon=":material/travel_explore:"),
+        st.Page("app_pages/lesson.py", title="Lesson", icon=":material/school:"),
+        st.Page("app_pages/challenges.py", title="Challenges", icon=":material/emoji_events:"),
+    ]
+    if st.session_state.teacher_view:
+        pages.append(st.Page("app_pages/teacher.py", title="Teacher", icon=":material/groups:", url_path="teacher"))
+    page = st.navigation(pages)
+    session.carry_settings(page)
+    tabs.moved_notice(classroom.replica_id())
+    with activity.page_run():  # the class warm-up waits for the server's idle time
+        page.run()
+    session.page_drawn(page)  # not after st.stop() or a rerun: the page's next run copies the settings again
+    # After the page, with this run's settings: the mark the tab keeps, in case this server stops.
+    tabs.keep_mark(classroom.replica_id())
+    # Counted for the teacher view: an opaque id per browser tab, nothing else about it.
+    classroom.seen(tabs.tab_id())
+    # Once per server process, after its first page run: what a class clicks, compiled in the server's idle time
+    # (SHARDING_LAB_WARM; started before the page, its first compile ran beside the first pages as an equal).
+    if settings.WARM.on():
+        warm.warm_in_background()
+
+
+# Streamlit runs this script as ``__main__``. A process that multiprocessing spawns from a page's thread (the Plan
+# search's compile workers) re-runs it as ``__mp_main__`` before its own work: it must not serve a page, count a
+# session, register with the class record or warm the cache.
+if __name__ == "__main__":
+    main()
