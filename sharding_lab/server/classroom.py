@@ -16,7 +16,7 @@ import socket
 import threading
 from pathlib import Path
 
-from .. import settings
+from .. import settings, worker_process
 from . import record as class_record
 
 RECENT_S = 300.0  # a session counts as open when it drew a page within the last 5 minutes
@@ -64,7 +64,9 @@ def record() -> class_record.Record:
     """The class record of this process (opened on first use)."""
     global _record
     with _lock:
-        if _record is None:
+        if _record is None and worker_process.is_worker():  # counts in memory only: a worker is no server
+            _record = class_record.Record("sqlite://", replica_id(), start=False)
+        elif _record is None:
             _record = class_record.Record(database_url(), replica_id(), status=server_status)
         return _record
 

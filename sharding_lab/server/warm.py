@@ -26,7 +26,7 @@ import threading
 import time
 from pathlib import Path
 
-from .. import settings
+from .. import settings, worker_process
 
 _lock = threading.Lock()
 _state: dict = {}
@@ -147,7 +147,9 @@ def default_config(family_name: str, shape: tuple[int, ...], preset: str):
 def warm_in_background(configs=None) -> threading.Thread | None:
     """Compile ``configs`` (default: the app's default configuration, then — with ``SHARDING_LAB_WARM=on``
     — :func:`class_configs`) in a background thread while the server is idle, once per process; the
-    thread, or None if it was started before."""
+    thread, or None if it was started before — or if this process is a worker, which never warms."""
+    if worker_process.is_worker():
+        return None
     with _lock:
         if "warm" in _state:
             return None

@@ -8,22 +8,11 @@ import time
 
 import pytest
 
-from sharding_lab.app import classroom, record
 from sharding_lab.hardware import targets
+from sharding_lab.server import classroom, record
 from tests.support import app_test
 
 TPU = targets.availability(targets.parse("v5e-8"))
-
-
-def test_a_worker_process_is_not_a_server():
-    """The guard the record and the warm-up respect: this process serves; a multiprocessing child does not."""
-    import multiprocessing
-
-    from sharding_lab import worker_process
-
-    assert not worker_process.is_worker()
-    with multiprocessing.get_context("spawn").Pool(1) as pool:
-        assert pool.apply(worker_process.is_worker)
 
 
 @pytest.mark.slow
@@ -68,3 +57,23 @@ def test_while_a_search_compiles_in_workers_the_teacher_sees_one_server_and_one_
     finally:
         classroom.use_record(before)
         ours.close()
+
+
+def _worker_acts_as_a_server() -> tuple:
+    """In a spawned child: whether it thinks it is a worker, the class record would connect, the warm-up start."""
+    from sharding_lab import worker_process
+    from sharding_lab.server import classroom, warm
+
+    return worker_process.is_worker(), classroom.record().engine is not None, warm.warm_in_background() is not None
+
+
+def test_a_worker_neither_registers_nor_warms(monkeypatch, tmp_path):
+    """The guard the record and the warm-up respect, for any child process: this one serves, a spawned one not."""
+    import multiprocessing
+
+    from sharding_lab import worker_process
+
+    assert not worker_process.is_worker()
+    monkeypatch.setenv("SHARDING_LAB_DATABASE_URL", f"sqlite:///{tmp_path / 'classroom.sqlite3'}")
+    with multiprocessing.get_context("spawn").Pool(1) as pool:
+        assert pool.apply(_worker_acts_as_a_server) == (True, False, False)
