@@ -15,12 +15,17 @@ def main() -> None:
     warm.enable_compilation_cache()
     session.init_state()
     tabs.tab_id()  # this tab's opaque id, from its first run on (the challenges page counts solves by it)
-    # The teacher view exists for this session only if its link carried the server's token; the
-    # sidebar then rewrites the query string without it, so links copied from the page never hold it.
-    if not st.session_state.get("teacher_view"):
-        st.session_state.teacher_view = classroom.teacher_token_ok(
-            st.query_params.get("teacher"), settings.TEACHER_TOKEN.raw() or None
-        )
+    # The teacher view exists for this session only if its link carried the server's token, once. The token is
+    # read on the first run and taken out of the address bar at once (a teacher projects the page; a link copied
+    # from it is a student's): the session keeps the answer, not the token.
+    if "teacher" in st.query_params:
+        given = st.query_params.get_all("teacher")
+        del st.query_params["teacher"]
+        if not st.session_state.get("teacher_view"):
+            st.session_state.teacher_view = len(given) == 1 and classroom.teacher_token_ok(
+                given[0], settings.TEACHER_TOKEN.raw() or None
+            )
+    st.session_state.setdefault("teacher_view", False)
     session.restore_link()
     tabs.restore_moved()  # a tab whose server stopped (a replica, a restart): its settings, from the mark it brought
     pages = [

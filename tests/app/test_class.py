@@ -151,6 +151,8 @@ def assert_no_teacher_page(at: AppTest) -> None:
         ({"teacher": "guess"}, TOKEN),  # a wrong token
         ({"teacher": TOKEN[:-1]}, TOKEN),  # almost right is wrong
         ({"teacher": ""}, ""),  # an empty token set on the server opens nothing
+        ({"teacher": [TOKEN, "guess"]}, TOKEN),  # one value of it, not the right one among guesses
+        ({"teacher": [TOKEN, TOKEN]}, TOKEN),
     ],
 )
 def test_teacher_page_absent_without_the_right_token(query, token, monkeypatch):

@@ -125,6 +125,9 @@ def test_teacher_view_only_behind_its_token(server, chromium):
         assert page.get_by_role("link", name="Teacher", exact=True).count() == 0
     page.goto(server.url + f"teacher?teacher={TOKEN}")
     page.get_by_role("heading", name="Teacher view").wait_for()
+    # Read once, then out of the address bar (a teacher projects this page): the session keeps the view.
+    page.wait_for_function(f"() => !location.href.includes({TOKEN!r})", timeout=10_000)
+    assert page.url == server.url + "teacher"
     page.get_by_text("No challenges yet").wait_for()
     # The metrics are drawn by a fragment that reruns every 5 s: wait for them rather than read a
     # snapshot (CI once read the labels between the info box and the metrics of a rerun).
