@@ -3,7 +3,7 @@
 import streamlit as st
 
 from sharding_lab import settings
-from sharding_lab.app import fragment_race, session, tabs
+from sharding_lab.app import closed_tabs, fragment_race, page_errors, session, tabs
 from sharding_lab.server import activity, classroom, warm
 
 
@@ -11,6 +11,7 @@ def main() -> None:
     """One run of the app for one browser tab."""
     st.set_page_config(page_title="Sharding Lab", page_icon=":material/grid_view:", layout="wide")
     fragment_race.install()  # the Train page's polls must not cut a full run's end off (see the module)
+    closed_tabs.install()  # a tab closed while a message was on its way is not a traceback in the server's log
     # Once per server process: compiled programs from disk (SHARDING_LAB_CACHE_DIR).
     warm.enable_compilation_cache()
     session.init_state()
@@ -26,8 +27,9 @@ def main() -> None:
                 given[0], settings.TEACHER_TOKEN.raw() or None
             )
     st.session_state.setdefault("teacher_view", False)
-    session.restore_link()
-    tabs.restore_moved()  # a tab whose server stopped (a replica, a restart): its settings, from the mark it brought
+    with page_errors.caught("the link"):  # what a link or a tab's mark brings is parsed here, before any page
+        session.restore_link()
+        tabs.restore_moved()  # a tab whose server stopped (a replica, a restart): its settings, from its mark
     pages = [
         st.Page("app_pages/layout.py", title="Layout", icon=":material/grid_view:", default=True),
         st.Page("app_pages/train.py", title="Train", icon=":material/show_chart:"),
@@ -42,7 +44,8 @@ def main() -> None:
     page = st.navigation(pages)
     session.carry_settings(page)
     tabs.moved_notice(classroom.replica_id())
-    with activity.page_run():  # the class warm-up waits for the server's idle time
+    # The class warm-up waits for the server's idle time; a page's exception becomes a sentence with an incident id.
+    with activity.page_run(), page_errors.caught(page.title):
         page.run()
     session.page_drawn(page)  # not after st.stop() or a rerun: the page's next run copies the settings again
     # After the page, with this run's settings: the mark the tab keeps, in case this server stops.

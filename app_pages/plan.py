@@ -7,7 +7,7 @@ import streamlit as st
 
 import sharding_lab as sl
 from sharding_lab import search, settings
-from sharding_lab.app import plan_view, session, ui
+from sharding_lab.app import page_errors, plan_view, session, ui
 from sharding_lab.hardware import targets
 
 state = st.session_state
@@ -230,6 +230,7 @@ if run_col.button("Run", type="primary", key="plan_run", disabled=asked is None 
 
 
 @st.fragment(run_every=0.5 if job is not None and job.running else None)
+@page_errors.guarded("Plan")
 def progress_panel():
     """The search's progress and Stop while it runs; its failure, in place, when it fails. Polls only while
     a search runs (a full run then registers it without the timer)."""

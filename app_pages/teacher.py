@@ -5,18 +5,22 @@ app.py puts this page in the navigation only for a session whose link carried th
 """
 
 import os
+import time
 
 import pandas as pd
 import psutil
 import streamlit as st
 
+from sharding_lab.app import page_errors
 from sharding_lab.server import classroom, record, slots, warm
+from sharding_lab.server.incidents import INCIDENTS
 
 st.title("Teacher view")
 st.caption("Counts only: no names, no session ids. This page refreshes itself every 5 seconds.")
 
 
 @st.fragment(run_every=5.0)
+@page_errors.guarded("Teacher")
 def overview() -> None:
     training, queued = slots.load()
     c1, c2, c3 = st.columns(3)
@@ -79,6 +83,32 @@ def overview() -> None:
             )
         )
     servers_view()
+    incidents_view()
+
+
+def incidents_view() -> None:
+    """The recent errors students met on this server: each one's id, which their page showed them."""
+    recent = INCIDENTS.recent()
+    if not recent:
+        return
+    st.subheader("Errors")
+    st.table(
+        pd.DataFrame(
+            [
+                {
+                    "incident": incident.id,
+                    "when": time.strftime("%H:%M:%S", time.localtime(incident.when)),
+                    "page": incident.where,
+                    "error": f"{incident.kind}: {incident.message}",
+                }
+                for incident in reversed(recent)
+            ]
+        ).set_index("incident")
+    )
+    st.caption(
+        f"{INCIDENTS.total} on this server since it started, the last {len(recent)} above, newest first. A student "
+        "saw a sentence with the incident's id; the server's log has its traceback under the same id."
+    )
 
 
 def child_process(warming: dict) -> str:

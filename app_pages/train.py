@@ -7,7 +7,7 @@ import pandas as pd
 import streamlit as st
 
 import sharding_lab as sl
-from sharding_lab.app import experts_view, figures, memory_view, pipeline_view, session, ui
+from sharding_lab.app import experts_view, figures, memory_view, page_errors, pipeline_view, session, ui
 from sharding_lab.app.settings import GENERAL_RANGES
 from sharding_lab.distributed import process_choices, process_table
 from sharding_lab.program.communication import analyze
@@ -174,6 +174,7 @@ if slot.job is not None and not polling:
 
 
 @st.fragment(run_every=poll_interval() if polling else None)
+@page_errors.guarded("Train")
 def live_view() -> None:
     timer_run = not st.session_state.get("train_full_run", False)  # a poll, not part of a full run
     job = slot.job

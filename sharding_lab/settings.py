@@ -101,6 +101,14 @@ PAGE_COMPILES = _define(
 TEACHER_TOKEN = _define(
     "TEACHER_TOKEN", "", "The secret a link needs (`?teacher=…`) to open the Teacher page; empty: no teacher view."
 )
+TRACEBACKS = _define(
+    "TRACEBACKS",
+    "off",
+    "`on`: a page's exception is shown with its traceback, as Streamlit would (for development; the tests set "
+    "it); `off`: the student sees a sentence with an incident id, the server's log has the traceback under it "
+    "and the Teacher page lists the recent ones.",
+    _switch,
+)
 DATABASE_URL = _define(
     "DATABASE_URL",
     "",

@@ -16,6 +16,9 @@ if "SHARDING_LAB_CACHE_DIR" not in os.environ:
 os.environ.setdefault("SHARDING_LAB_DATABASE_URL", "sqlite://")
 # No warm-up thread competing for the cores (tests/app/test_class.py starts one on purpose).
 os.environ.setdefault("SHARDING_LAB_WARM", "off")
+# A page's exception raised as Streamlit would, so AppTest's `at.exception` still sees it (a class server shows
+# a sentence with an incident id instead: tests/app/test_incidents.py turns this off).
+os.environ.setdefault("SHARDING_LAB_TRACEBACKS", "on")
 # The suite compiles hundreds of small programs and runs each for a few steps: XLA:CPU's LLVM optimisations
 # cost more than they save there (a tiny transformer's init, 40 training steps and forward pass: 34 s for six
 # presets at the default level, 19 s at 0). Inherited by the commands the tests start; an exported script sets
