@@ -19,7 +19,7 @@ from ..sharding.layout import ArrayLayout, format_spec
 from ..sharding.mesh import device_ids
 from ..training.config import Plan
 from ..training.config import plan as make_plan
-from ..training.options import add_config_options, config_from_args, config_to_args  # noqa: F401 (re-exported)
+from ..training.options import add_config_options, config_from_args, config_to_args, say_hf_config  # noqa: F401 (re-exported)
 
 
 def plan_json(plan: Plan, layouts: dict[str, ArrayLayout]) -> dict:
@@ -179,6 +179,7 @@ def main(argv=None) -> int:
 
             return print_plan(args)
         config = config_from_args(args)
+        say_hf_config(args, config)
         plan = make_plan(config)
         if args.command == "layout":
             return _print_layout(plan, args.json)

@@ -88,5 +88,27 @@ def print_cost(
     dtype = default_dtype(config.target) if dtype is None else dtype
     get_chip(chip_id), dtype_name(dtype)  # refuse before compiling anything
     prediction = predict(config, chip_id, dtype, parse_target(target_text))
-    print(json.dumps(prediction.to_json()) if as_json else describe(prediction))
+    run = maxtext_of(config, dtype, parse_target(target_text))  # the same layout as MaxText's overrides
+    if as_json:
+        print(json.dumps({**prediction.to_json(), **run.to_json()}))
+    else:
+        print(describe(prediction))
+        print(maxtext_line(run))
     return 0
+
+
+def maxtext_of(config: LabConfig, dtype: str, target_mesh: tuple[int, ...] | None):
+    """MaxText's overrides for the layout costed: on ``target_mesh`` when the cost was extrapolated to it."""
+    import dataclasses
+
+    from ..export.maxtext import maxtext
+
+    if target_mesh is not None:
+        config = dataclasses.replace(config, mesh=dataclasses.replace(config.mesh, shape=target_mesh))
+    return maxtext(config, dtype)
+
+
+def maxtext_line(run) -> str:
+    """'in MaxText: <command>', or why the layout has none; then what differs."""
+    head = f"in MaxText: {run.command}" if run.command else "in MaxText: no equivalent"
+    return "\n".join([head, *(f"  {note}" for note in run.notes)])

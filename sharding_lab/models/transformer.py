@@ -59,7 +59,7 @@ from .moe import (
 )
 from .remat import remat_policy, rematerialised_blocks, unrolled_scan
 from .transformer_presets import PRESETS
-from .transformer_sizes import NAMED_SIZES
+from .transformer_sizes import NAMED_SIZES, block_extrapolated_count
 from .transformer_spec import CHOICES, LIMITS, TransformerSpec, kv_heads_of
 
 
@@ -97,9 +97,13 @@ class Block(nnx.Module):
         # rule can place them apart from the query heads (tp puts both on model).
         self.k = param(kernel(rngs.params(), (e, kv, d), e), shard, "k", "embed", "kv_heads", "head_dim")
         self.v = param(kernel(rngs.params(), (e, kv, d), e), shard, "v", "embed", "kv_heads", "head_dim")
+        if spec.qkv_bias == "qkv":  # Qwen 2's biases on q, k and v (laid out as their outputs)
+            self.q_bias = param(jnp.zeros((h, d)), shard, "q_bias", "heads", "head_dim")
+            self.k_bias = param(jnp.zeros((kv, d)), shard, "k_bias", "kv_heads", "head_dim")
+            self.v_bias = param(jnp.zeros((kv, d)), shard, "v_bias", "kv_heads", "head_dim")
         self.o = param(kernel(rngs.params(), (h, d, e), h * d), shard, "o", "heads", "head_dim", "embed")
         self.mlp_norm = param(jnp.ones((e,)), shard, "norm", "embed")
-        self.gated = spec.mlp_type == "swiglu"
+        self.gated, self.gelu_gate = spec.mlp_type in ("swiglu", "geglu"), spec.mlp_type == "geglu"
         self.experts, self.top_k = spec.experts, spec.top_k
         self.capacity_factor = float(spec.capacity_factor)
         if self.experts:  # a mixture of experts: a router, and each MLP weight stacked along `expert`
@@ -132,6 +136,8 @@ class Block(nnx.Module):
         q = checkpoint_name(jnp.einsum("bse,ehd->bshd", h, self.q[...]), "query_proj")
         k = checkpoint_name(jnp.einsum("bse,ehd->bshd", h, self.k[...]), "key_proj")
         v = checkpoint_name(jnp.einsum("bse,ehd->bshd", h, self.v[...]), "value_proj")
+        if hasattr(self, "q_bias"):
+            q, k, v = q + self.q_bias[...], k + self.k_bias[...], v + self.v_bias[...]
         if self.rope:
             q, k = rope(q), rope(k)
         attend = splash_attention if self.attention == "splash" else xla_attention
@@ -144,7 +150,8 @@ class Block(nnx.Module):
             return (constrain(x + out, "resid"), stats) + ((routed,) if routing else ())
         up = checkpoint_name(jnp.einsum("bse,em->bsm", h, self.mlp_in[...]), "mlpwi_1")
         if self.gated:
-            hidden = jax.nn.silu(checkpoint_name(jnp.einsum("bse,em->bsm", h, self.mlp_gate[...]), "mlpwi_0")) * up
+            gate = checkpoint_name(jnp.einsum("bse,em->bsm", h, self.mlp_gate[...]), "mlpwi_0")
+            hidden = (jax.nn.gelu(gate) if self.gelu_gate else jax.nn.silu(gate)) * up
         else:
             hidden = jax.nn.gelu(up)
         hidden = constrain(hidden, "mlp_hidden")
@@ -323,7 +330,10 @@ class TransformerFamily(ModelFamily):
             "MLP",
             CHOICES["mlp_type"],
             "--mlp-type",
-            "gelu: up, GELU, down (GPT-2); swiglu: silu(gate)·up, down (Llama)",
+            "gelu: up, GELU, down (GPT-2); swiglu: silu(gate)·up, down (Llama); geglu: gelu(gate)·up, down (Gemma)",
+        ),
+        "qkv_bias": ChoiceField(
+            "QKV bias", CHOICES["qkv_bias"], "--qkv-bias", "qkv: biases on the q, k and v projections (Qwen 2); none"
         ),
         "embeddings": ChoiceField(
             "Embeddings",
@@ -372,6 +382,9 @@ class TransformerFamily(ModelFamily):
         "and the MLP must state its output sharding, which this model does not yet do — "
         "choose Axis type Auto"
     )
+
+    def parameter_count(self, spec) -> int:
+        return block_extrapolated_count(self, spec)
 
     def refusal(self, spec, platform: str, pipelined: bool) -> str | None:
         return splash_refusal(spec.seq, platform, pipelined) if spec.attention == "splash" else None
@@ -442,7 +455,7 @@ class TransformerFamily(ModelFamily):
             spec.mlp_dim,
             spec.vocab,
         )
-        mlp = 3 if spec.mlp_type == "swiglu" else 2
+        mlp = 3 if spec.mlp_type in ("swiglu", "geglu") else 2
         if spec.experts:  # router logits and probabilities, the dispatch and combine tensors, each expert's
             # slots before, inside (pre- and post-activation) and after it, and the returned outputs
             n, c = spec.experts, expert_capacity(spec, s)

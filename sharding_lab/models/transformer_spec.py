@@ -26,7 +26,9 @@ LIMITS = {
 
 # Options that are words, not numbers; the first of each is today's model (and the default).
 CHOICES = {
-    "mlp_type": ("gelu", "swiglu"),
+    "mlp_type": ("gelu", "swiglu", "geglu"),
+    # Biases on the q, k and v projections (Qwen 2's); none elsewhere.
+    "qkv_bias": ("none", "qkv"),
     "embeddings": ("untied", "tied"),
     "positions": ("learned", "rope"),
     # Rematerialisation (sharding_lab.models.remat): none, every block recomputed from its input, or a
@@ -46,7 +48,9 @@ class TransformerSpec:
 
     ``kv_heads`` 0 means as many K/V heads as query heads (multi-head attention); fewer is
     grouped-query attention, each K/V head shared by ``heads // kv_heads`` query heads.
-    ``mlp_type``: ``gelu`` (two matrices, GPT-2's) or ``swiglu`` (gate, up, down: Llama's).
+    ``mlp_type``: ``gelu`` (two matrices, GPT-2's), ``swiglu`` (gate, up, down: Llama's) or ``geglu`` (the same
+    three matrices with a GELU gate: Gemma's). ``qkv_bias``: ``qkv`` adds a bias to the q, k and v projections
+    (Qwen 2's), ``none`` has none.
     ``embeddings``: ``tied`` reuses the token embedding as the unembedding (GPT-2), ``untied`` has
     its own (Llama 3). ``positions``: a ``learned`` table (GPT-2) or ``rope``, rotary, no parameters
     (Llama). ``remat``: ``full`` recomputes each block in the backward pass, keeping only its input;
@@ -74,6 +78,7 @@ class TransformerSpec:
     top_k: int = 2
     capacity_factor: str = "1.25"
     attention: str = "xla"
+    qkv_bias: str = "none"
 
     def validate(self) -> None:
         for name, (low, high) in LIMITS.items():

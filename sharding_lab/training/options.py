@@ -9,12 +9,14 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import sys
 
 from ..errors import ConfigError
 from ..hardware import targets
 from ..hardware.devices import available_count
 from ..models import FAMILIES, ChoiceField
 from ..models import family as model_family
+from ..models.hf_config import load_hf_config, summary
 from ..models.plugins import module_of
 from ..pipeline import SCHEDULES
 from ..sharding.mesh import MeshSpec, default_axes, parse_axis_names, parse_mesh_shape
@@ -50,6 +52,13 @@ def add_config_options(parser: argparse.ArgumentParser) -> None:
         help="a named size of the model family ("
         + "; ".join(f"{name}: {', '.join(f.named_sizes)}" for name, f in FAMILIES.items() if f.named_sizes)
         + "); size options given as well change it",
+    )
+    parser.add_argument(
+        "--hf-config",
+        default=None,
+        metavar="PATH",
+        help="a Hugging Face config.json (Llama, Mistral, Mixtral, Qwen 2, GPT-2): the transformer with its shapes; "
+        "size options given as well change it (docs/transformer.md)",
     )
     parser.add_argument(
         "--preset",
@@ -136,7 +145,7 @@ def _default(family, field: str):
 
 def config_from_args(args) -> LabConfig:
     """argv (parsed by :func:`add_config_options`) → LabConfig; :func:`config_to_args` is the inverse."""
-    family = model_family(args.model)
+    family = model_family("transformer" if getattr(args, "hf_config", None) else args.model)
     model = _model_spec(family, args)
     shape = parse_mesh_shape(args.mesh)
     axes = parse_axis_names(args.axes) if args.axes else default_axes(len(shape))
@@ -179,9 +188,14 @@ def config_from_args(args) -> LabConfig:
 
 
 def _model_spec(family, args):
-    """The model's Spec: the named size (``--size``) or the family's defaults, then every size
-    option given on top (``--size llama3-8b --layers 2``: Llama 3 8B's shapes, two blocks)."""
-    base = family.named_spec(args.size) if getattr(args, "size", None) else family.Spec()
+    """The model's Spec: the named size (``--size``), a Hugging Face config (``--hf-config``) or the family's
+    defaults, then every size option given on top (``--size llama3-8b --layers 2``: Llama 3 8B's shapes, two blocks)."""
+    if getattr(args, "hf_config", None):
+        if getattr(args, "size", None):
+            raise ConfigError("give --size or --hf-config, not both: each sets the model's shapes", "model")
+        base = load_hf_config(args.hf_config, getattr(args, _dest("--seq"), None)).spec
+    else:
+        base = family.named_spec(args.size) if getattr(args, "size", None) else family.Spec()
     sizes = {
         field: getattr(args, _dest(size.flag))
         for field, size in family.size_fields.items()
@@ -246,3 +260,12 @@ def config_to_args(config: LabConfig) -> list[str]:
         "--schedule",
         config.schedule,
     ]
+
+
+def say_hf_config(args, config) -> None:
+    """With ``--hf-config``: what was read (the parameter count beside the card's, what the lab computes
+    differently), on stderr so that ``--json`` stays one object."""
+    if getattr(args, "hf_config", None):
+        read = load_hf_config(args.hf_config, getattr(args, "size_seq", None))
+        for line in summary(read, config.family, config.model):
+            print(f"{args.hf_config}: {line}", file=sys.stderr)

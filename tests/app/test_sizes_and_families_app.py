@@ -53,8 +53,8 @@ def test_links_carry_the_size_and_the_word_options_and_report_bad_ones():
     updates, problems = links.from_query({"model": "transformer", "size": "llama9", "mlp_type": "relu"})
     assert "size" not in updates and "mlp_type" not in updates
     assert problems == [
-        "size='llama9' ignored: one of default, gpt2-small, llama3-8b, llama3-70b",
-        "mlp_type='relu' ignored: one of gelu, swiglu",
+        f"size='llama9' ignored: one of {', '.join(sl.family('transformer').named_sizes)}",
+        "mlp_type='relu' ignored: one of gelu, swiglu, geglu",
     ]
     updates, problems = links.from_query({"model": "transformer", "size": "llama3-70b"})
     assert problems == [] and updates["layers"] == 80 and updates["embed_dim"] == 8192

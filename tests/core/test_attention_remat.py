@@ -1,5 +1,5 @@
-"""Attention as it runs (xla | splash) and rematerialisation policies; every named size × preset compiles as
-the search would (abstract, one layer) or is refused with a sentence — never a traceback."""
+"""Attention as it runs (xla | splash) and rematerialisation policies; each kind of named size × every preset
+compiles as the search would (abstract, one layer) or is refused with a sentence — never a traceback."""
 
 import dataclasses
 import itertools
@@ -90,8 +90,18 @@ def test_embed_and_head_are_forward_with_rope_and_tied_embeddings():
 MESHES = {1: ((8,), ("data",)), 2: ((4, 2), ("data", "model"))}
 
 
-@pytest.mark.parametrize("size", [n for n in FAMILY.named_sizes if n != "default"] + ["default"])
-def test_every_named_size_and_preset_lowers_or_is_refused_with_a_sentence(size):
+def _one_size_per_kind() -> list[str]:
+    """The named sizes, one of each kind of decoder (MLP, embeddings, positions, biases, experts): sizes of one
+    kind differ only in their numbers, and each lowering costs seconds."""
+    kinds = {}
+    for name in FAMILY.named_sizes:
+        spec = FAMILY.named_spec(name)
+        kinds.setdefault((spec.mlp_type, spec.embeddings, spec.positions, spec.qkv_bias, spec.experts > 0), name)
+    return sorted(set(kinds.values()) - {"default"}) + ["default"]
+
+
+@pytest.mark.parametrize("size", _one_size_per_kind())
+def test_each_kind_of_named_size_and_every_preset_lowers_or_is_refused_with_a_sentence(size):
     """As the search would compile it (abstract, for a TPU slice) but only lowered, one layer: each preset once,
     the remat and attention options taking turns; a refusal must be a ConfigError, never another exception."""
     spec = dataclasses.replace(FAMILY.named_spec(size), layers=1, seq=256)

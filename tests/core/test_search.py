@@ -142,6 +142,18 @@ def test_cost_rerun_on_the_best_agrees(planned):
     cost = json.loads(out)
     assert cost["fits"] == best["fits"]
     assert abs(cost["step_s"] - best["step_s"]) / cost["step_s"] < 0.01
+    assert cost["maxtext_overrides"] == best["maxtext_overrides"] and cost["maxtext_notes"] == best["maxtext_notes"]
+
+
+def test_every_row_carries_maxtexts_overrides_or_says_why_it_has_none(planned):
+    """On 8 chips the batch's 4 sequences leave only two-axis meshes, where dp, fsdp and tp each leave one axis
+    unused: devices along it repeat each other's step, which MaxText's mesh (every axis splits something) cannot
+    say — so each row names that axis instead of giving a command (test_maxtext: the rows that have one)."""
+    unused = {"dp": "model", "fsdp": "model", "tp": "data"}
+    assert planned["candidates"]
+    for row in planned["candidates"]:
+        assert len(row["axes"]) == 2 and row["maxtext_overrides"] is None and row["maxtext_command"] is None
+        assert f"mesh axis {unused[row['preset']]} " in row["maxtext_notes"][0]
 
 
 def test_text_output_is_a_table():

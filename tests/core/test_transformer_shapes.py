@@ -70,6 +70,42 @@ def test_named_sizes_have_the_cards_parameter_counts():
     assert FAMILY.named_spec("default") == TransformerSpec()  # today's model is a named size too
 
 
+def test_every_named_size_with_a_card_counts_its_parameters_within_half_a_percent():
+    for name, size in FAMILY.named_sizes.items():
+        if size.card_parameters:
+            count = FAMILY.parameter_count(FAMILY.named_spec(name))
+            assert abs(count / size.card_parameters - 1) < 0.005, (name, count)
+    # Exact counts written out from the configs (Qwen 2.5 7B's q/k/v biases: 28 × (3,584 + 2 × 512)).
+    qwen = decoder_count(28, 3584, 18944, 28, 4, 128, 152064, tied=False, gated=True) + 28 * (3584 + 2 * 512)
+    assert FAMILY.parameter_count(FAMILY.named_spec("qwen2.5-7b")) == qwen == 7_615_616_512
+    experts = 32 * (7 * 4096 * 14336 * 3 + 4096 * 8)  # Mixtral: 8 experts where Mistral has one MLP, and a router
+    mistral = decoder_count(32, 4096, 14336, 32, 8, 128, 32000, tied=False, gated=True)
+    assert FAMILY.parameter_count(FAMILY.named_spec("mixtral-8x7b")) == mistral + experts == 46_702_792_704
+
+
+def test_maxtexts_parameter_scales_are_base_yml_scaled_as_pyconfig_does():
+    """Written out by hand from pyconfig.get_individual_scales: log2(scale) = 3b + r; heads and MLP doubled b + (r > 0)
+    times, the embedding b + (r > 1), the layers b, from base_emb_dim 2048, 16 heads, base_mlp_dim 7168, 16 layers."""
+    expected = {
+        16: (4096, 64, 28672, 32),
+        32: (8192, 64, 28672, 32),
+        64: (8192, 64, 28672, 64),
+        128: (8192, 128, 57344, 64),
+    }
+    for scale, (embed, heads, mlp, layers) in expected.items():
+        spec = FAMILY.named_spec(f"maxtext-{scale}b")
+        assert (spec.embed_dim, spec.heads, spec.kv_heads, spec.mlp_dim, spec.layers) == (
+            embed,
+            heads,
+            heads,
+            mlp,
+            layers,
+        )
+        count = FAMILY.parameter_count(spec)
+        assert count == decoder_count(layers, embed, mlp, heads, heads, 128, 32000, tied=False, gated=True)
+        assert 0.97 < count / (scale * 1e9) < 1.0, (scale, count)  # MaxText's name is the nominal size
+
+
 def test_llama3_8b_plans_abstractly_and_training_is_refused_before_allocating():
     config = sl.LabConfig(
         mesh=MeshSpec((2, 4)), preset="fsdp_tp", model=FAMILY.named_spec("llama3-8b"), optimizer="adamw", batch_size=8

@@ -1,0 +1,273 @@
+"""A Hugging Face ``config.json`` read into the transformer family's sizes (:class:`TransformerSpec`).
+
+The architectures the family can express: ``LlamaForCausalLM``, ``MistralForCausalLM``, ``MixtralForCausalLM``
+(experts, top-k), ``Qwen2ForCausalLM`` (q/k/v biases) and ``GPT2LMHeadModel``. What the lab cannot build is
+refused with a sentence naming the config's field — soft-capping (Gemma 2), multi-head latent attention, a sliding
+window narrower than the sequence, biases beyond q/k/v — never approximated in silence. What it computes
+differently without changing any parameter's shape (rotary frequencies, GPT-2's LayerNorm and biases, Mixtral's
+dropless routing) is said in :attr:`HFModel.notes`, one sentence each, wherever the count is shown.
+
+The file is the user's: nothing is fetched, nothing in it is evaluated (``json.loads`` only).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+
+from ..errors import ConfigError
+from .transformer_spec import LIMITS, TransformerSpec
+
+SUPPORTED = ("LlamaForCausalLM", "MistralForCausalLM", "MixtralForCausalLM", "Qwen2ForCausalLM", "GPT2LMHeadModel")
+
+# The sequence planned when the config allows more (Llama 3.1's 131,072 positions): Llama 3's pre-training length.
+# --seq (the sidebar's Seq) chooses another.
+DEFAULT_SEQ = 8192
+
+MAX_BYTES = 1 << 20  # a config.json is a few kB: anything over a MiB is not one
+
+# Fields whose presence (not null, not false) names something the lab does not build, with what it is.
+UNBUILT = {
+    "attn_logit_softcapping": "soft-capping of the attention scores (tanh), which the lab's attention does not apply",
+    "final_logit_softcapping": "soft-capping of the logits (tanh), which the lab's head does not apply",
+    "kv_lora_rank": "multi-head latent attention (keys and values through a low-rank projection)",
+    "q_lora_rank": "multi-head latent attention (queries through a low-rank projection)",
+    "mlp_bias": "biases on the MLP's matrices (the lab's MLP has none)",
+    "attention_bias": "biases on q, k, v and the output projection (the lab builds q/k/v biases only, Qwen 2's)",
+}
+
+
+@dataclasses.dataclass(frozen=True)
+class HFModel:
+    """A config read: its architecture, the spec it is, and what the lab computes differently (sentences)."""
+
+    architecture: str
+    spec: TransformerSpec
+    notes: tuple[str, ...] = ()
+
+
+def load_hf_config(path: str | Path, seq: int | None = None) -> HFModel:
+    """The config file at ``path`` read (:func:`read_hf_config`); a file that cannot be read is a sentence."""
+    path = Path(path)
+    try:
+        if path.stat().st_size > MAX_BYTES:
+            raise ConfigError(f"{path} is {path.stat().st_size:,} bytes: a config.json is a few kB", "model")
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as error:
+        raise ConfigError(f"cannot read the Hugging Face config {path}: {error}", "model") from None
+    return read_hf_config(text, seq)
+
+
+def read_hf_config(text: str | bytes, seq: int | None = None) -> HFModel:
+    """A ``config.json``'s text → :class:`HFModel`; ``seq`` the sequence to plan (default: the config's positions,
+    at most :data:`DEFAULT_SEQ`, and within a sliding window). Anything else is a :class:`ConfigError`."""
+    if isinstance(text, bytes):
+        if len(text) > MAX_BYTES:
+            raise ConfigError(f"the config is {len(text):,} bytes: a config.json is a few kB", "model")
+        text = text.decode("utf-8", errors="replace")
+    try:
+        config = json.loads(text)
+    except ValueError as error:
+        raise ConfigError(
+            f"the Hugging Face config is not JSON ({error}): give the model's config.json", "model"
+        ) from None
+    if not isinstance(config, dict):
+        raise ConfigError("the Hugging Face config must be a JSON object ({...}), as config.json is", "model")
+    architecture = _architecture(config)
+    for field, what in UNBUILT.items():
+        if config.get(field) not in (None, False, 0):
+            raise ConfigError(
+                f"{architecture}: {field} = {config[field]!r} is {what} — the lab cannot build it, and an "
+                "approximation would not be your model",
+                "model",
+            )
+    if architecture == "GPT2LMHeadModel":
+        fields, notes = _gpt2(config)
+    else:
+        fields, notes = _llama_like(config, architecture)
+    fields["seq"], seq_notes = _seq(config, architecture, seq)
+    spec = TransformerSpec(**fields)
+    try:
+        spec.validate()
+    except ConfigError as error:
+        raise ConfigError(f"{architecture}: {error}", "model") from None
+    return HFModel(architecture, spec, tuple(notes + seq_notes))
+
+
+def _architecture(config: dict) -> str:
+    names = config.get("architectures")
+    if not isinstance(names, list) or len(names) != 1 or not isinstance(names[0], str):
+        raise ConfigError(
+            f'the config\'s architectures must be a list of one name (e.g. ["LlamaForCausalLM"]), got {names!r}',
+            "model",
+        )
+    if names[0] == "Gemma2ForCausalLM":
+        raise ConfigError(
+            "Gemma2ForCausalLM: attn_logit_softcapping and final_logit_softcapping (tanh caps on the scores and "
+            "the logits) and the norms after each sublayer cannot be built by the lab — --size gemma2-9b or "
+            "gemma2-27b plans its shapes, saying what they leave out",
+            "model",
+        )
+    if names[0] not in SUPPORTED:
+        raise ConfigError(
+            f"architecture {names[0]!r} is not one the lab can build: it reads {', '.join(SUPPORTED)}", "model"
+        )
+    return names[0]
+
+
+def _whole(config: dict, field: str, default=None) -> int:
+    value = config.get(field, default)
+    if value is None:
+        raise ConfigError(f"the config has no {field}: it needs one (a whole number)", "model")
+    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+        raise ConfigError(f"the config's {field} must be a whole number, got {value!r}", "model")
+    return value
+
+
+def _llama_like(config: dict, architecture: str) -> tuple[dict, list[str]]:
+    act = config.get("hidden_act", "silu")
+    if act != "silu":
+        raise ConfigError(
+            f"{architecture}: hidden_act = {act!r}: the lab's gated MLP is SwiGLU (silu) or GeGLU (gelu), and "
+            f"{act!r} would change what the MLP computes",
+            "model",
+        )
+    embed = _whole(config, "hidden_size")
+    heads = _whole(config, "num_attention_heads")
+    if heads == 0:
+        raise ConfigError("the config's num_attention_heads must be at least 1, got 0", "model")
+    head_dim = config.get("head_dim")
+    head_dim = embed // heads if head_dim is None else _whole(config, "head_dim")
+    fields = dict(
+        layers=_whole(config, "num_hidden_layers"),
+        embed_dim=embed,
+        heads=heads,
+        kv_heads=_whole(config, "num_key_value_heads", heads),
+        head_dim=head_dim,
+        mlp_dim=_whole(config, "intermediate_size"),
+        vocab=_whole(config, "vocab_size"),
+        mlp_type="swiglu",
+        embeddings="tied" if _flag(config, "tie_word_embeddings", False) else "untied",
+        positions="rope",
+    )
+    if fields["kv_heads"] == heads:
+        fields["kv_heads"] = 0  # one K/V head per query head: the family writes it 0
+    notes = [_rope_note(config)]
+    if architecture == "Qwen2ForCausalLM":
+        fields["qkv_bias"] = "qkv"
+    if architecture == "MixtralForCausalLM":
+        fields["experts"] = _whole(config, "num_local_experts")
+        fields["top_k"] = _whole(config, "num_experts_per_tok")
+        notes.append(
+            "Mixtral routes without a capacity limit (no token dropped); the lab's experts each take at most "
+            "capacity_factor × their fair share of a sequence's tokens (1.25 by default) and count what they drop"
+        )
+    return fields, [n for n in notes if n]
+
+
+def _gpt2(config: dict) -> tuple[dict, list[str]]:
+    embed = _whole(config, "n_embd")
+    inner = config.get("n_inner")
+    fields = dict(
+        layers=_whole(config, "n_layer"),
+        embed_dim=embed,
+        heads=_whole(config, "n_head"),
+        kv_heads=0,
+        mlp_dim=4 * embed if inner is None else _whole(config, "n_inner"),
+        vocab=_whole(config, "vocab_size"),
+        mlp_type="gelu",
+        embeddings="tied" if _flag(config, "tie_word_embeddings", True) else "untied",
+        positions="learned",
+    )
+    if fields["heads"] == 0 or embed % fields["heads"]:
+        raise ConfigError(
+            f"GPT2LMHeadModel: n_embd ({embed}) must be a multiple of n_head ({fields['heads']})", "model"
+        )
+    fields["head_dim"] = embed // fields["heads"]
+    layers, mlp = fields["layers"], fields["mlp_dim"]
+    biases = layers * (3 * embed + embed + mlp + embed + 2 * embed) + embed
+    notes = [
+        f"GPT-2's biases and LayerNorm shifts ({biases:,} parameters: c_attn, c_proj, c_fc and the MLP's c_proj, "
+        "each LayerNorm's bias) are not built: the lab's blocks have none and its norms are RMSNorm with a scale"
+    ]
+    act = config.get("activation_function", "gelu_new")
+    if act not in ("gelu", "gelu_new"):
+        raise ConfigError(
+            f"GPT2LMHeadModel: activation_function = {act!r}: the lab's MLP computes GELU (gelu or gelu_new)", "model"
+        )
+    if act == "gelu_new":
+        notes.append("activation_function gelu_new is GELU's tanh approximation; the lab computes jax.nn.gelu's")
+    return fields, notes
+
+
+def _flag(config: dict, field: str, default: bool) -> bool:
+    value = config.get(field, default)
+    if not isinstance(value, bool):
+        raise ConfigError(f"the config's {field} must be true or false, got {value!r}", "model")
+    return value
+
+
+def _rope_note(config: dict) -> str | None:
+    theta, scaling = config.get("rope_theta", 10000.0), config.get("rope_scaling")
+    if theta in (10000, 10000.0) and scaling is None:
+        return None
+    return (
+        f"rotary positions: the config's rope_theta {theta!r}"
+        + (f" and rope_scaling {scaling.get('rope_type', scaling.get('type'))!r}" if isinstance(scaling, dict) else "")
+        + " set its frequencies; the lab turns by RoFormer's θ = 10,000 (no parameters either way)"
+    )
+
+
+def _seq(config: dict, architecture: str, seq: int | None) -> tuple[int, list[str]]:
+    """The sequence to plan, and a sentence when the config's own limit or window chose it."""
+    field = "n_positions" if architecture == "GPT2LMHeadModel" else "max_position_embeddings"
+    positions = _whole(config, field, DEFAULT_SEQ)
+    window = config.get("sliding_window")
+    if architecture == "Qwen2ForCausalLM" and not config.get("use_sliding_window", False):
+        window = None  # Qwen 2 declares a window it does not use unless use_sliding_window is true
+    if window is not None:
+        window = _whole(config, "sliding_window")
+    chosen = seq if seq is not None else min(positions, DEFAULT_SEQ, window or positions, LIMITS["seq"][1])
+    if chosen > positions:
+        raise ConfigError(f"{architecture}: seq {chosen:,} is more than the config's {field} ({positions:,})", "model")
+    if window is not None and chosen > window:
+        raise ConfigError(
+            f"{architecture}: sliding_window = {window:,}: each token attends to the last {window:,} only, which the "
+            f"lab's attention does not build — plan seq {window:,} or less (--seq), where the window covers it",
+            "model",
+        )
+    notes = []
+    if seq is None and chosen < positions:
+        notes.append(
+            f"seq {chosen:,}: the config allows {positions:,} positions"
+            + (
+                f" and attends within a {window:,}-token window, which covers every position at this length"
+                if window is not None and chosen == window
+                else ""
+            )
+            + "; --seq (the sidebar's Seq) plans another length"
+        )
+    return chosen, notes
+
+
+def card_of(family, spec):
+    """The named size whose shapes ``spec`` has, when it has a model card (its :class:`NamedSize`); else None."""
+    name = family.size_name(spec)
+    named = family.named_sizes.get(name) if name else None
+    return named if named is not None and named.card_parameters else None
+
+
+def summary(model: HFModel, family, spec=None) -> list[str]:
+    """What was read, as sentences: the architecture and its parameter count beside the card's (when its shapes are a
+    named size's), then every note. ``spec``: the spec planned (size options may have changed the config's)."""
+    spec = spec or model.spec
+    count = family.parameter_count(spec)
+    named = card_of(family, spec)
+    card = (
+        f" (the model card of {named.title}: {named.card_parameters / 1e9:.3g} B, "
+        f"{100 * (count / named.card_parameters - 1):+.2f}%)"
+        if named is not None
+        else ""
+    )
+    return [f"{model.architecture}: {count:,} parameters{card}"] + [f"note: {note}" for note in model.notes]

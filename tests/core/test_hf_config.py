@@ -1,0 +1,124 @@
+"""Hugging Face config.json files read into the transformer family: each published config's parameter count (from
+the family's own abstract shapes) against its model card within 0.5%, or the config refused naming the field the lab
+cannot build; bad files refused with a sentence. The configs in tests/data/hf/ are the published config.json
+values (docs/transformer.md has the table and the source of every figure)."""
+
+import dataclasses
+import json
+
+import pytest
+
+import sharding_lab as sl
+from sharding_lab.models.hf_config import load_hf_config, read_hf_config
+from tests.support import ROOT
+
+FAMILY = sl.family("transformer")
+DATA = ROOT / "tests" / "data" / "hf"
+
+# The model cards' parameter counts (Hugging Face's model pages), and the named size with the same shapes.
+CARDS = {
+    "llama-3.1-8b.json": (8.03e9, "llama3-8b"),
+    "mistral-7b-v0.1.json": (7.24e9, "mistral-7b"),
+    "mixtral-8x7b.json": (46.7e9, None),  # planned at seq 8,192; the named size too, and both are 46.7B
+    "qwen2.5-7b.json": (7.61e9, "qwen2.5-7b"),
+    "gpt2.json": (124e6, "gpt2-small"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(CARDS))
+def test_each_published_config_counts_its_model_cards_parameters(name):
+    card, size = CARDS[name]
+    model = load_hf_config(DATA / name)
+    count = FAMILY.parameter_count(model.spec)
+    assert abs(count / card - 1) < 0.005, (name, count)
+    if size is not None:
+        assert FAMILY.size_name(model.spec) == size
+
+
+def test_the_configs_read_what_each_architecture_adds():
+    mixtral = load_hf_config(DATA / "mixtral-8x7b.json")
+    assert (mixtral.spec.experts, mixtral.spec.top_k, mixtral.spec.kv_heads) == (8, 2, 8)
+    assert any("capacity" in note for note in mixtral.notes)  # dropless routing, said
+    qwen = load_hf_config(DATA / "qwen2.5-7b.json")
+    assert qwen.spec.qkv_bias == "qkv" and qwen.spec.seq == 8192  # use_sliding_window false: no window
+    params = FAMILY.parameters(dataclasses.replace(qwen.spec, layers=1))
+    assert params["blocks/0/q_bias"].shape == (28, 128) and params["blocks/0/k_bias"].shape == (4, 128)
+    llama = load_hf_config(DATA / "llama-3.1-8b.json")
+    assert llama.spec.seq == 8192 and any("500000.0" in n and "'llama3'" in n for n in llama.notes)
+    gpt2 = load_hf_config(DATA / "gpt2.json")
+    # The count differs from Hugging Face's exact 124,439,808 by the biases the note names.
+    assert FAMILY.parameter_count(gpt2.spec) == 124_439_808 - 102_144
+    assert any("102,144 parameters" in note for note in gpt2.notes)
+
+
+def test_a_sliding_window_is_planned_within_it_or_refused_naming_the_field():
+    mistral = load_hf_config(DATA / "mistral-7b-v0.1.json")
+    assert mistral.spec.seq == 4096 and any("window" in note for note in mistral.notes)
+    with pytest.raises(sl.ConfigError, match="sliding_window = 4,096"):
+        load_hf_config(DATA / "mistral-7b-v0.1.json", seq=8192)
+
+
+def test_gemma2_is_refused_naming_the_soft_capping():
+    with pytest.raises(sl.ConfigError, match="attn_logit_softcapping"):
+        load_hf_config(DATA / "gemma-2-9b.json")
+
+
+@pytest.mark.parametrize(
+    "text, words",
+    [
+        ("{not json", "not JSON"),
+        ("[1, 2]", "JSON object"),
+        ('{"architectures": "LlamaForCausalLM"}', "list of one name"),
+        ('{"architectures": ["BertForMaskedLM"]}', "'BertForMaskedLM' is not one the lab can build"),
+        ('{"architectures": ["LlamaForCausalLM"], "hidden_size": "4096"}', "hidden_size must be a whole number"),
+        ('{"architectures": ["LlamaForCausalLM"], "hidden_size": 64}', "has no num_attention_heads"),
+        ('{"architectures": ["DeepseekV2ForCausalLM"], "kv_lora_rank": 512}', "not one the lab can build"),
+        ('{"architectures": ["LlamaForCausalLM"], "kv_lora_rank": 512}', "kv_lora_rank = 512 is multi-head latent"),
+        ('{"architectures": ["LlamaForCausalLM"], "attention_bias": true}', "attention_bias = True"),
+        ('{"architectures": ["LlamaForCausalLM"], "hidden_act": "gelu"}', "hidden_act = 'gelu'"),
+    ],
+)
+def test_a_bad_config_is_a_sentence(text, words):
+    with pytest.raises(sl.ConfigError, match=words.replace("(", r"\(").replace("[", r"\[")):
+        read_hf_config(text)
+
+
+def test_sizes_beyond_the_labs_limits_and_unreadable_files_are_sentences(tmp_path):
+    tiny = json.loads((DATA / "tiny-llama.json").read_text())
+    with pytest.raises(sl.ConfigError, match="LlamaForCausalLM: transformer size layers must be"):
+        read_hf_config(json.dumps({**tiny, "num_hidden_layers": 1000}))
+    with pytest.raises(sl.ConfigError, match="cannot read the Hugging Face config"):
+        load_hf_config(tmp_path / "missing.json")
+    assert read_hf_config(json.dumps(tiny).encode()).spec.seq == 64
+
+
+def test_hf_config_on_the_command_line_sets_the_transformer_and_says_what_it_read(capsys):
+    from sharding_lab.cli import main as cli
+
+    tiny = str(DATA / "tiny-llama.json")
+    assert cli.main(["layout", "--hf-config", tiny, "--mesh", "2x4", "--preset", "fsdp_tp", "--json"]) == 0
+    out, err = capsys.readouterr()
+    layout = json.loads(out)["layout"]
+    assert layout["params/blocks/1/k"]["shape"] == [64, 2, 16]  # kv heads 2, head_dim 64 / 4
+    assert "LlamaForCausalLM: 106,816 parameters" in err
+    # size options on top of the config; the workers' arguments rebuild the same spec
+    args = ["--hf-config", tiny, "--layers", "1", "--mesh", "2x4"]
+    config = cli.config_from_args(cli_parser_args(args))
+    assert config.model.layers == 1 and config.model.kv_heads == 2
+    assert cli.config_from_args(cli_parser_args(cli.config_to_args(config))).model == config.model
+    for args, words in (
+        (["--hf-config", str(DATA / "gemma-2-9b.json")], "attn_logit_softcapping"),
+        (["--hf-config", tiny, "--size", "llama3-8b"], "give --size or --hf-config, not both"),
+    ):
+        assert cli.main(["layout", *args]) == 2
+        assert words in capsys.readouterr().err
+
+
+def cli_parser_args(args):
+    import argparse
+
+    from sharding_lab.training.options import add_config_options
+
+    parser = argparse.ArgumentParser()
+    add_config_options(parser)
+    return parser.parse_args(args)
