@@ -1,7 +1,10 @@
 """Per-device counts on a bigger mesh than can be simulated, fitted from smaller compiles.
 
 A bigger mesh than can be simulated (``target``): the program is compiled on every smaller mesh
-with the same axis names whose sizes divide the target's (up to the simulated device count), and
+with the same axis names whose sizes divide the target's (up to the simulated device count) and that
+splits every axis the target splits — a mesh with ``data`` = 1 has no collective over ``data``, and no fit
+from such meshes can say what those cost at ``data`` > 1 (it predicted a bigger mesh faster than the
+compiled one); where no such mesh fits in the simulated devices, the target is refused with a sentence — and
 each per-device count q is extrapolated with the form exact for fixed global shapes — every op's
 work is split by the mesh axes that shard it::
 
@@ -52,10 +55,10 @@ def _divisors(n: int) -> list[int]:
 def probe_meshes(
     target: tuple[int, ...], max_devices: int, used: tuple[bool, ...] | None = None
 ) -> list[tuple[int, ...]]:
-    """Meshes to compile: each used axis a divisor of its target size (an axis no rule uses stays
-    at 1), at most ``max_devices`` devices, the largest first (kept when there are many)."""
+    """Meshes to compile: each used axis a divisor of its target size, above 1 wherever the target's is (an
+    axis no rule uses stays at 1), at most ``max_devices`` devices, the largest first (kept when there are many)."""
     used = used or (True,) * len(target)
-    sizes = [_divisors(t) if u else [1] for t, u in zip(target, used)]
+    sizes = [[d for d in _divisors(t) if d > 1 or t == 1] if u else [1] for t, u in zip(target, used)]
     candidates = [p for p in itertools.product(*sizes) if math.prod(p) <= max_devices]
     candidates.sort(key=lambda p: (-math.prod(p), -min(p), p))
     return candidates[:MAX_PROBES]
@@ -80,6 +83,10 @@ def fit(
     The fewest terms that explain the points win (lowest order first: a constant, then 1/n_a, then
     1/(n_a·n_b), ...): the first term set whose fit is within 1% on every point and whose target
     row lies in the span of the points' rows (only then does the data determine the value).
+    The value is then held between what the form itself allows, whatever coefficients fit: every term c_A ≥ 0
+    (an op's work, bytes or buffer) shrinks from a compiled mesh p to the target by at most Π_a p_a/t_a and never
+    grows, so q(t) lies in [max_p q(p)·Π p/Π t, min_p q(p)] over the compiled meshes that the target covers
+    axis by axis — an exact fit of a few points can otherwise swing to zero between them.
     Returns (value at target, worst relative residual on the points, terms left out)."""
     terms = _terms(target, used)
     y = np.array([v for _, v in points], dtype=float)
@@ -96,7 +103,21 @@ def fit(
         best = (max(0.0, float(t @ coef)), residual, terms[k:])
         if residual <= 0.01:
             break
-    return best if best is not None else (float(y[0]) if len(y) else 0.0, 0.0, terms[1:])
+    value, residual, dropped = best if best is not None else (float(y[0]) if len(y) else 0.0, 0.0, terms[1:])
+    return _within_the_form(value, points, target, used), residual, dropped
+
+
+def _within_the_form(value: float, points, target: tuple[int, ...], used: tuple[bool, ...] | None) -> float:
+    """``value`` held in [max_p q(p)·Π p/Π t, min_p q(p)] over the points the target covers (see :func:`fit`)."""
+    used = used or (True,) * len(target)
+    below = [
+        (v, math.prod(m / t for m, t, u in zip(mesh, target, used) if u))
+        for mesh, v in points
+        if all(m <= t for m, t, u in zip(mesh, target, used) if u)
+    ]
+    if not below:
+        return value
+    return min(max(value, max(v * share for v, share in below)), min(v for v, _ in below))
 
 
 def extrapolate(config: LabConfig, dtype: str, target: tuple[int, ...], max_devices: int | None = None):
@@ -107,10 +128,15 @@ def extrapolate(config: LabConfig, dtype: str, target: tuple[int, ...], max_devi
     axes = tuple(config.mesh.axes)
     # axes no array's layout uses are compiled at size 1: along them every device repeats the same
     # work (with Auto axes XLA may otherwise spread work over an idle axis differently at every size)
-    named = {a for array in make_plan(config).arrays.values() for dim in array.spec for a in axis_names(dim)}
+    planned = make_plan(config)
+    named = {a for array in planned.arrays.values() for dim in array.spec for a in axis_names(dim)}
     used = tuple(a in named for a in axes)
+    _check_batch_divides(planned, target)
+    probes = probe_meshes(target, max_devices, used)
+    if not probes:
+        raise ConfigError(_no_probe(axes, target, used, max_devices), "mesh")
     compiled: list[Compiled] = []
-    for mesh in probe_meshes(target, max_devices, used):
+    for mesh in probes:
         probe = dataclasses.replace(canonical(config), mesh=dataclasses.replace(config.mesh, shape=mesh))
         if probe.preset is None and probe.rules is None:
             probe = dataclasses.replace(probe, rules=config.resolved_rules())
@@ -120,8 +146,8 @@ def extrapolate(config: LabConfig, dtype: str, target: tuple[int, ...], max_devi
             continue  # e.g. a batch this mesh's data axis does not divide: fewer points
     if not compiled:
         raise ConfigError(
-            f"no mesh smaller than {'x'.join(map(str, target))} with at most {max_devices} devices "
-            "accepts this layout: check the batch size divides the data axis",
+            f"no mesh smaller than {_shape(target)} that splits each of its split axes, with at most "
+            f"{max_devices} devices, accepts this layout: check the batch size divides the data axis",
             "mesh",
         )
     notes: list[str] = []
@@ -129,6 +155,13 @@ def extrapolate(config: LabConfig, dtype: str, target: tuple[int, ...], max_devi
 
     def one(name: str, points):
         value, residual, dropped = fit(points, target, used)
+        if dropped and name == "flops":  # said once: the compiled meshes could not fit these terms
+            notes.append(
+                f"only {len(points)} compiled mesh{'es' if len(points) != 1 else ''} split every axis "
+                f"{_shape(target)} splits: the terms in {', '.join(_term_name(axes, t) for t in dropped)} "
+                "could not be fitted: treat the figures as rough (each is held between what the compiled meshes "
+                "allow: no more than on the smallest, no less than its share of the work)"
+            )
         if len(points) - 1 >= max(3, len(_terms(target, used))):
             # held-out check: fit without the biggest compiled mesh and predict it. XLA may pick a
             # different strategy at another mesh size, which no smooth form can follow.
@@ -182,3 +215,41 @@ def extrapolate(config: LabConfig, dtype: str, target: tuple[int, ...], max_devi
     )
     fitted["checks"] = checks
     return fitted, [c.mesh for c in compiled], notes, largest
+
+
+def _shape(mesh) -> str:
+    return "x".join(map(str, mesh))
+
+
+def _term_name(axes: tuple[str, ...], subset: tuple[int, ...]) -> str:
+    return "1/" + "·".join(axes[i] for i in subset)
+
+
+def _no_probe(axes: tuple[str, ...], target: tuple[int, ...], used: tuple[bool, ...], max_devices: int) -> str:
+    """Why no mesh can be compiled to extrapolate to ``target``: the smallest that splits every axis it splits."""
+    smallest = tuple(min(d for d in _divisors(t) if d > 1 or t == 1) if u else 1 for t, u in zip(target, used))
+    split = [a for a, t, u in zip(axes, target, used) if u and t > 1]
+    return (
+        f"{_shape(target)} can only be extrapolated from compiles on meshes that split every axis it splits "
+        f"({', '.join(split)}) by sizes dividing its own — a mesh with one of them at 1 has none of that axis's "
+        f"collectives to fit; the smallest such mesh, {_shape(smallest)}, needs {math.prod(smallest)} devices "
+        f"and {max_devices} are simulated: choose a target whose sizes have small divisors (powers of two, like "
+        "16x16, are extrapolated from 2x2, 2x4 and 4x2), or simulate more devices (SHARDING_LAB_DEVICES)"
+    )
+
+
+def _check_batch_divides(planned, target: tuple[int, ...]) -> None:
+    """Refuse a target whose data axes do not divide the batch (JAX cannot lay such a batch out)."""
+    sizes = dict(zip(planned.config.mesh.axes, target))
+    for path, array in planned.arrays.items():
+        if not path.startswith("batch/") or not array.shape:
+            continue
+        along = axis_names(array.requested[0]) if len(array.requested) else ()
+        ways = math.prod(sizes[a] for a in along)
+        if array.shape[0] % ways:
+            raise ConfigError(
+                f"on {_shape(target)} the batch ({array.shape[0]} rows) would be split {ways} ways over "
+                f"{', '.join(along)}, which does not divide it: use a batch size that {ways} divides, or a "
+                "target whose sizes divide the batch",
+                "batch",
+            )
