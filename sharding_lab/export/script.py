@@ -19,6 +19,7 @@ import textwrap
 from .. import models
 from ..errors import ConfigError
 from ..models import ops
+from ..sharding.rules import target_text
 from ..training.config import LabConfig
 from ..training.config import plan as make_plan
 from ..training.optimizer import SGD, SGDState
@@ -27,6 +28,7 @@ from .source import source_of
 _HEADER = '''"""Sharding Lab export — {title} on a {label} mesh.
 
 Preset: {preset}; optimizer: {optimizer} (lr {lr}, decay {decay}); batch {batch}; {steps} steps.
+Rules (what RULES and OVERRIDES below hold): {rules_text}.
 Runs on jax==0.10.2, jaxlib==0.10.2, flax==0.12.8, optax==0.2.8 (CPU: simulated devices).
 """
 from __future__ import annotations
@@ -226,6 +228,7 @@ def export_script(config: LabConfig) -> str:
             axes=tuple(mesh.axes),
             ndim=len(mesh.shape),
             axis_type="Explicit" if mesh.axis_type == "explicit" else "Auto",
+            rules_text=rules_text(rules, family.logical_axes),
             rules="{" + ", ".join(f"{a!r}: {rules.target(a)!r}" for a in family.logical_axes) + "}",
             overrides="{" + ", ".join(f"{n!r}: {tuple(d)!r}" for n, d in rules.overrides) + "}",
             activations="{" + ", ".join(f"{n!r}: P{tuple(s)!r}" for n, s in plan.activation_specs().items()) + "}",
@@ -264,6 +267,17 @@ def export_script(config: LabConfig) -> str:
         )
     )
     return "".join(parts)
+
+
+def rules_text(rules, logical_axes) -> str:
+    """The rules as the header states them, read off the same object as the script's RULES: 'embed -> data,
+    mlp -> replicated', then the arrays an override lays out its own way."""
+    text = ", ".join(f"{axis} -> {target_text(rules.target(axis))}" for axis in logical_axes)
+    if rules.overrides:
+        text += "; overridden: " + ", ".join(
+            f"{name} -> ({', '.join(target_text(t) for t in dims)})" for name, dims in rules.overrides
+        )
+    return text
 
 
 def script_name(config: LabConfig) -> str:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import keyword
 import math
 import re
 
@@ -21,7 +22,39 @@ from ..errors import ConfigError
 DEFAULT_AXIS_NAMES = {1: ("data",), 2: ("data", "model"), 3: ("x", "y", "z")}
 DEFAULT_SHAPES = {1: (8,), 2: (2, 4), 3: (2, 2, 2)}  # the sidebar's mesh for 1, 2 and 3 axes
 AXIS_TYPES = {"auto": AxisType.Auto, "explicit": AxisType.Explicit}
-AXIS_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,31}$")
+AXIS_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,31}\Z")  # \Z: "data\n" is not a name
+# What a rule's target reads as "not split" (rules.parse_target, the links' and the command line's rules): a mesh
+# axis with one of these names could never be a rule's target, and a preset bound to it would silently replicate.
+REPLICATED_WORDS = ("", "none", "replicated", "-")
+MESH_TEXT_CHARS = 64  # '2x4'-like text longer than this is not a mesh shape
+MESH_SIZE = re.compile(r"[0-9]{1,9}")  # ASCII digits only ('²'.isdigit() is True, int('²') fails)
+
+
+def axis_name_problem(name: str) -> str | None:
+    """Why ``name`` cannot name a mesh axis (a sentence that ends with the fix), or None when it can."""
+    if not name:
+        return "a mesh axis name is empty: name every axis, e.g. 'data'"
+    if not AXIS_NAME.match(name):
+        return (
+            f"mesh axis name {shorten(name)!r} is not allowed: use letters, digits and '_' "
+            "(starting with a letter, at most 32), e.g. 'data' or 'model'"
+        )
+    if name.lower() in REPLICATED_WORDS:
+        return (
+            f"mesh axis name {name!r} is the word the rules use for 'not split', so no rule could split over "
+            "this axis: name it something else, e.g. 'data' or 'model'"
+        )
+    if keyword.iskeyword(name):
+        return (
+            f"mesh axis name {name!r} is a Python keyword, which the exported script and the rules would read "
+            "as a value, not a name: name the axis something else, e.g. 'data' or 'model'"
+        )
+    return None
+
+
+def shorten(text: str, chars: int = 40) -> str:
+    """User text as a message quotes it: at most ``chars`` characters."""
+    return text if len(text) <= chars else text[: chars - 1] + "…"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -57,14 +90,9 @@ class MeshSpec:
             if not isinstance(size, int) or size < 1:
                 raise ConfigError(f"mesh axis sizes must be whole numbers ≥ 1, got {size!r}", "mesh")
         for name in self.axes:
-            if not name:
-                raise ConfigError("a mesh axis name is empty: name every axis, e.g. 'data'", "mesh")
-            if not AXIS_NAME.match(name):
-                raise ConfigError(
-                    f"mesh axis name {name!r} is not allowed: use letters, digits and '_' "
-                    "(starting with a letter, at most 32), e.g. 'data' or 'model'",
-                    "mesh",
-                )
+            problem = axis_name_problem(name) if isinstance(name, str) else f"mesh axis name {name!r} is not text"
+            if problem:
+                raise ConfigError(problem, "mesh")
         duplicates = sorted({name for name in self.axes if self.axes.count(name) > 1})
         if duplicates:
             raise ConfigError(f"mesh axis name {duplicates[0]!r} is used twice: every axis needs its own name", "mesh")
@@ -94,10 +122,15 @@ def _factor_pairs(count: int, ndim: int) -> list[tuple[int, ...]]:
 
 
 def parse_mesh_shape(text: str) -> tuple[int, ...]:
-    """'2x4' / '2×4' / '2,4' → (2, 4), with a clear message for anything else."""
-    parts = [p for p in re.split(r"[x×,*\s]+", text.strip().lower()) if p]
-    if not parts or not all(p.isdigit() for p in parts):
-        raise ConfigError(f"mesh shape {text!r} is not like '2x4': give sizes separated by 'x'", "mesh")
+    """'2x4' / '2×4' / '2,4' → (2, 4), with a clear message for anything else (sizes in ASCII digits, at
+    most nine each: a 5,000-digit size is refused here, not by Python's limit on ``int()``)."""
+    parts = [p for p in re.split(r"[x×,*\s]+", text.strip().lower()) if p] if len(text) <= MESH_TEXT_CHARS else []
+    if not parts or not all(MESH_SIZE.fullmatch(p) for p in parts):
+        raise ConfigError(
+            f"mesh shape {shorten(text)!r} is not like '2x4': give 1–3 whole numbers in the digits 0–9, "
+            "separated by 'x'",
+            "mesh",
+        )
     return tuple(int(p) for p in parts)
 
 

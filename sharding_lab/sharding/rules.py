@@ -21,10 +21,9 @@ from jax.sharding import PartitionSpec as P
 from ..errors import ConfigError
 from ..models import Preset, family  # noqa: F401  (Preset: where presets used to live)
 from ..models.mlp import PRESETS  # noqa: F401  (the seed model's presets, for old imports)
-from .mesh import MeshSpec
+from .mesh import REPLICATED_WORDS, MeshSpec
 
 Target = Union[None, str, tuple[str, ...]]
-REPLICATED_WORDS = ("", "none", "replicated", "-")
 
 
 def axis_names(target: Target) -> tuple[str, ...]:
