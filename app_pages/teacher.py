@@ -12,7 +12,7 @@ import psutil
 import streamlit as st
 
 from sharding_lab.app import page_errors
-from sharding_lab.server import classroom, record, slots, warm
+from sharding_lab.server import classroom, priority, record, slots, warm
 from sharding_lab.server.incidents import INCIDENTS
 
 st.title("Teacher view")
@@ -67,7 +67,7 @@ def overview() -> None:
             + (child_process(warming) if warming.get("running") else "")
             + " at the lowest CPU priority, and only while the server is idle: paused whenever a student's run "
             f"trains or waits, a layout a student reads waits to be compiled, or a page ran in the last "
-            f"{warm.IDLE_BEFORE_WARMING_S:.0f} s. SHARDING_LAB_WARM=default keeps only the default layout; the "
+            f"{priority.IDLE_BEFORE_WARMING_S:.0f} s. SHARDING_LAB_WARM=default keeps only the default layout; the "
             "cache lives in SHARDING_LAB_CACHE_DIR."
         )
         if warming.get("running") and st.button("Stop warming", key="stop_warming"):

@@ -15,24 +15,41 @@ import contextlib
 import threading
 import time
 
-_lock = threading.Lock()
-_state = {"running": 0, "ended": float("-inf")}
+
+class PageRuns:
+    """One server's page runs: how many run now, when the last one ended."""
+
+    def __init__(self):
+        self._lock = threading.Lock()
+        self._running = 0
+        self._ended = float("-inf")
+
+    @contextlib.contextmanager
+    def page_run(self):
+        """Count a script run while it lasts (nested uses are fine)."""
+        with self._lock:
+            self._running += 1
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._running -= 1
+                self._ended = time.monotonic()
+
+    def quiet_for(self) -> float:
+        """Seconds since the last page run ended; 0 while one is running (infinite before the first)."""
+        with self._lock:
+            return 0.0 if self._running else time.monotonic() - self._ended
 
 
-@contextlib.contextmanager
+SERVER = PageRuns()  # this process's: every session's page runs
+
+
 def page_run():
-    """Count a script run while it lasts (nested uses are fine)."""
-    with _lock:
-        _state["running"] += 1
-    try:
-        yield
-    finally:
-        with _lock:
-            _state["running"] -= 1
-            _state["ended"] = time.monotonic()
+    """Count a script run of this server while it lasts (:meth:`PageRuns.page_run`)."""
+    return SERVER.page_run()
 
 
 def quiet_for() -> float:
-    """Seconds since the last page run ended; 0 while one is running (infinite before the first)."""
-    with _lock:
-        return 0.0 if _state["running"] else time.monotonic() - _state["ended"]
+    """Seconds since this server's last page run ended (:meth:`PageRuns.quiet_for`)."""
+    return SERVER.quiet_for()

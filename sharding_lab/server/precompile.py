@@ -28,117 +28,141 @@ import time
 
 from .. import settings
 from . import background, slots
+from .priority import LAYOUT_READ, Load, may_compile
 
 MAX_REMEMBERED = 256  # layouts remembered as compiled (the trainer keeps 64 chunks in memory; the disk keeps all)
 SETTLE_S = 2.0  # how long a layout stays on a learner's page before it is compiled
 LOOK_AGAIN_S = 0.25  # how often the thread looks again while requests settle or runs are queued
-
-_cond = threading.Condition()
-_wanted: dict = {}  # session → (the configuration it shows, since when): served by age, not by insertion
-_compiled: collections.OrderedDict = collections.OrderedDict()  # program key → None, the layouts done
-_state: dict = {"thread": None, "current": None, "done": 0, "dropped": 0}
-_stop = threading.Event()
 
 
 def enabled() -> bool:
     return settings.WARM.on()
 
 
-def request(session: str, config) -> bool:
-    """Compile ``config`` for ``session`` in the background (replacing what the session asked before); False when
-    there is nothing to do (off, not a training layout here, compiled already, or the same request)."""
-    from ..training.trainer import program_key
+class Precompiler:
+    """One server's requests and the thread that serves them (the module's functions use :data:`SERVER`'s)."""
 
-    if not enabled() or config.target != "cpu" or _stop.is_set():
-        return False
-    key = program_key(config, config.chunk)
-    with _cond:
-        if key in _compiled or _state["current"] == key:
+    def __init__(self):
+        self.lock = threading.Condition()  # guards the rest; held, it keeps the thread from taking a request
+        self.wanted: dict = {}  # session → (the configuration it shows, since when): served by age
+        self.compiled: collections.OrderedDict = collections.OrderedDict()  # program key → None, the layouts done
+        self.thread: threading.Thread | None = None
+        self.current = None  # the program key compiling now
+        self.done = 0
+        self.dropped = 0
+        self.stopped = threading.Event()
+
+    def request(self, session: str, config) -> bool:
+        """Compile ``config`` for ``session`` in the background (replacing what the session asked before); False
+        when there is nothing to do (off, not a training layout here, compiled already, or the same request)."""
+        from ..training.trainer import program_key
+
+        if not enabled() or config.target != "cpu" or self.stopped.is_set():
             return False
-        previous = _wanted.pop(session, None)
-        if previous is not None and program_key(previous[0], previous[0].chunk) == key:
-            _wanted[session] = previous  # the same layout, drawn again: it keeps its age
-            return False
-        if previous is not None:
-            _state["dropped"] += 1  # the learner moved on before it was compiled: cancelled
-        _wanted[session] = (config, time.monotonic())
-        _start_locked()
-        _cond.notify_all()
-    return True
+        key = program_key(config, config.chunk)
+        with self.lock:
+            if key in self.compiled or self.current == key:
+                return False
+            previous = self.wanted.pop(session, None)
+            if previous is not None and program_key(previous[0], previous[0].chunk) == key:
+                self.wanted[session] = previous  # the same layout, drawn again: it keeps its age
+                return False
+            if previous is not None:
+                self.dropped += 1  # the learner moved on before it was compiled: cancelled
+            self.wanted[session] = (config, time.monotonic())
+            self._start_locked()
+            self.lock.notify_all()
+        return True
+
+    def forget(self, session: str) -> None:
+        """Drop ``session``'s request (it pressed Train: its own run compiles it now)."""
+        with self.lock:
+            self.wanted.pop(session, None)
+
+    def pending(self) -> bool:
+        """Whether a layout a learner is reading is waiting to be compiled, or compiling now."""
+        with self.lock:
+            return bool(self.wanted) or self.current is not None
+
+    def status(self) -> dict:
+        """What the thread is doing: waiting (requests), compiled so far, dropped (cancelled) requests."""
+        with self.lock:
+            return {
+                "waiting": len(self.wanted),
+                "done": self.done,
+                "dropped": self.dropped,
+                "compiling": self.current is not None,
+            }
+
+    def stop(self) -> None:
+        """Stop after the compile in progress (interpreter exit)."""
+        self.stopped.set()
+        with self.lock:
+            self.wanted.clear()
+            self.lock.notify_all()
+
+    def _start_locked(self) -> None:
+        if self.thread is None or not self.thread.is_alive():
+            self.thread = threading.Thread(target=self._serve, name="sharding-lab-precompile", daemon=True)
+            background.track(self.thread, self.stop)
+            self.thread.start()
+
+    def _serve(self) -> None:
+        from ..training.trainer import compile_first_run, program_key
+
+        while True:
+            with self.lock:
+                while not self.stopped.is_set() and (session := self._next_locked()) is None:
+                    if not self.lock.wait(timeout=LOOK_AGAIN_S if self.wanted else 60) and not self.wanted:
+                        self.thread = None  # idle a minute: end; the next request starts another
+                        return
+                if self.stopped.is_set():
+                    return
+                config, _ = self.wanted.pop(session)
+                key = program_key(config, config.chunk)
+                self.current = key
+            try:
+                compile_first_run(config)
+            except Exception:  # noqa: BLE001 - a bonus: the learner's own run reports its errors
+                pass
+            with self.lock:
+                self.current = None
+                self.done += 1
+                self.compiled[key] = None
+                for other in [s for s, (c, _) in self.wanted.items() if program_key(c, c.chunk) == key]:
+                    del self.wanted[other]  # the same layout, asked by other sessions (a class opening the default)
+                while len(self.compiled) > MAX_REMEMBERED:
+                    self.compiled.popitem(last=False)
+
+    def _next_locked(self):
+        """The session served next: the oldest whose layout has settled — none while a run waits for a slot
+        (:mod:`.priority`)."""
+        if not self.wanted or not may_compile(LAYOUT_READ, Load(*slots.load())):
+            return None
+        now = time.monotonic()
+        settled = [(since, session) for session, (_, since) in self.wanted.items() if now - since >= SETTLE_S]
+        return min(settled)[1] if settled else None
+
+
+SERVER = Precompiler()  # this process's: every session's requests
+
+
+def request(session: str, config) -> bool:
+    """Ask this server to compile ``config`` for ``session`` (:meth:`Precompiler.request`)."""
+    return SERVER.request(session, config)
 
 
 def forget(session: str) -> None:
-    """Drop ``session``'s request (it pressed Train: its own run compiles it now)."""
-    with _cond:
-        _wanted.pop(session, None)
+    SERVER.forget(session)
 
 
 def pending() -> bool:
-    """Whether a layout a learner is reading is waiting to be compiled, or compiling now."""
-    with _cond:
-        return bool(_wanted) or _state["current"] is not None
+    return SERVER.pending()
 
 
 def status() -> dict:
-    """What the thread is doing: waiting (requests), compiled so far, dropped (cancelled) requests."""
-    with _cond:
-        return {
-            "waiting": len(_wanted),
-            "done": _state["done"],
-            "dropped": _state["dropped"],
-            "compiling": _state["current"] is not None,
-        }
+    return SERVER.status()
 
 
 def stop() -> None:
-    """Stop after the compile in progress (interpreter exit)."""
-    _stop.set()
-    with _cond:
-        _wanted.clear()
-        _cond.notify_all()
-
-
-def _start_locked() -> None:
-    thread = _state["thread"]
-    if thread is None or not thread.is_alive():
-        thread = threading.Thread(target=_serve, name="sharding-lab-precompile", daemon=True)
-        background.track(thread, stop)
-        _state["thread"] = thread
-        thread.start()
-
-
-def _serve() -> None:
-    from ..training.trainer import compile_first_run, program_key
-
-    while True:
-        with _cond:
-            while not _stop.is_set() and (session := _next_locked()) is None:
-                if not _cond.wait(timeout=LOOK_AGAIN_S if _wanted else 60) and not _wanted:
-                    _state["thread"] = None  # idle a minute: end; the next request starts another
-                    return
-            if _stop.is_set():
-                return
-            config, _ = _wanted.pop(session)
-            key = program_key(config, config.chunk)
-            _state["current"] = key
-        try:
-            compile_first_run(config)
-        except Exception:  # noqa: BLE001 - a bonus: the learner's own run reports its errors
-            pass
-        with _cond:
-            _state["current"] = None
-            _state["done"] += 1
-            _compiled[key] = None
-            for other in [s for s, (c, _) in _wanted.items() if program_key(c, c.chunk) == key]:
-                del _wanted[other]  # the same layout, asked by other sessions (a class opening the default)
-            while len(_compiled) > MAX_REMEMBERED:
-                _compiled.popitem(last=False)
-
-
-def _next_locked():
-    """The session whose request is served next: the oldest whose layout has settled — none while a run is queued."""
-    if not _wanted or slots.load()[1] > 0:
-        return None
-    now = time.monotonic()
-    settled = [(since, session) for session, (_, since) in _wanted.items() if now - since >= SETTLE_S]
-    return min(settled)[1] if settled else None
+    SERVER.stop()

@@ -1,17 +1,13 @@
-"""Scheduler: how many runs train at once on this server, and the queue for the rest.
+"""Training slots: how many runs train at once on this server, and the queue for the rest.
 
 At most ``SHARDING_LAB_MAX_JOBS`` runs train at once across the whole server; the next ones wait
 their turn in a queue whose place they report ("queued — 3 runs ahead of you"), up to
-``SHARDING_LAB_MAX_QUEUED`` of them; one more than that is refused with :class:`Busy`. The queue is first
-come, first served, except that a run whose programs are compiled already goes before runs that must
-compile first: on the simulated host a compiled layout's first loss comes within a second of its start and
-an uncompiled one's after seconds of compiling (a class of twenty on a fresh server, logged on 2026-12-06: 8
-compiled runs waited 18–34 s in line behind runs that compiled, then each had its first loss 0.0–0.4 s after
-its start). A queue rather than "try again": a class pressing Train together would otherwise
+``SHARDING_LAB_MAX_QUEUED`` of them; one more than that is refused with :class:`Busy`. The queue is served
+in :mod:`.priority`'s order (first come, first served, a run whose programs are compiled already before the
+runs that must compile first). A queue rather than "try again": a class pressing Train together would otherwise
 keep re-clicking, and every click redraws a page on the same cores the runs need.
 :func:`poll_interval` tells pages how often to look, slower as more runs share the server, for the
-same reason. Policy only: the runs themselves are :mod:`sharding_lab.server.jobs`.
-"""
+same reason. Policy only: the runs themselves are :mod:`sharding_lab.server.jobs`."""
 
 from __future__ import annotations
 
@@ -20,71 +16,89 @@ import contextlib
 import threading
 
 from .. import settings
+from .priority import serve_order
 
 MAX_JOBS = settings.MAX_JOBS.get()
 MAX_QUEUED = max(0, settings.MAX_QUEUED.get())
 FASTEST_POLL_S, SLOWEST_POLL_S, QUEUED_POLL_S = 0.2, 3.0, 1.5
-
-_turns = threading.Condition()  # guards _free and _queue
-_free = MAX_JOBS
-_queue: collections.deque = collections.deque()  # tickets, first come first
-_compiled: set = set()  # the queued tickets whose programs are compiled: they go first
 
 
 class Busy(RuntimeError):
     """Every training slot is taken; try again in a moment."""
 
 
+class Slots:
+    """A server's training slots and its queue (the module's functions use :data:`SERVER`'s; a test may make
+    its own)."""
+
+    def __init__(self, max_jobs: int = MAX_JOBS):
+        self.max_jobs = max_jobs
+        self._turns = threading.Condition()  # guards _free, _queue and _compiled
+        self._free = max_jobs
+        self._queue: collections.deque = collections.deque()  # tickets, first come first
+        self._compiled: set = set()  # the queued tickets whose programs are compiled (priority.serve_order)
+
+    def take(self) -> None:
+        """Claim a training slot now, or raise :class:`Busy` (also when runs are queued: no jumping
+        the queue); pair with :meth:`release`."""
+        with self._turns:
+            if self._free == 0 or self._queue:
+                raise Busy(f"all {self.max_jobs} training slots are in use right now — try again in a moment")
+            self._free -= 1
+
+    def release(self) -> None:
+        with self._turns:
+            self._free += 1
+            self._turns.notify_all()
+
+    def wait(self, ticket: object, cancelled, on_wait, compiled: bool = False) -> bool:
+        """Queue ``ticket`` and block until it is first in line and a slot is free (then the slot is
+        taken: True), or until ``cancelled()`` (False). ``on_wait(runs_ahead)`` is called as the line
+        moves (at least every 0.5 s). ``compiled``: the run's programs are compiled, so it is served before
+        the runs queued that must compile (:func:`.priority.serve_order`)."""
+        with self._turns:
+            self._queue.append(ticket)
+            if compiled:
+                self._compiled.add(id(ticket))
+            try:
+                while not ((line := serve_order(list(self._queue), self._compiled))[0] is ticket and self._free > 0):
+                    if cancelled():
+                        return False
+                    on_wait(line.index(ticket))
+                    self._turns.wait(0.5)
+                self._free -= 1
+                return True
+            finally:
+                self._queue.remove(ticket)
+                self._compiled.discard(id(ticket))
+                self._turns.notify_all()
+
+    def load(self) -> tuple[int, int]:
+        """(runs training, runs queued) right now."""
+        with self._turns:
+            return self.max_jobs - self._free, len(self._queue)
+
+
+SERVER = Slots()  # this process's: every page's runs share it
+
+
 def take_slot() -> None:
-    """Claim a training slot now, or raise :class:`Busy` (also when runs are queued: no jumping
-    the queue); pair with :func:`release_slot`."""
-    global _free
-    with _turns:
-        if _free == 0 or _queue:
-            raise Busy(f"all {MAX_JOBS} training slots are in use right now — try again in a moment")
-        _free -= 1
+    """Claim one of this server's training slots now, or raise :class:`Busy` (:meth:`Slots.take`)."""
+    SERVER.take()
 
 
 def release_slot() -> None:
-    global _free
-    with _turns:
-        _free += 1
-        _turns.notify_all()
+    SERVER.release()
 
 
 def wait_for_slot(ticket: object, cancelled, on_wait, compiled: bool = False) -> bool:
-    """Queue ``ticket`` and block until it is first in line and a slot is free (then the slot is
-    taken: True), or until ``cancelled()`` (False). ``on_wait(runs_ahead)`` is called as the line
-    moves (at least every 0.5 s). ``compiled``: the run's programs are compiled, so it is served before
-    the runs queued that must compile (first come, first served among each)."""
-    global _free
-    with _turns:
-        _queue.append(ticket)
-        if compiled:
-            _compiled.add(id(ticket))
-        try:
-            while not ((line := _line_locked())[0] is ticket and _free > 0):
-                if cancelled():
-                    return False
-                on_wait(line.index(ticket))
-                _turns.wait(0.5)
-            _free -= 1
-            return True
-        finally:
-            _queue.remove(ticket)
-            _compiled.discard(id(ticket))
-            _turns.notify_all()
-
-
-def _line_locked() -> list:
-    """The queue in the order it is served: the compiled runs first, then the others, each first come first."""
-    return [t for t in _queue if id(t) in _compiled] + [t for t in _queue if id(t) not in _compiled]
+    """Wait in this server's queue for a training slot (:meth:`Slots.wait`)."""
+    return SERVER.wait(ticket, cancelled, on_wait, compiled)
 
 
 def load() -> tuple[int, int]:
     """(runs training, runs queued) on this server right now."""
-    with _turns:
-        return MAX_JOBS - _free, len(_queue)
+    return SERVER.load()
 
 
 def poll_interval(queued: bool = False) -> float:

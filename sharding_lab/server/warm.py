@@ -254,20 +254,15 @@ def _write_marker(path: Path) -> None:
     (path / MARKER).write_text(json.dumps(fingerprint()))
 
 
-IDLE_BEFORE_WARMING_S = 3.0  # no page run for this long: the learners are reading, the class warm-up may go on
-
-
 def _students_busy() -> bool:
-    """Whether learners are using the server: a run training or queued, the layout a learner is reading not yet
-    compiled (:mod:`.precompile`), or a page run within the last :data:`IDLE_BEFORE_WARMING_S` (:mod:`.activity`).
-    The class warm-up guesses what a class will click; what learners do now comes first (measured on a fresh
-    server, 20 sessions: with the class warm-up beside the precompile requests 4 of 20 layouts were compiled
-    when the class pressed Train, first-loss median 23–31 s; without it 16 of 20, 10.9 s)."""
-    from . import activity, precompile
+    """Whether learners are using the server, so the class warm-up must wait (:mod:`.priority`'s rule, on this
+    server's slots, precompile requests and page runs)."""
+    from . import activity, precompile, priority
     from .slots import load
 
     running, waiting = load()
-    return running + waiting > 0 or precompile.pending() or activity.quiet_for() < IDLE_BEFORE_WARMING_S
+    now = priority.Load(running, waiting, precompile.pending(), activity.quiet_for())
+    return not priority.may_compile(priority.CLASS_WARM_UP, now)
 
 
 def _compile_when_idle(config, wait_for_students: bool) -> bool:

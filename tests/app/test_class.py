@@ -15,7 +15,7 @@ from streamlit.testing.v1 import AppTest
 import sharding_lab as sl
 from sharding_lab.app import links as share
 from sharding_lab.app import settings, ui  # noqa: F401
-from sharding_lab.server import classroom, jobs, slots  # noqa: F401
+from sharding_lab.server import classroom, jobs, priority, slots  # noqa: F401
 from tests.support import ROOT, all_slots_held, app_test, poll
 
 TIMEOUT = 120
@@ -351,8 +351,8 @@ def test_the_class_warm_up_waits_while_a_layout_a_learner_reads_is_not_compiled_
     from sharding_lab.server import activity, precompile, warm
 
     config = sl.LabConfig(mesh=sl.MeshSpec((2, 4), ("read_a", "read_b")), preset="dp")
-    with precompile._cond:  # a learner's page asked (no notify: the precompile thread does not take it here)
-        precompile._wanted["reader"] = (config, time.monotonic())
+    with precompile.SERVER.lock:  # a learner's page asked (no notify: the precompile thread does not take it here)
+        precompile.SERVER.wanted["reader"] = (config, time.monotonic())
     page = activity.page_run()
     try:
         assert precompile.pending()
@@ -361,8 +361,8 @@ def test_the_class_warm_up_waits_while_a_layout_a_learner_reads_is_not_compiled_
         assert warm.progress()["done"] == 0 and warm.progress()["running"]
         page.__enter__()  # a learner's page runs (a long one: a sidebar edit on the Plan page)
     finally:
-        with precompile._cond:
-            precompile._wanted.pop("reader", None)
+        with precompile.SERVER.lock:
+            precompile.SERVER.wanted.pop("reader", None)
     assert not precompile.pending() and activity.quiet_for() == 0.0
     time.sleep(1.5)
     assert warm.progress()["done"] == 0, "the warm-up compiled while a page ran"
@@ -370,7 +370,7 @@ def test_the_class_warm_up_waits_while_a_layout_a_learner_reads_is_not_compiled_
     ended = time.monotonic()
     thread.join(120)
     assert warm.progress()["done"] == 1 and not warm.progress()["running"]
-    assert time.monotonic() - ended >= warm.IDLE_BEFORE_WARMING_S  # it waited for the server to be idle
+    assert time.monotonic() - ended >= priority.IDLE_BEFORE_WARMING_S  # it waited for the server to be idle
 
 
 def test_the_class_warm_up_gives_way_to_a_page_run_in_the_middle_of_a_layout(monkeypatch):
@@ -498,8 +498,8 @@ def test_the_class_warm_up_compiles_in_a_child_at_the_lowest_priority_paused_whi
     monkeypatch.setattr(warm, "class_configs", lambda devices=None: layouts)
     monkeypatch.setenv("SHARDING_LAB_CACHE_DIR", str(tmp_path))
     monkeypatch.setenv("SHARDING_LAB_WARM", "on")
-    monkeypatch.setattr(warm, "IDLE_BEFORE_WARMING_S", 0.0)  # page runs of other tests in this process
-    priority = os.getpriority(os.PRIO_PROCESS, 0)
+    monkeypatch.setattr(priority, "IDLE_BEFORE_WARMING_S", 0.0)  # page runs of other tests in this process
+    nice_before = os.getpriority(os.PRIO_PROCESS, 0)
     thread = warm._warm_thread(None)
     deadline = time.monotonic() + 120  # the default layout first, in this process
     while not (child := warm.progress().get("child")) and thread.is_alive() and time.monotonic() < deadline:
@@ -511,7 +511,7 @@ def test_the_class_warm_up_compiles_in_a_child_at_the_lowest_priority_paused_whi
         done = warm.progress()["done"]
         time.sleep(1.0)
         assert warm.progress()["done"] == done and process_state(child)[0] == "T"  # nothing compiled meanwhile
-    assert os.getpriority(os.PRIO_PROCESS, 0) == priority
+    assert os.getpriority(os.PRIO_PROCESS, 0) == nice_before
     thread.join(180)
     assert not thread.is_alive() and warm.progress()["done"] == 4 and not warm.progress()["skipped"]
     assert not warm.progress()["paused"] and not Path(f"/proc/{child}").exists()

@@ -18,7 +18,7 @@ def test_the_layout_shown_is_compiled_in_the_background_and_an_edit_cancels_the_
     keys = [trainer.program_key(c, c.chunk) for c in (first, edited)]
     assert not any(k in trainer._programs for k in keys)
     before = precompile.status()
-    with precompile._cond:  # both asked before the thread can take the first: the edit replaces it
+    with precompile.SERVER.lock:  # both asked before the thread can take the first: the edit replaces it
         assert precompile.request("learner", first)
         assert precompile.request("learner", edited)
     deadline = time.monotonic() + 300
@@ -72,7 +72,7 @@ def test_a_layout_many_sessions_ask_for_is_compiled_once(monkeypatch):
     monkeypatch.setenv("SHARDING_LAB_WARM", "on")
     config = sl.LabConfig(mesh=sl.MeshSpec((2, 2), ("data", "model")), preset="tp", lr=0.019)
     before = precompile.status()
-    with precompile._cond:  # all asked before the thread can take the first
+    with precompile.SERVER.lock:  # all asked before the thread can take the first
         for tab in range(3):
             assert precompile.request(f"tab-{tab}", config)
     deadline = time.monotonic() + 120
