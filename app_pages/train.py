@@ -138,25 +138,16 @@ def start_run() -> bool:
     return False
 
 
-# Why the buttons live in the fragment and the page never reruns while a run is on: Streamlit 1.67
-# drops what a finished script run had still to send when a fragment's timer request reaches the
-# server first (AppSession ignores the events of a ScriptRunner it has replaced; they pile up when
-# the server is busy). app.fragment_race now holds such a request back until they are through; the
-# design below keeps full runs few anyway (each one is a moment a poll can meet). A full rerun clears
-# the browser's poll timers as it starts and sets them again only when it reaches `live_view()`: if
-# that part is dropped, the page never polls again. That was
-# the frozen "starting — step 0 / 440" session of the 20-session load test, whose fragment called
-# st.rerun() when its run left the queue. So while a run is on only this fragment redraws — progress,
-# buttons, charts — and a full rerun is asked for only to start polling (no timer is live then) and
-# to stop it once the run is over (one that gets lost leaves the fragment's own final view, and the
-# next poll asks again).
-# The full run that follows a click on Train starts the page's polling; the first poll comes one interval later
-# (3 s with a class training). A run whose layout is compiled has its first 100 steps within a second or two of
-# its start: this run waits that long for them and draws them itself (a fresh class, 2026-12-06: compiled runs had
-# their first chunk 1–5 s after the click, and their pages drew it at their first poll, 7.5–9 s after).
-# A run whose end is nearer than the page's next poll (half a second to a second away) is waited for too: drawn
-# once, finished, its tab then runs no poll and no second full run — in a class, twenty tabs' drawing is what the
-# server's two cores spend most on after a click (docs/classroom-timing.md). A longer run is drawn live.
+# Why the buttons live in the fragment and the page never reruns while a run is on: Streamlit 1.67 drops what a
+# finished script run had still to send when a fragment's timer request reaches the server first, and a full
+# rerun clears the browser's poll timers, setting them again only when it reaches `live_view()` — if that part is
+# dropped, the page never polls again (app.fragment_race holds such a request back; docs/classroom.md tells how a
+# load test's session froze so). So while a run is on only this fragment redraws — progress, buttons, charts —
+# and a full rerun is asked for only to start polling (no timer is live then) and to stop it once the run is over.
+# The first poll comes one interval after the click (3 s with a class training), while a compiled layout's first
+# losses come within a second or two: this run waits that long and draws them itself. A run whose end is nearer
+# than the next poll is waited for too and drawn once, finished: in a class, twenty tabs' drawing is what the
+# server's cores spend most on after a click (docs/classroom-timing.md has the figures). A longer run is drawn live.
 FIRST_LOSS_WAIT_S = 2.0
 SHORT_RUN_MIN_S, SHORT_RUN_MAX_S = 0.5, 1.0
 if st.session_state.pop("train_started", False) and slot.job is not None and slot.job.compiled:
@@ -164,9 +155,8 @@ if st.session_state.pop("train_started", False) and slot.job is not None and slo
     slot.job.wait_if_ending(min(SHORT_RUN_MAX_S, max(SHORT_RUN_MIN_S, poll_interval())))
 polling = slot.job is not None and slot.job.snapshot().running
 # A poll can still come after the full run that stopped polling: the browser's timer ticks until that run's
-# messages reach it, seconds later in a slow tab. Such a tick asks for no second full run (each costs a tab
-# ~0.2 s of CPU; a tab throttled 20× ran 3-4 full runs per Train click instead of 2, and the 20-session load
-# test 38 after the runs' ends instead of 29) — unless it comes long after, when that run's messages were
+# messages reach it, seconds later in a slow tab. Such a tick asks for no second full run (each costs a tab CPU
+# the class needs; docs/measurements.md counts them) — unless it comes long after, when that run's messages were
 # likely lost (the race above) and the page would otherwise poll forever.
 STALE_TICK_S = 15.0
 if slot.job is not None and not polling:

@@ -13,7 +13,7 @@ The fix waits instead: a fragment's rerun that arrives in that window is tried a
 runner's events are through (its SHUTDOWN event clears ``_scriptrunner``), then handled as usual. Full
 reruns (an edit, a click outside a fragment) are untouched: they stop the old runner on purpose.
 
-A second race, found with the load test's message traces (:mod:`tools.message_trace`, 2026-12-06): when a
+A second race, found with the load test's message traces (:mod:`tools.message_trace`): when a
 fragment's run starts, AppSession clears the session's outgoing queue of that fragment's deltas not yet sent
 — meant for an earlier run of the same fragment, superseded — but a *full* run that has just finished drew
 the fragment too, and its deltas carry the fragment's id: they are dropped, while the full run's

@@ -50,8 +50,8 @@ def carry_settings(page) -> None:
 
     Only then: a setting written in a run is sent back to the browser as the widget's value, and on a busy
     server that echo can arrive after the learner's next edit and undo it — the box showing the older value,
-    and the browser's next rerun carrying it (a name typed twice in a moment came back as the first; the
-    20-session load test, 2026-12-06). On the page's later runs the browser is the one source of each
+    and the browser's next rerun carrying it (a name typed twice in a moment came back as the first in
+    the 20-session load test: docs/classroom-timing.md). On the page's later runs the browser is the one source of each
     widget's value, as Streamlit means it to be."""
     state = st.session_state
     if state.get(DRAWN_PAGE) == page.url_path:

@@ -38,7 +38,7 @@ def number_setting(label: str, low, high, key: str, where=st, **options):
     Why the default: Streamlit 1.67's browser, for a moment after it draws a box whose value the server set (a
     page's first run), still counts the box's *default* as its value — and a number typed equal to that default
     is taken for no change and never sent. With Streamlit's own default (the minimum), typing 1 into Size 1
-    right after a page opened was lost 6 times in 16 (2026-12-06; any other number: 0 in 16)."""
+    right after a page opened was lost 6 times in 16, any other number 0 in 16 (docs/classroom-timing.md)."""
     value = st.session_state.get(key)
     if value is not None:
         value = type(low)(min(max(value, low), high))

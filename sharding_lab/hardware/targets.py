@@ -282,7 +282,7 @@ device_description_str: "{name}"
 """
 
 
-# Measured on one H200 with tools/h200_check.py (2026-12-04, JAX 0.11.2): the same steps compiled for
+# Measured on one H200 with tools/h200_check.py (docs/measurements.md, "One real H200"): the same steps compiled for
 # _gpu_target_config("h200") without the GPU and for the real GPU had identical argument sizes and
 # temporaries 1-12% below the real compile's; every matmul was a Triton GEMM fusion
 # (__triton_nested_gemm_fusion) in the first and a cuBLASLt call (__cublas$lt$matmul) in the second.
@@ -294,7 +294,7 @@ GPU_KERNEL_NOTE = (
 )
 
 
-# Measured on one TPU v5e with tools/tpu_check.py (2026-12-04, JAX 0.10.2, libtpu 0.0.42.1): 12 steps compiled
+# Measured on one TPU v5e with tools/tpu_check.py (docs/measurements.md, "One real TPU v5e"): 12 steps compiled
 # for the v5e-1 description and for the real chip had equal temporaries, arguments, outputs, FLOPs and bytes
 # accessed; their roofline step times were 1.02-1.21x under the measured ones.
 TPU_NOTE = (

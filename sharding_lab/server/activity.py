@@ -4,9 +4,9 @@ Every script run of the app (a page opened, a widget edited; not a fragment's po
 as training by :mod:`.slots`) is wrapped in :func:`page_run`. The class warm-up (:mod:`.warm`) compiles
 what a class *may* click later, so it runs only in the server's idle time — not while learners set up
 their pages: XLA compiles and runs every program on thread pools shared by all threads at the server's
-priority, so a warm-up compile that starts between two page runs takes the cores from the next ones
-(measured on 2026-12-06, a fresh server and a class of 20 setting their pages up: 278 CPU seconds of the
-server's with the warm-up compiling between page runs, about 100 once it waited for the server to be idle).
+priority, so a warm-up compile that starts between two page runs takes the cores from the next ones (a class
+setting its pages up cost the server about three times the CPU with the warm-up compiling between page runs:
+docs/classroom-timing.md). When it may go on is :mod:`.priority`'s rule.
 """
 
 from __future__ import annotations

@@ -19,8 +19,8 @@ None of these threads lowers its CPU priority. XLA compiles and runs every progr
 the first time it needs them (``tf_XLAEigen`` when the backend starts, ``llvm-worker-*`` at the first program
 big enough to split its code generation), and a thread Linux creates inherits its creator's priority: the
 warm-up thread at nice 19 left those pools — every student's compile and training step included — at nice 19
-for the server's life (measured on 2026-12-06; a fresh class's layouts then took 10–30 s of wall clock for
-under a second of their own thread's CPU). What keeps the background work out of the learners' way is when it
+for the server's life (a fresh class's layouts then took many times their own CPU time in wall clock:
+docs/classroom-timing.md). What keeps the background work out of the learners' way is when it
 runs — the precompile only for the layouts the learners are reading (:mod:`.precompile`) — and where: the
 class warm-up compiles all but the default layout in a child process of its own at the lowest priority, paused
 while the server is busy and killed when it stops (:func:`.warm._warm_in_child`).
