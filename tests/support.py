@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from tools.loadtest import CHROMIUM, CHROMIUM_FLAGS
+from tests.browser import CHROMIUM, CHROMIUM_FLAGS
 
 ROOT = Path(__file__).resolve().parents[1]
 APP = ROOT / "app.py"

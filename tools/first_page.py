@@ -16,7 +16,8 @@ import asyncio
 import json
 import time
 
-from tools.loadtest import CHROMIUM, CHROMIUM_FLAGS, PAGE_STATE_JS, Server
+from tests.browser import CHROMIUM, CHROMIUM_FLAGS, Server
+from tools.loadtest.page import PAGE_STATE_JS
 
 
 async def open_first_page(url: str, timeout: float) -> dict:

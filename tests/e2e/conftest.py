@@ -9,14 +9,14 @@ tab is a new Streamlit session with its own settings."""
 
 import pytest
 
+from tests.browser import Server
 from tests.support import CHROMIUM, CHROMIUM_FLAGS, SHOTS
-from tools import loadtest
 
 
 def _streamlit(**env):
     """A `streamlit run app.py` on a free loopback port, healthy; its output goes to a log file (a pipe nobody
     reads would fill and stall the server)."""
-    return loadtest.Server(devices=8, extra_env=env)
+    return Server(devices=8, extra_env=env)
 
 
 @pytest.fixture(scope="session")
@@ -38,7 +38,7 @@ def fresh_server():
 @pytest.fixture(scope="module")
 def chromium():
     """One Chromium per module, closed before the next: Playwright's sync API runs one instance per thread, and
-    other modules start their own (tools/loadtest, tests/e2e/test_scale_out.py) or run asyncio."""
+    other modules start their own (tools/loadtest/, tests/e2e/test_scale_out.py) or run asyncio."""
     from playwright.sync_api import sync_playwright
 
     SHOTS.mkdir(parents=True, exist_ok=True)

@@ -6,8 +6,8 @@ import time
 
 import pytest
 
+from tests.browser import Server
 from tests.support import needs_chromium
-from tools import loadtest
 
 TOKEN = "browser-teacher-5b1c"
 UNWATCHED_S = 2
@@ -20,7 +20,7 @@ def server():
     # One training slot: the second session's run has to wait for the first one's, then leave the queue. A run
     # whose tab closed stops after UNWATCHED_S (30 s by default).
     env = {"SHARDING_LAB_TEACHER_TOKEN": TOKEN, "SHARDING_LAB_UNWATCHED_LIMIT_S": str(UNWATCHED_S)}
-    with loadtest.Server(max_jobs=1, extra_env=env) as running:
+    with Server(max_jobs=1, extra_env=env) as running:
         yield running
 
 

@@ -19,7 +19,8 @@ from pathlib import Path
 import pytest
 
 from sharding_lab.distributed.launcher import free_port
-from tools import loadtest
+from tests.browser import CHROMIUM
+from tools.loadtest.cli import main as run_load_test
 
 ROOT = Path(__file__).resolve().parents[2]
 PROJECT = "sharding-lab-test"
@@ -35,7 +36,7 @@ def why_not() -> str:
     """Why the stack cannot run here ('' when it can)."""
     if os.environ.get("RUN_COMPOSE_TEST") != "1":
         return "minutes of image builds and a class of browsers: RUN_COMPOSE_TEST=1 runs it"
-    if not Path(loadtest.CHROMIUM).exists():
+    if not Path(CHROMIUM).exists():
         return "Debian's chromium is not installed"
     if compose_command() is None:
         return "neither `docker compose` nor docker-compose is installed"
@@ -86,7 +87,7 @@ def test_a_class_through_the_load_balancer_of_two_replicas(tmp_path, capsys):
             assert time.monotonic() < deadline, run("ps") + run("logs", "--tail", "50")
             time.sleep(2)
         json_path = tmp_path / "load.json"
-        code = loadtest.main(
+        code = run_load_test(
             ["--url", url, "--sessions", str(sessions), "--steps", "100", "--solve", "--teacher-token", token,
              "--json", str(json_path), "--timeout", str(120 + 20 * sessions)]
         )  # fmt: skip

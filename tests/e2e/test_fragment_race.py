@@ -6,15 +6,15 @@ Streamlit 1.67 starts a new ScriptRunner for such a poll and drops what the fini
 
 import pytest
 
-from tools import loadtest
-from tools.loadtest import ROOT
+from tests.browser import Server
+from tests.support import ROOT
 
 pytestmark = pytest.mark.timeout(240)
 
 
 def page_text(browser_tab, fixed: bool) -> str:
     env = {"FRAGMENT_RACE_FIX": "1" if fixed else "0", "PYTHONPATH": str(ROOT)}
-    with loadtest.Server(script="tests/e2e/apps/fragment_race.py", extra_env=env) as server:
+    with Server(script="tests/e2e/apps/fragment_race.py", extra_env=env) as server:
         browser_tab.goto(server.url)
         browser_tab.wait_for_selector("text=fragment drawn", timeout=60_000)
         # the end of the run arrives at once or never: give a slow machine a few seconds

@@ -11,8 +11,13 @@ import time
 
 import pytest
 
+from tests.browser import Server
 from tests.support import needs_chromium
-from tools import loadtest  # noqa: E402
+from tools.loadtest import sessions  # noqa: E402
+from tools.loadtest.machine import RssSampler
+from tools.loadtest.page import page_errors
+from tools.loadtest.plans import SessionResult, session_plans
+from tools.loadtest.report import report, summarize
 
 SESSIONS, STEPS, MAX_JOBS = 4, 100, 2
 BUDGET_S = 85  # the whole test, server start included, must stay under 90 s
@@ -22,12 +27,12 @@ pytestmark = [pytest.mark.browser, needs_chromium]
 
 def test_sessions_at_once_train_their_own_config_without_errors(capsys):
     started = time.monotonic()
-    with loadtest.Server(max_jobs=MAX_JOBS) as server, loadtest.RssSampler(server.proc.pid) as rss:
-        results = asyncio.run(loadtest.run_load(server.url, SESSIONS, STEPS, timeout=BUDGET_S - 10, max_retries=100))
+    with Server(max_jobs=MAX_JOBS) as server, RssSampler(server.proc.pid) as rss:
+        results = asyncio.run(sessions.run_load(server.url, SESSIONS, STEPS, timeout=BUDGET_S - 10, max_retries=100))
         log = server.output()
     wall = time.monotonic() - started
-    summary = loadtest.summarize(results, rss.peak, wall, log)
-    table = loadtest.report(results, summary)
+    summary = summarize(results, rss.peak, wall, log)
+    table = report(results, summary)
     with capsys.disabled():
         print("\n" + table)
 
@@ -45,14 +50,14 @@ def test_sessions_at_once_train_their_own_config_without_errors(capsys):
 
 
 def test_session_plans_are_all_different():
-    plans = loadtest.session_plans(24, 300)
+    plans = session_plans(24, 300)
     assert len({(p.preset, p.shape) for p in plans}) == 24 and len({p.steps for p in plans}) == 24
     assert {p.axes for p in plans} == {("data", "model")}  # as a class leaves them: a warm cache serves them
     assert all(p.devices <= 8 for p in plans)
-    assert len({p.label for p in loadtest.session_plans(24, 300, own_axes=True)}) == 24
+    assert len({p.label for p in session_plans(24, 300, own_axes=True)}) == 24
     edits = [(p.edit, p.edit_to != p.preset) for p in plans if p.edit]
     assert edits.count(("lr", True)) == 6 and edits.count(("preset", True)) == 6  # half edit mid-run
-    assert not any(p.edit for p in loadtest.session_plans(24, 300, edits=False))
+    assert not any(p.edit for p in session_plans(24, 300, edits=False))
 
 
 def test_page_errors_spots_failures_but_not_busy():
@@ -65,9 +70,9 @@ def test_page_errors_spots_failures_but_not_busy():
             {"kind": "success", "text": "Finished — layout verified on 8 devices"},
         ],
     }
-    assert loadtest.page_errors(quiet) == []
+    assert page_errors(quiet) == []
     broken = {**quiet, "exceptions": 1, "alerts": [{"kind": "error", "text": "Training failed: XlaRuntimeError: boom"}]}
-    assert len(loadtest.page_errors(broken)) == 2
+    assert len(page_errors(broken)) == 2
 
 
 def test_a_session_that_hangs_is_reported_and_does_not_hang_the_load_test(monkeypatch):
@@ -78,12 +83,12 @@ def test_a_session_that_hangs_is_reported_and_does_not_hang_the_load_test(monkey
         async def new_context(self, **_):
             await asyncio.Event().wait()
 
-    monkeypatch.setattr(loadtest, "SESSION_GRACE_S", 0.5)
-    plan = loadtest.session_plans(1, 100)[0]
-    result = loadtest.SessionResult(plan)
+    monkeypatch.setattr(sessions, "SESSION_GRACE_S", 0.5)
+    plan = session_plans(1, 100)[0]
+    result = SessionResult(plan)
     started = time.monotonic()
     asyncio.run(
-        loadtest.watched_session(
+        sessions.watched_session(
             NeverOpens(),
             "http://127.0.0.1:9/",
             plan,
@@ -98,5 +103,5 @@ def test_a_session_that_hangs_is_reported_and_does_not_hang_the_load_test(monkey
     assert time.monotonic() - started < 5
     assert result.status.startswith("hung") and not result.ok
     assert any("no verdict within" in e for e in result.errors)
-    summary = loadtest.summarize([result], None, 1.0)
-    assert summary["ok"] == 0 and "hung" in loadtest.report([result], summary)
+    summary = summarize([result], None, 1.0)
+    assert summary["ok"] == 0 and "hung" in report([result], summary)

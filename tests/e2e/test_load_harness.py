@@ -10,8 +10,9 @@ import pytest
 from streamlit.proto.BackMsg_pb2 import BackMsg
 from streamlit.proto.ForwardMsg_pb2 import ForwardMsg
 
+from tests.browser import CHROMIUM, CHROMIUM_FLAGS
 from tests.support import needs_chromium
-from tools import loadtest
+from tools.loadtest.machine import nice_browser_session
 from tools.message_trace import MessageTrace, describe
 
 AUTOGROUPS = Path("/proc/self/autogroup").exists()
@@ -27,8 +28,8 @@ def test_the_browsers_session_gets_the_niceness_asked_for():
         from playwright.async_api import async_playwright
 
         async with async_playwright() as p:
-            browser = await p.chromium.launch(executable_path=loadtest.CHROMIUM, args=loadtest.CHROMIUM_FLAGS)
-            notes = loadtest.nice_browser_session(7)
+            browser = await p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_FLAGS)
+            notes = nice_browser_session(7)
             groups = set()
             for child in psutil.Process().children(recursive=True):  # this test's browser, not another test's
                 try:

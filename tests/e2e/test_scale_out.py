@@ -22,7 +22,8 @@ from pathlib import Path
 import pytest
 
 from sharding_lab.distributed.launcher import free_port
-from tools import loadtest
+from tests.browser import CHROMIUM, Server
+from tools.loadtest.teacher import TEACHER_JS
 
 ROOT = Path(__file__).resolve().parents[2]
 TOKEN = "scale-out-teacher-3e9d"
@@ -31,7 +32,7 @@ START_S = 240  # a server's start on a loaded 2-core machine (imports, the first
 pytestmark = [
     pytest.mark.browser,
     pytest.mark.slow,
-    pytest.mark.skipif(not Path(loadtest.CHROMIUM).exists(), reason="Debian's chromium is not installed"),
+    pytest.mark.skipif(not Path(CHROMIUM).exists(), reason="Debian's chromium is not installed"),
 ]
 
 
@@ -120,8 +121,8 @@ class Nginx:
         shutil.rmtree(self.folder, ignore_errors=True)
 
 
-def start_servers(envs: list[dict]) -> list[loadtest.Server]:
-    servers = [loadtest.Server(extra_env=env) for env in envs]  # started together: their imports overlap
+def start_servers(envs: list[dict]) -> list[Server]:
+    servers = [Server(extra_env=env) for env in envs]  # started together: their imports overlap
     try:
         for server in servers:
             server.wait_healthy(START_S)
@@ -180,7 +181,7 @@ def teacher_counts(page, url: str, want: dict | None = None) -> dict:
         page.get_by_role("heading", name="Teacher view").wait_for()
     deadline = time.monotonic() + 30
     while True:
-        seen = page.evaluate(loadtest.TEACHER_JS)
+        seen = page.evaluate(TEACHER_JS)
         if seen["ready"] and (want is None or seen["counts"] == want or time.monotonic() > deadline):
             return seen["counts"]
         time.sleep(1)
