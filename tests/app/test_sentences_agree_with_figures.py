@@ -1,5 +1,5 @@
-"""Issue 36's smaller items: each sentence the app shows agrees with the figures beside it (every test here
-failed on the code before the fix)."""
+"""Each sentence the app shows agrees with the figures beside it, and names what a newcomer sees (every test here
+failed on the code before its fix)."""
 
 from sharding_lab.app import cost_view, pipeline_view
 from sharding_lab.hardware import targets
