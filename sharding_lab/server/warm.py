@@ -288,6 +288,7 @@ def _compile_when_idle(config, wait_for_students: bool) -> bool:
             return True
 
 
+CHILD = "sharding_lab.server.warm_child"  # the module the warm-up's child process runs
 RELEASE_EVERY = 20  # the warm command: layouts compiled between two releases of JAX's in-memory programs
 
 
@@ -362,14 +363,7 @@ def _warm_in_child(configs: list, started: float) -> None:
     def on_state(pid: int | None = None, paused: bool = False) -> None:
         _set_progress(paused=paused, **({"child": pid} if pid else {}))
 
-    status = idle_process.run(
-        "sharding_lab.server.warm_child",
-        [_describe(c) for c in configs],
-        _students_busy,
-        _stop.is_set,
-        on_line,
-        on_state,
-    )
+    status = idle_process.run(CHILD, [_describe(c) for c in configs], _students_busy, _stop.is_set, on_line, on_state)
     if status != 0:
         _set_progress(stopped=True)
 
