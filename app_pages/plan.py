@@ -7,7 +7,7 @@ import streamlit as st
 
 import sharding_lab as sl
 from sharding_lab import search, settings
-from sharding_lab.app import page_errors, plan_view, session, ui
+from sharding_lab.app import hf_view, page_errors, plan_view, session, ui
 from sharding_lab.hardware import targets
 
 state = st.session_state
@@ -66,7 +66,9 @@ if not ok:
     st.stop()
 
 SIDEBAR_MODEL = "(the sidebar's model)"
-SIZES = [SIDEBAR_MODEL] + list(fam.named_sizes)
+HF_CONFIG = "(a Hugging Face config.json)"
+SIZES = [SIDEBAR_MODEL, HF_CONFIG] + list(fam.named_sizes)
+SMALL_PARAMETERS = 100e6  # a config under this is searched as the lab's small model is: an answer in a minute
 # A named size opens on the README's example: llama3-8b on v5e-256, 256 sequences of 4,096 tokens, every
 # preset and remat both ways.
 EXAMPLE = {
@@ -94,6 +96,11 @@ def defaults_for(size: str) -> dict:
     sidebar_target = state.get("target", targets.CPU)
     target = sidebar_target if sidebar_target in tpu_targets else None
     model = _sidebar_transformer() if size == SIDEBAR_MODEL else fam.named_spec(size) if size == "default" else None
+    if size == HF_CONFIG:
+        read = state.get("plan_hf_read")
+        model = read.spec if isinstance(read, hf_view.HFModel) else None
+        if model is not None and fam.parameter_count(model) >= SMALL_PARAMETERS:
+            return {**EXAMPLE, "plan_target": target or EXAMPLE["plan_target"], "plan_seq": min(4096, model.seq)}
     if model is None:
         return {**EXAMPLE, "plan_target": target or EXAMPLE["plan_target"]}
     return {
@@ -112,6 +119,13 @@ def _on_size() -> None:
     state.plan_size_shown = state.plan_size
 
 
+def _on_hf_config() -> None:
+    """A config given (or changed): read it, and let it bring its own starting values as a size does."""
+    old = defaults_for(HF_CONFIG)
+    state.plan_hf_read = hf_view.read(hf_view.given("plan_hf"))
+    state.update({key: value for key, value in defaults_for(HF_CONFIG).items() if state.get(key) == old[key]})
+
+
 # The boxes start from the state (no widget defaults: a value carried across pages would clash with them).
 state.setdefault("plan_size", SIDEBAR_MODEL if _sidebar_transformer() is not None else "default")
 state.setdefault("plan_size_shown", state.plan_size)
@@ -125,9 +139,14 @@ size = c1.selectbox(
     key="plan_size",
     persist_state=session.KEEP,
     on_change=_on_size,
-    format_func=lambda n: "The sidebar's transformer" if n == SIDEBAR_MODEL else fam.named_sizes[n].title,
-    help="The transformer in the sidebar, the lab's small one, or a public model card's shapes",
+    format_func=lambda n: {SIDEBAR_MODEL: "The sidebar's transformer", HF_CONFIG: "A Hugging Face config.json"}.get(
+        n, fam.named_sizes[n].title if n in fam.named_sizes else n
+    ),
+    help="The transformer in the sidebar, a Hugging Face config.json of yours, the lab's small one, or a public "
+    "model card's shapes",
 )
+if size == HF_CONFIG:
+    hf_view.config_inputs("plan_hf", _on_hf_config, c1)
 target = c1.selectbox("Target", tpu_targets, key="plan_target", persist_state=session.KEEP)
 batch_tokens = ui.number_setting("Batch (tokens)", 1, 1 << 24, "plan_batch_tokens", c2)
 seq = ui.number_setting(
@@ -167,6 +186,13 @@ def _question():
             raise sl.ConfigError(
                 "the search plans the transformer: pick it in the sidebar, or a size here (Size)", "model"
             )
+    elif size == HF_CONFIG:
+        read = hf_view.read(hf_view.given("plan_hf"), int(seq))  # read at this sequence: a sliding window may refuse it
+        if read is None:
+            raise sl.ConfigError("upload or paste a config.json (Size: a Hugging Face config.json)", "model")
+        if isinstance(read, sl.ConfigError):
+            raise read
+        model = read.spec
     else:
         model = fam.named_spec(size)
     model = dataclasses.replace(model, seq=int(seq), attention=attention)
@@ -187,6 +213,10 @@ if job is not None and not job.running and (asked is None or job.question != pla
         state.pop(key, None)
     job = found = None
 
+if size == HF_CONFIG and asked is not None:
+    hf_view.show_read(hf_view.read(hf_view.given("plan_hf"), int(seq)), asked[0].model)
+elif asked is not None and size in fam.named_sizes:
+    st.caption(ui.parameter_caption(fam, asked[0].model, fam.named_sizes[size]))
 if asked_error is not None:
     ui.show_error(asked_error, lead="")
 else:
@@ -295,3 +325,6 @@ if plan_view.plotted(found):
     load_col.button("Load into the sidebar", key="plan_load", on_click=_on_load_button)
 if state.get("plan_loaded"):
     st.success(state.plan_loaded)
+chosen = next((r for r in plan_view.plotted(found) if plan_view.name(r) == state.get("plan_pick")), None)
+if chosen is not None:  # the row picked (the best, until another is): the command to run it, and the script
+    hf_view.run_it(chosen.candidate.config(found.base), DTYPE, "plan")

@@ -13,7 +13,7 @@ from urllib.parse import urlencode
 import streamlit as st
 
 import sharding_lab as sl
-from sharding_lab.app import links, settings
+from sharding_lab.app import hf_view, links, settings
 from sharding_lab.app.session import KEEP
 from sharding_lab.app.settings import CUSTOM, FROM_RULES
 from sharding_lab.app.words import app_words
@@ -268,6 +268,8 @@ def named_size_widget(fam) -> None:
     )
     if spec is not None:
         st.caption(parameter_caption(fam, spec, fam.named_sizes.get(state.named_size)))
+    if fam.name == "transformer":
+        hf_view.sidebar_config(spec)
 
 
 def parameter_caption(fam, spec, named) -> str:

@@ -122,3 +122,29 @@ def cli_parser_args(args):
     parser = argparse.ArgumentParser()
     add_config_options(parser)
     return parser.parse_args(args)
+
+
+def test_geglu_gates_with_gelu_and_the_qkv_biases_shift_q_k_v():
+    """The two options the configs brought, against the block computed by hand from its own weights (its attention
+    silenced: the output kernel zeroed, so the block is x + the MLP of norm(x))."""
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+    from flax import nnx
+
+    from sharding_lab.models.transformer import Block, rms_norm
+
+    spec = sl.family("transformer").Spec(embed_dim=16, heads=2, head_dim=8, mlp_dim=32, mlp_type="geglu")
+    x = jax.random.normal(jax.random.key(1), (2, 4, 16))
+    block = Block(spec, lambda *a: None, nnx.Rngs(0))
+    block.o[...] = jnp.zeros_like(block.o[...])
+    h = rms_norm(x, block.mlp_norm[...])
+    by_hand = x + (jax.nn.gelu(h @ block.mlp_gate[...]) * (h @ block.mlp_in[...])) @ block.mlp_out[...]
+    np.testing.assert_allclose(block.forward(x)[0], by_hand, rtol=1e-5, atol=1e-5)
+    swiglu = x + (jax.nn.silu(h @ block.mlp_gate[...]) * (h @ block.mlp_in[...])) @ block.mlp_out[...]
+    assert not np.allclose(block.forward(x)[0], swiglu, atol=1e-3)
+    biased = Block(dataclasses.replace(spec, qkv_bias="qkv"), lambda *a: None, nnx.Rngs(0))
+    plain = Block(spec, lambda *a: None, nnx.Rngs(0))
+    np.testing.assert_allclose(biased.forward(x)[0], plain.forward(x)[0], rtol=1e-6)  # zero biases: the same
+    biased.v_bias[...] = jnp.ones_like(biased.v_bias[...])
+    assert not np.allclose(biased.forward(x)[0], plain.forward(x)[0])

@@ -1,0 +1,117 @@
+"""A model in, the command out, in the app: a Hugging Face ``config.json`` uploaded or pasted
+(:mod:`sharding_lab.models.hf_config`: read, never evaluated, nothing fetched) with its parameter count beside its
+card's, for the sidebar and the Plan page; and a chosen layout out — MaxText's command to copy
+(:mod:`sharding_lab.export.maxtext`) and the standalone script to download (:mod:`sharding_lab.export.script`)."""
+
+from __future__ import annotations
+
+import streamlit as st
+
+import sharding_lab as sl
+from sharding_lab.app import settings
+from sharding_lab.export.maxtext import maxtext
+from sharding_lab.export.script import export_script, script_name
+from sharding_lab.models.hf_config import HFModel, read_hf_config, summary
+
+MAX_UPLOAD_MB = 1  # a config.json is a few kB (hf_config refuses more than a MiB too)
+
+
+def config_inputs(key: str, on_change, where=st) -> None:
+    """An upload of ``config.json`` and a box to paste one (keys ``<key>_file``, ``<key>_text``); ``on_change`` reads
+    them (:func:`given`)."""
+    where.file_uploader(
+        "Hugging Face config.json",
+        type=["json"],
+        key=f"{key}_file",
+        max_upload_size=MAX_UPLOAD_MB,
+        on_change=on_change,
+        help="Llama, Mistral, Mixtral, Qwen 2 or GPT-2: the transformer with its shapes (read here, nothing fetched). "
+        "What the lab cannot build is refused naming the field.",
+    )
+    where.text_area(
+        "or paste it", key=f"{key}_text", height=90, on_change=on_change, placeholder='{"architectures": [...], ...}'
+    )
+
+
+def given(key: str) -> bytes | str | None:
+    """The config the learner gave under ``key``: the upload, else the pasted text, else None."""
+    upload = st.session_state.get(f"{key}_file")
+    if upload is not None:
+        return upload.getvalue()
+    text = (st.session_state.get(f"{key}_text") or "").strip()
+    return text or None
+
+
+def read(source: bytes | str | None, seq: int | None = None) -> HFModel | sl.ConfigError | None:
+    """The config read, or the sentence that refuses it (None: nothing given)."""
+    if source is None:
+        return None
+    try:
+        return read_hf_config(source, seq)
+    except sl.ConfigError as error:
+        return error
+
+
+def show_read(read_model: HFModel | sl.ConfigError | None, spec=None, where=st) -> None:
+    """What was read: the parameter count beside the card's and each note; or the refusal."""
+    if isinstance(read_model, sl.ConfigError):
+        where.error(str(read_model), icon=":material/block:")
+    elif read_model is not None:
+        first, *notes = summary(read_model, sl.family("transformer"), spec)
+        where.caption(first + "".join(f"  \n{note}" for note in notes))
+
+
+def spec_values(spec) -> dict:
+    """The sidebar's size keys that show ``spec`` (how a step computes — remat, attention — kept: not a size)."""
+    fam = sl.family("transformer")
+    return {settings.size_key(f): getattr(spec, f) for f in fam.size_fields if f not in fam.step_only_fields}
+
+
+def _on_sidebar_config() -> None:
+    state = st.session_state
+    found = read(given("sidebar_hf"))
+    state.sidebar_hf_read = found
+    if isinstance(found, HFModel):
+        state.update(spec_values(found.spec))
+
+
+def sidebar_config(spec) -> None:
+    """The sidebar's way in for a config.json (the transformer's sizes set from it), and what was read while the sizes
+    are still the config's."""
+    with st.expander("From a Hugging Face config.json", icon=":material/upload_file:"):
+        config_inputs("sidebar_hf", _on_sidebar_config)
+        found = st.session_state.get("sidebar_hf_read")
+        if isinstance(found, sl.ConfigError):
+            show_read(found)
+        elif isinstance(found, HFModel):
+            same = spec is not None and spec_values(spec) == spec_values(found.spec)
+            if same:
+                show_read(found, spec)
+            else:
+                st.caption(f"The sizes were {found.architecture}'s; they have been changed since.")
+
+
+def run_it(config, dtype: str, key: str) -> None:
+    """The chosen layout as the command a MaxText user types (Streamlit's copy button at the code's right) and the
+    standalone script, with what MaxText cannot express said."""
+    run = maxtext(config, dtype)
+    st.markdown("**Copy the MaxText command** (the icon at the block's right copies it)")
+    if run.command:
+        st.code(run.command, language="bash", wrap_lines=True)
+    else:
+        st.info("No MaxText command for this layout: " + run.notes[0], icon=":material/block:")
+    for note in run.notes[1:] if not run.command else run.notes:
+        st.caption(note)
+    refusal = getattr(config.family, "export_refusal", None)  # a pipeline's step is not exported
+    if refusal:
+        st.caption(f"No script download: {refusal}.")
+        return
+    st.download_button(
+        "Download the script",
+        lambda: export_script(config),
+        file_name=script_name(config),
+        mime="text/x-python",
+        key=f"{key}_script",
+        icon=":material/download:",
+        help="Plain JAX + Flax, no Sharding Lab needed: the same layout, on simulated devices.",
+    )

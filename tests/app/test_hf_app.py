@@ -1,0 +1,47 @@
+"""A Hugging Face config.json pasted into the sidebar and onto the Plan page (AppTest): the transformer's sizes set
+from it, its parameter count beside its card's, a refusal shown as its sentence; the Plan page starts a small
+config's search small. The browser test (tests/e2e/test_hf_browser.py) uploads one, runs the search and copies the
+MaxText command; nothing here compiles."""
+
+from tests.support import ROOT, app_test
+
+DATA = ROOT / "tests" / "data" / "hf"
+
+
+def test_a_pasted_config_sets_the_sidebar_sizes_and_shows_the_count_beside_the_card():
+    at = app_test(300)
+    at.run()
+    at.selectbox(key="model").select("transformer").run()
+    at.text_area(key="sidebar_hf_text").input((DATA / "qwen2.5-7b.json").read_text()).run()
+    assert not at.exception and not at.error
+    state = at.session_state
+    assert (state["layers"], state["embed_dim"], state["kv_heads"], state["qkv_bias"], state["vocab"]) == (
+        28,
+        3584,
+        4,
+        "qkv",
+        152064,
+    )
+    assert state["named_size"] == "qwen2.5-7b"  # the Size select shows the named size these shapes are
+    captions = " ".join(c.value for c in at.sidebar.caption)
+    assert "Qwen2ForCausalLM: 7,615,616,512 parameters (the model card of Qwen 2.5 7B: 7.61 B, +0.07%)" in captions
+    at.text_area(key="sidebar_hf_text").input((DATA / "gemma-2-9b.json").read_text()).run()
+    assert not at.exception
+    assert any("attn_logit_softcapping" in e.value for e in at.sidebar.error)
+    assert at.session_state["layers"] == 28  # a refused config changes nothing
+
+
+def test_the_plan_page_takes_a_pasted_config_and_starts_a_small_ones_search_small():
+    at = app_test(300)
+    at.run()
+    at.switch_page("app_pages/plan.py")
+    at.run()
+    at.selectbox(key="plan_size").select("(a Hugging Face config.json)").run()
+    assert any("upload or paste a config.json" in e.value.replace("\\", "") for e in at.error)
+    at.text_area(key="plan_hf_text").input((DATA / "tiny-llama.json").read_text()).run()
+    assert not at.exception and not at.error
+    state = at.session_state
+    assert (state["plan_target"], state["plan_seq"], state["plan_batch_tokens"]) == ("v5e-8", 64, 32 * 64)
+    assert "LlamaForCausalLM: 106,816 parameters" in " ".join(c.value for c in at.caption)
+    at.number_input(key="plan_seq").set_value(128).run()  # more than the config's 64 positions
+    assert any("more than the config's max_position_embeddings (64)" in e.value.replace("\\", "") for e in at.error)

@@ -1,0 +1,61 @@
+"""Bring a model, leave with the command (issue 48), in a real browser: upload a Hugging Face config.json on the Plan
+page, run the default search it starts (a two-layer config: the small model's search, under a minute of compiles),
+copy the MaxText command of the best row with the code block's copy button, and read it back from the clipboard."""
+
+import re
+import time
+
+import pytest
+
+from sharding_lab.hardware import targets
+from tests.support import ROOT, SHOTS, needs_chromium
+
+TPU = targets.availability(targets.parse("v5e-8"))
+pytestmark = [pytest.mark.browser, pytest.mark.slow, needs_chromium, pytest.mark.skipif(not TPU[0], reason=TPU[1])]
+
+CONFIG = ROOT / "tests" / "data" / "hf" / "tiny-llama.json"
+
+
+def settled(tab, timeout_s: float = 300) -> None:
+    """Wait for the script run the last action started to end."""
+    time.sleep(0.5)
+    tab.wait_for_function(
+        "() => { const app = document.querySelector('[data-testid=stApp]');"
+        " return app && !app.getAttribute('data-test-script-state').startsWith('running'); }",
+        timeout=timeout_s * 1000,
+    )
+
+
+def test_upload_a_config_run_the_default_search_and_copy_the_best_rows_maxtext_command(server, chromium):
+    context = chromium.new_context(viewport={"width": 1500, "height": 2400})
+    context.grant_permissions(["clipboard-read", "clipboard-write"], origin=server.rstrip("/"))
+    tab = context.new_page()
+    try:
+        tab.goto(server)
+        tab.get_by_role("link", name="Plan", exact=True).click(timeout=60_000)
+        settled(tab)
+        main = tab.get_by_test_id("stMain")
+        main.get_by_role("combobox", name="Size", exact=True).click()
+        tab.get_by_role("option", name="A Hugging Face config.json", exact=True).click()
+        settled(tab)
+        main.get_by_test_id("stFileUploaderDropzoneInput").set_input_files(str(CONFIG))
+        settled(tab)
+        main.get_by_text("LlamaForCausalLM: 106,816 parameters").wait_for(timeout=60_000)
+        main.get_by_role("button", name="Run", exact=True).click()
+        main.get_by_text(re.compile(r"candidates in \d+ s")).wait_for(timeout=300_000)
+        settled(tab)
+        code = main.get_by_test_id("stCode").filter(has_text="python3 -m MaxText.train")
+        code.wait_for(timeout=60_000)
+        shown = code.inner_text().strip()
+        code.hover()
+        code.get_by_role("button").first.click()
+        copied = tab.evaluate("navigator.clipboard.readText()")
+        tab.screenshot(path=str(SHOTS / "plan-hf-config-maxtext.png"))
+        assert copied.strip() == shown
+        # The best row is named in the "Or pick one" box; its layout's overrides, the config's shapes and batch.
+        assert copied.startswith("python3 -m MaxText.train MaxText/configs/base.yml run_name=sharding-lab ici_")
+        assert "max_target_length=64" in copied and "base_num_decoder_layers=2" in copied
+        assert "base_num_kv_heads=2" in copied and "vocab_size=256" in copied
+        assert main.get_by_role("button", name="Download the script").count() == 1
+    finally:
+        context.close()
