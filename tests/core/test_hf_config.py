@@ -148,3 +148,20 @@ def test_geglu_gates_with_gelu_and_the_qkv_biases_shift_q_k_v():
     np.testing.assert_allclose(biased.forward(x)[0], plain.forward(x)[0], rtol=1e-6)  # zero biases: the same
     biased.v_bias[...] = jnp.ones_like(biased.v_bias[...])
     assert not np.allclose(biased.forward(x)[0], plain.forward(x)[0])
+
+
+def test_cost_compiles_a_config_for_a_tpu_slice_and_gives_maxtexts_overrides(capsys):
+    from sharding_lab.cli import main as cli
+    from sharding_lab.hardware import targets
+
+    ok, why = targets.availability(targets.parse("v5e-8"))
+    if not ok:
+        pytest.skip(why)
+    args = ["cost", "--hf-config", str(DATA / "tiny-llama.json"), "--target", "v5e-8", "--mesh", "8", "--axes", "data"]
+    assert cli.main([*args, "--preset", "fsdp", "--remat", "full", "--batch", "16", "--json"]) == 0
+    cost = json.loads(capsys.readouterr().out)
+    assert cost["fits"] and cost["step_s"] > 0
+    assert cost["maxtext_overrides"].startswith(
+        "ici_fsdp_parallelism=8 remat_policy=full attention=dot_product per_device_batch_size=2 max_target_length=64"
+    )
+    assert "base_num_kv_heads=2" in cost["maxtext_overrides"] and cost["maxtext_notes"] == []
