@@ -14,7 +14,7 @@ from sharding_lab.program.communication import analyze
 from sharding_lab.server import precompile
 from sharding_lab.server.jobs import DistributedJob, TrainingJob, edits_since
 from sharding_lab.server.slots import Busy, poll_interval
-from sharding_lab.sharding.layout import format_bytes
+from sharding_lab.units import format_bytes
 
 
 class JobSlot:
@@ -85,6 +85,23 @@ pipeline_view.show(plan)
 experts_view.show(plan, slot.job)
 
 
+XLA_ANSWER_AT_ONCE = 10_000_000  # parameters: below, compiling the refused step for XLA's answer takes seconds
+
+
+def xla_memory_caption(plan: sl.Plan) -> None:
+    """XLA's own memory analysis of the refused step (compiled on abstract arrays, nothing allocated)."""
+    with st.spinner("Compiling the step on abstract arrays to ask XLA what it needs…"):
+        memory = analyze(plan).memory
+    st.caption(
+        f"XLA's own memory analysis of this step (compiled, nothing allocated): per device "
+        f"{format_bytes(memory['argument'])} of arguments, {format_bytes(memory['output'])} of "
+        f"outputs and {format_bytes(memory['temp'])} of temporaries, less {format_bytes(memory['alias'])} "
+        f"donated (outputs written into their arguments, counted in both) — "
+        f"{format_bytes(memory_view.needed(memory, 'cpu') * plan.config.mesh.size)} across the "
+        f"{plan.config.mesh.size} simulated devices."
+    )
+
+
 def memory_refusal(plan: sl.Plan) -> sl.ConfigError | None:
     """Why this machine will not train ``plan`` (its estimated memory), said before anyone presses Train."""
     try:
@@ -110,17 +127,23 @@ if refused is None and processes == 1 and (slot.job is None or not slot.job.snap
     precompile.request(st.session_state.get("classroom_id", ""), config)
 if refused is not None and plan.config.target == "cpu":
     ui.show_error(refused, lead="Too big to train here:")
-    with st.spinner("Compiling the step on abstract arrays to ask XLA what it needs…"):
-        memory = analyze(plan).memory
+    estimate = sl.training.config.memory_estimate(plan)
     st.caption(
-        f"XLA's own memory analysis of this step (compiled, nothing allocated): per device "
-        f"{format_bytes(memory['argument'])} of arguments, {format_bytes(memory['output'])} of "
-        f"outputs and {format_bytes(memory['temp'])} of temporaries, less {format_bytes(memory['alias'])} "
-        f"donated (outputs written into their arguments, counted in both) — "
-        f"{format_bytes(memory_view.needed(memory, 'cpu') * plan.config.mesh.size)} across the "
-        f"{plan.config.mesh.size} simulated devices, which share this machine's memory. Layout, "
-        "Communication, Compare and the cost panel still show this size; only training is refused."
+        "The plan's own arithmetic, from every array's layout (nothing compiled, nothing allocated), summed over "
+        f"the {estimate.devices} simulated devices, which share this machine's memory: "
+        + ", ".join(f"{part} {format_bytes(size)}" for part, size in estimate.parts().items())
+        + f" — {format_bytes(estimate.total)}. Layout, Communication, Compare and the cost panel still show this "
+        "size; only training is refused."
     )
+    if plan.config.family.parameter_count(plan.config.model) < XLA_ANSWER_AT_ONCE:
+        xla_memory_caption(plan)
+    elif st.button(
+        "Ask XLA too",
+        key="train_ask_xla",
+        help="Compiles the whole step on abstract arrays for XLA's own memory analysis: for a model this size, "
+        "minutes of the server's cores.",
+    ):
+        xla_memory_caption(plan)
 
 
 def start_run() -> bool:

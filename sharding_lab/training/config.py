@@ -321,33 +321,76 @@ def memory_limit_bytes() -> int:
     return psutil.virtual_memory().available // 2
 
 
-def estimated_bytes(plan: Plan) -> int:
-    """Memory a training run needs, summed over the devices (simulated devices share host RAM):
-    parameters, optimizer state and batch as laid out, plus gradients (one more copy of the
-    parameters) and activations (batch × width per layer, forward and backward)."""
+@dataclasses.dataclass(frozen=True)
+class MemoryEstimate:
+    """What a training run of a plan holds, in bytes summed over its devices (simulated devices share the
+    host's memory), from the plan's own layouts — nothing compiled, nothing allocated."""
+
+    parameters: int
+    optimizer: int  # the optimizer's buffers (momentum, Adam's moments) and scalars, laid out like the plan says
+    gradients: int  # one more copy of the parameters, laid out like them
+    batch: int
+    activations: int  # batch × width per layer, forward and backward, counted on every device (cautious)
+    devices: int
+
+    @property
+    def total(self) -> int:
+        return self.parameters + self.optimizer + self.gradients + self.batch + self.activations
+
+    @property
+    def per_device(self) -> float:
+        return self.total / self.devices
+
+    def parts(self) -> dict[str, int]:
+        """Each part by name, as the refusal lists them."""
+        return {
+            "parameters": self.parameters,
+            "optimizer state": self.optimizer,
+            "gradients": self.gradients,
+            "batch": self.batch,
+            "activations": self.activations,
+        }
+
+
+def memory_estimate(plan: Plan) -> MemoryEstimate:
+    """The memory a training run of ``plan`` needs, by part (see :class:`MemoryEstimate`); the one estimate every
+    refusal by memory uses (Train, the command line, a class's admission)."""
     layouts = plan.layouts()
-    held = sum(
-        layout.bytes_per_device * len(layout.devices) for path, layout in layouts.items() if not path.startswith("act/")
-    )
-    grads = sum(
-        layout.bytes_per_device * len(layout.devices) for path, layout in layouts.items() if path.startswith("params/")
-    )
+
+    def held(prefix: str) -> int:
+        return sum(
+            layout.bytes_per_device * len(layout.devices) for path, layout in layouts.items() if path.startswith(prefix)
+        )
+
     config = plan.config
-    activations = config.family.activation_bytes(config.model, config.batch_size) * config.mesh.size
-    return held + grads + activations
+    return MemoryEstimate(
+        parameters=held("params/"),
+        optimizer=held("opt/"),
+        gradients=held("params/"),
+        batch=held("batch/"),
+        activations=config.family.activation_bytes(config.model, config.batch_size) * config.mesh.size,
+        devices=config.mesh.size,
+    )
+
+
+def estimated_bytes(plan: Plan) -> int:
+    """Memory a training run needs, summed over the devices: :func:`memory_estimate`'s total."""
+    return memory_estimate(plan).total
 
 
 def check_memory(plan: Plan) -> None:
     """Before allocating: refuse a run that would not fit in this machine's memory."""
+    from ..units import format_bytes
+
     need, limit = estimated_bytes(plan), memory_limit_bytes()
     if need > limit:
         layouts = plan.layouts()
         largest = max((layouts[p] for p in plan.arrays if p.startswith("params/")), key=lambda a: a.total_bytes)
         whole = largest.bytes_per_device == largest.total_bytes  # sharding would help only then
         raise ConfigError(
-            f"this run needs about {need / 2**30:.1f} GiB across {plan.config.mesh.size} devices (a cautious "
+            f"this run needs about {format_bytes(need)} across {plan.config.mesh.size} devices (a cautious "
             f"estimate: activations counted on every device) but only "
-            f"{limit / 2**30:.1f} GiB may be used here: choose a smaller model (width, layers) or batch"
+            f"{format_bytes(limit)} may be used here: choose a smaller model (width, layers) or batch"
             + (
                 f", a leaner optimizer than {plan.config.optimizer}, or shard the parameters (fsdp, tp)"
                 if whole

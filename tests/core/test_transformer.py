@@ -224,7 +224,7 @@ def test_big_block_plans_in_seconds_and_training_is_refused():
     assert time.perf_counter() - start < 10
     assert plan.arrays["params/blocks/3/mlp_in"].shape == (4096, 16384)
     assert layouts["params/blocks/0/q"].shard_shape == (2048, 8, 128)  # embed on data, heads on model
-    with pytest.raises(sl.ConfigError, match="GiB"):
+    with pytest.raises(sl.ConfigError, match=r"needs about [\d.]+ [GT]B across"):
         sl.training.config.check_memory(plan)
 
 
