@@ -6,7 +6,7 @@ import pandas as pd
 import streamlit as st
 
 import sharding_lab as sl
-from sharding_lab.app import animation, figures, memory_view, ui
+from sharding_lab.app import animation, figures, hf_view, memory_view, ui
 from sharding_lab.app.cost_view import cost_panel
 from sharding_lab.app.target_view import compiler_panel
 from sharding_lab.cost.roofline import loop_note
@@ -243,6 +243,7 @@ st.caption(
 )
 
 cost_panel(plan)
+hf_view.cost_panel_command(plan)
 
 with st.expander("The optimized HLO (for the curious)"):
     st.code(report.hlo[:200_000], language="text")

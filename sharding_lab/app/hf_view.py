@@ -5,6 +5,8 @@ card's, for the sidebar and the Plan page; and a chosen layout out — MaxText's
 
 from __future__ import annotations
 
+import dataclasses
+
 import streamlit as st
 
 import sharding_lab as sl
@@ -91,17 +93,44 @@ def sidebar_config(spec) -> None:
                 st.caption(f"The sizes were {found.architecture}'s; they have been changed since.")
 
 
-def run_it(config, dtype: str, key: str) -> None:
-    """The chosen layout as the command a MaxText user types (Streamlit's copy button at the code's right) and the
-    standalone script, with what MaxText cannot express said."""
+def maxtext_command(config, dtype: str) -> None:
+    """The layout as MaxText's command (a code block: its icon copies it), or the sentence saying why it has none;
+    then what differs."""
     run = maxtext(config, dtype)
-    st.markdown("**Copy the MaxText command** (the icon at the block's right copies it)")
     if run.command:
         st.code(run.command, language="bash", wrap_lines=True)
     else:
         st.info("No MaxText command for this layout: " + run.notes[0], icon=":material/block:")
-    for note in run.notes[1:] if not run.command else run.notes:
+    for note in run.notes if run.command else run.notes[1:]:
         st.caption(note)
+
+
+def cost_panel_command(plan, key: str = "cost") -> None:
+    """Under the cost panel (:func:`sharding_lab.app.cost_view.cost_panel` with ``key``): the layout it priced, in the
+    compute dtype its radio names, as MaxText's command — on the bigger mesh when it extrapolated to one."""
+    from sharding_lab.cost import default_dtype
+    from sharding_lab.hardware import targets
+    from sharding_lab.sharding.mesh import parse_mesh_shape
+
+    state, config = st.session_state, plan.config
+    dtype = state.get(f"{key}_dtype_{targets.parse(config.target).kind}") or default_dtype(config.target)
+    try:
+        bigger = (
+            parse_mesh_shape(state.get(f"{key}_target") or "") if (state.get(f"{key}_target") or "").strip() else None
+        )
+    except sl.ConfigError:
+        bigger = None  # the panel above says what is wrong with it
+    if bigger is not None:
+        config = dataclasses.replace(config, mesh=dataclasses.replace(config.mesh, shape=bigger))
+    with st.expander("Run this layout in MaxText", icon=":material/terminal:"):
+        maxtext_command(config, dtype)
+
+
+def run_it(config, dtype: str, key: str) -> None:
+    """The chosen layout as the command a MaxText user types (Streamlit's copy button at the code's right) and the
+    standalone script, with what MaxText cannot express said."""
+    st.markdown("**Copy the MaxText command** (the icon at the block's right copies it)")
+    maxtext_command(config, dtype)
     refusal = getattr(config.family, "export_refusal", None)  # a pipeline's step is not exported
     if refusal:
         st.caption(f"No script download: {refusal}.")

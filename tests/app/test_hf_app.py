@@ -45,3 +45,24 @@ def test_the_plan_page_takes_a_pasted_config_and_starts_a_small_ones_search_smal
     assert "LlamaForCausalLM: 106,816 parameters" in " ".join(c.value for c in at.caption)
     at.number_input(key="plan_seq").set_value(128).run()  # more than the config's 64 positions
     assert any("more than the config's max_position_embeddings (64)" in e.value.replace("\\", "") for e in at.error)
+
+
+def test_the_communication_pages_cost_panel_gives_the_layouts_maxtext_command():
+    """The lab's small transformer on 8 host devices, fsdp on one axis: the panel's layout as MaxText's command (the
+    page's default MLP has none, and says so)."""
+    at = app_test(300)
+    at.run()
+    at.switch_page("app_pages/communication.py")
+    at.run()
+    assert not at.exception
+    assert any("not a decoder MaxText builds" in i.value for i in at.info)
+    at = app_test(300)
+    at.query_params.update({"model": "transformer", "mesh": "8", "axes": "data", "preset": "fsdp"})
+    at.run()
+    at.switch_page("app_pages/communication.py")
+    at.run()
+    assert not at.exception, at.exception
+    codes = [c.value for c in at.code if "MaxText.train" in c.value]
+    assert (
+        codes and "ici_fsdp_parallelism=8 remat_policy=none attention=dot_product per_device_batch_size=4" in codes[0]
+    )
