@@ -8,7 +8,7 @@ import streamlit as st
 import sharding_lab as sl
 from sharding_lab.app import explore, figures, session, settings, ui
 from sharding_lab.hardware import placement, targets
-from sharding_lab.server import precompile
+from sharding_lab.server import admission, precompile
 from sharding_lab.sharding.layout import describe, format_spec, memory_part, memory_per_device
 from sharding_lab.sharding.mesh import device_ids, mesh_coords
 from sharding_lab.sharding.rules import axis_names
@@ -30,7 +30,8 @@ if not st.session_state.get("visited_lesson"):  # a newcomer's first step, until
         )
         st.page_link("app_pages/lesson.py", label="Start the Lesson", icon=":material/school:")
 result = ui.sidebar()
-if isinstance(result, sl.Plan):  # compiled in the background while the learner reads it
+# Compiled in the background while the learner reads it — unless its run would not be admitted here.
+if isinstance(result, sl.Plan) and admission.plan_refusal(result) is None:
     precompile.request(st.session_state.get("classroom_id", ""), result.config)
 mesh_spec, model_spec = ui.current_mesh(), ui.current_model()
 left, right = st.columns([3, 2], gap="large")

@@ -269,8 +269,13 @@ def progress_panel():
         return
     if job.running:
         st.progress(job.done / job.total if job.total else 0.0, text=job.progress_text())
-        if st.button("Stop", key="plan_stop"):
-            job.stop.set()
+        if job.shared:
+            st.caption(
+                "Another tab asked the same question: this page follows that search, and Stop leaves it to the "
+                "tabs still waiting (it stops when none is)."
+            )
+        if st.button("Leave the queue" if job.place else "Stop", key="plan_stop"):
+            job.cancel()
         if job.first is not None:
             st.caption(
                 f"First ranking after {job.first_s:.1f} s: the scaling book's count (compute and the network at "
@@ -279,6 +284,12 @@ def progress_panel():
             )
             st.dataframe(pd.DataFrame(plan_view.first_rows(job.first)), hide_index=True, width="stretch")
         return
+    if job.left:
+        st.info(
+            "Stopped for this tab: the search goes on for the other tabs asking the same question. Run follows "
+            "it again.",
+            icon=":material/stop_circle:",
+        )
     if job.error:
         st.error(f"**The search failed:** {ui.plain(job.error)}", icon=":material/error:")
     if state.get("plan_polled") is not job:  # the search just ended: one full run shows its result

@@ -12,8 +12,9 @@ import psutil
 import streamlit as st
 
 from sharding_lab.app import page_errors
-from sharding_lab.server import classroom, priority, record, slots, warm
+from sharding_lab.server import admission, classroom, priority, record, slots, warm
 from sharding_lab.server.incidents import INCIDENTS
+from sharding_lab.server.searches import SEARCHES, max_searches
 
 st.title("Teacher view")
 st.caption("Counts only: no names, no session ids. This page refreshes itself every 5 seconds.")
@@ -36,7 +37,6 @@ def overview() -> None:
         help="SHARDING_LAB_MAX_JOBS runs train at once; the others wait in the queue.",
     )
     c3.metric("Runs queued", queued)
-    server = psutil.Process()
     memory = psutil.virtual_memory()
     load_1min = os.getloadavg()[0]
     cores = psutil.cpu_count() or 1
@@ -46,8 +46,23 @@ def overview() -> None:
         f"{load_1min:.1f} on {cores} cores",
         help="Above the core count, runs and pages wait for each other.",
     )
-    c2.metric("Server memory", f"{server.memory_info().rss / 2**20:,.0f} MB")
+    c2.metric(
+        "Server memory",
+        f"{admission.server_rss_bytes() / 2**20:,.0f} of {admission.server_bound_bytes() / 2**20:,.0f} MB",
+        help="The server and its worker processes, against the bound it should stay under "
+        f"(SHARDING_LAB_SERVER_MEMORY_MB). A run that needs more than one session's share, "
+        f"{admission.session_share_bytes() / 2**20:,.0f} MB (SHARDING_LAB_SESSION_MEMORY_MB), is refused before "
+        "anything is allocated.",
+    )
     c3.metric("Machine memory free", f"{memory.available / 2**30:.1f} of {memory.total / 2**30:.1f} GB")
+    searching, waiting = SEARCHES.counts()
+    c1, _, _ = st.columns(3)
+    c1.metric(
+        "Plan searches",
+        f"{searching} running, {waiting} queued",
+        help=f"SHARDING_LAB_MAX_SEARCHES ({max_searches()}) run at once; the same question from several tabs is "
+        "one search.",
+    )
     warming = warm.progress()
 
     if warming:

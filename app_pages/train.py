@@ -11,7 +11,7 @@ from sharding_lab.app import experts_view, figures, memory_view, page_errors, pi
 from sharding_lab.app.settings import GENERAL_RANGES
 from sharding_lab.distributed import process_choices, process_table
 from sharding_lab.program.communication import analyze
-from sharding_lab.server import precompile
+from sharding_lab.server import admission, precompile
 from sharding_lab.server.jobs import DistributedJob, TrainingJob, edits_since
 from sharding_lab.server.slots import Busy, poll_interval
 from sharding_lab.units import format_bytes
@@ -108,7 +108,7 @@ def memory_refusal(plan: sl.Plan) -> sl.ConfigError | None:
         sl.training.config.check_memory(plan)
     except sl.ConfigError as error:
         return error
-    return None
+    return admission.plan_refusal(plan)  # and this session's share of the class server
 
 
 try:
@@ -150,6 +150,7 @@ def start_run() -> bool:
     """Train was pressed: start this session's run (True), or say why not."""
     try:
         sl.training.config.check_memory(sl.plan(config))  # steps / lr / decay checked too; memory before allocating
+        admission.admit(sl.plan(config))  # this session's share of the class server, before allocating
         precompile.forget(st.session_state.get("classroom_id", ""))  # the run compiles it now, first in line
         connected = session.connection_check()  # the run trains on while the tab is open, on any page
         slot.job = DistributedJob(config, processes, connected) if processes > 1 else TrainingJob(config, connected)

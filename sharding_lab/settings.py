@@ -121,6 +121,27 @@ REPLICA_ID = _define(
 )
 MAX_JOBS = _define("MAX_JOBS", "4", "Training runs the server runs at once; more wait in a queue.", _positive_int)
 MAX_QUEUED = _define("MAX_QUEUED", "64", "Runs that may wait for a slot; more are told the server is busy.", int)
+SERVER_MEMORY_MB = _define(
+    "SERVER_MEMORY_MB",
+    "0",
+    "The memory the class server should stay under, in MiB (the Teacher page shows its memory against it); 0: 80% "
+    "of the machine's.",
+    int,
+)
+SESSION_MEMORY_MB = _define(
+    "SESSION_MEMORY_MB",
+    "0",
+    "One session's share of the server's memory, in MiB: a run whose estimated memory is larger is refused before "
+    "anything is allocated; 0: SHARDING_LAB_SERVER_MEMORY_MB's bound divided by SHARDING_LAB_MAX_JOBS.",
+    int,
+)
+MAX_SEARCHES = _define(
+    "MAX_SEARCHES",
+    "1",
+    "Plan searches the server runs at once (the same question from several tabs is one search); more wait in "
+    "a queue, first come, first served.",
+    _positive_int,
+)
 MAX_MULTIPROCESS_JOBS = _define(
     "MAX_MULTIPROCESS_JOBS", "1", "Multi-process (jax.distributed) runs at once.", _positive_int
 )

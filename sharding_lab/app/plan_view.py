@@ -1,15 +1,15 @@
 """The Plan page's machinery: the search run in a background thread (progress, Stop), the Pareto picture,
 and loading a candidate into the sidebar.
 
-The search itself is :mod:`sharding_lab.search.search`; this module only runs it off the script thread (the
-thread makes no ``st.*`` call: the page polls its snapshot) and draws what it returns.
+The search itself is :mod:`sharding_lab.search.search`, run by the server (:mod:`sharding_lab.server.searches`:
+one search per question, shared by the tabs that ask it, queued behind a limit); this module holds a tab's
+wait on it (the page polls its progress) and draws what it returns.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import math
-import threading
 import time
 
 import plotly.graph_objects as go
@@ -18,7 +18,7 @@ import sharding_lab as sl
 from sharding_lab import search
 from sharding_lab.app import settings
 from sharding_lab.hardware import targets
-from sharding_lab.server import background
+from sharding_lab.server.searches import SEARCHES, SharedSearch, max_searches
 from sharding_lab.units import format_bytes
 
 # The question the page opens on for a small transformer: the four textbook strategies (data, fully
@@ -73,87 +73,91 @@ def _name(result: search.Result) -> str:
     return f"{c.mesh_text} {c.preset} remat {c.remat}"
 
 
-@dataclasses.dataclass
 class PlanJob:
-    """One search running in a thread: its progress, its Stop, and its result once done (or its failure)."""
+    """A tab's wait on the server's search for its question (:mod:`sharding_lab.server.searches`): every tab that
+    asks the same question follows the same search, its progress and its answer."""
 
-    base: sl.LabConfig
-    dtype: str
-    presets: tuple[str, ...] | None = None
-    remats: tuple[str, ...] | None = None
-    to_compile: int = 0
-    done: int = 0
-    compiled: int = 0
-    total: int = 0
-    last: str = ""
-    started: float = 0.0
-    result: search.Search | None = None
-    first: list[search.Result] | None = None  # the first ranking (the book's count), once every candidate is screened
-    first_s: float | None = None
-    error: str | None = None
-    stop: threading.Event = dataclasses.field(default_factory=threading.Event)
-    thread: threading.Thread | None = None
+    def __init__(self, base: sl.LabConfig, dtype: str, presets=None, remats=None, to_compile: int = 0, searches=None):
+        self.base, self.dtype, self.presets, self.remats = base, dtype, presets, remats
+        self.to_compile = to_compile
+        self.searches = searches or SEARCHES
+        self.watcher = self.searches.watcher()
+        self.search: SharedSearch | None = None
+        self.shared = False  # another tab was waiting for this search when this one asked
+        self.left = False  # this tab stopped while other tabs still wait: the search goes on for them
 
     @property
     def question(self) -> tuple:
         return question(self.base, self.presets, self.remats)
 
     def start(self) -> "PlanJob":
-        self.total = counted(self.base, self.presets, self.remats)
-        self.started = time.monotonic()
-        self.thread = threading.Thread(target=self._run, daemon=True, name="sharding-lab-plan")
-        background.track(self.thread, self.stop.set)  # its workers killed, the thread joined before exit
-        self.thread.start()
+        total = counted(self.base, self.presets, self.remats)
+        self.search = self.searches.ask(
+            self.watcher, self.base, self.dtype, self.presets, self.remats, self.to_compile, total
+        )
+        answered = self.search.finished.is_set() and self.search.result is not None
+        self.shared = len(self.search.watchers) > 1 or answered
         return self
 
-    def _run(self) -> None:
-        def progress(done, total, result):
-            self.done, self.total = done, total
-            self.compiled += result.skipped is None
-            self.last = f"{_name(result)}: " + (
-                f"skipped ({result.skipped})" if result.skipped else ("fits" if result.fits else "does not fit")
-            )
-
-        def first(ranked, seconds):
-            self.first, self.first_s = ranked, seconds
-
-        try:
-            # workers: one process per core compiles, and Stop ends a compile at once (it kills them)
-            self.result = search.search(
-                self.base, self.dtype, self.presets, self.remats, progress, self.stop, workers=None, first=first
-            )
-        except sl.ConfigError as error:
-            self.error = str(error)
-        except Exception as error:  # a compile worker that died included: one line on the page, no traceback
-            self.error = f"{type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''}"
+    def cancel(self) -> None:
+        """Stop: this tab leaves the search; the search stops when no other tab waits for it."""
+        self.searches.leave(self.watcher, self.search)
+        self.left = not self.search.stop.is_set()
 
     @property
     def running(self) -> bool:
-        return self.thread is not None and self.thread.is_alive()
+        return not self.left and self.search is not None and self.search.running
+
+    @property
+    def place(self) -> int:
+        """0 while the search runs, else this search's place in the server's queue."""
+        return self.searches.place(self.search) if self.search is not None else 0
 
     def wait(self, timeout: float | None = None) -> None:
-        if self.thread is not None:
-            self.thread.join(timeout)
+        if self.search is not None:
+            self.search.wait(timeout)
+
+    @property
+    def result(self) -> search.Search | None:
+        return None if self.left else self.search.result
+
+    @property
+    def error(self) -> str | None:
+        return None if self.left else self.search.error
+
+    def __getattr__(self, name):  # the search's progress: done, total, compiled, last, started, first, first_s
+        if name in ("done", "total", "compiled", "last", "started", "first", "first_s"):
+            return getattr(self.__dict__["search"], name)
+        raise AttributeError(name)
 
     def progress_text(self) -> str:
         """'5 of 13 candidates — 4 compiled, 1 skipped — last: … — 31 s, about 40 s left'; once every candidate
         is done, what the search still does (the best compiled at full depth to check its extension)."""
-        elapsed = time.monotonic() - self.started
-        if self.total and self.done >= self.total:
+        found = self.search
+        place = self.place
+        if place:
+            ahead = place - 1
             return (
-                f"All {self.total} candidates done in {elapsed:.0f} s; compiling the best at full depth to check "
+                f"Queued: {'no search' if not ahead else f'{ahead} search' + 'es' * (ahead > 1)} ahead of this one "
+                f"(the server runs {max_searches()} at a time, first come, first served) — waiting "
+                f"{time.monotonic() - found.asked:.0f} s"
+            )
+        elapsed = time.monotonic() - (found.started or found.asked)
+        if found.total and found.done >= found.total:
+            return (
+                f"All {found.total} candidates done in {elapsed:.0f} s; compiling the best at full depth to check "
                 "the figures extended from 1 and 2 layers…"
             )
         text = (
-            f"{self.done} of {self.total} candidates — {self.compiled} compiled, {self.done - self.compiled} "
-            f"skipped — last: {self.last or '…'} — {elapsed:.0f} s"
+            f"{found.done} of {found.total} candidates — {found.compiled} compiled, {found.done - found.compiled} "
+            f"skipped — last: {found.last or '…'} — {elapsed:.0f} s"
         )
-        if self.compiled:  # each compile so far took this long (several at once in worker processes)
-            each = elapsed / self.compiled
-            if self.to_compile:
-                text += f", about {each * max(0, self.to_compile - self.compiled):.0f} s left"
+        if found.compiled:  # each compile so far took this long (several at once in worker processes)
+            each = elapsed / found.compiled
+            if found.to_compile:
+                text += f", about {each * max(0, found.to_compile - found.compiled):.0f} s left"
             else:  # not screened before Run: the candidates left, some of them skipped at once
-                text += f", at most about {each * (self.total - self.done):.0f} s left"
+                text += f", at most about {each * (found.total - found.done):.0f} s left"
         return text
 
 

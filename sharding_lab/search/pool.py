@@ -29,6 +29,10 @@ import signal
 import tempfile
 from typing import Callable
 
+# A worker's niceness above the process that starts it: on a class server a search's compiles (minutes of every
+# core for a large model) yield the cores to the students' training; on a machine of its own nothing is slower.
+WORKER_NICE = 10
+
 
 @dataclasses.dataclass
 class Job:
@@ -44,6 +48,7 @@ def _serve(conn) -> None:
     from ..hardware import targets
     from ..training.step import compiler_options
 
+    os.nice(WORKER_NICE)
     targets.quiet_libtpu()
     # A worker only compiles, never runs on a chip: on a machine whose TPU is attached (quiet_libtpu leaves the
     # lock alone there) it must still load libtpu beside the search's own process, which took libtpu's lock

@@ -1,8 +1,8 @@
 """The app's background threads, stopped and joined before the Python interpreter finalises.
 
 The app compiles and trains off the script thread: the warm-up (:mod:`.warm`), the precompile of the layout a
-learner is reading (:mod:`.precompile`), each training run (:mod:`.jobs`) and the plan search
-(:mod:`.plan_view`). Each is a daemon thread, so a server never waits on one to exit — but a daemon thread still
+learner is reading (:mod:`.precompile`), each training run (:mod:`.jobs`) and the plan searches
+(:mod:`.searches`). Each is a daemon thread, so a server never waits on one to exit — but a daemon thread still
 inside XLA when the interpreter finalises is torn down mid-call, and the process aborts: SIGABRT ("terminate
 called after throwing an instance of '' / FATAL: exception not rethrown") or SIGSEGV — measured, 3 of 3 runs of
 a script that opened the Layout page twice through AppTest and ended.

@@ -176,7 +176,7 @@ def test_stop_says_how_far_the_search_got_and_no_verdict_about_the_rest():
     at = plan_page()
     at.number_input(key="plan_batch_tokens").set_value(2048).run()  # a question not cached by another test
     at.button(key="plan_run").click().run()
-    at.session_state["plan_job"].stop.set()
+    at.session_state["plan_job"].cancel()
     job = finish(at)
     found = job.result
     assert found.stopped and len(found.results) < job.total
@@ -264,7 +264,7 @@ def test_the_plan_job_has_the_first_ranking_before_its_compiles_end():
     deadline = time.monotonic() + 60
     while job.first is None and time.monotonic() < deadline:
         time.sleep(0.05)
-    job.stop.set()
+    job.cancel()
     job.wait(120)
     assert job.first and job.first_s < 30 and not job.error
     rows = plan_view.first_rows(job.first)
