@@ -9,9 +9,12 @@ import sharding_lab as sl
 from sharding_lab.app import explore, figures, session, settings, ui
 from sharding_lab.hardware import placement, targets
 from sharding_lab.server import admission, precompile
+from sharding_lab.sharding import groups
 from sharding_lab.sharding.layout import describe, format_spec, memory_part, memory_per_device
 from sharding_lab.sharding.mesh import device_ids, mesh_coords
 from sharding_lab.sharding.rules import axis_names
+
+MAX_MAPS = 30  # shard maps drawn at once: each is a Plotly figure the browser builds (a byte budget per page)
 
 st.title("Sharding layout")
 st.caption(
@@ -118,23 +121,33 @@ if st.session_state.get("focus") is not None:
 elif followed:
     explore.followed_panel(*followed)
 
+# A real model repeats itself (Llama 3 70B: 2,179 arrays, its 80 blocks laid out alike): arrays named alike with
+# the same layout are one row and one map, their numbers spelled once (params/blocks/{0,…,79}/q).
+same_layout = groups.group(
+    plan.arrays, key=lambda p: (plan.arrays[p].shape, plan.arrays[p].requested, plan.arrays[p].spec)
+)
 st.markdown("**Resolved PartitionSpecs** — what the rules ask for, and what JAX will really do")
 st.dataframe(
     pd.DataFrame(
         [
             {
-                "array": path,
+                "array": g.name,
+                "arrays": len(g),
                 "shape": str(a.shape),
                 "logical axes": str(a.logical_axes),
                 "requested": format_spec(a.requested),
                 "used by JAX": format_spec(a.spec),
-                "shard shape": str(layouts[path].shard_shape),
-                "bytes/device": layouts[path].bytes_per_device,
+                "shard shape": str(layouts[g.first].shard_shape),
+                "bytes/device": layouts[g.first].bytes_per_device,
             }
-            for path, a in plan.arrays.items()
+            for g in same_layout
+            for a in [plan.arrays[g.first]]
         ]
     ),
     hide_index=True,
+    column_config={
+        "arrays": st.column_config.NumberColumn(help="How many arrays the row stands for: named alike, laid out alike")
+    },
 )
 
 used_axes = {name for target in plan.rules.logical().values() for name in axis_names(target)}
@@ -149,23 +162,23 @@ for warning in plan.warnings:
     st.warning(ui.plain(warning), icon=":material/sync_problem:")
 
 st.subheader("Shard maps")
-groups = {"Parameters": "params/", "Optimizer state": "opt/", "Batch": "batch/"}
+shown = {"Parameters": "params/", "Optimizer state": "opt/", "Batch": "batch/"}
 if any(p.startswith("act/") for p in layouts):
-    groups["Activations"] = "act/"
+    shown["Activations"] = "act/"
 # One group at a time (not st.tabs, which sends and draws every tab's maps on every rerun: with a
 # class on one server, the browsers' drawing and the figures' JSON are most of what a rerun costs).
-if st.session_state.get("map_group") not in groups:
+if st.session_state.get("map_group") not in shown:
     st.session_state.map_group = "Parameters"
 chosen = st.radio(
     "Shard maps of",
-    list(groups),
+    list(shown),
     horizontal=True,
     key="map_group",
     label_visibility="collapsed",
-    format_func=lambda g: f"{g} ({sum(p.startswith(groups[g]) for p in layouts)})",
+    format_func=lambda g: f"{g} ({sum(p.startswith(shown[g]) for p in layouts)})",
 )
-prefix = groups[chosen]
-paths = [p for p in layouts if p.startswith(prefix)]
+prefix = shown[chosen]
+drawn = [g for g in same_layout if g.first.startswith(prefix)]
 if prefix == "act/":
     st.caption(
         "Activations live only inside a step: the forward pass lays each out as shown with "
@@ -174,18 +187,42 @@ if prefix == "act/":
         "shows the last two. After training, the Train page checks these layouts against the "
         "arrays the compiled forward pass really produced."
     )
+if len(drawn) < sum(len(g) for g in drawn):
+    st.caption(
+        f"{sum(len(g) for g in drawn):,} arrays in {len(drawn)} maps: arrays named alike with the same layout "
+        "(a model's blocks) are drawn once."
+    )
+if len(drawn) > MAX_MAPS:
+    st.caption(f"The first {MAX_MAPS} of {len(drawn)} maps; pick any array below to draw its own.")
+
+
+def draw_map(col, path: str, title: str, count: int, key: str) -> None:
+    layout = layouts[path]
+    badge = " · changed" if path in changes.get("arrays", {}) else ""
+    col.plotly_chart(
+        figures.shard_map_figure(layout, coords, axes, f"{title}  {format_spec(layout.spec)}{badge}", highlight=lit),
+        key=key,
+        on_select=explore.on_map_click(path),
+        selection_mode="points",
+    )
+    col.caption(
+        (f"**{count} arrays, the same layout.** " if count > 1 else "") + describe(layout, plan.config.mesh.axis_sizes)
+    )
+
+
 per_row = 2 if prefix == "act/" else 3  # rank-4 activations are drawn as several panels
-for row_start in range(0, len(paths), per_row):
-    for col, path in zip(st.columns(per_row), paths[row_start : row_start + per_row]):
-        layout = layouts[path]
-        badge = " · changed" if path in changes.get("arrays", {}) else ""
-        col.plotly_chart(
-            figures.shard_map_figure(layout, coords, axes, f"{path}  {format_spec(layout.spec)}{badge}", highlight=lit),
-            key=f"map_{path}",
-            on_select=explore.on_map_click(path),
-            selection_mode="points",
-        )
-        col.caption(describe(layout, plan.config.mesh.axis_sizes))
+for row_start in range(0, min(len(drawn), MAX_MAPS), per_row):
+    for col, g in zip(st.columns(per_row), drawn[row_start : min(row_start + per_row, MAX_MAPS)]):
+        draw_map(col, g.first, g.name, len(g), f"map_{g.first}")
+one = st.selectbox(
+    "Draw one array's own map",
+    [p for p in layouts if p.startswith(prefix)],
+    index=None,
+    key="map_one",
+    placeholder="any array of this group",
+)
+if one is not None:
+    draw_map(st.columns(per_row)[0], one, one, 1, f"map_one_{one}")
 
 st.subheader("Memory per device")
 memory = memory_per_device(layouts)
