@@ -1,0 +1,42 @@
+"""Share links made by an earlier main still open to the same configuration.
+
+``tests/data/share_links_5e2778d.json`` was written by main 5e2778d (before the run settings were declared in
+one table): for each link, what ``from_query`` made of it (the session's settings and the problems it
+reported) and the configuration a fresh session then held (the ``LabConfig``'s repr, or the ConfigError).
+Links made from presets of both families, pipelines, experts, custom rules and overrides, compile targets,
+named sizes, the challenges' solutions, and links written by hand (old forms, bad parts)."""
+
+import json
+from pathlib import Path
+
+import pytest
+
+import sharding_lab as sl
+from sharding_lab.app import links, settings
+
+CASES = json.loads((Path(__file__).parents[1] / "data" / "share_links_5e2778d.json").read_text())
+
+
+def opened(query: dict) -> tuple[dict, list, str]:
+    updates, problems = links.from_query(query)
+    try:
+        config = repr(settings.config_from_state({**settings.defaults(), **updates}))
+    except sl.ConfigError as error:
+        config = f"ConfigError({error.field!r}): {error}"
+    return json.loads(json.dumps(updates)), problems, config
+
+
+@pytest.mark.parametrize("case", CASES, ids=[str(i) for i in range(len(CASES))])
+def test_a_saved_link_opens_to_the_same_configuration(case):
+    updates, problems, config = opened(case["query"])
+    assert config == case["config"]
+    assert updates == case["updates"]
+    assert problems == case["problems"]
+
+
+def test_the_saved_links_cover_what_a_link_can_say():
+    """The data is not thin: every kind of setting a link carries appears in some saved link."""
+    keys = {key for case in CASES for key in case["query"]}
+    assert {"target", "mesh", "axes", "type", "model", "preset", "rules", "ovr", "opt", "focus", "solved"} <= keys
+    assert {"size", "mb", "schedule", "lr", "decay", "steps", "batch", "experts", "layers", "hidden"} <= keys
+    assert sum("ConfigError" not in case["config"] for case in CASES) >= 60
