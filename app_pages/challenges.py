@@ -9,7 +9,7 @@ import shlex
 import streamlit as st
 
 import sharding_lab as sl
-from sharding_lab.app import settings, ui
+from sharding_lab.app import config_state, ui
 from sharding_lab.lessons import challenges
 from sharding_lab.server import classroom
 
@@ -56,7 +56,7 @@ def _apply_solution(challenge_id: str) -> None:
                 config = on_target
             else:
                 note = f" The sidebar is on the simulated host, where it holds. On {target} it does not: {why}"
-        updates = settings.state_from_config(config)
+        updates = config_state.state_from_config(config)
     except sl.ConfigError as error:
         state.challenge_applied = (challenge_id, f"This solution cannot be applied here: {error}")
         return

@@ -6,7 +6,7 @@ import pandas as pd
 import streamlit as st
 
 import sharding_lab as sl
-from sharding_lab.app import explore, figures, session, settings, ui
+from sharding_lab.app import config_state, explore, figures, session, ui
 from sharding_lab.hardware import placement, targets
 from sharding_lab.server import admission, precompile
 from sharding_lab.sharding import groups
@@ -42,7 +42,7 @@ left, right = st.columns([3, 2], gap="large")
 with right:
     st.subheader("Rules")
     try:
-        mesh_spec.validate(settings.device_count(st.session_state))
+        mesh_spec.validate(config_state.device_count(st.session_state))
         ui.rules_table(mesh_spec, model_spec)
     except sl.ConfigError as error:
         st.info(f"Fix the mesh first: {error}")

@@ -6,7 +6,7 @@ import pandas as pd
 import streamlit as st
 
 import sharding_lab as sl
-from sharding_lab.app import figures, settings, ui
+from sharding_lab.app import figures, ui
 from sharding_lab.export.script import script_sections
 from sharding_lab.export.source import source_of
 from sharding_lab.lessons import third_way
@@ -15,6 +15,7 @@ from sharding_lab.program.communication import CommReport, analyze
 from sharding_lab.program.textbook import compare as textbook_compare
 from sharding_lab.sharding.layout import describe, format_spec
 from sharding_lab.sharding.mesh import device_ids, mesh_coords
+from sharding_lab.training.config import config_from_partial
 
 STEPS = [
     "What changed",
@@ -204,18 +205,13 @@ def third_way_chapter(config: sl.LabConfig) -> None:
 
 def transformer_chapter(config: sl.LabConfig) -> None:
     """Heads, Megatron's all-reduces, sequence parallelism and FSDP, each from a compiled step."""
-    fam = sl.family("transformer")
     if config.family.name == "transformer" and config.mesh.axis_type == "auto":
         base, preset = config, config.preset
         st.caption("Live views of the transformer configured in the sidebar.")
     else:
-        train = {**settings.TRAIN_DEFAULTS, **fam.train_defaults}
-        base = sl.LabConfig(
+        base = dataclasses.replace(
+            config_from_partial({"family": "transformer", "preset": "tp"}),
             mesh=dataclasses.replace(config.mesh, axis_type="auto"),
-            preset="tp",
-            model=fam.Spec(),
-            optimizer=train["optimizer"],
-            lr=train["lr"],
             batch_size=config.batch_size,
             target=config.target,
         )  # the sidebar's compiler

@@ -7,14 +7,14 @@ import pandas as pd
 import streamlit as st
 
 import sharding_lab as sl
-from sharding_lab.app import experts_view, figures, memory_view, page_errors, pipeline_view, session, ui
-from sharding_lab.app.settings import GENERAL_RANGES
+from sharding_lab.app import config_state, experts_view, figures, memory_view, page_errors, pipeline_view, session, ui
 from sharding_lab.distributed import process_choices, process_table
 from sharding_lab.program.communication import analyze
 from sharding_lab.server import admission, precompile
 from sharding_lab.server.jobs import DistributedJob, TrainingJob, edits_since
 from sharding_lab.server.slots import Busy, poll_interval
 from sharding_lab.units import format_bytes
+from sharding_lab.training.run_settings import settings_on
 
 
 class JobSlot:
@@ -39,10 +39,8 @@ result = ui.sidebar()
 slot = st.session_state.setdefault("job_slot", JobSlot())
 stop_when_session_ends(slot)
 
-c1, c2, c3, c4 = st.columns(4)
-ui.number_setting("Steps", *GENERAL_RANGES["steps"], "steps", c1, step=500)
-ui.number_setting("Learning rate", *GENERAL_RANGES["lr"], "lr", c2, step=0.005, format="%.4f")
-ui.number_setting("Momentum decay", *GENERAL_RANGES["decay"], "decay", c3, step=0.05)
+*boxes, c4 = st.columns(len(settings_on("train")) + 1)
+ui.value_widgets("train", boxes)  # steps, learning rate, momentum decay (the run settings table's "train" page)
 if switched := ui.model_switch_note():  # steps and learning rate above were set by the model picker
     st.caption(switched)
 # The choice lives under a key of its own: Streamlit forgets a widget's key on pages that do not draw it.
@@ -66,9 +64,7 @@ if isinstance(result, sl.ConfigError):
     st.stop()
 
 plan: sl.Plan = result
-config = dataclasses.replace(
-    plan.config, steps=int(st.session_state.steps), lr=float(st.session_state.lr), decay=float(st.session_state.decay)
-)
+config = dataclasses.replace(plan.config, **config_state.values_on(st.session_state, "train"))
 st.caption(
     f"{plan.config.mesh.label()} · {'preset ' + config.preset if config.preset else 'custom rules'} · "
     f"{config.optimizer} · batch {config.batch_size} split as {sl.sharding.layout.format_spec(plan.spec('batch/x'))}"

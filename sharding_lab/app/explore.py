@@ -13,7 +13,7 @@ import pandas as pd
 import streamlit as st
 
 import sharding_lab as sl
-from sharding_lab.app import settings
+from sharding_lab.app import config_state
 from sharding_lab.sharding.layout import describe_change, holdings, memory_per_device
 
 
@@ -118,7 +118,7 @@ def what_changed(plan: sl.Plan, layouts) -> dict:
             "signature": signature,
             "layouts": layouts,
             "sizes": config.mesh.axis_sizes,
-            "settings": settings.snapshot(state),
+            "settings": config_state.snapshot(state),
         }
     return state.get("changes") or {}
 

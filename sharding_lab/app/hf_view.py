@@ -10,7 +10,7 @@ import dataclasses
 import streamlit as st
 
 import sharding_lab as sl
-from sharding_lab.app import settings
+from sharding_lab.app import config_state
 from sharding_lab.export.maxtext import maxtext
 from sharding_lab.export.script import export_script, script_name
 from sharding_lab.models.hf_config import HFModel, read_hf_config, summary
@@ -66,7 +66,7 @@ def show_read(read_model: HFModel | sl.ConfigError | None, spec=None, where=st) 
 def spec_values(spec) -> dict:
     """The sidebar's size keys that show ``spec`` (how a step computes — remat, attention — kept: not a size)."""
     fam = sl.family("transformer")
-    return {settings.size_key(f): getattr(spec, f) for f in fam.size_fields if f not in fam.step_only_fields}
+    return {config_state.size_key(f): getattr(spec, f) for f in fam.size_fields if f not in fam.step_only_fields}
 
 
 def _on_sidebar_config() -> None:

@@ -16,7 +16,7 @@ import plotly.graph_objects as go
 
 import sharding_lab as sl
 from sharding_lab import search
-from sharding_lab.app import settings
+from sharding_lab.app import config_state
 from sharding_lab.hardware import targets
 from sharding_lab.server.searches import SEARCHES, SharedSearch, max_searches
 from sharding_lab.units import format_bytes
@@ -315,7 +315,7 @@ def candidate_state(found: search.Search, result: search.Result) -> dict:
     """The session-state keys that put ``result``'s layout into the sidebar (its target, mesh, preset,
     remat, model, optimizer and batch)."""
     config = result.candidate.config(found.base)
-    batch_max = settings.GENERAL_RANGES["batch"][1]
+    batch_max = config_state.value_range("batch_size")[1]
     if config.batch_size > batch_max:  # the sidebar's batch widget stops there; the plan's batch is in the text
         config = dataclasses.replace(config, batch_size=batch_max)
-    return settings.state_from_config(config)
+    return config_state.state_from_config(config)

@@ -1,6 +1,6 @@
 """The session's settings: their defaults, how they cross from page to page, and the link applied once.
 
-Every setting lives in ``st.session_state`` under its key (:mod:`.settings`). Streamlit (1.67) gives a
+Every setting lives in ``st.session_state`` under its key (:mod:`.config_state`). Streamlit (1.67) gives a
 widget a different id on each page (the page's script hash is part of it), drops a widget's value when a
 run does not draw it, and a page switch carries no widget state from the browser: a value reaches the next
 page only under its key. It can be elsewhere at the switch in two ways, each handled here:
@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import streamlit as st
 
-from sharding_lab.app import links, settings
+from sharding_lab.app import config_state, links
 from sharding_lab.models import plugins
 
 KEEP = "session"  # every setting widget's persist_state
@@ -39,7 +39,7 @@ def init_state() -> None:
     server's owner installed or named in SHARDING_LAB_FAMILIES (once per process; never from a link)."""
     state = st.session_state
     state.family_problems = plugins.load_installed()
-    defaults = settings.defaults()  # once: it walks every model family's sizes
+    defaults = config_state.defaults()  # once: it walks every model family's sizes
     for key, value in defaults.items():
         state.setdefault(key, value)
 
@@ -56,7 +56,7 @@ def carry_settings(page) -> None:
     state = st.session_state
     if state.get(DRAWN_PAGE) == page.url_path:
         return
-    state.update(settings.snapshot(state))  # the sidebar's settings and the rules table's values
+    state.update(config_state.snapshot(state))  # the sidebar's settings and the rules table's values
     for key in PLAN_BOXES:
         if key in state:
             state[key] = state[key]

@@ -1,6 +1,6 @@
 """The app's shared widgets: the configuration sidebar, the rules table, and small helpers.
 
-:func:`sidebar` draws the settings (kept in ``st.session_state``, see :mod:`.settings`), builds the
+:func:`sidebar` draws the settings (kept in ``st.session_state``, see :mod:`.config_state`), builds the
 ``LabConfig`` once, plans it once, and returns the :class:`sharding_lab.Plan` — or the
 :class:`sharding_lab.ConfigError` saying what to fix. Pages take that plan; none re-reads widget keys.
 """
@@ -13,23 +13,23 @@ from urllib.parse import urlencode
 import streamlit as st
 
 import sharding_lab as sl
-from sharding_lab.app import hf_view, links, settings
+from sharding_lab.app import config_state, hf_view, links
+from sharding_lab.app.config_state import CUSTOM, FROM_RULES
 from sharding_lab.app.session import KEEP
-from sharding_lab.app.settings import CUSTOM, FROM_RULES
 from sharding_lab.app.words import app_words
 from sharding_lab.export.script import export_script, script_name
 from sharding_lab.export.source import source_of
 from sharding_lab.hardware import targets
 from sharding_lab.models import ChoiceField
-from sharding_lab.pipeline import SCHEDULES
+from sharding_lab.training.run_settings import family_defaults_in_state, settings_on
 
 
 def current_mesh() -> sl.MeshSpec:
-    return settings.mesh_spec(st.session_state)
+    return config_state.mesh_spec(st.session_state)
 
 
 def current_model():
-    return settings.model_spec(st.session_state)
+    return config_state.model_spec(st.session_state)
 
 
 def number_setting(label: str, low, high, key: str, where=st, **options):
@@ -47,15 +47,33 @@ def number_setting(label: str, low, high, key: str, where=st, **options):
     )
 
 
+def value_widgets(page: str, where=None) -> None:
+    """The widgets of the run settings the table puts on ``page``, each with its label, range or choices,
+    session key and help from the table; ``where``: one column each (default: one under the other)."""
+    settings = settings_on(page)
+    for setting, place in zip(settings, where or [st] * len(settings)):
+        choices = setting.choices() if setting.kind == "word" else None
+        if choices is not None:
+            place.selectbox(
+                setting.label,
+                [setting.shown(c) for c in choices],
+                key=setting.state,
+                persist_state=KEEP,
+                **setting.widget_options(),
+            )
+        else:
+            number_setting(setting.label, setting.low, setting.high, setting.state, place, **setting.widget_options())
+
+
 # --- mesh -----------------------------------------------------------------------------------
 
 
 def _on_axes_count() -> None:
-    st.session_state.update(settings.axes_count_changed(st.session_state))
+    st.session_state.update(config_state.axes_count_changed(st.session_state))
 
 
 def _on_target() -> None:
-    st.session_state.update(settings.target_changed(st.session_state))
+    st.session_state.update(config_state.target_changed(st.session_state))
 
 
 def target_widget() -> None:
@@ -92,7 +110,7 @@ def mesh_widgets() -> None:
     )
     for i in range(int(st.session_state.n_axes or 2)):
         size_col, name_col = st.columns([1, 2])
-        number_setting(f"Size {i + 1}", 1, settings.max_axis_size(st.session_state), f"size_{i}", where=size_col)
+        number_setting(f"Size {i + 1}", 1, config_state.max_axis_size(st.session_state), f"size_{i}", where=size_col)
         name_col.text_input(f"Name {i + 1}", key=f"name_{i}", persist_state=KEEP, max_chars=32)
     st.radio(
         "Axis type",
@@ -120,10 +138,10 @@ def _show_preset_rules(mesh: sl.MeshSpec, model) -> sl.ConfigError | None:
     if state.preset == CUSTOM or state.get("rules_shown_for") == key:
         return None
     try:
-        rules = sl.bind_preset(state.preset, mesh, settings.family(state).name)
+        rules = sl.bind_preset(state.preset, mesh, config_state.family(state).name)
     except sl.ConfigError as error:
         return error
-    state.update(settings.rule_widget_values(rules, settings.family(state), model))
+    state.update(config_state.rule_widget_values(rules, config_state.family(state), model))
     state.rules_shown_for = key
     return None
 
@@ -131,10 +149,10 @@ def _show_preset_rules(mesh: sl.MeshSpec, model) -> sl.ConfigError | None:
 def rules_table(mesh: sl.MeshSpec, model) -> None:
     """Logical axis → mesh axis, one row each; then per-parameter overrides, one row per array."""
     fam = sl.models.family_of(model)
-    options = settings.target_options(mesh.axes)
-    for key in [f"rule_{a}" for a in fam.logical_axes] + [k for *_, k in settings.override_keys(fam, model)]:
+    options = config_state.target_options(mesh.axes)
+    for key in [f"rule_{a}" for a in fam.logical_axes] + [k for *_, k in config_state.override_keys(fam, model)]:
         if st.session_state.get(key) not in set(options) | {FROM_RULES}:  # the mesh changed under it
-            st.session_state[key] = FROM_RULES if key.startswith("ovr_") else settings.REPLICATED
+            st.session_state[key] = FROM_RULES if key.startswith("ovr_") else config_state.REPLICATED
     st.markdown("**Logical axis → mesh axis**")
     for axis, meaning in fam.logical_axes.items():
         label, box = st.columns([2, 3])
@@ -142,7 +160,7 @@ def rules_table(mesh: sl.MeshSpec, model) -> None:
         box.selectbox(
             axis, options, key=f"rule_{axis}", persist_state=KEEP, on_change=_to_custom, label_visibility="collapsed"
         )
-    keys = settings.override_keys(fam, model)
+    keys = config_state.override_keys(fam, model)
     with st.expander(
         "Per-parameter overrides", expanded=any(st.session_state.get(k) not in (None, FROM_RULES) for *_, k in keys)
     ):
@@ -165,16 +183,14 @@ def rules_table(mesh: sl.MeshSpec, model) -> None:
 
 # --- the sidebar ----------------------------------------------------------------------------
 
-SWITCHED_NAMES = {"preset": "preset", "optimizer": "optimizer", "lr": "learning rate", "steps": "steps"}
-
 
 def _on_model_change() -> None:
     state = st.session_state
-    fam = settings.family(state)
+    fam = config_state.family(state)
     # A family's preset and training defaults (the transformer wants Adam); the MLP keeps the seed's.
-    new = {"preset": fam.default_preset, **settings.TRAIN_DEFAULTS, **fam.train_defaults}
+    new = family_defaults_in_state(fam)
     changed = {key: (state.get(key), value) for key, value in new.items() if state.get(key) != value}
-    state.update(settings.family_values(fam, state))
+    state.update(config_state.family_values(fam, state))
     state.update(new)
     # Said where it happens (under the model picker), for as long as those values stay as set.
     state.model_switch_note = {"model": fam.name, "changed": changed}
@@ -191,7 +207,9 @@ def model_switch_note() -> str | None:
     ):
         return None
     parts = [
-        f"{SWITCHED_NAMES[key]} {old:g} → {new:g}" if isinstance(new, float) else f"{SWITCHED_NAMES[key]} {old} → {new}"
+        f"{config_state.label(key).lower()} {old:g} → {new:g}"
+        if isinstance(new, float)
+        else f"{config_state.label(key).lower()} {old} → {new}"
         for key, (old, new) in note["changed"].items()
     ]
     return (
@@ -220,31 +238,19 @@ def model_widgets(fam) -> None:
     for i, (field, size) in enumerate(fam.size_fields.items()):
         if isinstance(size, ChoiceField):
             cols[i % 2].selectbox(
-                size.label, size.choices, key=settings.size_key(field), persist_state=KEEP, help=size.help or None
+                size.label, size.choices, key=config_state.size_key(field), persist_state=KEEP, help=size.help or None
             )
         else:
             number_setting(
-                size.label, size.low, size.high, settings.size_key(field), cols[i % 2], help=size.help or None
+                size.label, size.low, size.high, config_state.size_key(field), cols[i % 2], help=size.help or None
             )
-    st.selectbox(
-        "Optimizer",
-        list(sl.OPTIMIZERS),
-        key="optimizer",
-        persist_state=KEEP,
-        help="\n\n".join(f"**{k}**: {v}" for k, v in sl.OPTIMIZERS.items()),
-    )
-    number_setting(
-        "Batch size",
-        *settings.GENERAL_RANGES["batch"],
-        "batch",
-        help="Split along the mesh axis that the batch's rule names.",
-    )
+    value_widgets("model")
 
 
 def _on_named_size() -> None:
     state = st.session_state
     if state.named_size != CUSTOM:
-        state.update(settings.named_size_values(settings.family(state), state.named_size))
+        state.update(config_state.named_size_values(config_state.family(state), state.named_size))
 
 
 def named_size_widget(fam) -> None:
@@ -252,7 +258,7 @@ def named_size_widget(fam) -> None:
     below are (or custom), and the parameter count beside the model card's."""
     state = st.session_state
     try:
-        spec = settings.model_spec(state)
+        spec = config_state.model_spec(state)
         spec.validate()
     except (sl.ConfigError, TypeError, ValueError):
         spec = None
@@ -287,23 +293,7 @@ def _short(count: float) -> str:
 
 def pipeline_widgets() -> None:
     """Microbatches and schedule, for a layout whose blocks are split into pipeline stages."""
-    left, right = st.columns(2)
-    number_setting(
-        "Microbatches",
-        *settings.MICROBATCHES,
-        "microbatches",
-        left,
-        help="The batch is cut into this many microbatches, which flow through the stages one "
-        "after another. More microbatches: a smaller bubble.",
-    )
-    right.selectbox(
-        "Schedule",
-        list(SCHEDULES),
-        key="schedule",
-        persist_state=KEEP,
-        format_func=lambda name: {"gpipe": "GPipe", "1f1b": "1F1B"}[name],
-        help="\n\n".join(f"**{k}**: {v}" for k, v in SCHEDULES.items()),
-    )
+    value_widgets("pipeline", st.columns(2))
 
 
 def sidebar() -> sl.Plan | sl.ConfigError:
@@ -312,7 +302,7 @@ def sidebar() -> sl.Plan | sl.ConfigError:
     Returns the validated Plan, or the ConfigError saying what to fix."""
     info = sl.device_info()
     state = st.session_state
-    fam = settings.family(state)
+    fam = config_state.family(state)
     with st.sidebar:
         link_notice()
         if state.get("family_problems"):
@@ -347,7 +337,7 @@ def sidebar() -> sl.Plan | sl.ConfigError:
             if state.preset in fam.presets
             else "Your own rules: edit them on the Layout page."
         )
-        if settings.pipelined(state):
+        if config_state.pipelined(state):
             pipeline_widgets()
         rules_error = st.empty()
         with st.expander("Model, optimizer, batch", expanded=False):
@@ -394,11 +384,11 @@ def _build_plan() -> sl.Plan | sl.ConfigError:
     """The settings → one LabConfig → one plan (ConfigError for what cannot run)."""
     try:
         mesh, model = current_mesh(), current_model()
-        mesh.validate(settings.device_count(st.session_state))
+        mesh.validate(config_state.device_count(st.session_state))
         error = _show_preset_rules(mesh, model)
         if error is not None:
             return error
-        return sl.plan(settings.config_from_state(st.session_state))
+        return sl.plan(config_state.config_from_state(st.session_state))
     except sl.ConfigError as error:
         return error
 
@@ -426,7 +416,7 @@ def plan_or_stop() -> sl.Plan:
 
 def _apply_fix(config: sl.LabConfig) -> None:
     try:
-        st.session_state.update(settings.state_from_config(config))
+        st.session_state.update(config_state.state_from_config(config))
     except sl.ConfigError as error:  # the widgets cannot hold it: say so rather than half-apply it
         st.session_state.fix_failed = str(error)
 

@@ -33,6 +33,7 @@ import functools
 import importlib.util
 import math
 import os
+import re
 import warnings
 
 from ..errors import ConfigError
@@ -126,17 +127,20 @@ TARGET_NAMES = tuple(_names())
 
 
 MAX_SLICES = 64  # slices a multi-slice target may join
+_COUNT = re.compile(r"[0-9]{1,5}\Z")  # a chip or slice count: ASCII digits (str.isdigit() takes '²'), bounded
 
 
 def parse(name: str | None) -> Target:
     """'v5e-8' → Target; 'v5e-256x4' → four v5e-256 slices joined over the data-centre network (what
     ``get_topology_desc(num_slices=4)`` describes); a clear ConfigError naming the choices for anything else."""
     text = (name or CPU).strip().lower()
+    if len(text) > 40:  # no target's name is that long; the error quotes the start of it
+        name = f"{text[:40]}…"
     if text == CPU:
         return Target(CPU, CPU)
     base, times, slices = text.partition("x")
     if times and "-" in base:
-        if not slices.isdigit() or not 2 <= int(slices) <= MAX_SLICES:
+        if not _COUNT.match(slices) or not 2 <= int(slices) <= MAX_SLICES:
             raise ConfigError(
                 f"unknown target {name!r}: a multi-slice target is a TPU slice, 'x' and 2 to {MAX_SLICES} slices, "
                 "e.g. v5e-256x2 or v5p-1024x4",
@@ -149,7 +153,7 @@ def parse(name: str | None) -> Target:
             )
         return dataclasses.replace(one, name=text, devices=one.devices * int(slices), slices=int(slices))
     family, _, count = text.partition("-")
-    if not count.isdigit() or (family not in TPU_FAMILIES and family not in GPU_FAMILIES):
+    if not _COUNT.match(count) or (family not in TPU_FAMILIES and family not in GPU_FAMILIES):
         raise ConfigError(
             f"unknown target {name!r}: choose cpu, a TPU slice (v5e-8 … v5e-256, v6e-8 … v6e-256, "
             f"v5p-8 … v5p-1024) or a GPU node (h100-8, h200-8, h100-16 …)",

@@ -122,21 +122,9 @@ def default_config(family_name: str, shape: tuple[int, ...], preset: str):
     """The family's default model and training settings on a ``shape`` mesh (the sidebar's axis names) with
     ``preset``: what a learner gets by picking that mesh and preset; None when it cannot be planned."""
     from ..errors import ConfigError
-    from ..models import FAMILIES
-    from ..sharding.mesh import MeshSpec, default_axes
-    from ..training.config import LabConfig, plan
-    from ..training.options import TRAIN_DEFAULTS
+    from ..training.config import config_from_partial, plan
 
-    family = FAMILIES[family_name]
-    train = {**TRAIN_DEFAULTS, **family.train_defaults}
-    config = LabConfig(
-        mesh=MeshSpec(shape, default_axes(len(shape))),
-        preset=preset,
-        model=family.Spec(),
-        optimizer=train["optimizer"],
-        lr=train["lr"],
-        steps=train["steps"],
-    )
+    config = config_from_partial({"family": family_name, "mesh.shape": tuple(shape), "preset": preset})
     try:
         plan(config)
     except ConfigError:

@@ -24,16 +24,18 @@ from .. import settings
 from ..errors import ConfigError, nearest_divisible
 from ..hardware import targets
 from ..hardware.devices import available_count
-from ..models import family_of
+from ..models import FAMILIES, family_of
 from ..models.data import DEFAULT_BATCH
 from ..models.mlp import ModelSpec
 from ..pipeline import family_for, stage_axis
 from ..pipeline import validate as validate_pipeline
 from ..sharding.experts import validate as validate_experts
 from ..sharding.layout import ArrayLayout, divides, format_spec, planned_layout, realized_spec
-from ..sharding.mesh import MeshSpec, build_mesh, device_grid
+from ..sharding.mesh import MeshSpec, build_mesh, default_axes, device_grid
 from ..sharding.rules import Rules, axis_names, bind_preset, split_ways
+from .layout_setting import preset_rules
 from .optimizer import OPTIMIZER_BUFFERS, OPTIMIZER_SCALARS, OPTIMIZERS
+from .run_settings import RUN_SETTINGS, default_values, family_defaults
 
 MAX_STEPS = 200_000
 MAX_BATCH = 65_536
@@ -80,46 +82,41 @@ class LabConfig:
         return self.rules
 
     def to_json(self) -> dict:
-        rules = self.resolved_rules()
-        return {
-            "mesh": list(self.mesh.shape),
-            "axes": list(self.mesh.axes),
-            "axis_type": self.mesh.axis_type,
-            "preset": self.preset,
-            "rules": {
-                **{k: _jsonable(rules.target(k)) for k in self.family.logical_axes},
-                "overrides": {n: [_jsonable(t) for t in d] for n, d in rules.overrides},
-            },
-            "model": dataclasses.asdict(self.model),
-            "model_family": self.family.name,
-            "optimizer": self.optimizer,
-            "lr": self.lr,
-            "decay": self.decay,
-            "batch_size": self.batch_size,
-            "steps": self.steps,
-            "seed": self.seed,
-            "target": self.target,
-            **(
-                {
-                    "pipeline": {
-                        "stage_axis": self.stage_axis,
-                        "microbatches": self.microbatches,
-                        "schedule": self.schedule,
-                    }
-                }
-                if self.stage_axis
-                else {}
-            ),
-        }
+        """Every setting as :data:`.run_settings.RUN_SETTINGS` writes it; a pipeline's under ``pipeline``."""
+        out, pipeline = {}, {}
+        for setting in RUN_SETTINGS:
+            (pipeline if getattr(setting, "pipeline_only", False) else out).update(setting.to_json(self))
+        if self.stage_axis:
+            out["pipeline"] = {"stage_axis": self.stage_axis, **pipeline}
+        return out
 
 
-def preset_rules(preset: str, mesh: MeshSpec, model) -> Rules:
-    """The family's preset bound to ``mesh``, keeping only the overrides of arrays ``model`` has:
-    a preset names every array its family can have (the transformer's ``pos`` or ``unembed``,
-    absent from some sizes), and an override of an absent array would be refused."""
-    rules = bind_preset(preset, mesh, family_of(model).name)
-    names = {a.rule_name for a in family_of(model).parameters(model).values()}
-    return Rules(rules.logical(), tuple((n, d) for n, d in rules.overrides if n in names))
+def config_from_values(values: dict) -> LabConfig:
+    """Settings by name (``mesh.shape``, ``optimizer``, ...) → LabConfig; what is not given keeps its default."""
+    mesh = MeshSpec(**{name.removeprefix("mesh."): v for name, v in values.items() if name.startswith("mesh.")})
+    fields = {f.name for f in dataclasses.fields(LabConfig)}
+    return LabConfig(mesh=mesh, **{name: v for name, v in values.items() if name in fields})
+
+
+def config_from_json(data: dict) -> LabConfig:
+    """The inverse of :meth:`LabConfig.to_json` (what ``--json`` printed as the configuration)."""
+    values: dict = {}
+    for setting in RUN_SETTINGS:
+        setting.from_json(data, values)
+    return config_from_values(values)
+
+
+def config_from_partial(partial: dict, family: str = "mlp") -> LabConfig:
+    """A partial configuration (settings by name, e.g. a challenge's solution ``{"preset": "dp"}``) over the
+    family's defaults; ``model`` may be a dict of size fields over the family's Spec."""
+    fam = FAMILIES[partial.get("family", family)]
+    values = {**default_values(), **family_defaults(fam)}
+    sizes = partial.get("model", {})
+    values["model"] = sizes if not isinstance(sizes, dict) else dataclasses.replace(fam.Spec(), **sizes)
+    values.update({k: v for k, v in partial.items() if k not in ("family", "model")})
+    if "mesh.axes" not in values and "mesh.shape" in values:
+        values["mesh.axes"] = default_axes(len(values["mesh.shape"]))
+    return config_from_values({**{"mesh.shape": (2, 4), "mesh.axes": ("data", "model")}, **values})
 
 
 @functools.lru_cache(maxsize=256)
@@ -129,10 +126,6 @@ def _family(model, preset, rules, mesh):
         return family_for(model, resolved) if resolved is not None else family_of(model)
     except ConfigError:  # a bad preset or layers rule: plan() says so
         return family_of(model)
-
-
-def _jsonable(target):
-    return list(target) if isinstance(target, tuple) else target
 
 
 @dataclasses.dataclass(frozen=True)

@@ -19,7 +19,7 @@ from markdown_it import MarkdownIt
 from streamlit.testing.v1 import AppTest
 
 import sharding_lab as sl
-from sharding_lab.app import settings
+from sharding_lab.app import config_state
 from sharding_lab.server import jobs, slots
 from tests.support import ROOT, all_slots_held, app_test
 
@@ -173,7 +173,7 @@ def test_train_page_refuses_a_run_over_the_memory_limit(train_page, monkeypatch)
     from sharding_lab.program.communication import analyze
     from sharding_lab.sharding.layout import format_bytes
 
-    plan = sl.plan(settings.config_from_state(at.session_state))
+    plan = sl.plan(config_state.config_from_state(at.session_state))
     memory = analyze(plan).memory
     assert any(
         f"{format_bytes(memory['argument'])} of arguments" in c

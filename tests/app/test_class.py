@@ -13,8 +13,8 @@ import pytest
 from streamlit.testing.v1 import AppTest
 
 import sharding_lab as sl
+from sharding_lab.app import config_state, ui  # noqa: F401
 from sharding_lab.app import links as share
-from sharding_lab.app import settings, ui  # noqa: F401
 from sharding_lab.server import classroom, jobs, priority, slots  # noqa: F401
 from tests.support import ROOT, all_slots_held, app_test, poll
 
@@ -195,7 +195,7 @@ def test_teacher_page_shows_counts_with_the_right_token(monkeypatch):
 def test_teacher_key_is_neither_a_setting_nor_a_link_problem():
     updates, problems = share.from_query({"teacher": "x", "mesh": "1x8"})
     assert problems == [] and "teacher" not in updates
-    assert "teacher" not in share.to_query(dict(settings.defaults(), teacher_view=True, teacher="x"))
+    assert "teacher" not in share.to_query(dict(config_state.defaults(), teacher_view=True, teacher="x"))
     _, problems = share.from_query({"teachr": "x"})
     assert problems  # other unknown keys are still reported
 

@@ -3,7 +3,7 @@ timeline on the Train page."""
 
 from __future__ import annotations
 
-from sharding_lab.app import settings
+from sharding_lab.app import config_state
 from tests.support import app_test
 
 
@@ -13,7 +13,7 @@ def test_the_mlp_s_pp_preset_shows_the_schedule_and_its_bubble():
     at.switch_page("app_pages/train.py").run()
     at.text_input(key="name_0").input("stage").run()
     at.text_input(key="name_1").input("data").run()
-    at.number_input(key=settings.size_key("hidden_layers")).set_value(4).run()
+    at.number_input(key=config_state.size_key("hidden_layers")).set_value(4).run()
     at.selectbox(key="preset").select("pp").run()
     assert not at.exception and not at.error
     assert "preset pp" in at.caption[0].value and "2×4 (stage, data)" in at.caption[0].value

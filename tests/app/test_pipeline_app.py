@@ -5,7 +5,7 @@ import json
 
 from streamlit.testing.v1 import AppTest
 
-from sharding_lab.app import links, settings
+from sharding_lab.app import config_state, links
 from sharding_lab.pipeline.schedule import build
 from tests.support import app_test
 
@@ -56,7 +56,7 @@ def test_a_pipeline_of_one_stage_says_it_sends_nothing():
 
 def test_share_link_carries_microbatches_and_schedule_only_for_a_pipeline():
     state = {
-        **settings.defaults(),
+        **config_state.defaults(),
         "model": "transformer",
         "preset": "pp",
         "layers": 4,
@@ -68,7 +68,7 @@ def test_share_link_carries_microbatches_and_schedule_only_for_a_pipeline():
     updates, problems = links.from_query(query)
     assert problems == [] and updates["microbatches"] == 8 and updates["schedule"] == "1f1b"
     assert "mb" not in links.to_query({**state, "preset": "tp"})
-    config = settings.config_from_state({**state, "preset": "tp"})
+    config = config_state.config_from_state({**state, "preset": "tp"})
     assert config.microbatches == 1  # a layout without stages runs the whole batch at once
     _, problems = links.from_query({**query, "mb": "0", "schedule": "zigzag"})
     assert len(problems) == 2

@@ -88,15 +88,15 @@ def test_a_run_s_edits_name_the_sizes_that_changed_not_the_spec_s_repr():
 def test_see_it_move_opens_on_the_collective_that_sends_the_most():
     """It opened on the program's first collective (the loss's scalar all-reduce: "7 bytes in all")."""
     import sharding_lab as sl
-    from sharding_lab.app import settings
+    from sharding_lab.app import config_state
     from sharding_lab.program.communication import analyze
 
     at = app_test(240)
     at.run()
     at.switch_page("app_pages/communication.py").run()
     assert not at.exception
-    state = {k: at.session_state[k] for k in settings.defaults()}
-    collectives = analyze(sl.plan(settings.config_from_state(state))).collectives
+    state = {k: at.session_state[k] for k in config_state.defaults()}
+    collectives = analyze(sl.plan(config_state.config_from_state(state))).collectives
     most = max(range(len(collectives)), key=lambda i: collectives[i].bytes * collectives[i].count)
     assert most != 0 and at.selectbox(key="comm_selected").value == most
 
@@ -137,14 +137,14 @@ def test_hbm_per_chip_is_one_named_figure_of_the_compiled_memory_analysis():
     program's own: arguments + outputs + temporaries − donated here (a TPU target's: its compiler's peak —
     tests/core/test_targets.py)."""
     import sharding_lab as sl
-    from sharding_lab.app import settings
+    from sharding_lab.app import config_state
     from sharding_lab.training.step import compile_train_step
     from sharding_lab.units import format_bytes
 
     at = app_test(180)
     at.switch_page("app_pages/communication.py").run()
     assert not at.exception
-    plan = sl.plan(settings.config_from_state(at.session_state))
+    plan = sl.plan(config_state.config_from_state(at.session_state))
     for dtype in ("f32", "bf16"):  # the page's table compiles in f32; the cost panel starts at bf16
         memory = compile_train_step(plan, dtype).memory_analysis()
         parts = (memory.argument_size_in_bytes, memory.output_size_in_bytes, memory.temp_size_in_bytes)

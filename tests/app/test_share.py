@@ -4,14 +4,14 @@ import pytest
 from streamlit.testing.v1 import AppTest
 from test_app import TIMEOUT, chart_spec, device_blocks
 
+from sharding_lab.app import config_state
 from sharding_lab.app import links as share
-from sharding_lab.app import settings
 from tests.support import app_test
 
 
 def test_round_trip_of_a_custom_configuration():
     state = dict(
-        settings.defaults(),
+        config_state.defaults(),
         preset="custom",
         n_axes=3,
         size_0=2,

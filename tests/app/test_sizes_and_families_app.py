@@ -7,7 +7,7 @@ import sys
 import pytest
 
 import sharding_lab as sl
-from sharding_lab.app import links, settings
+from sharding_lab.app import config_state, links
 from sharding_lab.models import plugins
 from tests.support import ROOT, app_test
 
@@ -32,7 +32,9 @@ def test_size_select_sets_the_sizes_and_shows_the_count_beside_the_card():
     at.number_input(key="layers").set_value(2).run()
     assert at.session_state["named_size"] == "custom"
     assert any(
-        c.startswith(f"{sl.family('transformer').parameter_count(settings.model_spec(at.session_state)):,} parameters")
+        c.startswith(
+            f"{sl.family('transformer').parameter_count(config_state.model_spec(at.session_state)):,} parameters"
+        )
         for c in (c.value for c in at.sidebar.caption)
     )
     assert "size" not in at.query_params
@@ -40,10 +42,10 @@ def test_size_select_sets_the_sizes_and_shows_the_count_beside_the_card():
 
 def test_links_carry_the_size_and_the_word_options_and_report_bad_ones():
     state = {
-        **settings.defaults(),
+        **config_state.defaults(),
         "model": "transformer",
         "preset": "tp",
-        **settings.named_size_values(sl.family("transformer"), "gpt2-small"),
+        **config_state.named_size_values(sl.family("transformer"), "gpt2-small"),
         "remat": "full",
     }
     query = links.to_query(state)

@@ -25,20 +25,20 @@ def test_a_link_carries_the_target_and_reports_a_bad_one():
     assert updates["target"] == "v5e-8" and not problems
     updates, problems = links.from_query({"target": "v5e-9"})
     assert "target" not in updates and problems and problems[0].startswith("target='v5e-9' ignored")
-    from sharding_lab.app import settings
+    from sharding_lab.app import config_state
 
-    state = {**settings.defaults(), "target": "v5e-8"}
+    state = {**config_state.defaults(), "target": "v5e-8"}
     assert links.to_query(state)["target"] == "v5e-8"
-    assert "target" not in links.to_query(settings.defaults())  # links to the simulated host stay as they were
+    assert "target" not in links.to_query(config_state.defaults())  # links to the simulated host stay as they were
 
 
 def test_choosing_a_target_lays_a_mesh_that_fits_it():
-    from sharding_lab.app import settings
+    from sharding_lab.app import config_state
 
     for name in ("v5e-8", "v5e-256", "v5p-8", "v5p-128", "h100-8", "h100-16", "cpu"):
-        state = {**settings.defaults(), "target": name}
-        state.update(settings.target_changed(state))
-        mesh = settings.mesh_spec(state)
+        state = {**config_state.defaults(), "target": name}
+        state.update(config_state.target_changed(state))
+        mesh = config_state.mesh_spec(state)
         assert mesh.size == (targets.parse(name).devices or 8), name
 
 

@@ -4,7 +4,7 @@ import json
 
 from streamlit.testing.v1 import AppTest
 
-from sharding_lab.app import links, settings
+from sharding_lab.app import config_state, links
 from tests.support import app_test
 
 
@@ -55,7 +55,7 @@ def test_train_page_trains_the_transformer():
 
 def test_share_link_round_trips_the_transformer():
     state = {
-        **settings.defaults(),
+        **config_state.defaults(),
         "model": "transformer",
         "preset": "custom",
         "rule_heads": "model",

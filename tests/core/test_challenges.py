@@ -11,7 +11,7 @@ import shlex
 import pytest
 
 import sharding_lab as sl
-from sharding_lab.app import settings
+from sharding_lab.app import config_state
 from sharding_lab.cli import main as cli
 from sharding_lab.lessons import challenges
 from sharding_lab.lessons.challenges import checks
@@ -57,8 +57,8 @@ def test_solution_solves_it_and_the_sidebar_can_hold_it(challenge_id):
     assert solved, why
     assert why.endswith(".")  # a sentence
     # the page applies it through the sidebar's keys: they must rebuild the same configuration
-    state = {**settings.defaults(), **settings.state_from_config(config)}
-    assert settings.config_from_state(state) == config
+    state = {**config_state.defaults(), **config_state.state_from_config(config)}
+    assert config_state.config_from_state(state) == config
 
 
 def test_default_configuration_fails_them_all_and_says_why():
