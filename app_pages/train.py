@@ -13,8 +13,8 @@ from sharding_lab.program.communication import analyze
 from sharding_lab.server import admission, precompile
 from sharding_lab.server.jobs import DistributedJob, TrainingJob, edits_since
 from sharding_lab.server.slots import Busy, poll_interval
-from sharding_lab.units import format_bytes
 from sharding_lab.training.run_settings import settings_on
+from sharding_lab.units import format_bytes
 
 
 class JobSlot:
