@@ -5,7 +5,7 @@ memory against its bound."""
 import pytest
 
 import sharding_lab as sl
-from sharding_lab.app import settings
+from sharding_lab.app import config_state
 from sharding_lab.server import admission
 from sharding_lab.training.config import estimated_bytes
 from sharding_lab.units import format_bytes
@@ -45,7 +45,7 @@ def test_a_run_over_the_sessions_share_is_refused_before_train(one_mib_share):
     at.number_input(key="hidden").set_value(1)
     at.number_input(key="steps").set_value(100).run()
     assert not at.exception, at.exception
-    need = estimated_bytes(sl.plan(settings.config_from_state(at.session_state)))
+    need = estimated_bytes(sl.plan(config_state.config_from_state(at.session_state)))
     assert need > 2**20  # the ~5 MB model the share refuses
     refused = [e for e in messages(at.error) if "share of this class server" in e]
     assert refused and format_bytes(need) in refused[0], messages(at.error)
