@@ -108,7 +108,7 @@ def _paths(names: list[str]) -> str:
 
 
 # A parameter path as this module writes it: ``params/w1``, ``params/blocks/{0,1}/q`` (layers folded).
-PATH = re.compile(r"params/(?:[\w/]|\{[\d,]+\})+")
+PATH = re.compile(r"params/(?:[\w/]|\{[\d,…]+\})+")
 
 
 def group_paths(names) -> str:
@@ -119,11 +119,9 @@ def group_paths(names) -> str:
     ``names`` may hold folded paths already (as :data:`PATH` finds them in a moves text)."""
     leaves: dict[str, set[str]] = {}
     for name in names:
-        braces = re.search(r"\{([\d,]+)\}", name)
+        braces = re.search(r"\{([\d,…]+)\}", name)
         for path in (
-            [name[: braces.start()] + n + name[braces.end() :] for n in braces.group(1).split(",")]
-            if braces
-            else [name]
+            [name[: braces.start()] + n + name[braces.end() :] for n in _expand(braces.group(1))] if braces else [name]
         ):
             folder, _, leaf = path.rstrip("/").rpartition("/")
             leaves.setdefault(folder, set()).add(leaf)
@@ -141,6 +139,14 @@ def group_paths(names) -> str:
         text = f"{folder}/{{{', '.join(inner)}}}" if len(inner) > 3 else ", ".join(f"{folder}/{n}" for n in inner)
         parts.append(((key, int(numbers[0]) if numbers[0] else -1, inner), text))
     return ", ".join(text for _, text in sorted(parts))
+
+
+def _expand(inner: str) -> list[str]:
+    """The numbers a brace holds: ``0,1`` or a run ``0…79`` (:func:`_numbers` writes them)."""
+    if "…" in inner:
+        first, last = inner.split("…")
+        return [str(n) for n in range(int(first), int(last) + 1)]
+    return inner.split(",")
 
 
 def _numbers(numbers: list[str]) -> str:
@@ -314,17 +320,16 @@ def phrase(moves) -> str:
 
 
 def _fold_layers(names: list[str]) -> list[str]:
-    """Names that differ only in one layer number said once: ``params/blocks/{0,1}/q (…)`` (the form
-    :data:`PATH` reads back)."""
+    """Names that differ only in one layer number said once: ``params/blocks/{0,1}/q (…)``,
+    ``params/blocks/{0…79}/q`` (the forms :data:`PATH` reads back)."""
     folded: dict[str, list[str]] = {}
     for name in names:
         numbers = re.findall(r"/(\d+)/", name)
         key = re.sub(r"/\d+/", "/{}/", name, count=1) if len(numbers) == 1 else name
         folded.setdefault(key, []).append(numbers[0] if len(numbers) == 1 else "")
+    # a run of layers as its ends, {0…79}: a 70B model's eighty block numbers, once per name, filled a page
     return [
-        key
-        if "{}" not in key
-        else key.replace("{}", numbers[0] if len(numbers) == 1 else "{" + ",".join(numbers) + "}")
+        key if "{}" not in key else key.replace("{}", _numbers(sorted(set(numbers), key=int)))
         for key, numbers in folded.items()
     ]
 

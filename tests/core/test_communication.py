@@ -465,3 +465,13 @@ def test_a_block_of_eight_rows_is_an_8_block():
     )
     said = " ".join(m for c in analyze(plan).collectives for m in c.moves)
     assert "an 8×64 block" in said and "a 8×" not in said and "a 16×32 block" in said
+
+
+def test_eighty_layers_are_spelled_as_a_run_and_read_back():
+    """Issue 50: a 70B model's collectives listed params/blocks/{0,1,…,79}/… in full, dozens of times."""
+    from sharding_lab.program.moves import PATH, group_paths, phrase
+
+    said = phrase([f"gradient of params/blocks/{i}/q" for i in range(80)] + ["loss"])
+    assert said == "gradients of params/blocks/{0…79}/q · loss"
+    assert PATH.findall(said) == ["params/blocks/{0…79}/q"]
+    assert group_paths(PATH.findall(said) + ["params/blocks/80/q"]) == "params/blocks/{0…80}/q"
