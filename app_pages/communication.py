@@ -77,7 +77,8 @@ else:
         }
         for i, c in enumerate(report.collectives)
     ]
-    small = st.column_config.NumberColumn(width="small", format="localized")
+    # wide enough for every digit: a narrow column cut 1,050,673,152 to "050,673,152"
+    small = st.column_config.NumberColumn(format="localized")
     st.dataframe(
         pd.DataFrame(rows),
         hide_index=True,

@@ -1,5 +1,6 @@
-"""Numbers as people read them, in one place: bytes, seconds, rates and FLOP/s, each with three significant
-digits in the unit it reads best in (decimal units, as the chips' data sheets give them).
+"""Numbers as people read them, in one place: bytes, seconds, rates, FLOP/s and counts, each with three
+significant digits in the unit it reads best in. Bytes are decimal (SI: kB, MB, GB, TB, as the chips' data sheets
+and XLA's own messages give them), never GiB; counts are words (billion), never a 'B' that reads as bytes.
 
 Why three digits in a moving unit: a tiny model moves a few hundred bytes and steps in nanoseconds on a big
 chip, a real one moves gigabytes and steps in seconds; a fixed unit prints one of them as 0.00.
@@ -18,6 +19,17 @@ def format_bytes(n: float) -> str:
         if n >= size:
             return f"{n / size:.3g} {unit}"
     return f"{n:,.0f} B"
+
+
+_COUNTS = (("trillion", 1e12), ("billion", 1e9), ("million", 1e6))
+
+
+def format_count(n: float) -> str:
+    """'70.6 billion', '124 million'; under a million the exact count, '30,081' (a short 'B' reads as bytes)."""
+    for word, size in _COUNTS:
+        if abs(n) >= size:
+            return f"{n / size:.3g} {word}"
+    return f"{n:,.0f}"
 
 
 def format_rate(bytes_per_s: float | None) -> str:

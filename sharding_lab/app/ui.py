@@ -22,6 +22,7 @@ from sharding_lab.export.source import source_of
 from sharding_lab.hardware import targets
 from sharding_lab.models import ChoiceField
 from sharding_lab.training.run_settings import family_defaults_in_state, settings_on
+from sharding_lab.units import format_count
 
 
 def current_mesh() -> sl.MeshSpec:
@@ -283,12 +284,9 @@ def parameter_caption(fam, spec, named) -> str:
     count = fam.parameter_count(spec)
     text = f"{count:,} parameters"
     if named is not None and named.card_parameters:
-        text += f" (the model card: {_short(named.card_parameters)}, {100 * (count / named.card_parameters - 1):+.1f}%)"
+        card = named.card_parameters
+        text += f" (the model card: {format_count(card)}, {100 * (count / card - 1):+.1f}%)"
     return text
-
-
-def _short(count: float) -> str:
-    return next(f"{count / scale:.3g} {unit}" for scale, unit in ((1e9, "B"), (1e6, "M"), (1, "")) if count >= scale)
 
 
 def pipeline_widgets() -> None:

@@ -17,6 +17,7 @@ import json
 from pathlib import Path
 
 from ..errors import ConfigError
+from ..units import format_count
 from .transformer_spec import LIMITS, TransformerSpec
 
 SUPPORTED = ("LlamaForCausalLM", "MistralForCausalLM", "MixtralForCausalLM", "Qwen2ForCausalLM", "GPT2LMHeadModel")
@@ -265,7 +266,7 @@ def summary(model: HFModel, family, spec=None) -> list[str]:
     count = family.parameter_count(spec)
     named = card_of(family, spec)
     card = (
-        f" (the model card of {named.title}: {named.card_parameters / 1e9:.3g} B, "
+        f" (the model card of {named.title}: {format_count(named.card_parameters)}, "
         f"{100 * (count / named.card_parameters - 1):+.2f}%)"
         if named is not None
         else ""

@@ -216,6 +216,9 @@ def test_communication_page_lists_the_seed_collectives():
     metrics = {m.label: m.value for m in at.metric}
     assert metrics["Collectives per step"] == "4"  # the trained program: 2 all-reduces + 2 all-gathers of w2
     assert any("exactly the parameters" in c.value for c in at.caption)
+    # byte columns as wide as their digits: a "small" one cut 1,050,673,152 to "050,673,152" (issue 50)
+    columns = json.loads(next(d for d in at.dataframe if "sent / step" in d.value.columns).proto.columns)
+    assert all(columns[c].get("width") != "small" for c in ("sent / step", "sent / op", "result bytes / op"))
     at.selectbox(key="comm_selected").select(1).run()  # the gradient all-reduce over data
     mesh = chart_spec(at, "comm_mesh")
     bright = {t["meta"]["device"] for t in device_traces(mesh) if t.get("opacity", 1) > 0.5}

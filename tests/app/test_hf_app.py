@@ -24,7 +24,9 @@ def test_a_pasted_config_sets_the_sidebar_sizes_and_shows_the_count_beside_the_c
     )
     assert state["named_size"] == "qwen2.5-7b"  # the Size select shows the named size these shapes are
     captions = " ".join(c.value for c in at.sidebar.caption)
-    assert "Qwen2ForCausalLM: 7,615,616,512 parameters (the model card of Qwen 2.5 7B: 7.61 B, +0.07%)" in captions
+    assert (
+        "Qwen2ForCausalLM: 7,615,616,512 parameters (the model card of Qwen 2.5 7B: 7.61 billion, +0.07%)" in captions
+    )
     at.text_area(key="sidebar_hf_text").input((DATA / "gemma-2-9b.json").read_text()).run()
     assert not at.exception
     assert any("attn_logit_softcapping" in e.value for e in at.sidebar.error)

@@ -26,7 +26,7 @@ def test_size_select_sets_the_sizes_and_shows_the_count_beside_the_card():
         at.session_state["positions"],
     ) == (32, 8, "swiglu", "rope")
     captions = [c.value for c in at.sidebar.caption]
-    assert "8,030,261,248 parameters (the model card: 8.03 B, +0.0%)" in captions
+    assert "8,030,261,248 parameters (the model card: 8.03 billion, +0.0%)" in captions
     assert at.query_params["size"] == "llama3-8b"
     # Editing a size makes it custom; the count follows the shapes.
     at.number_input(key="layers").set_value(2).run()

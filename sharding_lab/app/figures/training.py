@@ -10,6 +10,7 @@ import numpy as np
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
+from ...units import format_bytes, format_count
 from .layout import PALETTE
 
 
@@ -76,7 +77,7 @@ def compare_figure(rows: list[dict], metrics: dict[str, str]) -> go.Figure:
                 x=names,
                 y=[v if v is not None else 0 for v in values],
                 marker_color=[PALETTE[i % len(PALETTE)] for i in range(len(rows))],
-                text=[_short(v) for v in values],
+                text=[_short(v, key) for v in values],
                 textposition="auto",
                 name=key,
                 meta={"metric": key},
@@ -84,19 +85,24 @@ def compare_figure(rows: list[dict], metrics: dict[str, str]) -> go.Figure:
             row=1,
             col=col,
         )
+    # SI prefixes on the axes (G, not Plotly's default B for billions: beside bytes it reads as bytes)
+    fig.update_yaxes(exponentformat="SI")
     fig.update_layout(showlegend=False, height=340, margin=dict(l=10, r=10, t=40, b=10))
     return fig
 
 
-def _short(value) -> str:
+BYTE_METRICS = ("params", "optimizer", "comm_bytes")
+
+
+def _short(value, metric: str = "") -> str:
+    """A bar's label: bytes by :func:`sharding_lab.units.format_bytes`, other figures to three digits."""
     if value is None:
         return "—"
-    if isinstance(value, float) and value < 10:
+    if metric in BYTE_METRICS:
+        return format_bytes(value)
+    if abs(value) < 1000:
         return f"{value:.3g}"
-    for unit, size in (("G", 1e9), ("M", 1e6), ("k", 1e3)):
-        if abs(value) >= size:
-            return f"{value / size:.3g}{unit}"
-    return f"{value:.0f}"
+    return format_count(value)
 
 
 def sequence_figure(x: np.ndarray, y: np.ndarray, prediction: np.ndarray | None, rows: int = 8) -> go.Figure:
