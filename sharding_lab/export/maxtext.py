@@ -165,7 +165,16 @@ def _model(config: LabConfig) -> tuple[list, list[str]]:
     # The lab's experts take at most capacity_factor × their share (MaxText's default, -1, drops nothing).
     capacity = [("capacity_factor", spec.capacity_factor)] if spec.experts else []
     if size in MAXTEXT_MODEL_NAMES:
-        return [("model_name", MAXTEXT_MODEL_NAMES[size]), *capacity], []
+        built = (
+            [
+                f"MaxText's {MAXTEXT_MODEL_NAMES[size]} builds what the lab's {size} leaves out (soft-capping, the "
+                "norms after each sublayer, local and global layers): the same layout, a step that computes a little "
+                "more"
+            ]
+            if size.startswith("gemma2")
+            else []
+        )
+        return [("model_name", MAXTEXT_MODEL_NAMES[size]), *capacity], built
     if size is not None and size.startswith("maxtext-"):
         return [("global_parameter_scale", size.removeprefix("maxtext-").removesuffix("b"))], []
     shapes = [

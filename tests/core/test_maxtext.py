@@ -112,6 +112,8 @@ def test_a_model_maxtext_has_no_config_of_is_written_shape_by_shape():
     assert "mlp_activations='[\"gelu\"]'" in run.text  # shell-quoted
     assert any("learned positions" in note for note in run.notes)
     assert set(got) <= BASE_YML_KEYS
+    gemma = maxtext(config("gemma2-9b"))
+    assert overrides(gemma)["model_name"] == "gemma2-9b" and "soft-capping" in gemma.notes[0]
     scaled = overrides(maxtext(config("maxtext-16b", mesh=((256,), ("data",)))))
     assert scaled["global_parameter_scale"] == "16" and "base_emb_dim" not in scaled
 
