@@ -26,7 +26,7 @@ def settled(tab, timeout_s: float = 300) -> None:
     )
 
 
-@pytest.mark.timeout(600)  # the search compiles ten candidates: 229 s once while other work shared the two cores
+@pytest.mark.timeout(600)  # the search compiles ten candidates: minutes on a shared machine (docs/measurements.md)
 def test_upload_a_config_run_the_default_search_and_copy_the_best_rows_maxtext_command(server, chromium):
     context = chromium.new_context(viewport={"width": 1500, "height": 2400})
     context.grant_permissions(["clipboard-read", "clipboard-write"], origin=server.rstrip("/"))
