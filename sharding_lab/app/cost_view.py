@@ -13,6 +13,8 @@ import pandas as pd
 import plotly.graph_objects as go
 import streamlit as st
 
+from sharding_lab.errors import in_app
+
 from .. import cost
 from ..cost.compiled import canonical  # steps, seed, chunk fixed: the step does not depend on them
 from ..errors import ConfigError
@@ -22,7 +24,6 @@ from ..sharding.mesh import parse_mesh_shape
 from ..training.config import Plan
 from ..units import format_bytes, format_flops, format_rate  # noqa: F401 (pages read them here)
 from . import memory_view
-from .words import app_words
 
 COLORS = {"compute": "#4C78A8", "memory": "#72B7B2", "communication": "#F58518", "latency": "#E45756"}
 
@@ -225,7 +226,7 @@ def cost_panel(plan: Plan, key: str = "cost") -> None:
         with st.spinner("Compiling the step" + (" on several smaller meshes" if target else "") + "…"):
             p = _predict(config, chip_id, dtype, target)
     except ConfigError as error:
-        st.warning(app_words(str(error)), icon=":material/block:")
+        st.warning(in_app(error), icon=":material/block:")
         return
     if refused_notice(p):
         return
@@ -414,7 +415,7 @@ def strategies_cost_panel(configs: dict, key: str = "compare_cost") -> None:
             try:
                 p = _predict(canonical(config), chip_id, dtype, None)
             except ConfigError as error:
-                st.warning(f"**{name}**: {app_words(str(error))}", icon=":material/block:")
+                st.warning(f"**{name}**: {in_app(error)}", icon=":material/block:")
                 continue
             if not refused_notice(p):  # a strategy that does not fit is said so, not ranked
                 predictions.append(p)

@@ -16,7 +16,7 @@ import sharding_lab as sl
 from sharding_lab.app import config_state, hf_view, links
 from sharding_lab.app.config_state import CUSTOM, FROM_RULES
 from sharding_lab.app.session import KEEP
-from sharding_lab.app.words import app_words
+from sharding_lab.errors import in_app
 from sharding_lab.export.script import export_script, script_name
 from sharding_lab.export.source import source_of
 from sharding_lab.hardware import targets
@@ -447,7 +447,7 @@ def show_comparison(agrees: list[str], differences: list[str], lead: str) -> Non
 def show_error(error, lead: str = "Fix the configuration first.", where=st, fix: bool = True) -> None:
     """A ConfigError (or any message) as an error box, with its text shown literally, and the fix
     it knows as a button (``fix``: the page's main error; the sidebar's copy has none)."""
-    text = app_words(str(error))
+    text = in_app(error)
     first = text.split(" ", 1)[0]
     if lead.endswith(".") and first.isalpha() and first.islower():
         text = text[:1].upper() + text[1:]  # a sentence after a full stop ("cannot run. the mesh…")

@@ -29,7 +29,7 @@ from __future__ import annotations
 import dataclasses
 import math
 
-from ..errors import ConfigError
+from ..errors import ConfigError, Named
 from ..hardware import targets
 from ..hardware.chips import Chip, Link
 from ..hardware.chips import chip as get_chip
@@ -38,6 +38,9 @@ from ..units import format_seconds, time_unit  # noqa: F401 (cost re-exports the
 from .collectives import links_for, rows
 from .compiled import canonical, compile_step, dtype_name
 from .extrapolation import check_target, extrapolate
+
+CHIP = Named("Chip", "--chip", "{flag}")  # the cost panel's boxes, the cost command's options
+TARGET_MESH = Named("On a bigger mesh", "--target-mesh", "{flag}")
 
 
 @dataclasses.dataclass
@@ -360,8 +363,12 @@ def target_chip(config: LabConfig, chip_id: str | None) -> str:
         return chip_id or "h100"
     if chip_id and get_chip(chip_id).id != on.chip:
         raise ConfigError(
-            f"--chip {chip_id} with the target {on.name}: the target's chips are {on.chip}; "
-            "leave --chip out, or choose the target cpu to price the simulated layout on any chip",
+            (
+                CHIP,
+                f" {chip_id} with the target {on.name}: the target's chips are {on.chip}; leave ",
+                CHIP,
+                " out, or choose the target cpu to price the simulated layout on any chip",
+            ),
             "target",
         )
     return on.chip
@@ -375,8 +382,12 @@ def _predict_on_target(config: LabConfig, on, chip_id: str | None, dtype: str, t
     for memory comes back with ``refused`` (fits: false) and no times."""
     if target_mesh is not None:
         raise ConfigError(
-            f"--target-mesh extrapolates from the simulated host; {on.name} is compiled whole by its "
-            "own compiler: leave --target-mesh out",
+            (
+                TARGET_MESH,
+                f" extrapolates from the simulated host; {on.name} is compiled whole by its own compiler: leave ",
+                TARGET_MESH,
+                " out",
+            ),
             "target",
         )
     chip = get_chip(target_chip(config, chip_id))

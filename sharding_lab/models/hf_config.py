@@ -16,7 +16,7 @@ import dataclasses
 import json
 from pathlib import Path
 
-from ..errors import ConfigError
+from ..errors import ConfigError, Named
 from ..units import format_count
 from .transformer_spec import LIMITS, TransformerSpec
 
@@ -234,8 +234,12 @@ def _seq(config: dict, architecture: str, seq: int | None) -> tuple[int, list[st
         raise ConfigError(f"{architecture}: seq {chosen:,} is more than the config's {field} ({positions:,})", "model")
     if window is not None and chosen > window:
         raise ConfigError(
-            f"{architecture}: sliding_window = {window:,}: each token attends to the last {window:,} only, which the "
-            f"lab's attention does not build — plan seq {window:,} or less (--seq), where the window covers it",
+            (
+                f"{architecture}: sliding_window = {window:,}: each token attends to the last {window:,} only, "
+                f"which the lab's attention does not build — plan seq {window:,} or less (",
+                Named("Seq", "--seq", "{flag}"),
+                "), where the window covers it",
+            ),
             "model",
         )
     notes = []

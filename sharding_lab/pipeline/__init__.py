@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from ..errors import ConfigError, nearest_divisible
+from ..errors import ConfigError, Named, nearest_divisible
 from ..models import family_of
 from ..sharding.rules import Rules, axis_names, split_ways
 from .model import LAYERS, pipelined_family
@@ -80,15 +80,19 @@ def validate(config, rules: Rules) -> None:
             "rules",
         )
     size = config.family.size_fields.get(field)
-    named = f"{size.label}, {size.flag}" if size is not None else f"--{field.replace('_', '-')}"
+    flag = f"--{field.replace('_', '-')}"
+    named = Named.of(size, "{label}, {flag}") if size is not None else Named(field, flag, "{flag}")
     stages = config.mesh.axis_sizes.get(axis, 1)
     if layers % stages or layers == 0:
         depths = [d for d in nearest_divisible(layers, stages) if d > 0] or [stages]
         fits, up = " or ".join(map(str, depths)), depths[-1]  # the fix offered: the next depth the stages share
         raise ConfigError(
-            f"{stages} pipeline stages (mesh axis {axis!r}) cannot share {layers} layers equally: "
-            f"make the layers a multiple of {stages} ({named}: e.g. {fits}) or the "
-            f"{axis!r} axis smaller",
+            (
+                f"{stages} pipeline stages (mesh axis {axis!r}) cannot share {layers} layers equally: "
+                f"make the layers a multiple of {stages} (",
+                named,
+                f": e.g. {fits}) or the {axis!r} axis smaller",
+            ),
             "pipeline",
             fix=dataclasses.replace(config, model=dataclasses.replace(config.model, **{field: up})),
             fix_label=f"Make it {up} layers ({up // stages} per stage)",

@@ -8,12 +8,14 @@ import dataclasses
 import functools
 import math
 
-from ..errors import ConfigError
+from ..errors import ConfigError, Named
 from ..hardware import targets
 from ..sharding.mesh import MeshSpec
 from ..sharding.rules import DCN_AXIS
 from ..training.config import LabConfig
 from ..training.config import plan as make_plan
+
+BATCH_TOKENS = Named("Batch (tokens)", "--batch-tokens", "{flag}")  # the Plan page's box, the plan command's option
 
 # The remat options searched unless told (the family's others on request, --remats): none, full, and the
 # selective policy that keeps the q/k/v projections (sharding_lab.models.remat).
@@ -183,8 +185,11 @@ def base_config(model, target: str, batch_tokens: int, optimizer: str = "adamw",
     seq = model.seq
     if not isinstance(batch_tokens, int) or batch_tokens < seq or batch_tokens % seq:
         raise ConfigError(
-            f"--batch-tokens must be a multiple of the sequence length {seq}, got {batch_tokens}: "
-            f"e.g. {seq * max(1, (batch_tokens or 0) // seq) or seq}",
+            (
+                BATCH_TOKENS,
+                f" must be a multiple of the sequence length {seq}, got {batch_tokens}: "
+                f"e.g. {seq * max(1, (batch_tokens or 0) // seq) or seq}",
+            ),
             "batch",
         )
     return LabConfig(

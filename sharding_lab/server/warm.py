@@ -357,18 +357,16 @@ def _warm_in_child(configs: list, started: float) -> None:
 
 
 def _describe(config) -> dict:
-    """A class layout in words the child can rebuild (:func:`_rebuild`): its family's defaults on a mesh."""
-    return {"family": config.family.name, "shape": config.mesh.shape, "axes": config.mesh.axes, "preset": config.preset}
+    """A class layout in words the child can rebuild (:func:`_rebuild`): its JSON, every run setting as the
+    run settings table writes it (:meth:`LabConfig.to_json`)."""
+    return config.to_json()
 
 
 def _rebuild(layout: dict):
     """The configuration :func:`_describe` described."""
-    import dataclasses
+    from ..training.config import config_from_json
 
-    from ..sharding.mesh import MeshSpec
-
-    config = default_config(layout["family"], tuple(layout["shape"]), layout["preset"])
-    return config and dataclasses.replace(config, mesh=MeshSpec(tuple(layout["shape"]), tuple(layout["axes"])))
+    return config_from_json(layout)
 
 
 def child_main() -> int:

@@ -17,7 +17,7 @@ import jax
 import numpy as np
 from flax import nnx
 
-from ..errors import ConfigError, nearest_divisible
+from ..errors import ConfigError, Named, nearest_divisible
 from .rules import Rules, axis_names, split_ways
 
 EXPERT = "expert"  # the logical axis of the experts
@@ -33,6 +33,12 @@ def expert_axes(rules: Rules) -> tuple[str, ...]:
     return axis_names(rules.target(EXPERT))
 
 
+def _experts_named(config) -> Named:
+    """The experts' size as the sidebar and the command line name it."""
+    size = config.family.size_fields.get("experts")
+    return Named.of(size) if size is not None else Named("Experts", "--experts")
+
+
 def validate(config, rules: Rules) -> None:
     """Experts the rules split must exist and divide evenly; a mixture is not pipelined (the
     pipelined step would drop its load-balancing loss). ConfigError names the fix."""
@@ -42,8 +48,11 @@ def validate(config, rules: Rules) -> None:
     if axes and not experts:
         up = ways * -(-8 // ways)  # 8 experts, or the fewest the split's devices share evenly
         raise ConfigError(
-            f"{where} split the experts over {'+'.join(axes)!r}, but this model's MLP is dense "
-            f"(experts 0): set Experts (--experts), e.g. {up}, or choose a preset without experts",
+            (
+                f"{where} split the experts over {'+'.join(axes)!r}, but this model's MLP is dense (experts 0): set ",
+                _experts_named(config),
+                f", e.g. {up}, or choose a preset without experts",
+            ),
             "model",
             fix=_with_experts(config, up),
             fix_label=f"Make it {up} experts ({up // ways} per device)",
@@ -53,9 +62,11 @@ def validate(config, rules: Rules) -> None:
     if experts % ways:
         fits = nearest_divisible(experts, ways)
         raise ConfigError(
-            f"{experts} experts cannot be split evenly over the {ways} devices of "
-            f"{'+'.join(axes)!r}: make Experts (--experts) a multiple of {ways} (e.g. "
-            f"{' or '.join(map(str, fits))}) or that axis smaller",
+            (
+                f"{experts} experts cannot be split evenly over the {ways} devices of {'+'.join(axes)!r}: make ",
+                _experts_named(config),
+                f" a multiple of {ways} (e.g. {' or '.join(map(str, fits))}) or that axis smaller",
+            ),
             "model",
             fix=_with_experts(config, fits[-1]),
             fix_label=f"Make it {fits[-1]} experts ({fits[-1] // ways} per device)",

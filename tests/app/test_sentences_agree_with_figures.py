@@ -102,19 +102,34 @@ def test_see_it_move_opens_on_the_collective_that_sends_the_most():
 
 
 def test_the_app_s_errors_name_its_boxes_not_the_command_line_s_options():
-    """'--batch-tokens must be a multiple …' beside a box labelled 'Batch (tokens)'; 'Experts (--experts)'."""
+    """'--batch-tokens must be a multiple …' beside a box labelled 'Batch (tokens)'; 'Experts (--experts)'. An
+    error names the settings it means (errors.Named): the app says their labels, the command line their options —
+    no text rewritten."""
+    import dataclasses
+
+    import sharding_lab as sl
     from sharding_lab import search
-    from sharding_lab.app.words import app_words
     from sharding_lab.errors import ConfigError
     from sharding_lab.models.transformer import TransformerSpec
 
-    try:
-        search.base_config(TransformerSpec(seq=32), "v5e-8", 100)
-    except ConfigError as error:
-        said = app_words(str(error))
-    assert said.startswith("Batch (tokens) must be a multiple of the sequence length 32") and "--" not in said
-    assert app_words("set Experts (--experts), e.g. 8") == "set Experts, e.g. 8"
-    assert app_words("a multiple of 4 (Layers, --layers: e.g. 4)") == "a multiple of 4 (Layers: e.g. 4)"
+    def refusal(call):
+        try:
+            call()
+        except ConfigError as error:
+            return error
+        raise AssertionError("no ConfigError")
+
+    error = refusal(lambda: search.base_config(TransformerSpec(seq=32), "v5e-8", 100))
+    assert error.in_app().startswith("Batch (tokens) must be a multiple of the sequence length 32")
+    assert "--" not in error.in_app() and str(error).startswith("--batch-tokens must be a multiple")
+    dense = sl.LabConfig(mesh=sl.MeshSpec((2, 4), ("data", "expert")), preset="ep", model=TransformerSpec())
+    error = refusal(lambda: sl.plan(dense))
+    assert "set Experts, e.g. 8" in error.in_app() and "set Experts (--experts), e.g. 8" in str(error)
+    piped = sl.LabConfig(
+        mesh=sl.MeshSpec((4, 2), ("stage", "data")), preset="pp", model=dataclasses.replace(TransformerSpec(), layers=3)
+    )
+    error = refusal(lambda: sl.plan(piped))
+    assert "(Layers: e.g. " in error.in_app() and "(Layers, --layers: e.g. " in str(error)
 
 
 def test_no_label_in_the_sidebar_promises_a_time():

@@ -212,3 +212,17 @@ def test_the_converters_name_no_setting():
         text = (root / path).read_text()
         for name in ("decay", "axis_type", "microbatches", "schedule", "batch", "optimizer"):
             assert not re.search(rf"\b{name}\b", text), (path, name)
+
+
+def test_the_warm_up_child_rebuilds_every_class_layout_from_its_words():
+    """The class warm-up sends its child each layout as JSON words (every run setting, from the table); the
+    child's rebuilt configuration must be the very one (a program is compiled for it)."""
+    import time
+
+    from sharding_lab.server import warm
+
+    started = time.perf_counter()
+    configs = warm.class_configs(8)
+    assert len({c.family.name for c in configs}) == 2 and time.perf_counter() - started < 120
+    for config in configs:
+        assert warm._rebuild(json.loads(json.dumps(warm._describe(config)))) == config
