@@ -4,7 +4,7 @@ import streamlit as st
 
 from sharding_lab import settings
 from sharding_lab.app import closed_tabs, fragment_race, page_errors, session, tabs
-from sharding_lab.server import activity, classroom, warm
+from sharding_lab.server import activity, classroom, compile_cache, warm
 
 
 def main() -> None:
@@ -13,7 +13,7 @@ def main() -> None:
     fragment_race.install()  # the Train page's polls must not cut a full run's end off (see the module)
     closed_tabs.install()  # a tab closed while a message was on its way is not a traceback in the server's log
     # Once per server process: compiled programs from disk (SHARDING_LAB_CACHE_DIR).
-    warm.enable_compilation_cache()
+    compile_cache.enable_compilation_cache()
     session.init_state()
     tabs.tab_id()  # this tab's opaque id, from its first run on (the challenges page counts solves by it)
     # The teacher view exists for this session only if its link carried the server's token, once. The token is

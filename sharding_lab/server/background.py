@@ -37,49 +37,71 @@ from typing import Callable
 
 JOIN_LIMIT_S = 120.0  # the longest stop_all waits for every thread together (a transformer's compile: ~30 s)
 
-_lock = threading.Lock()
-_tracked: list[tuple[threading.Thread, Callable[[], None]]] = []
-_exiting = threading.Event()
+
+class Threads:
+    """One server's background threads, each with the function that asks it to stop (the module's functions use
+    :data:`SERVER`'s, which the interpreter's exit stops)."""
+
+    def __init__(self):
+        self._lock = threading.Lock()
+        self._tracked: list[tuple[threading.Thread, Callable[[], None]]] = []
+        self.exiting = threading.Event()  # set once the process is stopping its threads: start no new work
+
+    def track(self, thread: threading.Thread, stop: Callable[[], None]) -> threading.Thread:
+        """Have :meth:`stop_all` call ``stop()`` and join ``thread``; the thread, for chaining."""
+        with self._lock:
+            self._tracked[:] = [(t, s) for t, s in self._tracked if t.is_alive() or t is thread]
+            self._tracked.append((thread, stop))
+        return thread
+
+    def alive(self) -> list[threading.Thread]:
+        """The tracked threads still running."""
+        with self._lock:
+            return [t for t, _ in self._tracked if t.is_alive()]
+
+    def stop_all(self, limit_s: float = JOIN_LIMIT_S) -> bool:
+        """Ask every tracked thread to stop, then join them (all together at most ``limit_s``); True when every
+        one ended. New threads may be tracked after."""
+        with self._lock:
+            tracked = list(self._tracked)
+        for _, stop in tracked:
+            try:
+                stop()
+            except Exception:  # noqa: BLE001 - one thread's stop must not keep the others running
+                pass
+        deadline = time.monotonic() + limit_s
+        for thread, _ in tracked:
+            if thread is not threading.current_thread():
+                thread.join(max(0.0, deadline - time.monotonic()))
+        return not any(t.is_alive() for t, _ in tracked if t is not threading.current_thread())
+
+
+SERVER = Threads()  # this process's
 
 
 def track(thread: threading.Thread, stop: Callable[[], None]) -> threading.Thread:
     """Have :func:`stop_all` call ``stop()`` and join ``thread`` at exit; the thread, for chaining."""
-    with _lock:
-        _tracked[:] = [(t, s) for t, s in _tracked if t.is_alive() or t is thread]
-        _tracked.append((thread, stop))
-    return thread
+    return SERVER.track(thread, stop)
 
 
 def exiting() -> bool:
     """True once the process is stopping its threads: start no new work."""
-    return _exiting.is_set()
+    return SERVER.exiting.is_set()
 
 
 def alive() -> list[threading.Thread]:
     """The tracked threads still running."""
-    with _lock:
-        return [t for t, _ in _tracked if t.is_alive()]
+    return SERVER.alive()
 
 
 def stop_all(limit_s: float = JOIN_LIMIT_S) -> bool:
-    """Ask every tracked thread to stop, then join them (all together at most ``limit_s``); True when every
-    one ended. Called at interpreter exit; a test may call it too (new threads may be tracked after)."""
-    with _lock:
-        tracked = list(_tracked)
-    for _, stop in tracked:
-        try:
-            stop()
-        except Exception:  # noqa: BLE001 - one thread's stop must not keep the others running
-            pass
-    deadline = time.monotonic() + limit_s
-    for thread, _ in tracked:
-        if thread is not threading.current_thread():
-            thread.join(max(0.0, deadline - time.monotonic()))
-    return not any(t.is_alive() for t, _ in tracked if t is not threading.current_thread())
+    """Stop and join this server's threads (:meth:`Threads.stop_all`). Called at interpreter exit; a test may
+    call it too (new threads may be tracked after)."""
+    return SERVER.stop_all(limit_s)
 
 
 def _at_exit() -> None:
-    _exiting.set()
+    SERVER.exiting.set()
     if stop_all():
         return
     names = ", ".join(t.name for t in alive())

@@ -33,12 +33,12 @@ def replica_id() -> str:
 def database_url() -> str:
     """``SHARDING_LAB_DATABASE_URL``, or a SQLite file next to the compilation cache (in memory when the
     cache is off: the tests, a server that keeps nothing)."""
-    from . import warm
+    from . import compile_cache
 
     url = settings.DATABASE_URL.raw()
     if url:
         return url
-    cache = warm.cache_dir()
+    cache = compile_cache.cache_dir()
     if cache is None:
         return "sqlite://"
     return f"sqlite:///{Path(cache) / 'classroom.sqlite3'}"

@@ -1,9 +1,7 @@
-"""Warm start for a class: compiled programs kept on disk, and what a class clicks compiled early.
+"""Warm start for a class: what a class clicks, compiled early into JAX's persistent compilation cache
+(:mod:`.compile_cache`, which a restarted server loads instead of compiling again).
 
-:func:`enable_compilation_cache` points JAX's persistent compilation cache at
-``SHARDING_LAB_CACHE_DIR`` (default ``~/.cache/sharding-lab/jax``; ``off`` disables it), so a
-restarted server loads the programs the last one compiled instead of compiling them again.
-:func:`warm_in_background` then compiles, in a background thread, the default configuration (the
+:func:`warm_in_background` compiles, in a background thread, the default configuration (the
 seed preset on the default mesh — what every student sees first) and what a class clicks first
 (:func:`first_configs`), then in a child process at the lowest CPU priority (:func:`_warm_in_child`) the rest
 of the layouts a class clicks through (:func:`class_configs`: each model family's defaults × every preset ×
@@ -27,47 +25,10 @@ import time
 from pathlib import Path
 
 from .. import settings, worker_process
+from .compile_cache import cache_dir, enable_compilation_cache
 
 _lock = threading.Lock()
 _state: dict = {}
-
-
-def cache_dir() -> Path | None:
-    """Where compiled programs are kept, or None when ``SHARDING_LAB_CACHE_DIR=off``."""
-    value = settings.CACHE_DIR.raw()
-    if value.lower() in ("off", "none", "0", "false"):
-        return None
-    if value:
-        return Path(value).expanduser()
-    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
-    return Path(base) / "sharding-lab" / "jax"
-
-
-def enable_compilation_cache() -> Path | None:
-    """Turn JAX's persistent compilation cache on (once per process); the directory, or None."""
-    import jax
-
-    with _lock:
-        if "cache" in _state:
-            return _state["cache"]
-        path = cache_dir()
-        if path is not None:
-            try:
-                path.mkdir(parents=True, exist_ok=True)
-            except OSError:  # a read-only home: run without the cache rather than not at all
-                path = None
-        if path is not None:
-            jax.config.update("jax_compilation_cache_dir", str(path))
-            # JAX keeps only programs that took ≥ 1 s to compile by default; a chunk here takes
-            # ~0.7 s on an idle core and several seconds when a class compiles at once.
-            jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
-            jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
-            # JAX hands XLA a GPU autotuning directory inside the cache directory and hashes that option into
-            # every program's key (jax 0.10.2, CPU included): a cache copied or moved to another path missed
-            # every program (measured: a class's 20 runs all compiled again). No autotuning here to keep.
-            jax.config.update("jax_persistent_cache_enable_xla_caches", "none")
-        _state["cache"] = path
-        return path
 
 
 def class_meshes(devices: int) -> list[tuple[int, ...]]:

@@ -234,8 +234,8 @@ def test_token_comparison():
 
 CACHE_PROBE = """
 import sharding_lab as sl
-from sharding_lab.server import warm
-print(warm.enable_compilation_cache())
+from sharding_lab.server import compile_cache
+print(compile_cache.enable_compilation_cache())
 lab = sl.Lab(sl.LabConfig(mesh=sl.MeshSpec((2, 4), ("data", "model")), preset="fsdp", steps=100))
 sl.Trainer(lab).run()
 """
@@ -266,12 +266,12 @@ def test_a_second_server_start_loads_its_programs_from_the_disk_cache_even_moved
 
 
 def test_cache_can_be_switched_off(monkeypatch):
-    from sharding_lab.server import warm
+    from sharding_lab.server import compile_cache
 
     monkeypatch.setenv("SHARDING_LAB_CACHE_DIR", "off")
-    assert warm.cache_dir() is None
+    assert compile_cache.cache_dir() is None
     monkeypatch.setenv("SHARDING_LAB_CACHE_DIR", "~/somewhere")
-    assert str(warm.cache_dir()).endswith("somewhere") and "~" not in str(warm.cache_dir())
+    assert str(compile_cache.cache_dir()).endswith("somewhere") and "~" not in str(compile_cache.cache_dir())
 
 
 def test_warm_up_compiles_the_default_configuration_in_the_background():
