@@ -73,7 +73,7 @@ if config.stage_axis is not None:
     st.info(
         f"The Lesson walks through the blog's jitted step, which a pipelined layout does not run: its "
         f"blocks are split into stages on `{ui.plain(config.stage_axis)}` and its step is written by hand "
-        "with `shard_map` and `ppermute` (`sharding_lab/pipeline/step.py`). The schedule is drawn on the "
+        "with `shard_map` and `ppermute` (`sharding_lab/pipeline/pipelined_step.py`). The schedule is drawn on the "
         "Train page and the sends between stages are listed on the Communication page; choose another "
         "preset to follow the Lesson.",
         icon=":material/info:",

@@ -71,10 +71,10 @@ def make_train_step(plan: Plan, graphdef, compute_dtype=None):
     there, while the forward and backward passes run on a ``compute_dtype`` copy of the weights.
 
     A pipelined configuration (rules with ``layers`` → a mesh axis) gets the pipelined step instead
-    (:mod:`sharding_lab.pipeline.step`): the same signature, loss and gradients, its microbatches
+    (:mod:`sharding_lab.pipeline.pipelined_step`): the same signature, loss and gradients, its microbatches
     scheduled over the stages (its math in the state's dtype: mixed precision is not applied to it)."""
     if plan.config.stage_axis is not None:
-        from ..pipeline.step import make_pipelined_step
+        from ..pipeline.pipelined_step import make_pipelined_step
 
         return make_pipelined_step(plan, graphdef)
     family, mesh, activations = plan.config.family, plan.mesh, plan.activation_specs()

@@ -16,8 +16,8 @@ import sharding_lab as sl
 from sharding_lab.cli import main as cli
 from sharding_lab.models.transformer import TransformerSpec, cross_entropy_loss
 from sharding_lab.pipeline import family_for, schedule_of
+from sharding_lab.pipeline.pipelined_step import microbatches
 from sharding_lab.pipeline.schedule import SCHEDULES, build
-from sharding_lab.pipeline.step import microbatches
 from sharding_lab.program.communication import analyze
 from sharding_lab.program.textbook import compare
 

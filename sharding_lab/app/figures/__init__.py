@@ -1,8 +1,8 @@
-"""Figures (Plotly): where arrays live (:mod:`.layout`: the mesh, shard maps, memory) and how a run goes
+"""Figures (Plotly): where arrays live (:mod:`.shard_maps`: the mesh, shard maps, memory) and how a run goes
 (:mod:`.training`: loss, model fit, comparisons). One colour per device everywhere (:func:`device_color`).
 """
 
-from .layout import (
+from .shard_maps import (
     MAX_FACETS,
     MAX_LABELLED_BLOCKS,
     PALETTE,

@@ -11,7 +11,7 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from ...units import format_bytes, format_count
-from .layout import PALETTE
+from .shard_maps import PALETTE
 
 
 def downsample(values: list[float], limit: int = 1500) -> tuple[np.ndarray, np.ndarray]:
