@@ -37,7 +37,7 @@ def _ask_check(challenge_id: str) -> None:
 
 
 def _apply_solution(challenge_id: str) -> None:
-    """The solution's command-line options → LabConfig → the sidebar's keys (in a callback: before
+    """The solution (a partial configuration) → LabConfig → the sidebar's keys (in a callback: before
     the widgets are drawn, so they show the new values). A learner compiling for a TPU slice or GPU node
     keeps it when the solution holds there too (checked on that compiler's program); where it does not, the
     sidebar goes back to the simulated host, where it does, and says why — the compiler decides."""
@@ -64,7 +64,7 @@ def _apply_solution(challenge_id: str) -> None:
     state.challenge_applied = (
         challenge_id,
         "The sidebar now holds a configuration that solves it "
-        f"(`{shlex.join(challenge.solution)}`): press **Check**." + note,
+        f"(`{shlex.join(challenges.solution_args(challenge))}`): press **Check**." + note,
     )
 
 

@@ -7,7 +7,7 @@ import shlex
 import sys
 
 from ..errors import ConfigError
-from ..lessons.challenges import CHALLENGES, get
+from ..lessons.challenges import CHALLENGES, get, solution_args
 from ..training.config import plan as make_plan
 from ..training.options import config_from_args
 
@@ -39,7 +39,7 @@ def main(args) -> int:
             return 0
         challenge = get(args.id)
         if args.action == "solution":
-            print(shlex.join(challenge.solution))
+            print(shlex.join(solution_args(challenge)))
             return 0
         solved, why = challenge.check(make_plan(config_from_args(args)))
         if args.json:

@@ -106,17 +106,22 @@ def config_from_json(data: dict) -> LabConfig:
     return config_from_values(values)
 
 
-def config_from_partial(partial: dict, family: str = "mlp") -> LabConfig:
-    """A partial configuration (settings by name, e.g. a challenge's solution ``{"preset": "dp"}``) over the
-    family's defaults; ``model`` may be a dict of size fields over the family's Spec."""
-    fam = FAMILIES[partial.get("family", family)]
-    values = {**default_values(), **family_defaults(fam)}
-    sizes = partial.get("model", {})
-    values["model"] = sizes if not isinstance(sizes, dict) else dataclasses.replace(fam.Spec(), **sizes)
-    values.update({k: v for k, v in partial.items() if k not in ("family", "model")})
-    if "mesh.axes" not in values and "mesh.shape" in values:
-        values["mesh.axes"] = default_axes(len(values["mesh.shape"]))
-    return config_from_values({**{"mesh.shape": (2, 4), "mesh.axes": ("data", "model")}, **values})
+def config_from_partial(partial: dict) -> LabConfig:
+    """A partial configuration — settings by name over the defaults of its model family (``family``), e.g. a
+    challenge's solution ``{"mesh.shape": (8,), "preset": "fsdp"}``. ``model``: the sizes that differ from the
+    family's Spec; ``overrides``: per-parameter targets on top of the preset's rules (then the rules are custom)."""
+    fam = FAMILIES[partial.get("family", "mlp")]
+    values = {**default_values(), **family_defaults(fam), "mesh.shape": MeshSpec().shape}
+    values.update({k: v for k, v in partial.items() if k not in ("family", "model", "overrides")})
+    values["model"] = dataclasses.replace(fam.Spec(), **partial.get("model", {}))
+    values.setdefault("mesh.axes", default_axes(len(values["mesh.shape"])))
+    config = config_from_values(values)
+    if partial.get("overrides"):
+        rules = preset_rules(config.preset, config.mesh, config.model)
+        for name, targets_ in partial["overrides"].items():
+            rules = rules.with_override(name, tuple(targets_))
+        config = dataclasses.replace(config, preset=None, rules=rules)
+    return config
 
 
 @functools.lru_cache(maxsize=256)

@@ -168,6 +168,15 @@ class Layout(Setting):
             + [f"--override={name}={':'.join(target_text(t) for t in dims)}" for name, dims in rules.overrides]
         )
 
+    def partial_args(self, partial, config) -> list[str]:
+        """The preset, and the per-parameter overrides a partial configuration puts on it."""
+        if self.name not in partial:
+            return []
+        overrides = partial.get("overrides", {})
+        return [self.flag, partial[self.name]] + [
+            f"--override={name}={':'.join(target_text(t) for t in dims)}" for name, dims in overrides.items()
+        ]
+
     def to_state(self, config, piped) -> dict:
         # The rules table shows the rules either way: a preset's, bound to this mesh, or the custom ones.
         return {

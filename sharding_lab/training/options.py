@@ -12,7 +12,7 @@ import argparse
 import sys
 
 from ..models.hf_config import load_hf_config, summary
-from .config import LabConfig, config_from_values
+from .config import LabConfig, config_from_partial, config_from_values
 from .run_settings import RUN_SETTINGS, VALUES, family_defaults
 
 
@@ -41,6 +41,13 @@ def config_to_args(config: LabConfig) -> list[str]:
     comes with the ``--family`` that imports it; a named size is written as ``--size NAME`` and
     only the options that differ from it."""
     return [word for setting in RUN_SETTINGS for word in setting.to_args(config)]
+
+
+def partial_to_args(partial: dict) -> list[str]:
+    """A partial configuration (settings by name, e.g. a challenge's solution) as the command-line options
+    that say it: only the settings it names, over the family's defaults."""
+    config = config_from_partial(partial)
+    return [word for setting in RUN_SETTINGS for word in setting.partial_args(partial, config)]
 
 
 def say_hf_config(args, config) -> None:

@@ -351,6 +351,13 @@ class ModelSizes(Setting):
                 args += [option.flag, str(value)]
         return args
 
+    def partial_args(self, partial, config) -> list[str]:
+        """Only the sizes the partial configuration gives."""
+        fields = config.family.size_fields
+        return [
+            word for field, value in partial.get(self.name, {}).items() for word in (fields[field].flag, str(value))
+        ]
+
     def to_state(self, config, piped) -> dict:
         fam = config.family
         return {size_key(f): field_value(s, getattr(config.model, f)) for f, s in fam.size_fields.items()}

@@ -79,6 +79,10 @@ class Setting:
         """The error fields (ConfigError.field) that name this setting."""
         return (self.name, self.name.removeprefix("mesh."), self.link)
 
+    def partial_args(self, partial: dict, config) -> list[str]:
+        """The options that say this setting when a partial configuration names it (else none)."""
+        return self.to_args(config) if self.name in partial else []
+
     def in_link(self, query: dict) -> str | None:
         """The link key this setting was given under (its own, else an older alias), or None."""
         return next((key for key in self.link_keys() if key in query), None)

@@ -41,7 +41,7 @@ def test_catalogue_is_complete_and_graded():
         assert re.fullmatch(r"[a-z][a-z0-9-]*", c.id), c.id  # safe in a link, no quoting needed
         assert c.goal.endswith(".") and c.goal.count(". ") == 0, c.goal  # one sentence
         assert 2 <= len(c.hints) <= 3 and c.checked_on in challenges.CHECKED_ON
-        assert all(isinstance(a, str) for a in c.solution)
+        assert isinstance(c.solution, dict) and c.solution  # a partial configuration, settings by name
     # the transformer challenge is there exactly when the transformer family is
     assert ("megatron-sublayers" in challenges.CHALLENGES) == ("transformer" in sl.FAMILIES)
 
@@ -49,10 +49,11 @@ def test_catalogue_is_complete_and_graded():
 @pytest.mark.parametrize("challenge_id", IDS)
 def test_solution_solves_it_and_the_sidebar_can_hold_it(challenge_id):
     challenge = challenges.get(challenge_id)
-    # the same route as the CLI: argv → cli.config_from_args → plan → check
+    # the solution as a partial configuration, and as the command line prints it, are one configuration
     parser = argparse.ArgumentParser()
     cli.add_config_options(parser)
-    config = cli.config_from_args(parser.parse_args(list(challenge.solution)))
+    config = challenges.solution_config(challenge)
+    assert cli.config_from_args(parser.parse_args(challenges.solution_args(challenge))) == config
     solved, why = challenge.check(sl.plan(config))
     assert solved, why
     assert why.endswith(".")  # a sentence
@@ -139,7 +140,9 @@ def test_cli_check_default_and_solution(capsys):
 
 def test_cli_solution_is_shell_quoted(capsys):
     code, out, _ = in_process(capsys, "challenge", "solution", "no-fallback")
-    assert code == 0 and shlex.split(out) == list(challenges.get("no-fallback").solution)
+    solution = challenges.get("no-fallback")
+    assert code == 0 and shlex.split(out) == challenges.solution_args(solution)
+    assert challenges.config_from_argv(shlex.split(out)) == challenges.solution_config(solution)
 
 
 @pytest.mark.parametrize(

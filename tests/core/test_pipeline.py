@@ -256,7 +256,7 @@ def test_small_bubble_challenge_needs_1f1b_to_keep_memory_down():
     from sharding_lab.lessons import challenges
 
     challenge = challenges.get("small-bubble")
-    config = challenges.config_from_argv(challenge.solution)
+    config = challenges.solution_config(challenge)
     solved, why = challenge.check(sl.plan(config))
     assert solved and "15.8% of the stage-ticks idle" in why  # 3/19, from the table
     solved, why = challenge.check(sl.plan(dataclasses.replace(config, schedule="gpipe")))

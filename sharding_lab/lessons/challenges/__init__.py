@@ -23,6 +23,7 @@ from .catalogue import (
     check,
     config_from_argv,
     get,
+    solution_args,
     solution_config,
 )
 
@@ -35,5 +36,6 @@ __all__ = [
     "check",
     "config_from_argv",
     "get",
+    "solution_args",
     "solution_config",
 ]

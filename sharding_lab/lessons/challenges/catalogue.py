@@ -1,6 +1,6 @@
-"""The challenges: each with its goal in one sentence, hints from gentle to nearly the answer, a solution (the
-command line's config options, so the CLI and the app both apply it) and its check (:mod:`.checks`); results
-cached by configuration, so twenty students on one layout compile it once.
+"""The challenges: each with its goal in one sentence, hints from gentle to nearly the answer, a solution (a
+partial configuration: the settings it changes by name, so the CLI and the app both apply it) and its check
+(:mod:`.checks`); results cached by configuration, so twenty students on one layout compile it once.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from typing import Callable
 
 from ...errors import ConfigError
 from ...models import FAMILIES
-from ...training.config import LabConfig, Plan
+from ...training.config import LabConfig, Plan, config_from_partial
 from . import checks
 from .checks import canonical
 
@@ -34,7 +34,7 @@ class Challenge:
     level: int  # 1 easy, 2 medium, 3 hard
     hints: tuple[str, ...]  # progressively stronger, the last one nearly the answer
     checked_on: str  # a key of CHECKED_ON
-    solution: tuple[str, ...]  # argv config options that solve it, e.g. ("--preset", "dp")
+    solution: dict  # a partial configuration that solves it, settings by name: {"mesh.shape": (2, 4), "preset": "dp"}
     run: Callable[[Plan], tuple[bool, str]] = dataclasses.field(repr=False, compare=False)
 
     @property
@@ -79,7 +79,7 @@ _LIST = [
             "The preset FSDP + tensor parallel maps `mlp` to model+data: 4 × 2 = 8 pieces.",
         ),
         "plan",
-        ("--mesh", "2x4", "--preset", "fsdp_tp"),
+        {"mesh.shape": (2, 4), "preset": "fsdp_tp"},
         checks.eighth,
     ),
     Challenge(
@@ -94,7 +94,7 @@ _LIST = [
             "Data parallel: the batch split on `data`, every parameter replicated.",
         ),
         "compiled",
-        ("--mesh", "2x4", "--preset", "dp"),
+        {"mesh.shape": (2, 4), "preset": "dp"},
         checks.quiet_forward,
     ),
     Challenge(
@@ -109,7 +109,7 @@ _LIST = [
             "A per-parameter override for w2: rows on `model`, columns replicated (w2=model:none).",
         ),
         "plan",
-        ("--mesh", "2x4", "--preset", "seed", "--override", "w2=model:none"),
+        {"mesh.shape": (2, 4), "preset": "seed", "overrides": {"w2": ("model", None)}},
         checks.no_fallback,
     ),
     Challenge(
@@ -125,7 +125,7 @@ _LIST = [
             "Tensor parallel splits w1 by columns and w2 by rows on `model`; set Explicit axes with it.",
         ),
         "plan",
-        ("--mesh", "2x4", "--axis-type", "explicit", "--preset", "tp"),
+        {"mesh.shape": (2, 4), "mesh.axis_type": "explicit", "preset": "tp"},
         checks.explicit,
     ),
     Challenge(
@@ -140,7 +140,7 @@ _LIST = [
             "Tensor parallel on 2×4: the weights split 4 ways, and one small all-reduce of activations.",
         ),
         "compiled",
-        ("--mesh", "2x4", "--preset", "tp"),
+        {"mesh.shape": (2, 4), "preset": "tp"},
         checks.halve_dp,
     ),
     Challenge(
@@ -155,7 +155,7 @@ _LIST = [
             "Put the batch and the weights on the same axis of a 1-D mesh of 8: FSDP gathers the weights instead.",
         ),
         "compiled",
-        ("--mesh", "8", "--preset", "fsdp"),
+        {"mesh.shape": (8,), "preset": "fsdp"},
         checks.no_activation_allreduce,
     ),
     Challenge(
@@ -169,7 +169,7 @@ _LIST = [
             "FSDP on a 1-D mesh of 8 with input, width and output all 1024, batch 32.",
         ),
         "compiled",
-        ("--mesh", "8", "--preset", "fsdp", "--din", "1024", "--width", "1024", "--dout", "1024", "--batch", "32"),
+        {"mesh.shape": (8,), "preset": "fsdp", "model": {"din": 1024, "dmid": 1024, "dout": 1024}, "batch_size": 32},
         checks.gather_activations,
     ),
     Challenge(
@@ -185,7 +185,7 @@ _LIST = [
             "Data parallel on 2×4 with input, width and output 4096 and batch 4096.",
         ),
         "cost",
-        ("--mesh", "2x4", "--preset", "dp", "--din", "4096", "--width", "4096", "--dout", "4096", "--batch", "4096"),
+        {"mesh.shape": (2, 4), "preset": "dp", "model": {"din": 4096, "dmid": 4096, "dout": 4096}, "batch_size": 4096},
         checks.compute_bound,
     ),
 ]
@@ -206,7 +206,7 @@ if "transformer" in FAMILIES:  # the transformer family may not be installed in 
                 "The transformer's tensor-parallel (Megatron) preset on 2×4.",
             ),
             "compiled",
-            ("--model", "transformer", "--mesh", "2x4", "--preset", "tp"),
+            {"family": "transformer", "mesh.shape": (2, 4), "preset": "tp"},
             checks.megatron_sublayers,
         ),
         Challenge(
@@ -223,22 +223,15 @@ if "transformer" in FAMILIES:  # the transformer family may not be installed in 
                 "4 stages (a 4×2 mesh with axes stage, data, and layers a multiple of 4), 16 microbatches, 1F1B.",
             ),
             "schedule",
-            (
-                "--model",
-                "transformer",
-                "--mesh",
-                "4x2",
-                "--axes",
-                "stage,data",
-                "--preset",
-                "pp",
-                "--layers",
-                "4",
-                "--microbatches",
-                "16",
-                "--schedule",
-                "1f1b",
-            ),
+            {
+                "family": "transformer",
+                "mesh.shape": (4, 2),
+                "mesh.axes": ("stage", "data"),
+                "preset": "pp",
+                "model": {"layers": 4},
+                "microbatches": 16,
+                "schedule": "1f1b",
+            },
             checks.small_bubble,
         ),
         Challenge(
@@ -254,7 +247,13 @@ if "transformer" in FAMILIES:  # the transformer family may not be installed in 
                 "8 experts and the ep preset on a 2×4 mesh with axes data, expert.",
             ),
             "compiled",
-            ("--model", "transformer", "--mesh", "2x4", "--axes", "data,expert", "--preset", "ep", "--experts", "8"),
+            {
+                "family": "transformer",
+                "mesh.shape": (2, 4),
+                "mesh.axes": ("data", "expert"),
+                "preset": "ep",
+                "model": {"experts": 8},
+            },
             checks.token_exchange,
         ),
     ]
@@ -284,7 +283,15 @@ def config_from_argv(argv) -> LabConfig:
 
 
 def solution_config(challenge: Challenge) -> LabConfig:
-    return config_from_argv(challenge.solution)
+    """The challenge's solution (a partial configuration) over the defaults of its model family."""
+    return config_from_partial(challenge.solution)
+
+
+def solution_args(challenge: Challenge) -> list[str]:
+    """The solution as command-line options (``sharding-lab challenge solution``, the app's note)."""
+    from ...training.options import partial_to_args
+
+    return partial_to_args(challenge.solution)
 
 
 def check(challenge_id: str, plan: Plan) -> tuple[bool, str]:
