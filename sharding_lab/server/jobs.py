@@ -348,26 +348,8 @@ class DistributedJob(TrainingJob):
 
 def edits_since(run: LabConfig, now: LabConfig) -> list[tuple[str, str, str]]:
     """What the sidebar and the Train page say now that the running run does not: (setting, the run's
-    value, the value now) — a student may edit while a run trains; the run keeps what it started with."""
+    value, the value now) — a student may edit while a run trains; the run keeps what it started with. Every
+    run setting of the table (:func:`sharding_lab.training.run_settings.edits`)."""
+    from ..training.run_settings import edits
 
-    def rules(c):
-        return f"preset {c.preset}" if c.preset else "custom rules"
-
-    fields = [
-        ("mesh", lambda c: c.mesh.label()),
-        ("rules", rules),
-        ("model", lambda c: c.family.name),
-        ("optimizer", lambda c: c.optimizer),
-        ("learning rate", lambda c: f"{c.lr:g}"),
-        ("momentum decay", lambda c: f"{c.decay:g}"),
-        ("steps", lambda c: f"{c.steps:,}"),
-        ("batch", lambda c: str(c.batch_size)),
-        ("seed", lambda c: str(c.seed)),
-        ("target", lambda c: c.target),
-        ("pipeline", lambda c: f"{c.microbatches} microbatches, {c.schedule}" if c.stage_axis else "none"),
-    ]
-    out = [(name, read(run), read(now)) for name, read in fields if read(run) != read(now)]
-    if run.family.name == now.family.name and run.model != now.model:  # the sizes that differ, not the Spec's repr
-        changed = [f for f in run.family.size_fields if getattr(run.model, f) != getattr(now.model, f)]
-        out.insert(3, tuple(["sizes"] + [", ".join(f"{f} {getattr(c.model, f)}" for f in changed) for c in (run, now)]))
-    return out
+    return edits(run, now)

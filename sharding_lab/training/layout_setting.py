@@ -168,6 +168,10 @@ class Layout(Setting):
             + [f"--override={name}={':'.join(target_text(t) for t in dims)}" for name, dims in rules.overrides]
         )
 
+    def edits(self, run, now) -> list[tuple[str, str, str]]:
+        before, after = (f"preset {c.preset}" if c.preset else "custom rules" for c in (run, now))
+        return [] if before == after else [("rules", before, after)]
+
     def partial_args(self, partial, config) -> list[str]:
         """The preset, and the per-parameter overrides a partial configuration puts on it."""
         if self.name not in partial:

@@ -214,6 +214,11 @@ def write_link(state) -> dict[str, str]:
     return query
 
 
+def edits(run, now) -> list[tuple[str, str, str]]:
+    """What a page notes of the settings a learner changed while ``run`` trains: (name, then, now) each."""
+    return [edit for setting in RUN_SETTINGS for edit in setting.edits(run, now)]
+
+
 def link_keys() -> set[str]:
     return {key for s in RUN_SETTINGS for key in s.link_keys()}
 

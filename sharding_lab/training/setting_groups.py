@@ -51,6 +51,10 @@ class MeshShape(Setting):
     def add_option(self, parser) -> None:
         parser.add_argument(self.flag, default=self.default, help=self.help)
 
+    def edits(self, run, now) -> list[tuple[str, str, str]]:  # the mesh's shape and names, as one
+        before, after = run.mesh.label(), now.mesh.label()
+        return [] if before == after else [("mesh", before, after)]
+
     def from_args(self, args, values, defaults) -> None:
         values[self.name] = parse_mesh_shape(getattr(args, self.dest))
 
@@ -179,6 +183,9 @@ class Family(Setting):
         values[self.name] = model_family(
             "transformer" if getattr(args, "hf_config", None) else getattr(args, self.dest)
         )
+
+    def note(self, config) -> str:
+        return config.family.name
 
     def to_args(self, config) -> list[str]:
         module = module_of(config.family)
@@ -350,6 +357,13 @@ class ModelSizes(Setting):
             if base is None or value != getattr(base, field):
                 args += [option.flag, str(value)]
         return args
+
+    def edits(self, run, now) -> list[tuple[str, str, str]]:
+        """The sizes that differ (a model of another family is the family's edit), not the Spec's repr."""
+        if run.family.name != now.family.name or run.model == now.model:
+            return []
+        changed = [f for f in run.family.size_fields if getattr(run.model, f) != getattr(now.model, f)]
+        return [("sizes", *(", ".join(f"{f} {getattr(c.model, f)}" for f in changed) for c in (run, now)))]
 
     def partial_args(self, partial, config) -> list[str]:
         """Only the sizes the partial configuration gives."""

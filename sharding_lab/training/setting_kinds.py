@@ -79,6 +79,15 @@ class Setting:
         """The error fields (ConfigError.field) that name this setting."""
         return (self.name, self.name.removeprefix("mesh."), self.link)
 
+    def note(self, config) -> str | None:
+        """The setting's value as a page notes an edit of it (None: a page never shows it)."""
+        return None
+
+    def edits(self, run, now) -> list[tuple[str, str, str]]:
+        """(name, the run's value, the value now) when a learner changed this setting while ``run`` trains."""
+        before, after = self.note(run), self.note(now)
+        return [] if before == after else [(self.label.lower(), before, after)]
+
     def partial_args(self, partial: dict, config) -> list[str]:
         """The options that say this setting when a partial configuration names it (else none)."""
         return self.to_args(config) if self.name in partial else []
@@ -174,6 +183,14 @@ class Value(Setting):
 
     def read(self, config):
         return _attr(config, self.name)
+
+    def note(self, config) -> str | None:
+        if not self.in_app:
+            return None
+        if self.pipeline_only and not config.stage_axis:
+            return "none"
+        value = self.read(config)
+        return f"{value:g}" if self.kind == "float" else f"{value:,}" if self.kind == "int" else str(value)
 
     # --- the command line -----------------------------------------------------------------------
 

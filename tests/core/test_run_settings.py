@@ -226,3 +226,15 @@ def test_the_warm_up_child_rebuilds_every_class_layout_from_its_words():
     assert len({c.family.name for c in configs}) == 2 and time.perf_counter() - started < 120
     for config in configs:
         assert warm._rebuild(json.loads(json.dumps(warm._describe(config)))) == config
+
+
+@pytest.mark.parametrize("name", [n for n, s in VALUES.items() if s.in_app])
+def test_an_edit_of_each_setting_is_noted_by_its_label(name):
+    """The Train page notes what a learner changed while a run trains: every setting with a widget, by its label."""
+    from sharding_lab.server.jobs import edits_since
+
+    setting = VALUES[name]
+    run = PIPELINED if setting.pipeline_only else SEED
+    noted = edits_since(run, VARIED[name])
+    assert [edit[0] for edit in noted] == [setting.label.lower()]
+    assert noted[0][1] != noted[0][2]
