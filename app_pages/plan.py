@@ -253,7 +253,9 @@ else:
 run_col, _ = st.columns([1, 5])
 if run_col.button("Run", type="primary", key="plan_run", disabled=asked is None or bool(job and job.running)):
     estimate = state.plan_estimate[1]
-    state.plan_job = job = plan_view.PlanJob(asked[0], DTYPE, *asked[1:], to_compile=estimate.to_compile or 0).start()
+    state.plan_job = job = plan_view.PlanJob(
+        asked[0], DTYPE, *asked[1:], to_compile=estimate.to_compile or 0, open_=session.connection_check()
+    ).start()
     for key in ("plan_result", "plan_loaded", "plan_pick"):
         state.pop(key, None)
     found = None

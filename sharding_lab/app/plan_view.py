@@ -77,8 +77,11 @@ class PlanJob:
     """A tab's wait on the server's search for its question (:mod:`sharding_lab.server.searches`): every tab that
     asks the same question follows the same search, its progress and its answer."""
 
-    def __init__(self, base: sl.LabConfig, dtype: str, presets=None, remats=None, to_compile: int = 0, searches=None):
+    def __init__(
+        self, base: sl.LabConfig, dtype: str, presets=None, remats=None, to_compile: int = 0, searches=None, open_=None
+    ):
         self.base, self.dtype, self.presets, self.remats = base, dtype, presets, remats
+        self.open_ = open_  # whether this tab is still open (None: not known)
         self.to_compile = to_compile
         self.searches = searches or SEARCHES
         self.watcher = self.searches.watcher()
@@ -93,7 +96,7 @@ class PlanJob:
     def start(self) -> "PlanJob":
         total = counted(self.base, self.presets, self.remats)
         self.search = self.searches.ask(
-            self.watcher, self.base, self.dtype, self.presets, self.remats, self.to_compile, total
+            self.watcher, self.base, self.dtype, self.presets, self.remats, self.to_compile, total, self.open_
         )
         answered = self.search.finished.is_set() and self.search.result is not None
         self.shared = len(self.search.watchers) > 1 or answered

@@ -55,7 +55,12 @@ class SharedSearch:
     stop: threading.Event = dataclasses.field(default_factory=threading.Event)
     finished: threading.Event = dataclasses.field(default_factory=threading.Event)
     thread: threading.Thread | None = None
-    watchers: set = dataclasses.field(default_factory=set)
+    watchers: dict = dataclasses.field(default_factory=dict)  # watcher → whether its tab is still open (or None)
+
+    def abandoned(self) -> bool:
+        """Every tab that waits for it has closed (as far as their sessions say): nobody will read its answer."""
+        checks = list(self.watchers.values())
+        return bool(checks) and all(check is not None and not check() for check in checks)
 
     @property
     def key(self) -> tuple:
@@ -93,9 +98,12 @@ class Searches:
         """A new id for a tab's wait on a search."""
         return f"w{next(self._ids)}"
 
-    def ask(self, watcher: str, base, dtype: str, presets=None, remats=None, to_compile: int = 0, total: int = 0):
+    def ask(
+        self, watcher: str, base, dtype: str, presets=None, remats=None, to_compile: int = 0, total: int = 0, open_=None
+    ):
         """The search answering this question, joined by ``watcher``: the one already queued or running, the
-        last answer to it, or a new one (started now, or queued behind the limit)."""
+        last answer to it, or a new one (started now, or queued behind the limit). ``open_``: a function that says
+        whether the watcher's tab is still open (a search whose tabs have all closed stops at its next candidate)."""
         wanted = SharedSearch(base, dtype, presets, remats, to_compile, total, asked=time.monotonic())
         with self._lock:
             found = self._active.get(wanted.key)
@@ -104,18 +112,18 @@ class Searches:
             if found is None:
                 answered = self._answered.get(wanted.key)
                 if answered is not None and answered.result is not None and not answered.result.stopped:
-                    answered.watchers.add(watcher)
+                    answered.watchers[watcher] = open_
                     return answered
                 found = self._active[wanted.key] = wanted
                 self._queue.append(found)
-            found.watchers.add(watcher)
+            found.watchers[watcher] = open_
             self._start_next()
             return found
 
     def leave(self, watcher: str, found: SharedSearch) -> None:
         """``watcher`` stops waiting; the search stops (or leaves the queue) when nobody waits for it."""
         with self._lock:
-            found.watchers.discard(watcher)
+            found.watchers.pop(watcher, None)
             if found.watchers or found.finished.is_set():
                 return
             found.stop.set()
@@ -152,6 +160,8 @@ class Searches:
         from .. import errors, search
 
         def progress(done, total, result):
+            if found.abandoned():
+                found.stop.set()
             found.done, found.total = done, total
             found.compiled += result.skipped is None
             name = f"{result.candidate.mesh_text} {result.candidate.preset} remat {result.candidate.remat}"

@@ -112,7 +112,7 @@ def test_searches_queue_behind_the_limit_and_stop_when_no_tab_waits():
     follower = searches.watcher()
     assert searches.ask(follower, "q2", "mixed") is b and len(b.watchers) == 2
     # The first of b's two tabs leaves: b keeps its place for the other.
-    searches.leave(next(iter(b.watchers - {follower})), b)
+    searches.leave(next(iter(set(b.watchers) - {follower})), b)
     assert searches.place(b) == 1 and not b.stop.is_set()
     # c's only tab leaves the queue: c ends unstarted, and nothing moves up but the order.
     searches.leave(next(iter(c.watchers)), c)
@@ -129,6 +129,25 @@ def test_searches_queue_behind_the_limit_and_stop_when_no_tab_waits():
     assert again.wait(10) and gate.ran == ["q1", "q2", "q2"]
     # An answered question is answered again from memory, without a search.
     assert searches.ask(searches.watcher(), "q1", "mixed") is a and gate.ran == ["q1", "q2", "q2"]
+
+
+def test_a_search_whose_tabs_all_closed_stops():
+    """A tab closed without Stop: its session says so, and the search stops at its next candidate."""
+
+    def search_with_candidates(base, dtype, presets, remats, progress, stop, workers=None, first=None):
+        while not stop.is_set():
+            progress(1, 2, search.Result(search.Candidate((8,), ("data",), "dp", "none"), skipped="test"))
+            time.sleep(0.02)
+        return search.Search(base, dtype, 0, [], stopped=True)
+
+    searches = Searches(limit=lambda: 1, run=search_with_candidates)
+    tabs_open = {"a": True, "b": True}
+    found = searches.ask("a", "q", "mixed", open_=lambda: tabs_open["a"])
+    assert searches.ask("b", "q", "mixed", open_=lambda: tabs_open["b"]) is found
+    tabs_open["a"] = False
+    assert not found.wait(0.3)  # b still waits
+    tabs_open["b"] = False
+    assert found.wait(10) and found.result.stopped
 
 
 def test_two_searches_run_at_once_when_the_limit_allows():
