@@ -14,11 +14,15 @@ import argparse
 import contextlib
 import io
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import sharding_lab as sl
+from sharding_lab.app import config_state as app_settings
+from sharding_lab.app import links
 from sharding_lab.training import options
+from sharding_lab.training.run_settings import link_keys as run_link_keys
 
 EXAMPLES = 500
 FUZZ = settings(
@@ -93,6 +97,42 @@ def plans_or_says_why(config_or_error) -> None:
         sl.plan(config_or_error)
     except sl.ConfigError as error:
         assert str(error).strip(), "an empty ConfigError"
+
+
+# --- a share link ------------------------------------------------------------------------------------------
+
+
+def link_keys() -> list[str]:
+    return sorted(run_link_keys() | set(links.PAGE_KEYS) | links.NOT_SETTINGS | {"no_such_setting"})
+
+
+# A few settings at a time (one bad value must not hide another's), the mesh and the axes often: their text is parsed.
+KEYS = st.one_of(st.sampled_from(link_keys()), st.sampled_from(["mesh", "axes", "rules", "focus", "mb"]))
+LINKS = st.dictionaries(KEYS, VALUES, min_size=1, max_size=3)
+
+
+@FUZZ
+@given(query=LINKS)
+def test_any_link_is_answered_with_settings_and_sentences(query):
+    updates, problems = links.from_query(query)
+    assert all(isinstance(p, str) and p for p in problems)
+    state = {**app_settings.defaults(), **updates}
+    try:
+        config = app_settings.config_from_state(state)
+    except sl.ConfigError as error:
+        assert str(error).strip()
+        return
+    plans_or_says_why(config)
+
+
+@pytest.mark.parametrize("mesh", ["5" * 5000, "²x4", "2x" + "9" * 4301, "٣x2"])
+def test_the_issues_links_are_answered_with_a_sentence(mesh):
+    """The two links of issue 49: a 5,000-digit mesh size (Python's 4,300-digit limit on ``int()``) and ``²x4``
+    (``'²'.isdigit()`` is True, ``int('²')`` fails) raised ValueError out of ``links.from_query``."""
+    updates, problems = links.from_query({"mesh": mesh, "axes": "data,model"})
+    assert "n_axes" not in updates
+    assert any(p.startswith("mesh=") and "ignored" in p for p in problems), problems
+    assert all(len(p) < 300 for p in problems)  # the 5,000 digits are not repeated back
 
 
 # --- the command line --------------------------------------------------------------------------------------
