@@ -14,6 +14,7 @@ from pathlib import Path
 
 from tests.browser import Server
 from tools import loadtest
+from tools.loadtest.abuse import abuse_report, adversary
 from tools.loadtest.machine import RssSampler
 from tools.loadtest.page import CLOSE_TIMEOUT_S
 from tools.loadtest.plans import SessionResult
@@ -93,6 +94,12 @@ def main(argv: list[str] | None = None) -> int:
         "cores as equals — the server, 2-10 threads runnable on average, then got 0.1-0.9 of a core while the "
         "class set up (2026-12-06; docs/classroom-timing.md)",
     )
+    parser.add_argument(
+        "--abuse",
+        action="store_true",
+        help="one adversarial student besides the sessions: fuzzed links, a 70B model, rapid Train/Stop clicks, "
+        "two Plan searches on one question and one on another (tools/loadtest/abuse.py)",
+    )
     parser.add_argument("--json", type=Path, help="also write the results here")
     args = parser.parse_args(argv)
     if not 1 <= args.sessions <= 200:
@@ -107,6 +114,7 @@ def main(argv: list[str] | None = None) -> int:
     watchdog.daemon = True
     watchdog.start()
     teacher = {}
+    found = {}  # the adversary's result (--abuse)
 
     def load(url: str) -> None:
         # After the server started (it keeps its priority): this process is not part of the server. Linux shares
@@ -116,23 +124,29 @@ def main(argv: list[str] | None = None) -> int:
         os.nice(args.browser_nice)
         if args.teacher_token:
             teacher["before"] = asyncio.run(teacher_view(url, args.teacher_token))["counts"]
-        asyncio.run(
-            run_load(
-                url,
-                args.sessions,
-                args.steps,
-                args.timeout,
-                args.max_retries,
-                not args.staggered,
-                args.arrive_over,
-                total,
-                results,
-                args.own_axes,
-                not args.no_edits,
-                args.solve,
-                args.browser_session_nice,
-            )
+        class_load = run_load(
+            url,
+            args.sessions,
+            args.steps,
+            args.timeout,
+            args.max_retries,
+            not args.staggered,
+            args.arrive_over,
+            total,
+            results,
+            args.own_axes,
+            not args.no_edits,
+            args.solve,
+            args.browser_session_nice,
         )
+        if args.abuse:
+
+            async def with_adversary():
+                _, found["adversary"] = await asyncio.gather(class_load, adversary(url, total))
+
+            asyncio.run(with_adversary())
+        else:
+            asyncio.run(class_load)
         if args.teacher_token:
             expected = collections.Counter(teacher["before"])
             expected.update(r.solved for r in results if r.solved)
@@ -151,8 +165,12 @@ def main(argv: list[str] | None = None) -> int:
             log = server.output()
     watchdog.cancel()
     summary = summarize(results, peak, time.monotonic() - started, None if args.url else log)
+    abuse = found.get("adversary")
     summary["teacher"] = teacher or None
+    summary["adversary"] = dataclasses.asdict(abuse) if abuse else None
     print(report(results, summary))
+    if abuse:
+        print(abuse_report(abuse))
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(
@@ -165,5 +183,6 @@ def main(argv: list[str] | None = None) -> int:
         and not summary["server_exceptions"]
         and not summary["moved"]
         and (not teacher or teacher["exact"])
+        and (not abuse or (not abuse.crashes and not abuse.errors and abuse.refused_huge and abuse.searches_shared))
     )
     return 0 if good else 1
