@@ -12,9 +12,10 @@ import psutil
 import streamlit as st
 
 from sharding_lab.app import page_errors
-from sharding_lab.server import admission, classroom, priority, record, slots, warm
+from sharding_lab.server import admission, classroom, idle_process, priority, record, slots, warm
 from sharding_lab.server.incidents import INCIDENTS
 from sharding_lab.server.searches import SEARCHES, max_searches
+from sharding_lab.units import format_bytes
 
 st.title("Teacher view")
 st.caption("Counts only: no names, no session ids. This page refreshes itself every 5 seconds.")
@@ -54,7 +55,7 @@ def overview() -> None:
         f"{admission.session_share_bytes() / 2**20:,.0f} MB (SHARDING_LAB_SESSION_MEMORY_MB), is refused before "
         "anything is allocated.",
     )
-    c3.metric("Machine memory free", f"{memory.available / 2**30:.1f} of {memory.total / 2**30:.1f} GB")
+    c3.metric("Machine memory free", f"{format_bytes(memory.available)} of {format_bytes(memory.total)}")
     searching, waiting = SEARCHES.counts()
     c1, _, _ = st.columns(3)
     c1.metric(
@@ -135,7 +136,16 @@ def child_process(warming: dict) -> str:
     except psutil.Error:  # just ended
         return ""
     paused = ", paused now" if warming.get("paused") else ""
-    return f" (process {warming['child']}, {memory / 2**20:,.0f} MB{paused})"
+    released = (
+        f"; ended {warming['releases']} time(s) to give its memory back, last {warming['released']}"
+        if warming.get("releases")
+        else ""
+    )
+    bound = format_bytes(idle_process.MEMORY_BOUND_BYTES)
+    return (
+        f" (process {warming['child']}, {format_bytes(memory)} of at most {bound}{paused}; ended when over it or "
+        f"paused over {idle_process.RELEASE_IDLE_S:.0f} s, and a fresh one goes on{released})"
+    )
 
 
 def warm_state(status: dict) -> str:

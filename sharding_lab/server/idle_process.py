@@ -25,6 +25,12 @@ from typing import Callable
 
 AVAILABLE = hasattr(os, "killpg")  # process groups, SIGSTOP and SIGCONT: not on Windows
 POLL_S = 0.2  # how often the server looks whether it needs the cores the child is using
+# What the warm-up's child may hold: compiling layout after layout it grew to 5.9-8.2 GB, and held 7.4 GB while
+# paused for ten minutes. Above the bound, or paused longer than RELEASE_IDLE_S, it is ended (the programs it
+# compiled are in the disk cache) and a fresh one goes on from where it got, once the server is idle.
+MEMORY_BOUND_BYTES = 1_500_000_000
+RELEASE_IDLE_S = 60.0
+RELEASED = -1000  # run()'s answer when it ended the child for its memory or its idleness (exit codes are ≥ -255)
 PACKAGE_ROOT = Path(__file__).resolve().parents[2]  # where `sharding_lab` is, whatever the server's directory
 
 
@@ -35,12 +41,15 @@ def run(
     stopped: Callable[[], bool],
     on_line: Callable[[dict], None],
     on_state: Callable[..., None],
+    memory_bound: int | None = None,
+    release_idle_s: float | None = None,
 ) -> int | None:
     """Run ``python -m module`` with ``message`` as JSON on its standard input, each JSON line it prints handed to
     ``on_line``; paused while ``busy()`` once it has said its first line (by then it has called
     :func:`leave_with_parent`: a process stopped before that would outlive a server killed outright), killed once
-    ``stopped()``. ``on_state(pid=…)`` when it starts, ``on_state(paused=…)`` as it is paused and resumed. Its exit
-    status, or None when it was killed."""
+    ``stopped()``. ``on_state(pid=…)`` when it starts, ``on_state(paused=…)`` as it is paused and resumed. Ended
+    too, with ``on_state(released=why)``, once it holds more than ``memory_bound`` bytes or has been paused for
+    ``release_idle_s``. Its exit status, None when it was killed as stopped, :data:`RELEASED` when it was released."""
     child = subprocess.Popen(
         [sys.executable, "-m", module, str(os.getpid())],  # the server's id: see leave_with_parent
         stdin=subprocess.PIPE,
@@ -60,22 +69,39 @@ def run(
         )
         reader.start()
         paused = killed = False
+        released = None
+        paused_since = 0.0
         while child.poll() is None:
-            if stopped():
+            released = _why_release(child.pid, memory_bound, paused and release_idle_s, paused_since)
+            if stopped() or released:
                 with contextlib.suppress(ProcessLookupError):
                     os.killpg(child.pid, signal.SIGKILL)  # a stopped process dies too
                 killed = True
                 break
             if ready.is_set() and busy() != paused:
                 paused = not paused
+                paused_since = time.monotonic()
                 with contextlib.suppress(ProcessLookupError):
                     os.killpg(child.pid, signal.SIGSTOP if paused else signal.SIGCONT)
                 on_state(paused=paused)
             time.sleep(POLL_S)
         child.wait()
         reader.join()
-    on_state(paused=False)
-    return None if killed else child.returncode
+    on_state(paused=False, **({"released": released} if released else {}))
+    return RELEASED if released else None if killed else child.returncode
+
+
+def _why_release(pid: int, memory_bound: int | None, release_idle_s, paused_since: float) -> str | None:
+    """Why the child should be ended now to give its memory back: over its bound, or paused too long; else None."""
+    if release_idle_s and time.monotonic() - paused_since > release_idle_s:
+        return f"paused over {release_idle_s:.0f} s"
+    if memory_bound:
+        import psutil
+
+        with contextlib.suppress(psutil.Error):
+            if psutil.Process(pid).memory_info().rss > memory_bound:
+                return f"over its {memory_bound / 1e9:.1f} GB"
+    return None
 
 
 def _read_lines(stream, on_line: Callable[[dict], None], ready: threading.Event) -> None:

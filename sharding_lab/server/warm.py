@@ -296,24 +296,40 @@ def _warm_in_child(configs: list, started: float) -> None:
     """Compile ``configs`` into the cache in a child process at the lowest priority, paused while the students
     are busy (:func:`_students_busy`), killed with the warm-up (:mod:`.idle_process` says why). Out of the
     server's memory too (it grew to 10.8-11.7 GB going through every layout itself); the server loads such a
-    layout from the disk cache when a learner opens it (:mod:`.precompile`: 0.1-0.6 s for an MLP's)."""
+    layout from the disk cache when a learner opens it (:mod:`.precompile`: 0.1-0.6 s for an MLP's).
+    A child over :data:`~.idle_process.MEMORY_BOUND_BYTES`, or paused for longer than
+    :data:`~.idle_process.RELEASE_IDLE_S`, is ended and a fresh one goes on from where it got once the server is
+    idle (what it compiled is in the disk cache; the teacher view shows the bound and the releases)."""
     from . import idle_process
 
-    before = progress().get("done", 0)
+    remaining = list(configs)
+    while remaining:
+        before, said = progress().get("done", 0), {"done": 0, "skipped": progress().get("skipped", 0)}
 
-    def on_line(done: dict) -> None:  # the child's progress, as this process's
-        _set_progress(
-            done=before + done.get("done", 0),
-            skipped=done.get("skipped", 0),
-            current=done.get("current", ""),
-            seconds=time.perf_counter() - started,
-        )
+        def on_line(done: dict, before=before, said=said) -> None:  # the child's progress, as this process's
+            said["done"] = done.get("done", 0)
+            _set_progress(
+                done=before + said["done"],
+                skipped=said["skipped"] + done.get("skipped", 0),
+                current=done.get("current", ""),
+                seconds=time.perf_counter() - started,
+            )
 
-    def on_state(pid: int | None = None, paused: bool = False) -> None:
-        _set_progress(paused=paused, **({"child": pid} if pid else {}))
+        def on_state(pid: int | None = None, paused: bool = False, released: str | None = None) -> None:
+            _set_progress(paused=paused, **({"child": pid} if pid else {}))
+            if released:
+                _set_progress(releases=progress().get("releases", 0) + 1, released=released)
 
-    status = idle_process.run(CHILD, [_describe(c) for c in configs], _students_busy, _stop.is_set, on_line, on_state)
-    if status != 0:
+        bounds = {"memory_bound": idle_process.MEMORY_BOUND_BYTES, "release_idle_s": idle_process.RELEASE_IDLE_S}
+        layouts = [_describe(c) for c in remaining]
+        status = idle_process.run(CHILD, layouts, _students_busy, _stop.is_set, on_line, on_state, **bounds)
+        if status != idle_process.RELEASED:
+            break
+        alone = said["done"] == 0 and progress().get("released", "").startswith("over")  # one layout outgrew it
+        remaining = remaining[said["done"] + alone :]
+        while _students_busy() and not _stop.wait(1.0):  # a fresh child once the server is idle
+            pass
+    if status not in (0, idle_process.RELEASED):
         _set_progress(stopped=True)
 
 

@@ -594,3 +594,32 @@ def test_the_warm_command_lets_go_of_the_programs_jax_keeps_in_memory():
     assert before._cache_size() == 0
     assert warm.progress()["done"] == 3 and warm.progress()["skipped"] == 0  # the third, after the release
     assert len(sl.Trainer(sl.Lab(configs[0])).run().losses) == 100
+
+
+def test_the_warm_up_s_child_is_ended_over_its_memory_bound_or_paused_too_long():
+    """Issue 50: the warm-up's child grew to 5.9-8.2 GB and held 7.4 GB paused for ten minutes."""
+    from sharding_lab.server import idle_process
+
+    states = []
+    status = idle_process.run(
+        "tests.app.children.memory_hog",
+        {},
+        lambda: False,
+        lambda: False,
+        lambda line: None,
+        lambda **state: states.append(state),
+        memory_bound=200_000_000,
+    )
+    assert status == idle_process.RELEASED and states[-1]["released"] == "over its 0.2 GB"
+    states.clear()
+    status = idle_process.run(  # a busy server pauses it; paused longer than the limit, it is ended
+        "tests.app.children.memory_hog",
+        {},
+        lambda: True,
+        lambda: False,
+        lambda line: None,
+        lambda **state: states.append(state),
+        release_idle_s=1.0,
+    )
+    assert status == idle_process.RELEASED and states[-1]["released"] == "paused over 1 s"
+    assert {"paused": True} in states
