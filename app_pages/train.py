@@ -40,7 +40,16 @@ slot = st.session_state.setdefault("job_slot", JobSlot())
 stop_when_session_ends(slot)
 
 *boxes, c4 = st.columns(len(settings_on("train")) + 1)
-ui.value_widgets("train", boxes)  # steps, learning rate, momentum decay (the run settings table's "train" page)
+# steps, learning rate, momentum decay (the run settings table's "train" page); AdamW has no momentum decay to set
+optimizer = str(st.session_state.get("optimizer", ""))
+unused = (
+    {}
+    if optimizer in sl.training.optimizer.USES_DECAY
+    else {
+        "decay": f"{optimizer} keeps its own decays (optax's β1 0.9, β2 0.999): this box sets seed-sgd's and sgd's momentum"
+    }
+)
+ui.value_widgets("train", boxes, off=unused)
 if switched := ui.model_switch_note():  # steps and learning rate above were set by the model picker
     st.caption(switched)
 # The choice lives under a key of its own: Streamlit forgets a widget's key on pages that do not draw it.

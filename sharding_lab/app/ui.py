@@ -48,11 +48,16 @@ def number_setting(label: str, low, high, key: str, where=st, **options):
     )
 
 
-def value_widgets(page: str, where=None) -> None:
+def value_widgets(page: str, where=None, off: dict[str, str] | None = None) -> None:
     """The widgets of the run settings the table puts on ``page``, each with its label, range or choices,
-    session key and help from the table; ``where``: one column each (default: one under the other)."""
+    session key and help from the table; ``where``: one column each (default: one under the other); ``off``:
+    session key → why that setting does nothing here (its box disabled, the reason as its help)."""
     settings = settings_on(page)
     for setting, place in zip(settings, where or [st] * len(settings)):
+        if setting.state in (off or {}):
+            options = {**setting.widget_options(), "disabled": True, "help": off[setting.state]}
+            number_setting(setting.label, setting.low, setting.high, setting.state, place, **options)
+            continue
         choices = setting.choices() if setting.kind == "word" else None
         if choices is not None:
             place.selectbox(

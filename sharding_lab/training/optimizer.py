@@ -55,6 +55,9 @@ OPTIMIZER_BUFFERS = {"seed-sgd": ("momentum",), "sgd": ("trace",), "adamw": ("mu
 OPTIMIZER_SCALARS = {"seed-sgd": (), "sgd": ("step",), "adamw": ("count", "step")}
 
 
+USES_DECAY = ("seed-sgd", "sgd")  # the optimizers whose momentum the decay setting is; adamw keeps its own betas
+
+
 def make_optimizer(name: str, model: nnx.Module, lr: float, decay: float = 0.9):
     """An object with ``update(model, grads)`` whose state is sharded like ``model``'s params."""
     if name == "seed-sgd":
