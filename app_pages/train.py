@@ -46,7 +46,8 @@ unused = (
     {}
     if optimizer in sl.training.optimizer.USES_DECAY
     else {
-        "decay": f"{optimizer} keeps its own decays (optax's β1 0.9, β2 0.999): this box sets seed-sgd's and sgd's momentum"
+        "decay": f"{optimizer} keeps its own decays (optax's β1 0.9, β2 0.999): this box sets seed-sgd's and "
+        "sgd's momentum"
     }
 )
 ui.value_widgets("train", boxes, off=unused)
