@@ -61,6 +61,7 @@ def _apply_solution(challenge_id: str) -> None:
         state.challenge_applied = (challenge_id, f"This solution cannot be applied here: {error}")
         return
     state.update(updates)
+    state.challenge_results.pop(challenge_id, None)  # a verdict on the configuration before is not this one's
     state.challenge_applied = (
         challenge_id,
         "The sidebar now holds a configuration that solves it "

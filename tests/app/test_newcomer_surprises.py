@@ -1,5 +1,7 @@
 """A newcomer's surprises (issue 50.8), each fixed with a test."""
 
+import sharding_lab as sl
+
 
 def test_momentum_decay_is_off_under_adamw_and_says_why():
     """Issue 50: Train showed "Momentum decay" under AdamW, which has none to set."""
@@ -16,3 +18,24 @@ def test_momentum_decay_is_off_under_adamw_and_says_why():
     seed.switch_page("app_pages/train.py")
     seed.run()
     assert not seed.number_input(key="decay").disabled  # the seed's momentum SGD: its decay is the box's
+
+
+def test_show_me_a_solution_leaves_no_verdict_of_the_configuration_before():
+    """Issue 50: after "Show me a solution" the old "not solved" verdict stayed under the new configuration."""
+    from sharding_lab.lessons import challenges
+    from tests.support import app_test
+
+    at = app_test(120)
+    at.switch_page("app_pages/challenges.py")
+    at.run()
+    unsolved = next(
+        c.id
+        for c in challenges.CHALLENGES.values()
+        if c.checked_on == "plan" and not c.check(sl.plan(sl.LabConfig()))[0]
+    )
+    at.button(key=f"check_{unsolved}").click().run()
+    assert unsolved in at.session_state["challenge_results"]  # the default configuration: not solved
+    at.button(key=f"solution_{unsolved}").click().run()
+    assert not at.exception, at.exception
+    assert unsolved not in at.session_state["challenge_results"]
+    assert not any("earlier configuration" in c.value for c in at.caption)
