@@ -36,7 +36,8 @@ st.caption(
 plan: sl.Plan = ui.plan_or_stop()
 axes = plan.config.mesh.axes
 with st.spinner("Compiling the training step…"):
-    report = analyze(plan)
+    # The largest buffers are named on accelerator targets; on the simulated host when the toggle below asks.
+    report = analyze(plan, named_buffers=st.session_state.get("comm_name_buffers", False))
 
 per_step = sum(c.count for c in report.collectives)
 m1, m2, m3 = st.columns(3)
@@ -242,6 +243,16 @@ st.caption(
     "the updated parameters and optimizer state plus the loss. "
     + memory_view.account(memory, report.target, report.dtype)
 )
+if report.target == "cpu":
+    st.toggle(
+        "Name the largest buffers",
+        key="comm_name_buffers",
+        help="Compiles the step again with XLA's dump of its buffer assignment: about twice a compile on the "
+        "simulated host (a TPU or GPU target names them always)",
+    )
+if report.largest_buffers:
+    st.dataframe(pd.DataFrame(memory_view.largest_rows(report.largest_buffers)), hide_index=True, key="comm_largest")
+    st.caption(memory_view.LARGEST_CAPTION)
 
 cost_panel(plan)
 hf_view.cost_panel_command(plan)

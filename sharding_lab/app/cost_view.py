@@ -173,6 +173,9 @@ def refused_notice(p: dict, where=st) -> bool:
         f"({p['compile_s']:.1f} s): {p['refused']}",
         icon=":material/memory:",
     )
+    largest = (p.get("compiled_memory") or {}).get("largest_buffers")
+    if largest:  # what to shrink: the buffers the compiler held at its peak, named (memory_view)
+        where.caption("The largest buffers at the peak: " + "; ".join(b["sentence"] for b in largest) + ".")
     return True
 
 

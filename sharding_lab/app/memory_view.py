@@ -71,3 +71,24 @@ def account(memory: dict, target: str, dtype: str) -> str:
         )
     total = needed(memory, target)
     return head + f"{format_bytes(total)} = arguments + outputs + temporaries − donated. Its parts: {parts}."
+
+
+def largest_rows(buffers: list[dict]) -> list[dict]:
+    """The compiled step's largest buffers (:mod:`sharding_lab.program.buffers`) as table rows, per chip."""
+    return [
+        {
+            "buffer": b["what"],
+            "dtype[shape]": f"{b['dtype']}[{','.join(map(str, b['shape']))}]",
+            "size": format_bytes(b["bytes"]),
+            "bytes": b["bytes"],
+        }
+        for b in buffers
+    ]
+
+
+LARGEST_CAPTION = (
+    "The largest buffers live at the step's peak, as the compiler's buffer assignment lists them (XLA's "
+    "live-range dump), each named from the program's metadata: the model part's named scope, the layer, "
+    "forward / recomputed for the backward pass / backward, and *gathered* for a weight held whole where each "
+    "chip stores a piece. What to shrink first when a step does not fit."
+)

@@ -38,6 +38,7 @@ from ..errors import ConfigError
 from ..hardware.targets import parse as parse_target
 from ..hardware.targets import slice_axis as targets_slice_axis
 from ..models.attention import kernel_figures
+from ..program import buffers
 from ..program.communication import Collective, parse_collectives
 from ..training.config import LabConfig
 from ..training.config import plan as make_plan
@@ -205,7 +206,8 @@ def compile_once(config: LabConfig, dtype: str) -> Compiled:
     started = time.perf_counter()
     lowered = lower_train_step(plan, dtype)
     try:
-        compiled = compile_lowered(lowered, config.target)
+        with buffers.recording(plan, config.target) as record:  # the largest buffers, named (program.buffers)
+            compiled = compile_lowered(lowered, config.target)
     except CompileRefused as refused:
         return Compiled(
             tuple(config.mesh.shape),
@@ -216,6 +218,7 @@ def compile_once(config: LabConfig, dtype: str) -> Compiled:
             refused=refused.reason,
             compile_s=time.perf_counter() - started,
             target=config.target,
+            memory={"largest_buffers": record.to_json()} if record.buffers else None,
         )
     compile_s = time.perf_counter() - started
     cost = compiled.cost_analysis()
@@ -269,6 +272,7 @@ def compile_once(config: LabConfig, dtype: str) -> Compiled:
             "alias": int(memory.alias_size_in_bytes),
             "peak": int(getattr(memory, "peak_memory_in_bytes", 0) or 0),
             "generated_code": int(getattr(memory, "generated_code_size_in_bytes", 0)),
+            "largest_buffers": record.to_json(),
         },
     )
 

@@ -7,6 +7,7 @@ import math
 
 from ..hardware import targets
 from ..hardware.chips import chip as get_chip
+from ..program import buffers
 from ..training.config import LabConfig
 from .compiled import dtype_name
 from .roofline import Prediction, default_dtype, format_seconds, parse_target, predict, target_chip
@@ -24,7 +25,9 @@ def describe(p: Prediction) -> str:
         source = "compiled here (CPU, abstract inputs)"
     head = f"{p.chip.name}, {p.dtype}, mesh {mesh} ({', '.join(p.axes)}): one training step per device — {source}"
     if p.refused:
-        return "\n".join([head, f"  does NOT fit: {p.refused}"] + [f"  note: {note}" for note in p.notes])
+        return "\n".join(
+            [head, f"  does NOT fit: {p.refused}"] + largest_lines(p) + [f"  note: {note}" for note in p.notes]
+        )
     lines = [
         head,
         f"  FLOPs {p.flops:,.0f}  ÷ peak {p.peak:.3g} FLOP/s  = compute {format_seconds(p.compute_s)}",
@@ -68,8 +71,21 @@ def describe(p: Prediction) -> str:
             "  whose figures: FLOPs, HBM traffic, HBM needed and the collectives are the compiler's; each "
             "collective's time is the scaling book's count on where its devices lie (hardware.placement)"
         )
-    lines += [f"  note: {note}" for note in p.notes]
+    lines += largest_lines(p) + [f"  note: {note}" for note in p.notes]
     return "\n".join(lines)
+
+
+def largest_buffers(p: Prediction) -> list[dict]:
+    """The compiled step's largest buffers, named in the model's terms (:mod:`sharding_lab.program.buffers`)."""
+    return list((p.memory or {}).get("largest_buffers", []))
+
+
+def largest_lines(p: Prediction) -> list[str]:
+    found = largest_buffers(p)
+    if not found:
+        return []
+    head = "  the largest buffers " + ("the compiler's refusal lists:" if p.refused else "live at the step's peak:")
+    return [head] + [f"    {b['sentence']}" for b in found]
 
 
 def utilisation(p: Prediction) -> str:
@@ -87,10 +103,11 @@ def print_cost(
     chip_id = target_chip(config, chip_id)
     dtype = default_dtype(config.target) if dtype is None else dtype
     get_chip(chip_id), dtype_name(dtype)  # refuse before compiling anything
-    prediction = predict(config, chip_id, dtype, parse_target(target_text))
+    with buffers.everywhere():  # on the simulated host too (program.buffers.everywhere)
+        prediction = predict(config, chip_id, dtype, parse_target(target_text))
     run = maxtext_of(config, dtype, parse_target(target_text))  # the same layout as MaxText's overrides
     if as_json:
-        print(json.dumps({**prediction.to_json(), **run.to_json()}))
+        print(json.dumps({**prediction.to_json(), **run.to_json(), "largest_buffers": largest_buffers(prediction)}))
     else:
         print(describe(prediction))
         print(maxtext_line(run))

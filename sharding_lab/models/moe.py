@@ -102,6 +102,8 @@ def moe_mlp(block, h):
     slots (the dense MLP, one weight per expert), and combine each token's expert outputs weighted
     by its router probabilities. Returns (output, (aux loss, dropped choices), Routing)."""
     dispatch, combine, stats, routing = route(block, h)
+    # In h's dtype: the float32 one-hots would promote a bf16 block's experts (and their output) to float32.
+    dispatch, combine = dispatch.astype(h.dtype), combine.astype(h.dtype)
     with jax.named_scope(DISPATCH_SCOPE):
         routed = constrain(jnp.einsum("bsxc,bse->xbce", dispatch, h), "routed")
         dispatched = constrain(routed, "dispatched")

@@ -61,11 +61,34 @@ from .remat import remat_policy, rematerialised_blocks, unrolled_scan
 from .transformer_presets import PRESETS
 from .transformer_sizes import NAMED_SIZES, block_extrapolated_count
 from .transformer_spec import CHOICES, LIMITS, TransformerSpec, kv_heads_of
+from .transformer_task import cross_entropy_loss, make_dataset, partial_loss, target_count, token_losses
+
+BUFFER_SCOPES = {
+    "embed": "token embedding",
+    "attention_norm": "attention's RMSNorm",
+    "query": "query projection (q)",
+    "key": "key projection (k)",
+    "value": "value projection (v)",
+    "rotary": "rotary positions of q and k",
+    "attention": "attention",
+    "attention_output": "attention output projection (o)",
+    "mlp_norm": "MLP's RMSNorm",
+    "mlp_up": "MLP up-projection (mlp_in)",
+    "mlp_gate": "MLP gate (mlp_gate)",
+    "mlp_activation": "MLP hidden units",
+    "mlp_down": "MLP down-projection (mlp_out)",
+    "final_norm": "final RMSNorm",
+    "unembed": "logits",
+    "loss": "loss (cross-entropy)",
+}
 
 
 def rms_norm(x, scale):
-    """RMSNorm over the last (embed) dimension, with a learned scale."""
-    return x * jax.lax.rsqrt(jnp.mean(x * x, axis=-1, keepdims=True) + 1e-6) * scale
+    """RMSNorm over the last (embed) dimension, with a learned scale: the statistics in float32 (as
+    MaxText's RMSNorm), the result in ``x``'s dtype — a bf16 residual stream stays bf16."""
+    wide = x.astype(jnp.float32)
+    normed = wide * jax.lax.rsqrt(jnp.mean(wide * wide, axis=-1, keepdims=True) + 1e-6)
+    return normed.astype(x.dtype) * scale.astype(x.dtype)
 
 
 def kernel(key, shape, fan_in):
@@ -79,7 +102,8 @@ def rope(x, theta=10_000.0):
     RoFormer's 10,000; Llama 3 uses 500,000 (a frequency, not a parameter: the counts agree)."""
     half = x.shape[-1] // 2
     angles = jnp.arange(x.shape[1])[:, None] * theta ** (-jnp.arange(half) / half)[None, :]
-    cos, sin = jnp.cos(angles)[None, :, None, :], jnp.sin(angles)[None, :, None, :]
+    # In x's dtype: float32 angles would promote a bf16 q and k (and everything after them) to float32.
+    cos, sin = (f(angles)[None, :, None, :].astype(x.dtype) for f in (jnp.cos, jnp.sin))
     x1, x2 = x[..., :half], x[..., half:]
     return jnp.concatenate([x1 * cos - x2 * sin, x2 * cos + x1 * sin], axis=-1)
 
@@ -131,31 +155,44 @@ class Block(nnx.Module):
         dense MLP) — with ``routing``, also the router's choices (:class:`Routing`)."""
         # The sublayer's input: under sequence parallelism the norm ran on this device's positions,
         # and here the whole sequence is gathered (Megatron-SP's all-gather) before the q/k/v matmuls.
-        # Each projection is named (checkpoint_name, MaxText's names) for the selective remat policies.
-        h = constrain(rms_norm(x, self.attn_norm[...]), "normed")
-        q = checkpoint_name(jnp.einsum("bse,ehd->bshd", h, self.q[...]), "query_proj")
-        k = checkpoint_name(jnp.einsum("bse,ehd->bshd", h, self.k[...]), "key_proj")
-        v = checkpoint_name(jnp.einsum("bse,ehd->bshd", h, self.v[...]), "value_proj")
+        # Each projection is named (checkpoint_name, MaxText's names) for the selective remat policies, and
+        # each part runs under a named scope (BUFFER_SCOPES) that the compiled program's metadata keeps.
+        with jax.named_scope("attention_norm"):
+            h = constrain(rms_norm(x, self.attn_norm[...]), "normed")
+        with jax.named_scope("query"):
+            q = checkpoint_name(jnp.einsum("bse,ehd->bshd", h, self.q[...]), "query_proj")
+        with jax.named_scope("key"):
+            k = checkpoint_name(jnp.einsum("bse,ehd->bshd", h, self.k[...]), "key_proj")
+        with jax.named_scope("value"):
+            v = checkpoint_name(jnp.einsum("bse,ehd->bshd", h, self.v[...]), "value_proj")
         if hasattr(self, "q_bias"):
             q, k, v = q + self.q_bias[...], k + self.k_bias[...], v + self.v_bias[...]
         if self.rope:
-            q, k = rope(q), rope(k)
+            with jax.named_scope("rotary"):
+                q, k = rope(q), rope(k)
         attend = splash_attention if self.attention == "splash" else xla_attention
-        attended = constrain(checkpoint_name(attend(q, k, v), "context"), "attn_out")
-        out = checkpoint_name(jnp.einsum("bshd,hde->bse", attended, self.o[...]), "out_proj")
-        x = constrain(x + out, "resid")
-        h = constrain(rms_norm(x, self.mlp_norm[...]), "normed")
+        with jax.named_scope("attention"):
+            attended = constrain(checkpoint_name(attend(q, k, v), "context"), "attn_out")
+        with jax.named_scope("attention_output"):
+            out = checkpoint_name(jnp.einsum("bshd,hde->bse", attended, self.o[...]), "out_proj")
+            x = constrain(x + out, "resid")
+        with jax.named_scope("mlp_norm"):
+            h = constrain(rms_norm(x, self.mlp_norm[...]), "normed")
         if self.experts:
             out, stats, routed = moe_mlp(self, h)
             return (constrain(x + out, "resid"), stats) + ((routed,) if routing else ())
-        up = checkpoint_name(jnp.einsum("bse,em->bsm", h, self.mlp_in[...]), "mlpwi_1")
-        if self.gated:
-            gate = checkpoint_name(jnp.einsum("bse,em->bsm", h, self.mlp_gate[...]), "mlpwi_0")
-            hidden = (jax.nn.gelu(gate) if self.gelu_gate else jax.nn.silu(gate)) * up
-        else:
-            hidden = jax.nn.gelu(up)
-        hidden = constrain(hidden, "mlp_hidden")
-        out = checkpoint_name(jnp.einsum("bsm,me->bse", hidden, self.mlp_out[...]), "mlpwo")
+        with jax.named_scope("mlp_up"):
+            up = checkpoint_name(jnp.einsum("bse,em->bsm", h, self.mlp_in[...]), "mlpwi_1")
+        with jax.named_scope("mlp_activation"):
+            if self.gated:
+                with jax.named_scope("mlp_gate"):
+                    gate = checkpoint_name(jnp.einsum("bse,em->bsm", h, self.mlp_gate[...]), "mlpwi_0")
+                hidden = (jax.nn.gelu(gate) if self.gelu_gate else jax.nn.silu(gate)) * up
+            else:
+                hidden = jax.nn.gelu(up)
+            hidden = constrain(hidden, "mlp_hidden")
+        with jax.named_scope("mlp_down"):
+            out = checkpoint_name(jnp.einsum("bsm,me->bse", hidden, self.mlp_out[...]), "mlpwo")
         return (constrain(x + out, "resid"), NO_STATS) + ((None,) if routing else ())
 
 
@@ -196,8 +233,9 @@ class Transformer(nnx.Module):
             x, stats = rematerialised_blocks(self.blocks, x, self.remat)
         else:
             stats = NO_STATS
-            for block in self.blocks:
-                x, block_stats = block.forward(x)
+            for i, block in enumerate(self.blocks):
+                with jax.named_scope(f"layer_{i}"):
+                    x, block_stats = block.forward(x)
                 stats = jax.tree.map(jnp.add, stats, block_stats) if self.experts else stats
         return self.head(x), stats
 
@@ -213,53 +251,24 @@ class Transformer(nnx.Module):
 
     def embed(self, tokens):
         """The residual stream entering the first block: the token embedding (+ the learned positions).
-        The lookup as a one-hot matmul: with the table split on vocab (Megatron's vocab-parallel
-        embedding) each device sums the rows it holds and one all-reduce adds the pieces."""
-        one_hot = jax.nn.one_hot(tokens, self.embedding[...].shape[0])
-        x = jnp.einsum("bsv,ve->bse", one_hot, self.embedding[...])
-        return constrain(x + self.pos[...] if self.learned_positions else x, "resid")
+        The lookup is a gather of the tokens' rows (``jnp.take``), in the table's dtype, as MaxText's
+        ``Embed`` does: a one-hot product would make a (batch, seq, vocab) float32 one-hot — and a
+        float32 residual stream under bf16 weights. With the table split on vocab (Megatron's
+        vocab-parallel embedding) XLA's partitioner gathers the rows each device holds, masks the
+        rest and adds the pieces with one all-reduce."""
+        with jax.named_scope("embed"):
+            x = jnp.take(self.embedding[...], tokens, axis=0)
+            return constrain(x + self.pos[...] if self.learned_positions else x, "resid")
 
     def head(self, x):
         """The logits from the last block's output: the final norm, then the unembedding (the token
         embedding itself when tied)."""
-        h = constrain(rms_norm(x, self.final_norm[...]), "normed")
-        if self.tied:
-            return constrain(jnp.einsum("bse,ve->bsv", h, self.embedding[...]), "logits")
-        return constrain(jnp.einsum("bse,ev->bsv", h, self.unembed[...]), "logits")
-
-
-def make_dataset(spec, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
-    """(X, Y) int32 of shape (N, seq): rows ``a, reversed(a)``; Y is the next token on the second
-    half (positions h-1 … seq-2) and -1 (no target) elsewhere. N = 4096 at seq 32, fewer for long
-    sequences (at most 131,072 tokens)."""
-    rng = np.random.default_rng(seed)
-    n, half = max(64, min(4096, 131072 // spec.seq)), spec.seq // 2
-    a = rng.integers(0, spec.vocab, size=(n, half))
-    x = np.concatenate([a, a[:, ::-1]], axis=1).astype(np.int32)
-    y = np.full_like(x, -1)
-    y[:, half - 1 : -1] = x[:, half:]
-    return x, y
-
-
-def cross_entropy_loss(model, x, y):
-    """Mean cross-entropy over the positions with a target (y ≥ 0); one_hot(-1) is all zeros. With a
-    mixture of experts, plus the load-balancing loss (mean over the blocks) × AUX_LOSS_COEFFICIENT."""
-    logits, (aux, _) = model.forward(x)
-    picked = jnp.sum(jax.nn.log_softmax(logits) * jax.nn.one_hot(y, logits.shape[-1]), axis=-1)
-    loss = -jnp.sum(picked) / jnp.maximum(jnp.sum(y >= 0), 1)
-    return loss + AUX_LOSS_COEFFICIENT * aux / len(model.blocks) if model.experts else loss
-
-
-def target_count(y):
-    """How many positions of a batch have a target: the loss's denominator."""
-    return jnp.maximum(jnp.sum(y >= 0), 1)
-
-
-def partial_loss(logits, y, count):
-    """One microbatch's share of :func:`cross_entropy_loss`: its summed cross-entropy over the whole
-    batch's ``count``, so the shares of the microbatches add up to the batch's loss."""
-    picked = jnp.sum(jax.nn.log_softmax(logits) * jax.nn.one_hot(y, logits.shape[-1]), axis=-1)
-    return -jnp.sum(picked) / count
+        with jax.named_scope("final_norm"):
+            h = constrain(rms_norm(x, self.final_norm[...]), "normed")
+        with jax.named_scope("unembed"):
+            if self.tied:
+                return constrain(jnp.einsum("bse,ve->bsv", h, self.embedding[...]), "logits")
+            return constrain(jnp.einsum("bse,ev->bsv", h, self.unembed[...]), "logits")
 
 
 @register
@@ -290,6 +299,7 @@ class TransformerFamily(ModelFamily):
         rms_norm,
         kernel,
         rope,
+        token_losses,
         Block,
         Routing,
         expert_capacity,
@@ -376,6 +386,9 @@ class TransformerFamily(ModelFamily):
         ),
     }
     named_sizes = NAMED_SIZES
+    # The named scopes of the forward pass (Block.forward, Transformer.embed/head, the loss) in words: how
+    # sharding_lab.program.buffers names the compiled step's largest buffers.
+    buffer_scopes = BUFFER_SCOPES
     step_only_fields = ("remat", "attention")  # the same parameters under every remat policy and attention kind
     explicit_refusal = (
         "the transformer needs Auto axes: under Explicit axes every einsum of attention "
@@ -441,8 +454,9 @@ class TransformerFamily(ModelFamily):
         """Float32 bytes the backward pass keeps, per step, summed over the batch: per block the
         block input, two norm outputs, q and the attention output (by heads), k and v (by kv_heads),
         scores and probabilities, the residual after attention, the MLP's pre- and post-activation
-        (and the gate's under SwiGLU); then the embedding's one-hot, the final norm and the logits
-        with their softmax. With full remat a block keeps only its input, and one block's worth is
+        (and the gate's under SwiGLU); then the embedding's output, the final norm and the
+        logits with their softmax (the lookup is a gather: no one-hot). With full remat a block keeps only
+        its input, and one block's worth is
         recomputed at a time in the backward pass; a selective policy keeps its saved projections too
         (:func:`~sharding_lab.models.remat.remat_policy`). Splash attention keeps no scores, only its output
         and a log-sum-exp per query."""
@@ -475,7 +489,7 @@ class TransformerFamily(ModelFamily):
             blocks = spec.layers * per_block
         else:
             blocks = spec.layers * (b * s * e + saved[spec.remat]) + per_block
-        return 4 * (blocks + b * s * v + 2 * b * s * e + 2 * b * s * v)
+        return 4 * (blocks + 2 * b * s * e + 2 * b * s * v)
 
     def make_dataset(self, spec, seed: int) -> tuple[np.ndarray, np.ndarray]:
         return make_dataset(spec, seed)

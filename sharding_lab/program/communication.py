@@ -11,6 +11,7 @@ The compiled program's ``memory_analysis()`` comes along for the memory view.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import math
@@ -331,6 +332,8 @@ class CommReport:
     hlo: str
     target: str = "cpu"  # which compiler made the program (sharding_lab.hardware.targets)
     dtype: str = "f32"
+    # The largest buffers live at the program's peak, named (program.buffers): [] where not asked for.
+    largest_buffers: list[dict] = dataclasses.field(default_factory=list)
 
     @property
     def total_bytes(self) -> int:
@@ -349,16 +352,20 @@ class CommReport:
             "total_bytes": self.total_bytes,
             "total_wire_bytes": self.total_wire_bytes,
             "memory": self.memory,
+            "largest_buffers": self.largest_buffers,
         }
 
 
 @functools.lru_cache(maxsize=32)
-def _analyze(config, dtype: str) -> CommReport:
+def _analyze(config, dtype: str, named: bool = False) -> CommReport:
     from ..training.config import plan as make_plan
     from ..training.step import compile_train_step
+    from . import buffers
 
     plan = make_plan(config)
-    compiled = compile_train_step(plan, dtype)
+    with buffers.everywhere() if named else contextlib.nullcontext():
+        with buffers.recording(plan, config.target) as record:
+            compiled = compile_train_step(plan, dtype)
     hlo = compiled.as_text()
     stats = compiled.memory_analysis()
     ours = memory_per_device(plan.layouts())
@@ -375,7 +382,7 @@ def _analyze(config, dtype: str) -> CommReport:
         dataclasses.replace(c, moves=name_elements(c.op, c.phase, c.shape, c.count, plan, c.op_names))
         for c in parse_collectives(hlo, config.mesh.shape, config.mesh.axes)
     ]
-    return CommReport(collectives, memory, hlo, config.target, dtype)
+    return CommReport(collectives, memory, hlo, config.target, dtype, record.to_json())
 
 
 def default_dtype(target: str) -> str:
@@ -385,14 +392,15 @@ def default_dtype(target: str) -> str:
     return "f32" if target == "cpu" else "mixed"
 
 
-def analyze(plan: Plan, dtype: str | None = None) -> CommReport:
+def analyze(plan: Plan, dtype: str | None = None, named_buffers: bool = False) -> CommReport:
     """Compile the trainer's own step for ``plan`` on its target
     (:func:`sharding_lab.training.step.compile_train_step`,
-    no allocation) and report its collectives and memory."""
+    no allocation) and report its collectives and memory — with its largest buffers named on an accelerator
+    target, and on the simulated host with ``named_buffers`` (:func:`sharding_lab.program.buffers.everywhere`)."""
     config = dataclasses.replace(plan.config, steps=1, seed=0, chunk=1)
     if config.preset is None and config.rules is None:
         config = dataclasses.replace(config, rules=plan.rules)
-    return _analyze(config, dtype or default_dtype(config.target))
+    return _analyze(config, dtype or default_dtype(config.target), named_buffers)
 
 
 def explain_memory(memory: dict[str, int], target: str = "cpu", dtype: str = "f32") -> str:

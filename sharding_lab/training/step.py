@@ -157,6 +157,11 @@ def compiler_options(**options):
         _compiler_options.pop()
 
 
+def current_compiler_options() -> dict:
+    """The options :func:`compile_lowered` compiles with here (those of the innermost :func:`compiler_options`)."""
+    return dict(_compiler_options[-1]) if _compiler_options else {}
+
+
 def compile_lowered(lowered, target: str):
     """``lowered.compile()``; a step too big for the target's memory raises :class:`CompileRefused`
     carrying the compiler's own sentence (the TPU compiler checks HBM; nothing is allocated)."""
@@ -184,3 +189,4 @@ class CompileRefused(ConfigError):
         reason = reason[reason.index("RESOURCE_EXHAUSTED") :] if "RESOURCE_EXHAUSTED" in reason else reason
         super().__init__(f"does not fit on {target}: the compiler says {reason}", "model")
         self.reason = reason
+        self.compiler_text = compiler_text  # the whole error: the TPU compiler lists its largest allocations

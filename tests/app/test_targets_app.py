@@ -49,6 +49,10 @@ def test_the_communication_page_names_the_tpu_compiler_and_where_xla_cpu_differs
     assert any("Compiled by **the TPU compiler (libtpu)** for **v5e-8" in i.value for i in at.info)
     text = " ".join(m.value for m in at.markdown)
     assert "XLA:TPU vs the simulated host (XLA:CPU)" in text and "≠ " in text
+    # The memory view names the step's largest buffers on a TPU target (program.buffers), largest first.
+    largest = next(d.value for d in at.dataframe if "buffer" in d.value.columns)
+    assert len(largest) == 5 and list(largest["bytes"]) == sorted(largest["bytes"], reverse=True)
+    assert any("w1" in what or "w2" in what for what in largest["buffer"])  # named by the MLP's parameters
     at.switch_page("app_pages/train.py")
     at.run()
     assert any("Training needs the chips" in i.value for i in at.info)
