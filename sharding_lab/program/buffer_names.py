@@ -66,16 +66,25 @@ def _argument(op_name: str) -> str | None:
     return "optimizer state " + "/".join(rest)
 
 
+def _parts(op_name: str) -> list[str]:
+    """The names along an op_name, each out of the transformations JAX wraps it in: ``jvp(embed)`` → ``embed``,
+    ``transpose(jvp(unembed))`` → ``unembed`` (a scope entered outside any loop is written inside them)."""
+    return [re.sub(r"^(?:[\w.]+\()+([^()]*)\)*$", r"\1", p) for p in op_name.split("/")]
+
+
 def _scope(op_name: str, scopes: dict[str, str]) -> str | None:
     """The innermost of the family's named scopes in ``op_name``."""
-    parts = op_name.split("/")
-    return next((scopes[p] for p in reversed(parts) if p in scopes), None)
+    return next((scopes[p] for p in reversed(_parts(op_name)) if p in scopes), None)
+
+
+def _layer_number(op_name: str) -> str | None:
+    return next((p[len("layer_") :] for p in reversed(_parts(op_name)) if re.fullmatch(r"layer_\d+", p)), None)
 
 
 def _layer(op_name: str) -> str:
-    found = re.findall(r"(?:^|/)layer_(\d+)(?:/|$)", op_name)
-    if found:
-        return f"layer {found[-1]}'s "
+    number = _layer_number(op_name)
+    if number is not None:
+        return f"layer {number}'s "
     return "a layer's (in the loop over layers) " if "/while/" in op_name else ""
 
 
@@ -140,8 +149,8 @@ def describe(op_name: str, shape: tuple[int, ...], names: Names, opcode: str = "
         kept = "×".join(map(str, shape[1:]))
         return f"what the loop over layers keeps for the backward pass (remat): one {kept} per layer"
     if part is None:  # no named scope: the operation, and where it ran
-        found = re.findall(r"(?:^|/)layer_(\d+)(?:/|$)", op_name)
-        where = f"layer {found[-1]}" if found else "the loop over layers" if "/while/" in op_name else ""
+        number = _layer_number(op_name)
+        where = f"layer {number}" if number else "the loop over layers" if "/while/" in op_name else ""
         layer, part = "", _operation(op_name) + (f" in {where}" if where else "")
     if recomputed:
         return f"{layer}{part}, recomputed for the backward pass"

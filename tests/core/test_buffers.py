@@ -66,6 +66,10 @@ def test_names_from_the_programs_metadata():
     assert buffers.describe("jit(train_step)/jvp()/layer_3/mlp_activation/mul", (6, 2048, 28672), names) == (
         "layer 3's MLP hidden units (forward pass)"
     )
+    # A scope entered outside any loop is written inside JAX's transformations: jvp(layer_3), transpose(jvp(…)).
+    assert buffers.describe("jit(train_step)/transpose(jvp(layer_3))/mlp_activation/mul", (6, 2048, 28672), names) == (
+        "layer 3's MLP hidden units: its gradient (backward pass)"
+    )
     assert buffers.describe(recomputed + "mlp_gate/dot_general", (4096, 28672), names) == (
         "weights mlp_gate, gathered for a layer's (in the loop over layers) MLP gate (mlp_gate)"
     )

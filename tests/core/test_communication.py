@@ -140,8 +140,10 @@ def test_comm_cli_json(capsys):
         "target",
         "dtype",
         "compilers",
+        "largest_buffers",
     }
     assert (out["target"], out["dtype"], out["compilers"]) == ("cpu", "f32", None)
+    assert out["largest_buffers"] == []  # named on the simulated host only when asked (program.buffers)
     assert set(out["memory"]) == {"argument", "output", "temp", "alias", "peak", "params", "optimizer", "batch"}
     (collective,) = out["collectives"]
     assert collective["op"] == "all-reduce" and collective["axes"] == ["data"]
