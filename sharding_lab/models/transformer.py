@@ -59,28 +59,10 @@ from .moe import (
 )
 from .remat import remat_policy, rematerialised_blocks, unrolled_scan
 from .transformer_presets import PRESETS
+from .transformer_scopes import BUFFER_SCOPES
 from .transformer_sizes import NAMED_SIZES, block_extrapolated_count
 from .transformer_spec import CHOICES, LIMITS, TransformerSpec, kv_heads_of
 from .transformer_task import cross_entropy_loss, make_dataset, partial_loss, target_count, token_losses
-
-BUFFER_SCOPES = {
-    "embed": "token embedding",
-    "attention_norm": "attention's RMSNorm",
-    "query": "query projection (q)",
-    "key": "key projection (k)",
-    "value": "value projection (v)",
-    "rotary": "rotary positions of q and k",
-    "attention": "attention",
-    "attention_output": "attention output projection (o)",
-    "mlp_norm": "MLP's RMSNorm",
-    "mlp_up": "MLP up-projection (mlp_in)",
-    "mlp_gate": "MLP gate (mlp_gate)",
-    "mlp_activation": "MLP hidden units",
-    "mlp_down": "MLP down-projection (mlp_out)",
-    "final_norm": "final RMSNorm",
-    "unembed": "logits",
-    "loss": "loss (cross-entropy)",
-}
 
 
 def rms_norm(x, scale):
