@@ -16,7 +16,7 @@ CURRENT = "your rules"
 
 st.title("Compare strategies")
 st.caption(
-    "Same mesh, same model, different rules: what each costs in memory per device and in "
+    "Same mesh, one model, different rules: what each costs in memory per device and in "
     "communication per step, and — with a short run — in speed."
 )
 
@@ -35,6 +35,12 @@ if family.name == "mlp":  # the seed's 1→32→1 is too small to tell strategie
     width = c2.select_slider("Hidden width", [32, 128, 512, 1024, 2048, 4096], value=1024, key="compare_width")
     depth = c2.slider("Extra hidden layers", 0, 4, 2, key="compare_depth")
     model = sl.ModelSpec(plan.config.model.din, width, plan.config.model.dout, depth)
+    if model != plan.config.model:  # said, so its bytes are not read as the sidebar's model's
+        c2.caption(
+            f"Not the sidebar's model: a wider MLP, {family.parameter_count(model):,} parameters against the "
+            f"sidebar's {family.parameter_count(plan.config.model):,} (width {plan.config.model.dmid}, "
+            f"{plan.config.model.hidden_layers} extra layers there)."
+        )
 else:
     model = plan.config.model
     c2.caption("The model's sizes are the sidebar's.")

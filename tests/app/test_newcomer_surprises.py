@@ -39,3 +39,18 @@ def test_show_me_a_solution_leaves_no_verdict_of_the_configuration_before():
     assert not at.exception, at.exception
     assert unsolved not in at.session_state["challenge_results"]
     assert not any("earlier configuration" in c.value for c in at.caption)
+
+
+def test_compare_says_when_its_mlp_is_not_the_sidebar_s():
+    """Issue 50: Compare said "same model" but compared its own, wider MLP (8.41 MB against 388 B)."""
+    from tests.support import app_test
+
+    at = app_test(120)
+    at.switch_page("app_pages/compare.py")
+    at.run()
+    assert not at.exception, at.exception
+    said = [c.value for c in at.caption if "Not the sidebar's model" in c.value]
+    count = sl.family("mlp").parameter_count
+    wide, seed = sl.ModelSpec(1, 1024, 1, 2), sl.LabConfig().model
+    assert said and f"{count(wide):,} parameters against the sidebar's {count(seed):,}" in said[0]
+    assert not any("same model" in c.value for c in at.caption)
