@@ -126,6 +126,16 @@ def main(argv=None) -> int:
                 help="train as this many JAX processes on this machine, sharing the "
                 "mesh's devices (jax.distributed; default 1: this process)",
             )
+    calibrate_parser = commands.add_parser(
+        "calibrate",
+        help="measure the attached TPU (matmul rates, the splash kernel, HBM bandwidth) and write the calibration "
+        "the cost prices steps with",
+    )
+    calibrate_parser.add_argument(
+        "--out", default=None, help="the file to write (default: the package's <chip>.calibration.json)"
+    )
+    calibrate_parser.add_argument("--repeats", type=int, default=5, help="calls timed per measurement (median)")
+    calibrate_parser.add_argument("--budget-s", type=float, default=240.0, help="seconds for the matmul grid")
     plan_parser = commands.add_parser(
         "plan",
         help="search the layouts of a model on a TPU slice: every mesh, preset "
@@ -174,6 +184,10 @@ def main(argv=None) -> int:
     if args.command == "challenge":
         return challenge.main(args)
     try:
+        if args.command == "calibrate":
+            from ..cost.calibrate import write_calibration
+
+            return write_calibration(args.out, args.repeats, args.budget_s)
         if args.command == "plan":
             from .plan import print_plan
 

@@ -42,6 +42,7 @@ from ..program import buffers
 from ..program.communication import Collective, parse_collectives
 from ..training.config import LabConfig
 from ..training.config import plan as make_plan
+from . import calibration, hlo_ops
 
 DTYPES = {"bf16": jnp.bfloat16, "f32": jnp.float32, "mixed": jnp.bfloat16}  # mixed: f32 state, bf16 compute
 
@@ -63,6 +64,13 @@ class Compiled:
     memory: dict | None = None  # memory_analysis(): argument, output, temp, alias, generated code
     loop_note: str | None = None  # how a loop over layers was counted (compile_step), when there is one
     kernel_note: str | None = None  # a custom kernel XLA cannot count, counted by its formula (kernel_figures)
+    priced: object | None = None  # the program op by op at the chip's calibration (calibration.Priced), if any
+    calibration: object | None = None  # that calibration (calibration.Calibration)
+    xla_flops: float = 0.0  # XLA's own cost_analysis() count (a loop body once; no custom kernel)
+    # XLA's FLOPs beyond the products (elementwise, reductions), a loop body once, and the products and kernels
+    # counted with the loops' trips (hlo_ops): what `flops` is made of
+    other_flops_once: float = 0.0
+    product_flops: float = 0.0
 
     def by_key(self) -> dict[tuple[str, tuple[str, ...]], dict]:
         """(op, axes) → total result bytes per step, op count, a representative collective."""
@@ -155,20 +163,22 @@ def loop_figures(one: Compiled, two: Compiled, layers: int) -> Compiled:
     """:func:`compile_step`'s answer from its two compiles: the loop as it runs (``one``) and unrolled by 2
     (``two``) — one block counted ``layers`` times (:func:`extend_loop`), or, when the compiler refused the
     2-block body, ``one``'s figures with a note saying so."""
-    if two.refused:  # the two-block loop body does not fit: the figures stay one block's, said so
+    if two.refused:  # the two-block loop body does not fit: the looped program's own op-by-op count stands
         return dataclasses.replace(
             one,
             compile_s=one.compile_s + two.compile_s,
-            loop_note=f"the blocks run as a loop of {layers}; its body could not be costed "
-            "(the compiler refused the 2-block loop), so FLOPs, HBM traffic and "
-            "collectives count one block",
+            loop_note=f"the blocks run as a loop of {layers}: FLOPs and HBM traffic are the looped program's, read "
+            "op by op with the loop's trip count (cost.hlo_ops); its collectives count one block (the compiler "
+            "refused the loop unrolled by 2, which would have counted them per block)",
         )
     return extend_loop(one, two, layers)
 
 
 def extend_loop(one: Compiled, two: Compiled, layers: int) -> Compiled:
     """The figures of a step whose loop of ``layers`` blocks XLA counted once, from its compiles with the
-    loop unrolled by 1 (``one``) and by 2 (``two``): one block = (two − one)/(1 + layers mod 2)."""
+    loop unrolled by 1 (``one``) and by 2 (``two``): one block = (two − one)/(1 + layers mod 2) — for what the
+    program's text counts once (its collectives; XLA:CPU's bytes). FLOPs, and a TPU program's HBM traffic, are
+    already counted with the loop's trips (:func:`compile_once`): the looped program's own."""
     k = (layers - 1) / (1 + layers % 2)
 
     def line(a, b):
@@ -183,17 +193,18 @@ def extend_loop(one: Compiled, two: Compiled, layers: int) -> Compiled:
     )
     return dataclasses.replace(
         one,
-        flops=line(one.flops, two.flops),
-        hbm_bytes=line(one.hbm_bytes, two.hbm_bytes),
+        flops=one.product_flops + line(one.other_flops_once, two.other_flops_once) if one.product_flops else one.flops,
+        hbm_bytes=line(one.hbm_bytes, two.hbm_bytes) if one.target == "cpu" else one.hbm_bytes,
         collectives=collectives,
         cpu_bytes_accessed=line(one.cpu_bytes_accessed, two.cpu_bytes_accessed),
         compile_s=one.compile_s + two.compile_s,
         optimal_seconds=None
         if one.optimal_seconds is None or two.optimal_seconds is None
         else line(one.optimal_seconds, two.optimal_seconds),
-        loop_note=f"the blocks run as a loop of {layers}: XLA counts a loop body once, so the program was also "
-        f"compiled with the loop unrolled by 2 and every figure but HBM needed counts the body {layers} "
-        "times (f₁ + (L − 1)·(f₂ − f₁)); HBM needed is the looped program's own",
+        loop_note=f"the blocks run as a loop of {layers}: FLOPs are the looped program's, read op by op with the "
+        "loop's trip count (cost.hlo_ops); the program text shows a loop body once, so it was also compiled with "
+        f"the loop unrolled by 2 and its collectives count the body {layers} times (f₁ + (L − 1)·(f₂ − f₁)); HBM "
+        "needed is the looped program's own",
     )
 
 
@@ -239,20 +250,40 @@ def compile_once(config: LabConfig, dtype: str) -> Compiled:
     # temporary (several times what a GPU or TPU moves), so it is kept for reference only. On a TPU
     # target the TPU compiler's own count of its fused program is the figure.
     traffic = fused if on_cpu or not accessed else accessed
-    flops = float(cost.get("flops", 0.0)) or _lowered_flops(lowered)
+    xla_flops = float(cost.get("flops", 0.0)) or _lowered_flops(lowered)
+    # XLA's cost analysis counts a loop's body once and no custom kernel; the program read op by op
+    # (hlo_ops) counts each product and each splash call as often as its loops run it. The difference is what
+    # the loops' further trips add (for a program without loops: none).
+    found, once = hlo_ops.ops(hlo), hlo_ops.ops(hlo, count_loops=False)
+    counted, counted_once = hlo_ops.summary(found), hlo_ops.summary(once)
+    # XLA's FLOPs beyond the products (elementwise, reductions) scale with the loops as their results' elements do
+    # (extend_loop counts them exactly from the loop unrolled by 2, where it has that compile).
+    others_once = max(0.0, xla_flops - counted_once["product_flops"])
+    scale = counted["other_elements"] / counted_once["other_elements"] if counted_once["other_elements"] else 1.0
+    products = counted["product_flops"] + counted["kernel_flops"]
+    flops = products + others_once * scale
+    if not on_cpu and accessed:
+        traffic += counted["bytes"] - counted_once["bytes"]
     # A Pallas kernel is a custom call: XLA's cost analysis counts none of its FLOPs and only one pass over
     # its operands. The splash attention kernel's come from its formula, added here and said so.
     kernel = kernel_figures(hlo, itemsize)
-    flops, traffic = flops + kernel["flops"], traffic + kernel["hbm_bytes"]
+    traffic += kernel["hbm_bytes"] * (counted["kernel_calls"] / max(1, counted_once["kernel_calls"]))
     kernel_note = None
     if kernel["calls"]:
         calls = ", ".join(f"{n} {kind}" for kind, n in sorted(kernel["calls"].items()))
         kernel_note = (
-            f"attention runs in the Pallas splash kernel ({calls} calls in the program): XLA does not count a "
-            f"custom kernel, so its FLOPs ({kernel['flops']:.3g} in this program) and the K/V and Q/dO bytes it "
-            "streams come from the kernel's formula (sharding_lab.models.attention.kernel_figures), added to the "
-            "compiler's figures"
+            f"attention runs in the Pallas splash kernel ({calls} calls in the program text, "
+            f"{counted['kernel_calls']} a step with its loops): XLA does not count a custom kernel, so its FLOPs "
+            f"({counted['kernel_flops']:.3g} a step) and the K/V and Q/dO bytes it streams come from the kernel's "
+            "formula (sharding_lab.models.attention.kernel_figures), added to the compiler's figures"
         )
+    chip_calibration = _calibration(config.target)
+    priced = None
+    if chip_calibration:
+        from ..hardware.chips import chip as get_chip
+
+        host_link = get_chip(parse_target(config.target).chip).host_bytes_per_s
+        priced = calibration.price(found, chip_calibration, host_link)
     extra = {k: float(cost[k]) for k in ("optimal_seconds", "utilization operand 0 {}") if k in cost}
     return Compiled(
         tuple(config.mesh.shape),
@@ -265,6 +296,11 @@ def compile_once(config: LabConfig, dtype: str) -> Compiled:
         target=config.target,
         optimal_seconds=extra.get("optimal_seconds"),
         kernel_note=kernel_note,
+        priced=priced,
+        calibration=chip_calibration,
+        xla_flops=xla_flops,
+        other_flops_once=others_once,
+        product_flops=products,
         memory={
             "argument": int(memory.argument_size_in_bytes),
             "output": int(memory.output_size_in_bytes),
@@ -275,6 +311,12 @@ def compile_once(config: LabConfig, dtype: str) -> Compiled:
             "largest_buffers": record.to_json(),
         },
     )
+
+
+def _calibration(target: str):
+    """The shipped calibration of a TPU target's chip (:mod:`.calibration`), None elsewhere."""
+    on = parse_target(target)
+    return calibration.for_chip(on.chip) if on.kind == "tpu" else None
 
 
 def _between_slices(hlo: str, config: LabConfig) -> list[Collective]:

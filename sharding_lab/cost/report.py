@@ -51,10 +51,21 @@ def describe(p: Prediction) -> str:
         f" + latency {format_seconds(p.latency_s)} "
         f"({sum(r['count'] for r in p.comm if r.get('latency_s'))} collectives "
         "× their hops × the link's α, chips.LATENCY)",
-        f"  step (full overlap, the prediction) {format_seconds(p.step_s)}  — {p.bound}-bound, {utilisation(p)}",
+        f"  step (roofline, full overlap: a bound) {format_seconds(p.step_s)}  — {p.bound}-bound, {utilisation(p)}",
         f"  step (no overlap: compute/memory + communication) {format_seconds(p.step_s_no_overlap)}",
+    ]
+    if p.calibrated_step_s is not None:
+        c = p.priced
+        lines.append(
+            f"  step (calibrated: each op at the chip's measured rates) {format_seconds(p.calibrated_step_s)} — "
+            f"products {format_seconds(c.products_s)} + their bytes {format_seconds(c.product_bytes_s)} + kernel "
+            f"{format_seconds(c.kernel_s)} + other HBM traffic {format_seconds(c.memory_s)}"
+            + (f", MFU {p.calibrated_mfu:.1%}" if p.calibrated_mfu is not None else "")
+            + f"; {p.calibration.name}"
+        )
+    lines += [
         f"  HBM needed {p.hbm_needed / 1e9:,.3f} GB of {p.chip.capacity_text()}: "
-        + ("fits" if p.fits else "does NOT fit"),
+        + ("fits" if p.fits else "does NOT fit")
     ]
     if p.compiler_ratio is not None:
         lines.append(

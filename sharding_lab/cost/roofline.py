@@ -37,6 +37,7 @@ from ..training.config import LabConfig
 from ..units import format_seconds, time_unit  # noqa: F401 (cost re-exports them)
 from .collectives import links_for, rows
 from .compiled import canonical, compile_step, dtype_name
+from .consistency import InconsistentCost, check_utilisation  # noqa: F401 (cost re-exports InconsistentCost)
 from .extrapolation import check_target, extrapolate
 
 CHIP = Named("Chip", "--chip", "{flag}")  # the cost panel's boxes, the cost command's options
@@ -67,6 +68,30 @@ class Prediction:
     memory: dict | None = None  # the compiled program's memory_analysis()
     model_flops: float | None = None  # per device: the model's own FLOPs (sharding_lab.models.flops), for MFU
     model_flops_detail: dict | None = None  # the whole step's count and its formula
+    priced: object | None = None  # the program op by op at the chip's calibration (calibration.Priced)
+    calibration: object | None = None  # which calibration (calibration.Calibration); None: none for this chip
+
+    def __post_init__(self):
+        check_utilisation(self)
+
+    @property
+    def calibrated_step_s(self) -> float | None:
+        """The step priced op by op at the chip's measured rates (:mod:`.calibration`): what a real chip takes,
+        within the calibration's accuracy; None where no calibration applies (the roofline ``step_s`` is the
+        bound beside it)."""
+        if self.priced is None or self.refused:
+            return None
+        return max(self.priced.step_s(self.comm_s, self.latency_s), self.step_s)
+
+    @property
+    def calibrated_mfu(self) -> float | None:
+        step = self.calibrated_step_s
+        return None if step is None or self.model_flops is None else self.model_flops / (step * self.peak)
+
+    @property
+    def calibrated_hfu(self) -> float | None:
+        step = self.calibrated_step_s
+        return None if step is None else self.flops / (step * self.peak)
 
     @property
     def peak(self) -> float:
@@ -201,6 +226,11 @@ class Prediction:
                 "compiler_optimal_seconds": self.optimal_seconds if (self.optimal_seconds or 0) > 0 else None,
                 "roofline_vs_compiler": self.compiler_ratio,
                 "compiled_memory": self.memory,
+                "calibrated_step_s": self.calibrated_step_s,
+                "calibrated_mfu": self.calibrated_mfu,
+                "calibrated_hfu": self.calibrated_hfu,
+                "calibrated": None if self.priced is None else self.priced.to_json(),
+                "calibration": None if self.calibration is None else self.calibration.to_json(),
             }
             | (
                 {"step_s": None, "step_s_no_overlap": None, "bound": None, "mfu": None, "hfu": None, "hbm_needed": None}
@@ -228,7 +258,15 @@ def _finite(value):
 
 
 def keyed_prediction(
-    config: LabConfig, dtype: str, totals: tuple, keyed: dict, notes=(), compile_s: float = 0.0, refused=None
+    config: LabConfig,
+    dtype: str,
+    totals: tuple,
+    keyed: dict,
+    notes=(),
+    compile_s: float = 0.0,
+    refused=None,
+    priced=None,
+    calibration=None,
 ) -> Prediction:
     """The roofline on ``config``'s TPU target of a step's ``totals`` (FLOPs, HBM traffic, HBM needed) and its
     collectives ``keyed`` by (op, axes) as ``Compiled.by_key`` gives them — from one compile or several extended
@@ -239,6 +277,8 @@ def keyed_prediction(
     notes = [n for n in [chip.flops(dtype)[1]] if n] + list(notes)
     links, timed = links_for(chip, mesh, axes, on.name), rows(chip, mesh, axes, keyed, on.name)
     at = {"target": on.name, "compile_s": compile_s, "refused": refused, **model_flops_fields(config, mesh)}
+    at |= {"priced": priced, "calibration": calibration}
+    notes += [calibration.note()] if calibration else []
     return Prediction(chip, dtype, mesh, axes, *totals, links, timed, [mesh], False, notes, **at)
 
 
@@ -396,6 +436,7 @@ def _predict_on_target(config: LabConfig, on, chip_id: str | None, dtype: str, t
     mesh, axes = tuple(config.mesh.shape), tuple(config.mesh.axes)
     compiled = compile_step(canonical(config), dtype)
     notes = [n for n in [chip.flops(dtype)[1], compiled.loop_note, compiled.kernel_note] if n]
+    notes += [compiled.calibration.note()] if compiled.calibration else []
     flops = compiled.flops
     if on.kind == "gpu" and compiled.refused is None:
         host = dataclasses.replace(canonical(config), target="cpu")
@@ -426,6 +467,8 @@ def _predict_on_target(config: LabConfig, on, chip_id: str | None, dtype: str, t
         refused=compiled.refused,
         optimal_seconds=compiled.optimal_seconds,
         memory=compiled.memory,
+        priced=compiled.priced,
+        calibration=compiled.calibration,
         **model_flops_fields(config, mesh),
     )
 

@@ -47,6 +47,7 @@ TPU_F32 = (
     "Measured on one real TPU v5e (2026-12-05, an 8192³ matmul, JAX 0.10.2): bf16 166 TFLOP/s, f32 at the default "
     "147, 'high' 61, 'highest' 31 (84%, 75%, 93% and 94% of 197, 197, 65.7 and 32.8)"
 )
+HOST_LINK = f"{BOOK_TPUS}: 'PCIe bandwidth is typically around 1.5e10 bytes / second per chip'"
 GPU_F32 = "JAX's default f32 matmul precision on a GPU is TF32 (jax.lax.Precision docs); 'highest' is FP32"
 
 
@@ -71,6 +72,8 @@ class Chip:
     network_bytes_per_s: float | None = None
     # What a program may use of the HBM (TPUs: the runtime keeps the rest); None: all of ``hbm_bytes``
     hbm_usable_bytes: float | None = None
+    # The chip's link to its host's memory (PCIe), one direction: what host offload's copies ride
+    host_bytes_per_s: float | None = None
 
     @property
     def capacity(self) -> float:
@@ -151,6 +154,7 @@ CHIPS: dict[str, Chip] = {
             links_per_chip=4,  # Google Cloud "TPU v5e": ICI ports per chip 4
             wrap_rule="full",  # book: wraparound only along a full 16-chip axis
             dcn_bytes_per_s=3.125e9,  # book: DCN 3.125e9 bytes/s per TPU for v5e
+            host_bytes_per_s=1.5e10,  # book: PCIe ~1.5e10 bytes/s per chip
             sources={
                 "hbm_usable": USABLE_SOURCE
                 + "; a real v5e's memory_stats bytes_limit 16,909,336,064 (tools/tpu_check.py, 2026-12-04)",
@@ -160,6 +164,7 @@ CHIPS: dict[str, Chip] = {
                 "ici": f"{BOOK_TPUS} (ICI 4.5e10 one-way / 9e10 bidi per link); 4 ICI ports per chip, 2D torus "
                 "(cloud.google.com/tpu/docs/v5e)",
                 "dcn": BOOK_TPUS + " (DCN 3.125e9 bytes/s per TPU v5e)",
+                "host": HOST_LINK,
             },
         ),
         Chip(
@@ -175,6 +180,7 @@ CHIPS: dict[str, Chip] = {
             links_per_chip=6,  # book: "nearest 4 or 6 neighbors" — 6 in a 3D torus
             wrap_rule="x4",  # book: on v*p an axis that is a multiple of 4 wraps (full cubes)
             dcn_bytes_per_s=6.25e9,  # book: DCN 6.25e9 bytes/s per TPU
+            host_bytes_per_s=1.5e10,  # book: PCIe ~1.5e10 bytes/s per chip
             sources={
                 "hbm_usable": USABLE_SOURCE,
                 "peak_flops": f"{BOOK_TPUS}; cloud.google.com/tpu/docs/v5p (459 TFLOPs bf16)",
@@ -182,6 +188,7 @@ CHIPS: dict[str, Chip] = {
                 "hbm": f"{BOOK_TPUS} (96GB, 2.8e12); cloud.google.com/tpu/docs/v5p (95 GB, 2765 GBps)",
                 "ici": BOOK_TPUS + " (ICI 9e10 one-way / 1.8e11 bidi per link; 3D torus, 6 links)",
                 "dcn": BOOK_TPUS + " (DCN 6.25e9 bytes/s per TPU)",
+                "host": HOST_LINK,
             },
         ),
         Chip(
@@ -197,6 +204,7 @@ CHIPS: dict[str, Chip] = {
             links_per_chip=4,
             wrap_rule="full",
             dcn_bytes_per_s=12.5e9,  # book: 12.5e9 bytes/s per TPU v6e
+            host_bytes_per_s=3.2e10,  # book: PCIe 32GB/s on Trillium
             sources={
                 "hbm_usable": USABLE_SOURCE,
                 "peak_flops": BOOK_TPUS + " (9.20e14 bf16)",
@@ -204,6 +212,7 @@ CHIPS: dict[str, Chip] = {
                 "hbm": BOOK_TPUS + " (32GB, 1.6e12)",
                 "ici": BOOK_TPUS + " (ICI 9e10 one-way / 1.8e11 bidi per link; 16x16 2D torus)",
                 "dcn": BOOK_TPUS + " (DCN 12.5e9 bytes/s per TPU v6e)",
+                "host": HOST_LINK + " (its footnote: 'Trillium (TPU v6e) has 32GB/s, about 2x higher than v5')",
             },
         ),
         Chip(

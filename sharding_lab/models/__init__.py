@@ -266,7 +266,8 @@ class ModelFamily:
 
     def model_flops(self, spec, batch_size: int):
         """One training step's model FLOPs over the whole batch, for MFU (a :class:`~.flops.ModelFlops`): PaLM's
-        6·N per token for the weights plus 12·L·H·Q·T for attention, the MLP's matmuls exactly (:mod:`.flops`).
+        6·N per token for the weights plus 6·L·H·Q·T for causal attention
+        (half PaLM's 12·L·H·Q·T), the MLP's matmuls exactly (:mod:`.flops`).
         A family of its own overrides this; None: no count (the lab then reports HFU only)."""
         from .flops import model_flops
 

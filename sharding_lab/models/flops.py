@@ -7,9 +7,14 @@ softmax. The two answer different questions (how well the model's work is done; 
 so the lab reports both under those names.
 
 PaLM's count per token of a training step: **6·N** for the weights (2·N forward, 4·N backward: the gradients
-of the activations and of the weights) plus **12·L·H·Q·T** for attention (the scores Q·Kᵀ and their product
-with V: 2·2·H·Q·T a token and a layer forward, × 3 with the backward), L layers, H query heads of Q
-features, T tokens of context. N counts the parameters a token multiplies by:
+of the activations and of the weights) plus, for attention, the scores Q·Kᵀ and their product with V: 2·2·H·Q
+a token, a layer and a position it attends to forward, × 3 with the backward — L layers, H query heads of Q
+features. **Causal attention as the kernel computes it**: a token attends to the positions up to its own, T/2
+of a T-token context on average, so attention is **6·L·H·Q·T** a token. PaLM's appendix B counts the whole
+T (12·L·H·Q·T, as if every token saw every position); MaxText counts causal attention as half since 2025
+(its ``calculate_tflops_training_per_device``: the attention term halved for causal masks) — the lab does as
+MaxText does, so that MFU never exceeds HFU on a step whose kernel skips the masked blocks. N counts the
+parameters a token multiplies by:
 
 - a lookup table is no matmul (an untied input embedding, a learned position table): left out, as
   MaxText's FLOP count and Kaplan et al. (2020) leave embeddings out; a tied embedding is also the
@@ -34,7 +39,7 @@ class ModelFlops:
     """One step's model FLOPs over the whole batch (all devices together)."""
 
     weights: float  # 6·N per token (the MLP: its exact matmul count)
-    attention: float  # 12·L·H·Q·T per token (0 without attention)
+    attention: float  # 6·L·H·Q·T per token, causal (0 without attention)
     tokens: int  # tokens (or rows) in the step's batch
     matmul_parameters: float  # N: the active parameters a token multiplies by
     formula: str
@@ -66,16 +71,17 @@ def matmul_parameters(family, spec) -> float:
 
 
 def transformer_flops(family, spec, batch_size: int) -> ModelFlops:
-    """PaLM's 6·N + 12·L·H·Q·T per token, × the batch's tokens."""
+    """PaLM's 6·N per token plus causal attention, 6·L·H·Q·T (half of PaLM's 12·L·H·Q·T), × the batch's tokens."""
     tokens = batch_size * spec.seq
     n = matmul_parameters(family, spec)
-    attention = 12 * spec.layers * spec.heads * spec.head_dim * spec.seq
+    attention = 6 * spec.layers * spec.heads * spec.head_dim * spec.seq
     return ModelFlops(
         6 * n * tokens,
         float(attention) * tokens,
         tokens,
         n,
-        f"6·N·tokens + 12·L·H·Q·T·tokens (PaLM, appendix B): N = {n:,.0f} matmul parameters "
+        "6·N·tokens + 6·L·H·Q·T·tokens (PaLM's appendix B, causal attention as half: MaxText's count): "
+        f"N = {n:,.0f} matmul parameters "
         f"(lookup tables left out{', experts at top_k/experts' if getattr(spec, 'experts', 0) else ''}), "
         f"L·H·Q·T = {spec.layers}·{spec.heads}·{spec.head_dim}·{spec.seq}",
     )

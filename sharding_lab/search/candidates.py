@@ -94,7 +94,9 @@ class Result:
     hbm_per_chip: float | None = None  # bytes: the compiler's (extended) figure; for a memory skip, the analytic one
     fits: bool | None = None
     refused: str | None = None
-    step_s: float | None = None
+    step_s: float | None = None  # the calibrated step where the chip has a calibration, else the roofline's
+    roofline_step_s: float | None = None  # the published-peak roofline (a lower bound)
+    calibration: str | None = None  # which calibration priced step_s (None: the roofline)
     bound: str | None = None
     mfu: float | None = None  # model FLOPs utilisation (the model's own FLOPs: sharding_lab.models.flops)
     hfu: float | None = None  # hardware FLOPs utilisation (the compiled program's FLOPs)
@@ -125,6 +127,8 @@ class Result:
             "hbm_per_chip": self.hbm_per_chip,
             "fits": self.fits,
             "step_s": self.step_s,
+            "roofline_step_s": self.roofline_step_s,
+            "calibration": self.calibration,
             "bound": self.bound,
             "mfu": self.mfu,
             "hfu": self.hfu,

@@ -87,12 +87,18 @@ def prediction_of(config: LabConfig, dtype: str, runs):
         c = runs[-1]
         flops, traffic, needed, keyed = c.flops, c.hbm_bytes, c.hbm_needed, c.by_key()
         notes += [n for n in (c.loop_note, c.kernel_note) if n]
+        priced = c.priced
     else:
         layers = config.model.layers
         flops, traffic, needed, keyed = extend(*runs, layers)
         notes.append(f"extended linearly from compiles of 1 and 2 layers to {layers}")
         notes += [runs[-1].kernel_note] if runs[-1].kernel_note else []
-    return keyed_prediction(config, dtype, (flops, traffic, needed), keyed, notes, compile_s, refused)
+        one, two = runs
+        priced = one.priced.scaled(layers - 1, two.priced) if one.priced and two.priced else None
+    calibration = runs[-1].calibration if priced is not None else None
+    return keyed_prediction(
+        config, dtype, (flops, traffic, needed), keyed, notes, compile_s, refused, priced, calibration
+    )
 
 
 def fill(result: Result, p) -> None:
@@ -100,6 +106,7 @@ def fill(result: Result, p) -> None:
     result.refused = p.refused
     result.fits = p.fits
     result.hbm_per_chip = result.step_s = result.bound = result.mfu = result.hfu = result.terms = None
+    result.roofline_step_s = None
     result.links = {
         a: {"link": link.name, "bytes_per_s": link.bytes_per_s if link.name != "none" else None, "where": link.why}
         for a, link in p.links.items()
@@ -107,7 +114,11 @@ def fill(result: Result, p) -> None:
     if not p.refused:
         result.hbm_per_chip = p.hbm_needed
         result.step_s, result.bound, result.mfu, result.hfu = p.step_s, p.bound, p.mfu, p.hfu
+        result.roofline_step_s = p.step_s
         result.terms = {"compute_s": p.compute_s, "memory_s": p.memory_s, "comm_s": p.comm_s, "latency_s": p.latency_s}
+        if p.calibrated_step_s is not None:  # the plan ranks by the calibrated prediction; the roofline beside it
+            result.step_s, result.mfu, result.hfu = p.calibrated_step_s, p.calibrated_mfu, p.calibrated_hfu
+            result.calibration = p.calibration.name
 
 
 _results: dict[tuple, Result] = {}

@@ -6,7 +6,8 @@ The count (training.md, sharding.md), from the candidate's own plan — which me
 batch — and the links its axes really use (:mod:`sharding_lab.hardware.placement`):
 
 - **compute**: the model's own FLOPs (:meth:`ModelFamily.model_flops <sharding_lab.models.ModelFamily>`: 6·N per
-  token + attention), × 4/3 under remat full (the blocks' forward again), ÷ (chips × the chip's peak);
+  token + attention), × 4/3 under remat full (the blocks' forward again), ÷ (chips × the chip's matrix-unit rate:
+  its calibration's measured one where it has one, :mod:`sharding_lab.cost.calibration`, else its published peak);
 - **weights over a batch axis that splits them** (FSDP): all-gathered forward, again backward, the gradients
   reduce-scattered — two all-gathers of the weight's bytes over that axis's group and one reduce-scatter;
 - **weights a batch axis replicates** (data parallelism): the gradients all-reduced;
@@ -44,6 +45,10 @@ def book_estimate(plan, dtype: str) -> dict | None:
     on = targets.parse(config.target)
     chip = get_chip(on.chip)
     peak, _ = chip.flops(dtype)
+    from ..cost.calibration import for_chip
+
+    measured = for_chip(chip.id)  # the rate the chip's matrix unit was measured at, as the compiled rows use
+    peak = measured.matmul_rate(dtype) if measured else peak
     remat = getattr(config.model, "remat", "none")
     compute = counted.total * (4 / 3 if remat == "full" else 1.0) / (on.devices * peak)
     rules = config.resolved_rules()

@@ -171,7 +171,7 @@ def test_the_axis_across_slices_rides_dcn_and_the_rest_stays_on_ici():
 # --- model FLOPs (MFU) -------------------------------------------------------------------------------
 
 
-def test_llama3_8b_model_flops_are_palms_6n_plus_12lhqt_per_token():
+def test_llama3_8b_model_flops_are_palms_6n_plus_causal_attention_per_token():
     transformer = family("transformer")
     spec = dataclasses.replace(transformer.named_spec("llama3-8b"), seq=4096)
     count = transformer.model_flops(spec, 256)
@@ -181,7 +181,8 @@ def test_llama3_8b_model_flops_are_palms_6n_plus_12lhqt_per_token():
     assert count.matmul_parameters == n
     assert 7.4e9 < n < 7.6e9  # 8.03e9 less the 0.53e9 lookup table
     tokens = 256 * 4096
-    assert count.total == pytest.approx(6 * n * tokens + 12 * layers * heads * d * 4096 * tokens)
+    # Causal attention as the kernel computes it: half of PaLM's 12·L·H·Q·T (MaxText's count).
+    assert count.total == pytest.approx(6 * n * tokens + 6 * layers * heads * d * 4096 * tokens)
 
 
 def test_a_mixture_counts_its_active_experts_only():
