@@ -155,7 +155,7 @@ def describe(op_name: str, shape: tuple[int, ...], names: Names, opcode: str = "
     if recomputed:
         return f"{layer}{part}, recomputed for the backward pass"
     if backward:
-        return f"{layer}{part}: its gradient (backward pass)"
+        return f"{layer}{part}, backward pass (a gradient through it)"
     return f"{layer}{part} (forward pass)"
 
 

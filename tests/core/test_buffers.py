@@ -68,7 +68,7 @@ def test_names_from_the_programs_metadata():
     )
     # A scope entered outside any loop is written inside JAX's transformations: jvp(layer_3), transpose(jvp(…)).
     assert buffers.describe("jit(train_step)/transpose(jvp(layer_3))/mlp_activation/mul", (6, 2048, 28672), names) == (
-        "layer 3's MLP hidden units: its gradient (backward pass)"
+        "layer 3's MLP hidden units, backward pass (a gradient through it)"
     )
     assert buffers.describe(recomputed + "mlp_gate/dot_general", (4096, 28672), names) == (
         "weights mlp_gate, gathered for a layer's (in the loop over layers) MLP gate (mlp_gate)"
@@ -113,7 +113,7 @@ def test_a_refusal_lists_what_the_compiler_listed():
     assert [b.bytes for b in found] == [6 * 2048 * 28672 * 4, 2 * 4096 * 28672 * 2]
     assert (
         found[0].what
-        == "a layer's (in the loop over layers) MLP down-projection (mlp_out): its gradient (backward pass)"
+        == "a layer's (in the loop over layers) MLP down-projection (mlp_out), backward pass (a gradient through it)"
     )
     assert found[1].what == "weights mlp_in, all 2 layers stacked for the loop over layers"
     assert found[0].hlo == "fusion.433"
