@@ -290,6 +290,14 @@ def ops(hlo_text: str, count_loops: bool = True) -> list[Op]:
             )
 
     walk(entry, 1, frozenset({entry}))
+    # A dkv call's results are K and V shaped (fewer heads under grouped-query attention): every splash call is
+    # counted on the program's query shape, the largest of its forward and dq calls' (as kernel_figures does).
+    queries = [o.kernel_shape for o in found if o.kernel in ("splash_mha_fwd", "splash_mha_dq") and o.kernel_shape]
+    if queries:
+        query = max(queries, key=math.prod)
+        for o in found:
+            if o.kernel and o.kernel.startswith("splash"):
+                o.kernel_shape = query
     return found
 
 
