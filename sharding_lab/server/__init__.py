@@ -1,10 +1,16 @@
 """The class server: what runs behind the pages while a class uses the app, with no Streamlit in it.
 
-:mod:`.slots` (how many runs train at once, and the queue for the rest), :mod:`.jobs` (a training run in a
-background thread), :mod:`.precompile` (the layout a learner is reading, compiled before Train is pressed),
-:mod:`.warm` with :mod:`.warm_child` and :mod:`.idle_process` (the class warm-up, in a child process at the
-lowest priority), :mod:`.activity` (whether a learner's page is busy), :mod:`.background` (the threads stopped
-before the interpreter exits), :mod:`.record` (the class record in SQL), :mod:`.incidents` (errors
-that reached a page, their tracebacks kept in the log) and :mod:`.classroom` (the teacher's view of all of it).
-The pages in ``app_pages/`` and the helpers in :mod:`sharding_lab.app` call it; it calls nothing of theirs.
+:mod:`.slots` (how many runs train at once, and the queue for the rest), :mod:`.priority` (who compiles first: a
+learner's run, the layout being read, the class warm-up), :mod:`.jobs` (a training run in a background thread),
+:mod:`.precompile` (the layout a learner is reading, compiled before Train is pressed), :mod:`.compile_cache`
+(JAX's persistent compilation cache), :mod:`.warm` with :mod:`.warm_child` and :mod:`.idle_process` (the class
+warm-up, in a child process at the lowest priority), :mod:`.activity` (when learners last asked for a page),
+:mod:`.background` (the threads stopped before the interpreter exits), :mod:`.admission` (a run's share of the
+server's memory), :mod:`.searches` (the Plan page's shared searches), :mod:`.incidents` (errors that reached a
+page), :mod:`.record` (the class record in SQL) and :mod:`.classroom` (the teacher's view of all of it).
+
+The pages in ``app_pages/`` and the helpers in :mod:`sharding_lab.app` call the modules' functions; nothing here
+calls theirs. A module that keeps state keeps it in one object, its ``SERVER`` (slots, precompile, page runs,
+background threads, the warm-up): the functions use it, and a test may put a fresh one in its place
+(``monkeypatch.setattr(slots, "SERVER", slots.Slots(max_jobs=1))``) instead of reloading the module.
 """

@@ -27,8 +27,20 @@ from pathlib import Path
 from .. import settings, worker_process
 from .compile_cache import cache_dir, enable_compilation_cache
 
-_lock = threading.Lock()
-_state: dict = {}
+
+class WarmUp:
+    """One server's class warm-up: its thread (once started), its progress, its stop and — in the child process —
+    whether each change of the progress is said to the server (the module's functions use :data:`SERVER`'s)."""
+
+    def __init__(self):
+        self.lock = threading.Lock()  # guards thread and progress
+        self.thread: threading.Thread | None = None
+        self.progress: dict = {}
+        self.stop = threading.Event()
+        self.say = threading.Event()
+
+
+SERVER = WarmUp()  # this process's; a test may put a fresh one in its place
 
 
 def class_meshes(devices: int) -> list[tuple[int, ...]]:
@@ -99,25 +111,22 @@ def warm_in_background(configs=None) -> threading.Thread | None:
     thread, or None if it was started before — or if this process is a worker, which never warms."""
     if worker_process.is_worker():
         return None
-    with _lock:
-        if "warm" in _state:
+    with SERVER.lock:
+        if SERVER.thread is not None:
             return None
-        _state["warm"] = thread = _warm_thread(configs)
+        SERVER.thread = thread = _warm_thread(configs)
     return thread
 
 
 def progress() -> dict:
     """The warm-up as the teacher view shows it: done, total, skipped, current, running, stopped, seconds."""
-    with _lock:
-        return dict(_state.get("progress", {}))
+    with SERVER.lock:
+        return dict(SERVER.progress)
 
 
 def stop_warming() -> None:
     """Stop the background warm-up after the configuration it is compiling now."""
-    _stop.set()
-
-
-_stop = threading.Event()
+    SERVER.stop.set()
 
 
 def _warm_thread(configs) -> threading.Thread:
@@ -221,12 +230,12 @@ def _compile_when_idle(config, wait_for_students: bool) -> bool:
     from ..training.trainer import compile_first_run
 
     def keep_going() -> bool:
-        return not _stop.is_set() and not (wait_for_students and _students_busy())
+        return not SERVER.stop.is_set() and not (wait_for_students and _students_busy())
 
     while True:
-        while wait_for_students and _students_busy() and not _stop.is_set():
+        while wait_for_students and _students_busy() and not SERVER.stop.is_set():
             time.sleep(0.5)  # a student's own compile and run come first
-        if _stop.is_set():
+        if SERVER.stop.is_set():
             return False
         _set_progress(current=f"{config.family.name} {config.preset} on {config.mesh.label()}")
         try:
@@ -322,12 +331,12 @@ def _warm_in_child(configs: list, started: float) -> None:
 
         bounds = {"memory_bound": idle_process.MEMORY_BOUND_BYTES, "release_idle_s": idle_process.RELEASE_IDLE_S}
         layouts = [_describe(c) for c in remaining]
-        status = idle_process.run(CHILD, layouts, _students_busy, _stop.is_set, on_line, on_state, **bounds)
+        status = idle_process.run(CHILD, layouts, _students_busy, SERVER.stop.is_set, on_line, on_state, **bounds)
         if status != idle_process.RELEASED:
             break
         alone = said["done"] == 0 and progress().get("released", "").startswith("over")  # one layout outgrew it
         remaining = remaining[said["done"] + alone :]
-        while _students_busy() and not _stop.wait(1.0):  # a fresh child once the server is idle
+        while _students_busy() and not SERVER.stop.wait(1.0):  # a fresh child once the server is idle
             pass
     if status not in (0, idle_process.RELEASED):
         _set_progress(stopped=True)
@@ -355,12 +364,9 @@ def child_main() -> int:
     idle_process.leave_with_parent()
     configs = [_rebuild(layout) for layout in idle_process.read_message()]
     enable_compilation_cache()
-    _say.set()
+    SERVER.say.set()
     _warm(configs, wait_for_students=False, release_every=RELEASE_EVERY)
     return 0
-
-
-_say = threading.Event()  # set in the child: every progress change is said to the server
 
 
 def _release() -> None:
@@ -386,12 +392,12 @@ def _release() -> None:
 
 
 def _set_progress(**values) -> None:
-    with _lock:
-        _state.setdefault("progress", {}).update(values)
-        if _say.is_set() and {"done", "current"} & values.keys():
+    with SERVER.lock:
+        SERVER.progress.update(values)
+        if SERVER.say.is_set() and {"done", "current"} & values.keys():
             from .idle_process import say
 
-            say({k: _state["progress"].get(k) for k in ("done", "skipped", "current")})
+            say({k: SERVER.progress.get(k) for k in ("done", "skipped", "current")})
 
 
 def main(argv: list[str] | None = None) -> int:

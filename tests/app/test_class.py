@@ -341,7 +341,7 @@ def test_the_warm_up_waits_for_students_and_stops_when_told():
         warm._warm_thread([config]).join(30)
         assert warm.progress()["stopped"] and warm.progress()["done"] == 0
     finally:
-        warm._stop.clear()
+        warm.SERVER.stop.clear()
 
 
 def test_the_class_warm_up_waits_while_a_layout_a_learner_reads_is_not_compiled_and_while_pages_run():
@@ -471,7 +471,7 @@ def test_a_server_whose_own_warm_up_went_through_every_layout_marks_the_cache(tm
         warm._warm_thread(None).join(60)
         assert warm.progress()["stopped"] and not (tmp_path / warm.MARKER).exists()
     finally:
-        warm._stop.clear()
+        warm.SERVER.stop.clear()
     warm._warm_thread(None).join(120)
     assert warm.progress()["done"] == 3 and not warm.progress()["skipped"]  # the default, then the class's two
     assert warm.already_warmed() and "restart warms the default layout only" in warm.progress()["note"]
@@ -556,7 +556,7 @@ def test_the_warm_up_child_ends_with_the_warm_up_and_with_a_server_killed_outrig
         thread.join(10)
         assert not thread.is_alive() and not Path(f"/proc/{child}").exists() and warm.progress()["stopped"]
     finally:
-        warm._stop.clear()
+        warm.SERVER.stop.clear()
 
     env = {**os.environ, "SHARDING_LAB_CACHE_DIR": str(tmp_path / "killed"), "SHARDING_LAB_WARM": "on"}
     server = subprocess.Popen(
