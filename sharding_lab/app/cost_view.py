@@ -13,11 +13,9 @@ import pandas as pd
 import plotly.graph_objects as go
 import streamlit as st
 
-from sharding_lab.errors import in_app
-
 from .. import cost
 from ..cost.compiled import canonical  # steps, seed, chunk fixed: the step does not depend on them
-from ..errors import ConfigError
+from ..errors import ConfigError, in_app
 from ..hardware import targets
 from ..hardware.chips import CHIPS
 from ..sharding.mesh import parse_mesh_shape
@@ -26,7 +24,6 @@ from ..units import format_bytes, format_flops, format_rate  # noqa: F401 (pages
 from . import memory_view
 
 COLORS = {"compute": "#4C78A8", "memory": "#72B7B2", "communication": "#F58518", "latency": "#E45756"}
-
 
 # Below this, a collective on a real chip is far from its link's bandwidth: the scaling book's
 # 8×H100 all-reduce measurement (gpus.md, "Empirical measurements") gets near the NVLink figure only
