@@ -113,7 +113,11 @@ def test_the_layer_extension_matches_a_full_compile(planned):
     # compiled at 1 and 2 layers and extended; 3 too where a search before this one (the candidate cache is
     # shared) already compiled its best whole
     assert check["layers"] == 3 and check["full_depth"] and planned["compiled_layers"] in ([1, 2], [1, 2, 3])
-    assert check["max_relative_error"] < 0.01, check
+    # FLOPs, bytes and collectives within 1%; the TPU compiler's peak within 5%: on a 3.4 MB program it is not
+    # linear in the layers (76 kB off at 3 layers once its activations are bf16, the model's compute dtype)
+    errors = check["relative_error"]
+    assert max(abs(e) for k, e in errors.items() if k != "hbm_needed") < 0.01, check
+    assert abs(errors["hbm_needed"]) < 0.05, check
     # and independently: FLOPs of 1, 2 and 3 layers from the compiler, on a line
     base = small_base()
     config = search.Candidate((2, 4), ("data", "model"), "tp", "none").config(base)
@@ -269,9 +273,10 @@ def test_the_search_compiles_in_worker_processes_with_the_same_figures(planned, 
 def test_in_workers_a_step_without_remat_is_probed_at_full_depth():
     """Workers probe a remat-none candidate at full depth, unrolled, only to the compiler's memory check: one
     the compiler refuses there is reported with the compiler's own sentence for all its layers (here 3:
-    32 sequences of 2,048 tokens per chip, logits over 65,536 tokens), not extended from 1 and 2."""
+    64 sequences of 2,048 tokens per chip, logits over 65,536 tokens: 17 GB in bf16 — 32 fit since the logits
+    are no longer float32), not extended from 1 and 2."""
     spec = family("transformer").Spec(layers=3, embed_dim=64, heads=4, head_dim=16, mlp_dim=128, vocab=65536, seq=2048)
-    base = search.base_config(spec, "v5e-8", 2048 * 8 * 32)
+    base = search.base_config(spec, "v5e-8", 2048 * 8 * 64)
     found = search.search(base, "mixed", ("dp",), ("none",), check=False, workers=2)
     rows = [r for r in found.results if r.candidate.mesh == (8,)]
     assert len(rows) == 1 and rows[0].skipped is None, rows
