@@ -87,7 +87,9 @@ def test_two_tabs_asking_the_same_question_run_one_search():
     # A third tab asking it now is answered at once, from the same search.
     third = plan_tab(32 * 24)
     third.button(key="plan_run").click().run()
+    third.run()  # the run its answered search asks for
     assert third.session_state["plan_job"].search is jobs[0].search and SEARCHES.started == started + 1
+    assert any("Another tab asked the same question" in c.value for c in third.caption)
 
 
 class Gate:
