@@ -16,7 +16,8 @@ DTYPE = "mixed"
 st.title("Plan a real run")
 st.caption(
     "Meshes (one axis, or data × model), presets and remat, compiled by the target's own compiler and costed "
-    "(roofline); what cannot work or cannot fit is skipped and counted. With remat full the blocks run as a "
+    "(at the rates measured on a real v5e, scaled to v5p and v6e by their published figures; the roofline "
+    "elsewhere); what cannot work or cannot fit is skipped and counted. With remat full the blocks run as a "
     "loop, compiled at full depth in the time of one block; without remat a real depth is probed to the "
     "compiler's memory check, then compiled with 1 and 2 layers and extended linearly (the best checked "
     "against a full-depth compile). Click a point of the picture to load that layout into the sidebar."
