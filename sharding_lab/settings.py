@@ -39,6 +39,11 @@ class Setting:
         except ValueError:
             return self.parse(self.default)
 
+    def mib_in_bytes(self) -> int:
+        """A size given in MiB, in bytes; 0 when the setting is 0 or less (its caller's own default applies)."""
+        configured = self.get()
+        return configured * 2**20 if configured > 0 else 0
+
 
 def _switch(text: str) -> bool:
     return text.strip().lower() not in ("off", "0", "false", "no")

@@ -22,18 +22,12 @@ SERVER_SHARE_OF_MACHINE = 0.8
 
 def server_bound_bytes() -> int:
     """The memory this server should stay under: the setting, else 80% of the machine's."""
-    configured = settings.SERVER_MEMORY_MB.get()
-    if configured > 0:
-        return configured * 2**20
-    return int(psutil.virtual_memory().total * SERVER_SHARE_OF_MACHINE)
+    return settings.SERVER_MEMORY_MB.mib_in_bytes() or int(psutil.virtual_memory().total * SERVER_SHARE_OF_MACHINE)
 
 
 def session_share_bytes() -> int:
     """What one session's run may need: the setting, else the server's bound shared by the runs at once."""
-    configured = settings.SESSION_MEMORY_MB.get()
-    if configured > 0:
-        return configured * 2**20
-    return server_bound_bytes() // settings.MAX_JOBS.get()
+    return settings.SESSION_MEMORY_MB.mib_in_bytes() or server_bound_bytes() // settings.MAX_JOBS.get()
 
 
 def refusal(need: int, what: str = "this run") -> ConfigError | None:

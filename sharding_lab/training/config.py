@@ -313,10 +313,7 @@ def _explicit_refusal(config, rules, mesh, what, path, name, logical, shape, req
 
 def memory_limit_bytes() -> int:
     """What a run may use on this machine: SHARDING_LAB_MEMORY_LIMIT_MB, else half of free memory."""
-    configured = settings.MEMORY_LIMIT_MB.get()
-    if configured > 0:
-        return configured * 2**20
-    return psutil.virtual_memory().available // 2
+    return settings.MEMORY_LIMIT_MB.mib_in_bytes() or psutil.virtual_memory().available // 2
 
 
 @dataclasses.dataclass(frozen=True)
