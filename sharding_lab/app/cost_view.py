@@ -21,7 +21,7 @@ from ..hardware.chips import CHIPS
 from ..sharding.mesh import parse_mesh_shape
 from ..training.config import Plan
 from ..units import format_bytes, format_flops, format_rate  # noqa: F401 (pages read them here)
-from . import memory_view
+from . import cost_metrics, memory_view
 
 COLORS = {"compute": "#4C78A8", "memory": "#72B7B2", "communication": "#F58518", "latency": "#E45756"}
 
@@ -29,7 +29,6 @@ COLORS = {"compute": "#4C78A8", "memory": "#72B7B2", "communication": "#F58518",
 # 8×H100 all-reduce measurement (gpus.md, "Empirical measurements") gets near the NVLink figure only
 # around 1 GB per device. A megabyte is a generous line for "latency-bound, not bandwidth-bound".
 SMALL_COLLECTIVE_BYTES = 1e6
-BOUND_LABELS = {"compute": "compute", "memory": "memory", "communication": "comms", "latency": "latency"}
 
 
 def breakdown_figure(prediction: cost.Prediction) -> go.Figure:
@@ -230,43 +229,7 @@ def cost_panel(plan: Plan, key: str = "cost") -> None:
         return
     if refused_notice(p):
         return
-    m = st.columns(6)
-    largest = step_terms(p)
-    m[0].metric(
-        "Predicted step",
-        cost.format_seconds(p["step_s"]),
-        help=f"Full overlap: the largest of compute, HBM traffic and communication + latency — here {largest} — "
-        "the roofline, a lower bound.",
-    )
-    m[1].metric(
-        "No overlap",
-        cost.format_seconds(p["step_s_no_overlap"]),
-        help="max(compute, HBM traffic) + communication + latency: an upper bound.",
-    )
-    m[2].metric("Bound", BOUND_LABELS[p["bound"]], help=f"{p['bound']}-bound: {largest} is the largest term.")
-    formula = (p.get("model_flops_step") or {}).get("formula", "")
-    m[3].metric(
-        "MFU",
-        f"{p['mfu']:.1%}" if p.get("mfu") is not None else "-",
-        help=f"Model FLOPs utilisation: the model's own FLOPs ÷ (step × peak) — {formula}"
-        if formula
-        else "This model family gives no model FLOPs count.",
-    )
-    m[4].metric(
-        "HFU",
-        f"{p['hfu']:.1%}",
-        help="Hardware FLOPs utilisation: the compiled program's FLOPs (recompute, optimizer, every op) ÷ "
-        "(step × peak). A compute-bound step is 100% at the roofline by construction.",
-    )
-    m[5].metric(
-        "HBM per chip",
-        format_bytes(p["hbm_needed"]),
-        delta="fits" if p["fits"] else "does not fit",
-        delta_color="normal" if p["fits"] else "inverse",
-        delta_arrow="off",  # a verdict, not a change: "↑ fits" read as a rise
-        help=f"What the step needs on each chip (how it is counted: under the chart), of "
-        f"{p['hbm_capacity'] / 1e9:,.1f} GB a program may use on the chip",
-    )
+    cost_metrics.headline(p, step_terms(p))
     st.plotly_chart(breakdown_figure(_FromJson(p)), key=f"{key}_bars")
     if p.get("compiled_memory") and not p["extrapolated"]:  # which memory figure HBM per chip is
         st.caption(memory_view.account(p["compiled_memory"], p["target"], p["dtype"]))

@@ -18,6 +18,12 @@ def on_v5e_8(page: str, timeout: int = 300) -> AppTest:
     return at.switch_page(f"app_pages/{page}.py").run()
 
 
+def seconds(text: str) -> float:
+    """A time as the app prints it ("24 µs", "1.2 s") in seconds."""
+    value, unit = text.split()
+    return float(value) * {"ns": 1e-9, "µs": 1e-6, "ms": 1e-3, "s": 1.0, "min": 60.0}[unit]
+
+
 def test_a_link_carries_the_target_and_reports_a_bad_one():
     from sharding_lab.app import links
 
@@ -53,6 +59,12 @@ def test_the_communication_page_names_the_tpu_compiler_and_where_xla_cpu_differs
     largest = next(d.value for d in at.dataframe if "buffer" in d.value.columns)
     assert len(largest) == 5 and list(largest["bytes"]) == sorted(largest["bytes"], reverse=True)
     assert any("w1" in what or "w2" in what for what in largest["buffer"])  # named by the MLP's parameters
+    # Beside the roofline (the bound), the step at a real v5e's measured rates, its calibration named: never
+    # faster than the bound (this tiny step is latency-bound: the collectives' α sets both).
+    metrics = {m.label: m.value for m in at.metric}
+    assert "Calibrated step" in metrics and "Calibrated HFU" in metrics, sorted(metrics)
+    assert seconds(metrics["Calibrated step"]) >= seconds(metrics["Predicted step"]) > 0
+    assert any("tpu-v5e calibration of" in c.value for c in at.caption)
     at.switch_page("app_pages/train.py")
     at.run()
     assert any("Training needs the chips" in i.value for i in at.info)
