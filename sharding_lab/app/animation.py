@@ -41,6 +41,28 @@ def _cells(held, group: list[int], op: str):
     return xs, ys, colors, texts, hovers
 
 
+def arrow(tail: tuple, head: tuple, faint: bool = False, hovertext: str | None = None) -> dict:
+    """A Plotly annotation drawn as an arrow from ``tail`` to ``head`` (data coordinates); ``faint`` for the one
+    that closes a ring or cycle, grey so the eye follows the dark ones first."""
+    return dict(
+        x=head[0],
+        y=head[1],
+        ax=tail[0],
+        ay=tail[1],
+        xref="x",
+        yref="y",
+        axref="x",
+        ayref="y",
+        showarrow=True,
+        arrowhead=3,
+        arrowsize=1.2,
+        arrowwidth=2,
+        arrowcolor="#999" if faint else "#333",
+        text="",
+        hovertext=hovertext,
+    )
+
+
 def _arrows(step) -> list[dict]:
     """One arrow per send, from the sender's row to the receiver's, in the block's column. The ring
     closes from the last device back to the first: that arrow is drawn beside the column, in grey."""
@@ -49,21 +71,10 @@ def _arrows(step) -> list[dict]:
         wraps = send.receiver < send.sender
         x = send.block + (0.38 if wraps else 0)
         arrows.append(
-            dict(
-                x=x,
-                y=send.receiver - (0.3 if not wraps else -0.3),
-                ax=x,
-                ay=send.sender + (0.3 if not wraps else -0.3),
-                xref="x",
-                yref="y",
-                axref="x",
-                ayref="y",
-                showarrow=True,
-                arrowhead=3,
-                arrowsize=1.2,
-                arrowwidth=2,
-                arrowcolor="#999" if wraps else "#333",
-                text="",
+            arrow(
+                (x, send.sender + (0.3 if not wraps else -0.3)),
+                (x, send.receiver - (0.3 if not wraps else -0.3)),
+                faint=wraps,
                 hovertext=f"ring closes: device position {send.sender} → {send.receiver}" if wraps else None,
             )
         )
@@ -222,24 +233,7 @@ def permute_figure(chains: list[Chain], block: str, block_bytes: int) -> go.Figu
     arrows = []
     for s, t in target.items():
         back = row[t] < row[s]  # the pair that closes a cycle runs upwards
-        arrows.append(
-            dict(
-                x=0.78,
-                y=row[t],
-                ax=0.22,
-                ay=row[s],
-                xref="x",
-                yref="y",
-                axref="x",
-                ayref="y",
-                showarrow=True,
-                arrowhead=3,
-                arrowsize=1.2,
-                arrowwidth=2,
-                arrowcolor="#999" if back else "#333",
-                text="",
-            )
-        )
+        arrows.append(arrow((0.22, row[s]), (0.78, row[t]), faint=back))
     fig = go.Figure(
         go.Scatter(
             x=xs,
