@@ -13,6 +13,7 @@ from __future__ import annotations
 import dataclasses
 from collections import Counter
 
+from ..errors import ConfigError
 from ..hardware import targets
 from ..hardware.devices import available_count
 from ..training.config import Plan
@@ -121,5 +122,17 @@ def compare_compilers(plan: Plan, dtype: str | None = None) -> CompilerDiff:
             f"the simulated host has {available_count()} devices, so XLA:CPU's program for "
             f"{config.mesh.size} cannot be compiled here to compare (SHARDING_LAB_DEVICES, up to 64)",
         )
-    cpu = analyze(make_plan(dataclasses.replace(config, target="cpu")), dtype)
+    try:
+        cpu_plan = make_plan(dataclasses.replace(config, target="cpu"))
+    except ConfigError as refused:  # a step only the target compiles (the splash kernel is TPU code)
+        why = (
+            "its attention is the splash kernel, Pallas code for the TPU that XLA:CPU does not compile (with attention "
+            "xla it would be another program, not this one)"
+            if getattr(config.model, "attention", None) == "splash"
+            else str(refused)
+        )
+        return CompilerDiff(
+            config.target, dtype, None, compiled, [], f"XLA:CPU cannot compile this same step to compare: {why}"
+        )
+    cpu = analyze(cpu_plan, dtype)
     return CompilerDiff(config.target, dtype, cpu, compiled, differences(cpu, compiled, config.target))

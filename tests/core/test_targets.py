@@ -258,6 +258,21 @@ def test_a_transformer_s_compiler_sentences_name_real_parameters_grouped():
 
 
 @needs_tpu
+def test_a_splash_step_is_compared_with_no_cpu_program_and_says_why(capsys):
+    """The splash kernel is TPU code: the Communication page once raised (an incident) compiling the same step for
+    XLA:CPU to compare. The TPU's program is still there; the comparison says why it has no other side."""
+    spec = sl.family("transformer").Spec(attention="splash", seq=128)
+    plan = sl.plan(sl.LabConfig(mesh=MESH_2X4, preset="fsdp", model=spec, target="v5e-8", optimizer="adamw"))
+    diff = compare_compilers(plan)
+    assert diff.cpu is None and diff.compiled.collectives and not diff.sentences
+    assert "splash kernel" in diff.note and "XLA:CPU does not compile" in diff.note
+    code, out, _ = run(
+        capsys, "comm", "--model", "transformer", "--target", "v5e-8", "--attention", "splash", "--seq", "128"
+    )
+    assert code == 0 and "XLA:CPU cannot compile this same step to compare" in out
+
+
+@needs_tpu
 def test_the_dtype_changes_the_tpu_program():
     plan = sl.plan(sl.LabConfig(target="v5e-8"))
     assert sum(report_op_counts(analyze(plan, "f32")).values()) == 3
