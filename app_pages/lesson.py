@@ -254,6 +254,12 @@ def transformer_chapter(config: sl.LabConfig) -> None:
         "act/attn_scores",
         "act/resid",
     ]
+    if "act/attn_scores" not in layouts_now:  # the splash kernel streams K/V blocks: no scores array exists
+        shown.remove("act/attn_scores")
+        st.caption(
+            f"Attention here is **{model.attention}**: the kernel computes the scores block by block and never "
+            "holds the (batch, heads, seq, seq) array, so there is no scores layout to draw."
+        )
     for row in (shown[:2], shown[2:4], shown[4:]):  # two per row: rank-3/4 arrays draw several panels
         for col, path in zip(st.columns(2), row):
             col.plotly_chart(

@@ -153,3 +153,17 @@ def test_a_challenge_s_solution_keeps_the_target_where_it_holds_there_and_says_w
     assert at.session_state["target"] == "cpu"
     assert "On v5e-8 it does not" in notice and "loss" in notice
     assert at.session_state["challenge_results"]["quiet-forward"]["solved"]
+
+
+@needs_tpu
+def test_the_lesson_s_transformer_chapter_with_splash_attention_says_there_is_no_scores_array():
+    """The splash kernel never materialises the (batch, heads, seq, seq) scores: the chapter once looked that
+    array's layout up and raised (an incident on the page)."""
+    at = app_test(300)
+    at.query_params.update({"target": "v5e-8", "mesh": "2x4", "model": "transformer", "attention": "splash"})
+    at.query_params.update({"seq": "256"})
+    at.run()
+    at = at.switch_page("app_pages/lesson.py").run()
+    at.radio(key="lesson_step").set_value(9).run()
+    assert not at.exception and not at.error, [e.value for e in at.error]
+    assert any("there is no scores layout to draw" in c.value for c in at.caption)
