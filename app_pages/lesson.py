@@ -246,21 +246,16 @@ def transformer_chapter(config: sl.LabConfig) -> None:
         "it computes their scores and softmax without talking to anyone. Below, the current plan "
         f"({current.config.preset or 'custom rules'}):"
     )
-    shown = [
-        "params/blocks/0/q",
-        "params/blocks/0/o",
-        "params/blocks/0/mlp_in",
-        "params/blocks/0/mlp_out",
-        "act/attn_scores",
-        "act/resid",
-    ]
-    if "act/attn_scores" not in layouts_now:  # the splash kernel streams K/V blocks: no scores array exists
-        shown.remove("act/attn_scores")
+    # The block's MLP is the experts' under a mixture of experts; splash attention holds no scores array.
+    mlp = "mlp" if "params/blocks/0/mlp_in" in layouts_now else "expert"
+    shown = [f"params/blocks/0/{name}" for name in ("q", "o", f"{mlp}_in", f"{mlp}_out")]
+    shown += [path for path in ("act/attn_scores", "act/resid") if path in layouts_now]
+    if "act/attn_scores" not in layouts_now:
         st.caption(
             f"Attention here is **{model.attention}**: the kernel computes the scores block by block and never "
             "holds the (batch, heads, seq, seq) array, so there is no scores layout to draw."
         )
-    for row in (shown[:2], shown[2:4], shown[4:]):  # two per row: rank-3/4 arrays draw several panels
+    for row in (shown[i : i + 2] for i in range(0, len(shown), 2)):  # two per row: rank-3/4 arrays draw panels
         for col, path in zip(st.columns(2), row):
             col.plotly_chart(
                 figures.shard_map_figure(

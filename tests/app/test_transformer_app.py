@@ -85,12 +85,16 @@ def test_lesson_chapter_reports_what_was_compiled():
 
 
 def test_a_transformer_link_opens_the_lesson_at_its_chapter():
+    """With experts in the link (the chapter once looked up the dense MLP's kernel and raised): the experts'
+    kernels drawn in its place."""
     at = app_test(180)
-    at.query_params["model"] = "transformer"
+    at.query_params.update({"model": "transformer", "experts": "4", "top_k": "2", "preset": "ep"})
     at.switch_page("app_pages/lesson.py").run()
     assert not at.exception and not at.error
     assert at.radio(key="lesson_step").value == 9
     assert any("Live views of the transformer configured in the sidebar" in c.value for c in at.caption)
+    drawn = {c.proto.id.rsplit("lesson9_", 1)[-1] for c in at.get("plotly_chart") if "lesson9_" in c.proto.id}
+    assert {"params/blocks/0/expert_in", "params/blocks/0/expert_out", "act/attn_scores"} <= drawn, drawn
 
 
 def test_a_collective_permute_is_drawn_as_its_directed_pairs():
