@@ -3,7 +3,7 @@
 import streamlit as st
 
 from sharding_lab import settings
-from sharding_lab.app import closed_tabs, fragment_race, page_errors, session, tabs
+from sharding_lab.app import closed_tabs, compile_queue, fragment_race, page_errors, session, tabs
 from sharding_lab.server import activity, classroom, compile_cache, warm
 
 
@@ -44,8 +44,9 @@ def main() -> None:
     page = st.navigation(pages)
     session.carry_settings(page)
     tabs.moved_notice(classroom.replica_id())
-    # The class warm-up waits for the server's idle time; a page's exception becomes a sentence with an incident id.
-    with activity.page_run(), page_errors.caught(page.title):
+    # The class warm-up waits for the server's idle time; a page's exception becomes a sentence with an incident id;
+    # a page's compile of a big program waits for its turn in the server's compile queue, its place shown.
+    with activity.page_run(), page_errors.caught(page.title), compile_queue.shown():
         page.run()
     session.page_drawn(page)  # not after st.stop() or a rerun: the page's next run copies the settings again
     # After the page, with this run's settings: the mark the tab keeps, in case this server stops.

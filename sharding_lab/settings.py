@@ -147,6 +147,20 @@ MAX_SEARCHES = _define(
     "a queue, first come, first served.",
     _positive_int,
 )
+MAX_PAGE_COMPILES = _define(
+    "MAX_PAGE_COMPILES",
+    "1",
+    "Big programs the pages compile at once (Communication, Compare, the cost panel, Train's XLA figures, a large "
+    "model's Plan search); more wait in one queue, first come, first served, each page shown its place.",
+    _positive_int,
+)
+BIG_COMPILE_MB = _define(
+    "BIG_COMPILE_MB",
+    "1024",
+    "A program is big — its compile from a page waits in the queue above — when its inputs (weights, optimizer "
+    "state, batch, over all devices) hold at least this many MiB; a large model's Plan search always is.",
+    int,
+)
 MAX_MULTIPROCESS_JOBS = _define(
     "MAX_MULTIPROCESS_JOBS", "1", "Multi-process (jax.distributed) runs at once.", _positive_int
 )

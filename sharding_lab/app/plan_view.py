@@ -18,6 +18,7 @@ import sharding_lab as sl
 from sharding_lab import search
 from sharding_lab.app import config_state
 from sharding_lab.hardware import targets
+from sharding_lab.server.page_compiles import waiting_sentence
 from sharding_lab.server.searches import SEARCHES, SharedSearch, max_searches
 from sharding_lab.units import format_bytes
 
@@ -146,6 +147,8 @@ class PlanJob:
                 f"{time.monotonic() - found.asked:.0f} s"
             )
         elapsed = time.monotonic() - (found.started or found.asked)
+        if found.compile_ahead is not None:  # started, waiting for a turn of the server's compile queue
+            return f"{waiting_sentence(found.compile_ahead)} Waiting {elapsed:.0f} s."
         if found.total and found.done >= found.total:
             return (
                 f"All {found.total} candidates done in {elapsed:.0f} s; compiling the best at full depth to check "
@@ -155,13 +158,26 @@ class PlanJob:
             f"{found.done} of {found.total} candidates — {found.compiled} compiled, {found.done - found.compiled} "
             f"skipped — last: {found.last or '…'} — {elapsed:.0f} s"
         )
-        if found.compiled:  # each compile so far took this long (several at once in worker processes)
-            each = elapsed / found.compiled
-            if found.to_compile:
-                text += f", about {each * max(0, found.to_compile - found.compiled):.0f} s left"
-            else:  # not screened before Run: the candidates left, some of them skipped at once
-                text += f", at most about {each * (found.total - found.done):.0f} s left"
-        return text
+        return text + time_left(found, elapsed)
+
+
+def time_left(found: SharedSearch, elapsed: float) -> str:
+    """How long the search still needs, from its candidates' compile times (each compile's own time, over the
+    workers compiling at once); before the first compile is done, a sentence that says when it will be known."""
+    at_once = f"{found.workers} at once in worker processes" if found.workers > 1 else "one at a time"
+    if not found.compiled:
+        return (
+            f"; compiling the first candidates ({at_once}) — the time left is estimated from their compile times "
+            "once the first are done (a large model's compile takes minutes)"
+        )
+    each = found.compile_s / found.compiled / max(1, found.workers)  # seconds of the search per compile
+    left = each * max(0, found.to_compile - found.compiled) if found.to_compile else each * (found.total - found.done)
+    word = "about" if found.to_compile else "at most about"  # not screened before Run: some left are skipped at once
+    return f", {word} {format_seconds_left(left)} left ({found.compile_s / found.compiled:.0f} s a compile, {at_once})"
+
+
+def format_seconds_left(seconds: float) -> str:
+    return f"{seconds:.0f} s" if seconds < 120 else f"{seconds / 60:.0f} min"
 
 
 def first_rows(ranked: list[search.Result]) -> list[dict]:

@@ -186,7 +186,7 @@ def search(
     first_s = time.perf_counter() - started
     if first is not None:
         first(ranked, first_s)
-    workers = _workers(base, workers)
+    workers = compile_workers(base, workers)
     step = run_serial if workers <= 1 else functools.partial(run_pool, workers=workers)
     counted = len(results)  # skipped before the queue: progress counts them, as the result does
     if progress is not None and counted:
@@ -239,7 +239,7 @@ def first_ranking(queue: list[Candidate], base: LabConfig, dtype: str, stop=None
 SMALL_MODEL = 10_000_000  # parameters: below it a compile takes about a second, less than starting a worker
 
 
-def _workers(base: LabConfig, workers: int | None) -> int:
+def compile_workers(base: LabConfig, workers: int | None) -> int:
     """How many processes compile at once: ``workers``, or for None every CPU core there is (the llama3-8b
     example on a 13-core machine: 175 s with 4 workers, docs/plan-physics-measured.md) — but one for
     a model under :data:`SMALL_MODEL` parameters (a worker process takes ~4 s to start: more than such a

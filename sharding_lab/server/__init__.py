@@ -6,8 +6,9 @@ learner's run, the layout being read, the class warm-up), :mod:`.jobs` (a traini
 (JAX's persistent compilation cache), :mod:`.warm` with :mod:`.warm_child` and :mod:`.idle_process` (the class
 warm-up, in a child process at the lowest priority), :mod:`.activity` (when learners last asked for a page),
 :mod:`.background` (the threads stopped before the interpreter exits), :mod:`.admission` (a run's share of the
-server's memory), :mod:`.searches` (the Plan page's shared searches), :mod:`.incidents` (errors that reached a
-page), :mod:`.record` (the class record in SQL) and :mod:`.classroom` (the teacher's view of all of it).
+server's memory), :mod:`.searches` (the Plan page's shared searches), :mod:`.page_compiles` (one queue for the big
+compiles pages start), :mod:`.incidents` (errors that reached a page), :mod:`.record` (the class record in SQL)
+and :mod:`.classroom` (the teacher's view of all of it).
 
 The pages in ``app_pages/`` and the helpers in :mod:`sharding_lab.app` call the modules' functions; nothing here
 calls theirs. A module that keeps state keeps it in one object, its ``SERVER`` (slots, precompile, page runs,

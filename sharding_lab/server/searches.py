@@ -17,6 +17,7 @@ the queue's order can run searches that wait for it.
 from __future__ import annotations
 
 import collections
+import contextlib
 import dataclasses
 import itertools
 import threading
@@ -24,7 +25,7 @@ import time
 from typing import Callable
 
 from .. import settings
-from . import background
+from . import background, page_compiles
 
 KEEP_ANSWERED = 8
 
@@ -45,6 +46,9 @@ class SharedSearch:
     total: int = 0
     done: int = 0
     compiled: int = 0
+    compile_s: float = 0.0  # the compiled candidates' compile times, summed (the time left is estimated from them)
+    workers: int = 1  # candidates compiled at once
+    compile_ahead: int | None = None  # while it waits for a turn of the server's compile queue: how many before it
     last: str = ""
     asked: float = 0.0
     started: float | None = None  # None while queued
@@ -164,6 +168,7 @@ class Searches:
                 found.stop.set()
             found.done, found.total = done, total
             found.compiled += result.skipped is None
+            found.compile_s += result.compile_s if result.skipped is None else 0.0
             name = f"{result.candidate.mesh_text} {result.candidate.preset} remat {result.candidate.remat}"
             found.last = f"{name}: " + (
                 f"skipped ({result.skipped})" if result.skipped else ("fits" if result.fits else "does not fit")
@@ -174,18 +179,24 @@ class Searches:
 
         run = self._run or search.search
         try:
-            # workers: one process per core compiles a large model (at a lower priority), and Stop ends a
-            # compile at once (it kills them); a small model compiles here
-            found.result = run(
-                found.base,
-                found.dtype,
-                found.presets,
-                found.remats,
-                progress,
-                found.stop,
-                workers=self._workers,
-                first=first,
-            )
+            found.workers = _at_once(found.base, self._workers)
+            # a large model's search (compile workers) holds a turn of the server's compile queue: the pages' big
+            # compiles and it share the cores and the memory, one queue for the class
+            with _compile_turn(found) if found.workers > 1 else contextlib.nullcontext():
+                # workers: one process per core compiles a large model (at a lower priority), and Stop ends a
+                # compile at once (it kills them); a small model compiles here
+                found.result = run(
+                    found.base,
+                    found.dtype,
+                    found.presets,
+                    found.remats,
+                    progress,
+                    found.stop,
+                    workers=self._workers,
+                    first=first,
+                )
+        except page_compiles.Cancelled:  # its last tab left while it waited for the compile queue
+            found.result = search.Search(found.base, found.dtype, 0, [], stopped=True)
         except errors.ConfigError as error:
             found.error = str(error)
         except Exception as error:  # a compile worker that died included: one line on the page, no traceback
@@ -201,6 +212,28 @@ class Searches:
                         self._answered.popitem(last=False)
                 found.finished.set()
                 self._start_next()
+
+
+def _at_once(base, workers) -> int:
+    """How many candidates the search of ``base`` compiles at once (1: in the server's own process)."""
+    from ..search.search import compile_workers
+
+    return compile_workers(base, workers) if hasattr(base, "family") else 1
+
+
+@contextlib.contextmanager
+def _compile_turn(found: SharedSearch):
+    """Hold a turn of the server's compile queue while ``found`` searches (its tabs told its place meanwhile)."""
+
+    def on_wait(ahead: int) -> None:
+        found.compile_ahead = ahead
+
+    try:
+        with page_compiles.SERVER.turn(on_wait, cancelled=found.stop.is_set):
+            found.compile_ahead = None
+            yield
+    finally:
+        found.compile_ahead = None
 
 
 SEARCHES = Searches()

@@ -10,6 +10,7 @@ array is born with its sharding; :func:`abstract_state` is the same, unallocated
 from __future__ import annotations
 
 import contextlib
+import threading
 
 import jax
 import jax.numpy as jnp
@@ -162,9 +163,32 @@ def current_compiler_options() -> dict:
     return dict(_compiler_options[-1]) if _compiler_options else {}
 
 
+_turns = threading.local()  # this thread's wait before each compile (a page's: the server's compile queue)
+
+
+@contextlib.contextmanager
+def compiles_wait_for(turn):
+    """Inside the block, every :func:`compile_lowered` of this thread runs inside ``turn(lowered)`` (a context
+    manager): a page's compile of a big program waits for the class server's compile queue
+    (:mod:`sharding_lab.server.page_compiles`). Per thread: the server's other threads (runs, searches) and
+    what a cache already holds never wait."""
+    outer = getattr(_turns, "turn", None)
+    _turns.turn = turn
+    try:
+        yield
+    finally:
+        _turns.turn = outer
+
+
 def compile_lowered(lowered, target: str):
     """``lowered.compile()``; a step too big for the target's memory raises :class:`CompileRefused`
     carrying the compiler's own sentence (the TPU compiler checks HBM; nothing is allocated)."""
+    turn = getattr(_turns, "turn", None)
+    with turn(lowered) if turn is not None else contextlib.nullcontext():
+        return _compile(lowered, target)
+
+
+def _compile(lowered, target: str):
     try:
         return lowered.compile(compiler_options=_compiler_options[-1]) if _compiler_options else lowered.compile()
     except Exception as error:  # the accelerator compilers refuse what does not fit: JaxRuntimeError
