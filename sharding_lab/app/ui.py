@@ -299,6 +299,27 @@ def pipeline_widgets() -> None:
     value_widgets("pipeline", st.columns(2))
 
 
+def axes_notes(plan: sl.Plan, where) -> None:
+    """How the layout uses the mesh's axes (:mod:`sharding_lab.training.axis_use`, as ``sharding-lab layout``
+    says it): which axes play a preset's roles when they are named otherwise; an axis that splits nothing, with
+    a button to the model's first preset that uses every axis."""
+    from sharding_lab.training import axis_use
+
+    roles, unused = axis_use.roles_sentence(plan), axis_use.unused_sentence(plan)
+    with where.container():
+        # axis names are code spans in the sentences: the mesh's grammar lets no backtick into a name
+        if roles:  # how it is, not a problem
+            st.caption(roles)
+        if unused:
+            st.warning(unused, icon=":material/grid_off:")
+            if better := axis_use.preset_using_every_axis(plan):
+                st.button(f"Use preset {better}", key="use_every_axis", on_click=_set_preset, args=(better,))
+
+
+def _set_preset(name: str) -> None:
+    st.session_state.preset = name
+
+
 def sidebar() -> sl.Plan | sl.ConfigError:
     """Mesh, preset, model and data widgets; errors shown under the section that caused them.
 
@@ -350,17 +371,8 @@ def sidebar() -> sl.Plan | sl.ConfigError:
     if isinstance(result, sl.ConfigError):
         slot = {"mesh": mesh_error, "rules": rules_error, "pipeline": rules_error}.get(result.field, other_error)
         show_error(result, lead="", where=slot, fix=False)
-    elif unused := result.unused_axes():
-        sizes = result.config.mesh.axis_sizes
-        rules_error.warning(
-            ("Mesh axis " if len(unused) == 1 else "Mesh axes ")
-            + " and ".join(f"`{plain(a)}` ({sizes[a]})" for a in unused)
-            + (" splits" if len(unused) == 1 else " split")
-            + " no array with these rules: every array is "
-            "replicated along " + ("it" if len(unused) == 1 else "them") + ", and those devices repeat each other's "
-            "work. Map a logical axis to it on the Layout page (a preset binds at most two roles: data and model).",
-            icon=":material/grid_off:",
-        )
+    else:
+        axes_notes(result, rules_error)
     query = links.to_query(state)
     st.query_params.from_dict(query)
     with st.sidebar.expander("Share this layout", icon=":material/share:"):

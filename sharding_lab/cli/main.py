@@ -17,6 +17,7 @@ from ..sharding.experts import experts_json, experts_of, lab_routing
 from ..sharding.experts import summary as routing_summary
 from ..sharding.layout import ArrayLayout, format_spec
 from ..sharding.mesh import device_ids
+from ..training import axis_use
 from ..training.config import Plan
 from ..training.config import plan as make_plan
 from ..training.options import add_config_options, config_from_args, config_to_args, say_hf_config  # noqa: F401 (re-exported)
@@ -222,6 +223,8 @@ def _print_layout(plan: Plan, as_json: bool) -> int:
         print(json.dumps(plan_json(plan, layouts)))
         return 0
     print(f"mesh {plan.config.mesh.label()} on devices {device_ids(plan.mesh)}")
+    for note in axis_use.notes(plan):
+        print(f"note: {note}")
     for warning in plan.warnings:
         print(f"warning: {warning}")
     print(layout_table(layouts))

@@ -209,6 +209,37 @@ def _roles_used(target) -> set[str]:
     )
 
 
+def roles_used(preset) -> list[str]:
+    """The roles (:data:`ROLES`) a preset's rules and overrides name, sorted."""
+    return sorted(
+        set().union(
+            *(_roles_used(t) for t in preset.logical.values()),
+            *(_roles_used(t) for _, dims in preset.overrides for t in dims),
+        )
+    )
+
+
+def renamed_roles(name: str, mesh: MeshSpec, model: str = "mlp") -> str | None:
+    """A sentence saying which of this mesh's axes play the roles preset ``name`` names, when the mesh has no axis
+    of a role's name (axes ``x, y``: data → x, model → y); None when every role is an axis of its own name (or the
+    preset is unknown). A preset names roles, not axes: renamed axes are bound by position, not left unsplit."""
+    preset = family(model).presets.get(name)
+    if preset is None:
+        return None
+    roles = preset_roles(mesh)
+    renamed = {role: roles[role] for role in roles_used(preset) if roles[role] != role}
+    if not renamed:
+        return None
+    return (
+        f"Preset {name} names its mesh axes by role ({', '.join(roles_used(preset))}); this mesh has no axis of "
+        + ("that name" if len(renamed) == 1 else "those names")
+        + ", so "
+        + ", ".join(f"{role} is played by axis `{axis}`" for role, axis in renamed.items())
+        + " (an axis named like a role plays it; otherwise the first axis plays data and the last model). To bind "
+        "them otherwise, name the axes after the roles or edit the rules."
+    )
+
+
 def bind_preset(name: str, mesh: MeshSpec, model: str = "mlp") -> Rules:
     """The ``model`` family's preset ``name`` with this mesh's axis names; ConfigError if it cannot apply."""
     presets = family(model).presets
@@ -216,12 +247,7 @@ def bind_preset(name: str, mesh: MeshSpec, model: str = "mlp") -> Rules:
         raise ConfigError(f"unknown preset {name!r}: choose one of {', '.join(presets)}", "rules")
     preset = presets[name]
     roles = preset_roles(mesh)
-    used = sorted(
-        set().union(
-            *(_roles_used(t) for t in preset.logical.values()),
-            *(_roles_used(t) for _, dims in preset.overrides for t in dims),
-        )
-    )
+    used = roles_used(preset)
     if preset.needs_two_axes and len({roles[r] for r in used}) < len(used):
         raise ConfigError(
             f"preset {name} needs {['two', 'three'][len(used) - 2]} different mesh axes "
