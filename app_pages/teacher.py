@@ -49,11 +49,11 @@ def overview() -> None:
     )
     c2.metric(
         "Server memory",
-        f"{admission.server_rss_bytes() / 2**20:,.0f} of {admission.server_bound_bytes() / 2**20:,.0f} MB",
-        help="The server and its worker processes, against the bound it should stay under "
-        f"(SHARDING_LAB_SERVER_MEMORY_MB). A run that needs more than one session's share, "
-        f"{admission.session_share_bytes() / 2**20:,.0f} MB (SHARDING_LAB_SESSION_MEMORY_MB), is refused before "
-        "anything is allocated.",
+        f"{format_bytes(admission.server_rss_bytes())} of {format_bytes(admission.server_bound_bytes())}",
+        help="The server and its worker processes (resident memory), against the bound it should stay under "
+        f"(SHARDING_LAB_SERVER_MEMORY_MB, set in MiB). A run that needs more than one session's share, "
+        f"{format_bytes(admission.session_share_bytes())} (SHARDING_LAB_SESSION_MEMORY_MB), is refused before "
+        "anything is allocated. Bytes in SI units here as everywhere in the lab: 1 MB = 10⁶ bytes, 1 GB = 10⁹.",
     )
     c3.metric("Machine memory free", f"{format_bytes(memory.available)} of {format_bytes(memory.total)}")
     searching, waiting = SEARCHES.counts()
@@ -180,7 +180,7 @@ def servers_view() -> None:
                 else f"not heard from for {s['heard_s']:.0f} s",
                 "runs training": f"{s['status'].get('training', '?')} / {s['status'].get('max_jobs', '?')}",
                 "runs queued": s["status"].get("queued", "?"),
-                "memory": f"{s['status'].get('rss_mb', 0):,} MB",
+                "memory": server_memory(s["status"]),
                 "compilation cache": warm_state(s["status"]),
             }
             for s in found
@@ -192,6 +192,13 @@ def servers_view() -> None:
             "the others, where their pages restore their settings."
         )
     st.caption(f"The class record is kept in {classroom.record().where()}: a restart keeps it.")
+
+
+def server_memory(status: dict) -> str:
+    """A server's resident memory from its heartbeat (in bytes; a server of older code sent MiB)."""
+    if "rss_bytes" in status:
+        return format_bytes(status["rss_bytes"])
+    return format_bytes(status["rss_mb"] * 2**20) if "rss_mb" in status else "?"
 
 
 @st.dialog("Start a new class")

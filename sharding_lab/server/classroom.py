@@ -55,7 +55,7 @@ def server_status() -> dict:
         "training": training,
         "queued": queued,
         "max_jobs": slots.MAX_JOBS,
-        "rss_mb": round(psutil.Process().memory_info().rss / 2**20),
+        "rss_bytes": psutil.Process().memory_info().rss,
         "warm": warm.progress(),
     }
 

@@ -5,6 +5,7 @@ devices), the real script through AppTest."""
 import dataclasses
 import math
 import os
+import re
 import threading
 import time
 from pathlib import Path
@@ -15,7 +16,8 @@ from streamlit.testing.v1 import AppTest
 import sharding_lab as sl
 from sharding_lab.app import config_state, ui  # noqa: F401
 from sharding_lab.app import links as share
-from sharding_lab.server import classroom, jobs, priority, slots  # noqa: F401
+from sharding_lab.server import admission, classroom, jobs, priority, slots  # noqa: F401
+from sharding_lab.units import format_bytes
 from tests.support import ROOT, all_slots_held, app_test, poll
 
 TIMEOUT = 120
@@ -174,7 +176,10 @@ def test_teacher_page_shows_counts_with_the_right_token(monkeypatch):
     assert metrics["Sessions open"] == "1"
     assert metrics["Runs training"] == f"{slots.load()[0]} / {slots.MAX_JOBS}"
     assert metrics["Runs queued"] == str(slots.load()[1])
-    assert "MB" in metrics["Server memory"] and "cores" in metrics["CPU load (1 min)"]
+    # Bytes by the lab's one formatter (SI): it read "1,234 of 12,345 MB", MiB under an "MB" label (issue 50.8).
+    bound = format_bytes(admission.server_bound_bytes())
+    assert re.fullmatch(rf"[0-9.]+ (kB|MB|GB|TB) of {re.escape(bound)}", metrics["Server memory"])
+    assert "cores" in metrics["CPU load (1 min)"]
     assert any("No challenges yet" in i.value for i in at.info)
     # Two more students open the app; two sessions solve challenge "c1" (one of them twice), one "c2".
     for _ in range(2):

@@ -84,7 +84,7 @@ def report(results: list[SessionResult], summary: dict) -> str:
         f"(after accepted click: median={fmt(s['median_first_loss_after_accept_s'])}s "
         f"max={fmt(s['max_first_loss_after_accept_s'])}s; as the tabs' pages changed: "
         f"median={fmt(s['median_first_loss_shown_s'])}s) "
-        f"max_finish={fmt(s['max_finish_s'])}s peak_rss={s['peak_rss_mb']}MB errors={s['errors']} "
+        f"max_finish={fmt(s['max_finish_s'])}s peak_rss={s['peak_rss_mb']}MiB errors={s['errors']} "
         f"crosstalk={s['crosstalk']} busy_retries={s['busy_retries']} queued={s['queued']} "
         f"(max {fmt(s['max_queued_s'])}s) retyped={s['reapplied']} "
         f"edits={s['edits']} (after the run: {s['edits_after']}; noted on the page: {s['edits_noted']}) "
