@@ -12,7 +12,7 @@ import psutil
 import streamlit as st
 
 from sharding_lab.app import page_errors
-from sharding_lab.server import admission, classroom, idle_process, priority, record, slots, warm
+from sharding_lab.server import admission, classroom, idle_process, page_compiles, priority, record, slots, warm
 from sharding_lab.server.incidents import INCIDENTS
 from sharding_lab.server.searches import SEARCHES, max_searches
 from sharding_lab.units import format_bytes
@@ -57,12 +57,20 @@ def overview() -> None:
     )
     c3.metric("Machine memory free", f"{format_bytes(memory.available)} of {format_bytes(memory.total)}")
     searching, waiting = SEARCHES.counts()
-    c1, _, _ = st.columns(3)
+    c1, c2, _ = st.columns(3)
     c1.metric(
         "Plan searches",
         f"{searching} running, {waiting} queued",
         help=f"SHARDING_LAB_MAX_SEARCHES ({max_searches()}) run at once; the same question from several tabs is "
         "one search.",
+    )
+    compiling, queued_compiles = page_compiles.load()
+    c2.metric(
+        "Big compiles",
+        f"{compiling} compiling, {queued_compiles} queued",
+        help=f"Pages' compiles of big programs (inputs of {format_bytes(page_compiles.big_bytes())} or more) and large "
+        f"models' Plan searches: SHARDING_LAB_MAX_PAGE_COMPILES ({page_compiles.limit()}) at once, the rest wait "
+        "in one queue, each page shown its place.",
     )
     warming = warm.progress()
 

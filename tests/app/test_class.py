@@ -16,7 +16,7 @@ from streamlit.testing.v1 import AppTest
 import sharding_lab as sl
 from sharding_lab.app import config_state, ui  # noqa: F401
 from sharding_lab.app import links as share
-from sharding_lab.server import admission, classroom, jobs, priority, slots  # noqa: F401
+from sharding_lab.server import admission, classroom, jobs, page_compiles, priority, slots  # noqa: F401
 from sharding_lab.units import format_bytes
 from tests.support import ROOT, all_slots_held, app_test, poll
 
@@ -180,6 +180,7 @@ def test_teacher_page_shows_counts_with_the_right_token(monkeypatch):
     bound = format_bytes(admission.server_bound_bytes())
     assert re.fullmatch(rf"[0-9.]+ (kB|MB|GB|TB) of {re.escape(bound)}", metrics["Server memory"])
     assert "cores" in metrics["CPU load (1 min)"]
+    assert metrics["Big compiles"] == "{} compiling, {} queued".format(*page_compiles.load())
     assert any("No challenges yet" in i.value for i in at.info)
     # Two more students open the app; two sessions solve challenge "c1" (one of them twice), one "c2".
     for _ in range(2):

@@ -204,6 +204,16 @@ def test_points_with_the_same_step_and_memory_are_drawn_once_and_named_together(
     ]
 
 
+def command_line(process) -> list[str]:
+    """A child's command line; none for a child that has exited (an earlier test's, not reaped yet: a zombie)."""
+    import psutil
+
+    try:
+        return process.cmdline()
+    except psutil.Error:
+        return []
+
+
 @pytest.mark.slow
 def test_a_compile_worker_that_dies_is_reported_in_place_and_the_page_stays():
     """Issue 36: a search worker died (SIGSEGV) and the progress bar vanished with nothing said, until the learner
@@ -220,7 +230,7 @@ def test_a_compile_worker_that_dies_is_reported_in_place_and_the_page_stays():
     job = at.session_state["plan_job"]
     deadline = time.monotonic() + 240
     while time.monotonic() < deadline and job.running:
-        workers = [p for p in psutil.Process().children() if "spawn_main" in " ".join(p.cmdline())]
+        workers = [p for p in psutil.Process().children() if "spawn_main" in " ".join(command_line(p))]
         if workers and job.compiled == 0:
             time.sleep(3)  # in its compile
             workers[0].kill()
