@@ -1,19 +1,25 @@
 """MaxText's published recipes against `cost` (issue 46's acceptance): each recipe's model, mesh, remat, attention and
 global batch, compiled for its slice without the chips, and the predicted MFU beside the MFU MaxText measured.
 
-    python -m tools.recipes_check [--only 16b] [--json out.json]
+    python -m tools.recipes_check [--only 16b] [--json out.json] [--hlo DIR]
+    python -m tools.recipes_check --reprice DIR        # the kept programs priced again, no compile
 
 Each compile takes 15–30 minutes on a loaded 2-core machine (256 devices; a remat step compiles its loop once, and
 again unrolled by 2 to count its collectives per block), so this is run by hand, not by the suite;
-docs/plan-physics.md has what it printed.
+docs/plan-physics.md has what it printed. With ``--hlo DIR`` each recipe's looped program (the one the calibrated
+model prices) is kept as ``DIR/<recipe>.hlo.gz`` beside ``DIR/<recipe>.json`` (its prediction, its tally and the
+figures the step is made of), so that a changed chip model can price it again in seconds (``--reprice DIR``).
 """
 
 from __future__ import annotations
 
 import argparse
+import gzip
 import json
+from pathlib import Path
 
 from sharding_lab import cost
+from sharding_lab.cost import calibration, compiled, hlo_ops
 from tools.measure import config_of
 
 MAXTEXT = "https://github.com/AI-Hypercomputer/maxtext"
@@ -41,10 +47,14 @@ RECIPES = {  # name: (cost's arguments, published MFU, where MaxText publishes i
 COMMON = "--model transformer --optimizer adamw --attention splash"
 
 
-def check(name: str) -> dict:
+def check(name: str, keep: str | None = None) -> dict:
     args, published, source = RECIPES[name]
     config = config_of((COMMON + " " + args).split())
-    p = cost.predict(config, None, "mixed")
+    compiled.PROGRAMS = [] if keep else None
+    try:
+        p = cost.predict(config, None, "mixed")
+    finally:
+        programs, compiled.PROGRAMS = compiled.PROGRAMS, None
     out = {
         "recipe": name,
         "args": args,
@@ -60,18 +70,67 @@ def check(name: str) -> dict:
         "compile_s": p.compile_s,
         "notes": p.notes,
     }
+    within(out)
+    if keep and programs and not p.refused:
+        # The first compile is the loop as it runs: the program the calibrated model priced (compiled.compile_step).
+        target, text = programs[0]
+        folder = Path(keep)
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / f"{name}.hlo.gz").write_bytes(gzip.compress(text.encode()))
+        kept = out | {
+            "target": target,
+            "tally": calibration.tally(hlo_ops.ops(text), text),
+            "priced": None if p.priced is None else p.priced.to_json(),
+            "comm_s": p.comm_s,
+            "latency_s": p.latency_s,
+            "model_flops": p.model_flops,
+            "flops": p.flops,
+            "peak": p.peak,
+        }
+        (folder / f"{name}.json").write_text(json.dumps(kept, indent=1, default=str))
+    return out
+
+
+def within(out: dict) -> None:
     for key in ("roofline_mfu", "calibrated_mfu"):
         value = out[key]
-        out[key + "_within_25%"] = None if value is None else abs(value / published - 1) <= 0.25
-    return out
+        out[key + "_within_25%"] = None if value is None else abs(value / out["published_mfu"] - 1) <= 0.25
+
+
+def reprice(folder: str) -> list[dict]:
+    """The recipes kept under ``folder`` (``--hlo``) priced again at today's chip model: each program read op by
+    op afresh (:mod:`sharding_lab.cost.hlo_ops`), priced at its chip's calibration, the step composed as
+    :class:`sharding_lab.cost.roofline.Prediction` composes it (collectives as kept, the roofline a floor)."""
+    from sharding_lab.hardware.chips import chip as get_chip
+    from sharding_lab.hardware.targets import parse as parse_target
+
+    rows = []
+    for path in sorted(Path(folder).glob("*.json")):
+        kept = json.loads(path.read_text())
+        text = gzip.decompress((path.with_suffix(".hlo.gz")).read_bytes()).decode()
+        chip_id = parse_target(kept["target"]).chip
+        chip = calibration.for_chip(chip_id)
+        priced = calibration.price(hlo_ops.ops(text), chip, get_chip(chip_id).host_bytes_per_s, program=text)
+        step = max(priced.step_s(kept["comm_s"], kept["latency_s"]), kept["step_s"])
+        out = {k: kept[k] for k in ("recipe", "args", "published_mfu", "roofline_mfu", "step_s")}
+        out |= {"calibrated_step_s": step, "calibrated_mfu": kept["model_flops"] / (step * kept["peak"])}
+        out |= {"priced": priced.to_json(), "kept_calibrated_mfu": kept["calibrated_mfu"]}
+        within(out)
+        rows.append(out)
+    return rows
 
 
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--only", default=None, help="one recipe: " + ", ".join(RECIPES))
     parser.add_argument("--json", default=None)
+    parser.add_argument("--hlo", default=None, help="a folder to keep each recipe's program and figures in")
+    parser.add_argument("--reprice", default=None, help="a folder --hlo wrote: price its programs again")
     args = parser.parse_args()
-    rows = [check(name) for name in ([args.only] if args.only else RECIPES)]
+    if args.reprice:
+        rows = reprice(args.reprice)
+    else:
+        rows = [check(name, args.hlo) for name in ([args.only] if args.only else RECIPES)]
     print(json.dumps(rows, indent=1, default=str))
     if args.json:
         with open(args.json, "w") as f:

@@ -1,23 +1,26 @@
 """The calibrated step model: a compiled program priced op by op at the rates a real chip was measured at.
 
 The roofline (:mod:`.roofline`) divides the whole program's FLOPs by the published peak and its bytes by the
-published bandwidth and takes the larger: a lower bound no real step reaches (on a real v5e, steps took
-1.4–2.6× it). The calibrated model reads the program op by op (:mod:`.hlo_ops`, loops counted as they run) and
-prices each at what the chip was measured to do (``sharding-lab calibrate``, :mod:`.calibrate`; the data file
-``<chip>.calibration.json`` beside this module, dated, with the versions it was measured under):
+published bandwidth and takes the larger: a lower bound no real step reaches. The calibrated model reads the
+program op by op (:mod:`.hlo_ops`, loops counted as they run) and prices each at what the chip was measured to do
+(``sharding-lab calibrate``, :mod:`.calibrate`; the data file ``<chip>.calibration.json`` beside this module,
+dated, with the versions it was measured under, every figure the chip's own time from its profiler):
 
-- a matrix product: its FLOPs at the rate the chip's matrix unit reached on the measured grid of shapes for its
-  operands' dtype, **plus** the op's bytes at the measured HBM bandwidth (an op that multiplies also reads its
-  operands and writes its result; the two are added — no overlap inside an op);
+- a matrix product (or a fusion of them): the **larger** of its FLOPs at the rate the chip's matrix unit reached
+  for the nearest measured shape (rows, contraction, columns; its operands' dtype) and its HBM bytes at the
+  measured bandwidth — the compiler streams a product's operands while it multiplies (a roofline per op) — plus
+  a share of the smaller of the two (``product_bytes_exposed``: the model's one constant fitted to measured steps,
+  not to a microbenchmark; the data file says so, and docs/plan-physics-measured.md how it was checked);
+- a byte counts only where it crosses HBM: operands and results the compiler keeps in the core's own memory
+  (VMEM, memory space 1 in the program's layouts) move no HBM bytes (:func:`offchip_bytes`);
 - the splash kernel: its formula's FLOPs (:func:`sharding_lab.models.attention.kernel_figures`) at the kernel's
-  measured rate for that sequence length and block size, forward and backward apart;
-- every other op (elementwise, reductions, copies, the optimizer): its bytes at the measured HBM bandwidth;
+  measured rate for that call (forward, dq, dkv), sequence length and block size;
+- every other op (elementwise, reductions, copies, the optimizer): its HBM bytes at the measured bandwidth;
 - collectives: their time on the links (:mod:`.collectives`); hidden behind the compute only where the compiled
   program made them asynchronous (a ``…-start`` / ``…-done`` pair), added where it did not.
 
-The step is the sum over ops. Every rate is read from wall-clock calls, each of which carries a fixed cost of
-calling the chip from Python (the smallest products of the grid take it whole); that cost, the grid's fastest
-call, is taken off every measured time first, since ops inside one program do not pay it.
+The step is the sum over ops (a TPU core runs its ops one after another). Every rate is a microbenchmark's; the
+steps measured on the chip (``tools/calibration_check.py``) test the model, and set its one fitted share.
 """
 
 from __future__ import annotations
@@ -26,47 +29,71 @@ import dataclasses
 import functools
 import json
 import math
+import re
 import statistics
 from pathlib import Path
 
 from . import hlo_ops
 
 HERE = Path(__file__).parent
-BIG_PRODUCT_FLOPS = 2.0**38  # products at least this big set the matrix unit's rate (the call's cost is small)
+BIG_PRODUCT_FLOPS = 2.0**38  # products at least this big set the matrix unit's headline rate (the note's)
+KINDS = ("fwd", "dq", "dkv")  # the splash kernel's calls
 
 
 @dataclasses.dataclass(frozen=True)
 class Calibration:
-    """What one chip was measured to do, fitted from its data file."""
+    """What one chip was measured to do, read from its data file."""
 
     chip: str
     date: str
     source: str  # the data file's name
     versions: str  # JAX and libtpu it was measured under
-    call_overhead_s: float  # one call from Python, taken off every measured time
-    matmul_flops_per_s: dict  # dtype → FLOP/s of the matrix unit on big products
+    matmul_grid: dict  # dtype → ((m, k, n, FLOP/s), ...): each measured product shape's rate
     hbm_bytes_per_s: float  # an elementwise pass: read once, write once
-    splash: tuple  # ((seq, block, forward FLOP/s, backward FLOP/s), ...)
+    splash: tuple  # ((seq, block, query heads per K/V head, fwd, dq, dkv FLOP/s), ...)
+    product_bytes_exposed: float = 0.0  # of a product's smaller term (FLOPs or bytes), the share not overlapped
 
     @property
     def name(self) -> str:
         return f"{self.chip} calibration of {self.date} ({self.source}; {self.versions})"
 
-    def matmul_rate(self, dtype: str) -> float:
-        return self.matmul_flops_per_s.get(dtype) or self.matmul_flops_per_s["bf16"]
+    @functools.cached_property
+    def matmul_flops_per_s(self) -> dict:
+        """dtype → the matrix unit's rate on big products (the median over the grid's shapes of at least
+        ``BIG_PRODUCT_FLOPS``): the headline figure; products are priced shape by shape (:meth:`product_rate`)."""
+        out = {}
+        for dtype, rows in self.matmul_grid.items():
+            big = [r for m, k, n, r in rows if 2.0 * m * k * n >= BIG_PRODUCT_FLOPS] or [r for *_, r in rows]
+            out[dtype] = statistics.median(big)
+        return out
 
-    def splash_rate(self, seq: int, block: int, kind: str) -> float:
+    def matmul_rate(self, dtype: str) -> float:
+        rates = self.matmul_flops_per_s
+        return rates.get(dtype) or rates["bf16"]
+
+    def product_rate(self, m: int, k: int, n: int, dtype: str) -> float:
+        """FLOP/s of an (m × k) · (k × n) product: the measured grid's nearest shape (log distance) for its
+        operands' dtype (bf16's grid for a dtype not measured)."""
+        rows = self.matmul_grid.get(dtype) or self.matmul_grid["bf16"]
+        shape = (max(m, 1), max(k, 1), max(n, 1))
+        best = min(rows, key=lambda r: sum(abs(math.log2(a / b)) for a, b in zip(r[:3], shape)))
+        return best[3]
+
+    def splash_rate(self, seq: int, block: int, kind: str, group: int = 1) -> float:
         """The kernel's measured FLOP/s for a call of ``kind`` (fwd, dq, dkv): the nearest measured sequence
-        length and block size (log distance)."""
-        best = min(self.splash, key=lambda r: abs(math.log2(r[0] / seq)) + abs(math.log2(r[1] / block)))
-        return best[2] if kind == "fwd" else best[3]
+        length and block size (log distance), at ``group`` query heads per K/V head where measured."""
+        rows = [r for r in self.splash if r[2] == group] or list(self.splash)
+        best = min(rows, key=lambda r: abs(math.log2(r[0] / seq)) + abs(math.log2(r[1] / block)))
+        return best[3 + KINDS.index(kind)]
 
     def note(self) -> str:
         """The sentence every cost priced with this calibration carries."""
         return (
-            f"calibrated_step_s prices the program op by op at the {self.name}: products at "
-            f"{self.matmul_rate('bf16'):.3g} FLOP/s (bf16), HBM at {self.hbm_bytes_per_s:.3g} B/s, the splash kernel "
-            "at its measured rate; step_s is the published-peak roofline, the bound beside it"
+            f"calibrated_step_s prices the program op by op at the {self.name}: each product at the larger of its "
+            f"FLOPs at the measured rate of its shape (big bf16 products {self.matmul_rate('bf16'):.3g} FLOP/s) and "
+            f"its HBM bytes at {self.hbm_bytes_per_s:.3g} B/s (plus {self.product_bytes_exposed:.0%} of the smaller, "
+            "fitted on measured steps), other ops at their HBM bytes, the splash kernel at its measured rate; step_s "
+            "is the published-peak roofline, the bound beside it"
         )
 
     def to_json(self) -> dict:
@@ -75,58 +102,34 @@ class Calibration:
             "chip": self.chip,
             "date": self.date,
             "source": self.source,
-            "call_overhead_s": self.call_overhead_s,
             "matmul_flops_per_s": dict(self.matmul_flops_per_s),
             "hbm_bytes_per_s": self.hbm_bytes_per_s,
+            "product_bytes_exposed": self.product_bytes_exposed,
         }
 
 
 def fit(data: dict, source: str) -> Calibration:
-    """The constants of a calibration from its measured data (module docstring)."""
-    from .calibrate import HBM_ELEMENTS, splash_flops
+    """A calibration from its measured data (the JSON :mod:`.calibrate` writes): the rates as measured, the
+    splash kernel's per call from each call's own time; the share fitted on steps from its ``fitted`` entry
+    (``tools/calibration_check.py --fit`` writes it; none: 0, the roofline per op)."""
+    from .calibrate import splash_flops
 
-    rows = {dtype: table for dtype, table in data["matmul"].items() if dtype != "columns" and table}
-    fitted = {dtype: fit_matmuls(table, 2 if dtype == "bf16" else 4) for dtype, table in rows.items()}
-    overhead = statistics.median(c for _, _, c in fitted.values())
-    rates = {dtype: r for dtype, (r, _, _) in fitted.items()}
-    rates["mixed"] = rates.get("bf16") or max(rates.values())
-    moved = 2.0 * HBM_ELEMENTS * 4  # the f32 pass: 1 GiB read, 1 GiB written
-    hbm = moved / (moved / data["hbm"]["by_dtype"]["f32"] - overhead)
+    grid = {
+        dtype: tuple(tuple(row) for row in table)
+        for dtype, table in data["matmul"].items()
+        if dtype != "columns" and table
+    }
+    grid.setdefault("mixed", grid.get("bf16") or next(iter(grid.values())))
     splash = []
     for row in data["splash"]:
-        flops = {
-            k: row["batch"] * v
-            for k, v in splash_flops(row["seq"], row["block"], row["heads"], row["head_dim"]).items()
-        }
-        forward = row["forward_s"] - overhead
-        backward = row["forward_backward_s"] - row["forward_s"]
-        # A call of a few hundred microseconds is mostly the call's own cost: no rate above the matrix unit's.
-        ceiling = max(rates.values())
-        forward_rate = min(flops["fwd"] / max(forward, 1e-9), ceiling)
-        splash.append((row["seq"], row["block"], forward_rate, min((flops["dq"] + flops["dkv"]) / backward, ceiling)))
+        flops = splash_flops(row["seq"], row["block"], row["heads"], row["head_dim"])
+        seconds = row["kernel_s"]
+        rates = tuple(row["batch"] * flops[kind] / seconds[kind] for kind in KINDS)
+        splash.append((row["seq"], row["block"], row["heads"] // row.get("kv_heads", row["heads"]), *rates))
     versions = f"JAX {data.get('jax')}, libtpu {data.get('libtpu')}"
-    return Calibration(data["chip"], data["date"], source, versions, overhead, rates, hbm, tuple(splash))
-
-
-def fit_matmuls(table, itemsize: int) -> tuple[float, float, float]:
-    """(FLOP/s, bytes/s, seconds a call) of the matmul grid's wall-clock times, fitted as
-    t = max(FLOPs / rate, bytes / bandwidth) + the call's cost — least squares on log t, by a search over a grid
-    of the three (coarse, then finer around the best): big products set the rate, skinny ones the bandwidth, the
-    smallest the call's cost."""
-    import numpy as np
-
-    flops = np.array([2.0 * m * k * n for m, k, n, _ in table])
-    moved = np.array([(m * k + k * n + m * n) * itemsize for m, k, n, _ in table], dtype=float)
-    seconds = flops / np.array([r for *_, r in table])
-    best = (np.log(1.5e14), np.log(5e11), np.log(5e-4))
-    for span in (1.5, 0.3, 0.06, 0.012):
-        axes = [np.linspace(b - span, b + span, 25) for b in best]
-        r, w, c = np.meshgrid(*axes, indexing="ij")
-        model = np.maximum(flops / np.exp(r)[..., None], moved / np.exp(w)[..., None]) + np.exp(c)[..., None]
-        error = ((np.log(model) - np.log(seconds)) ** 2).sum(axis=-1)
-        i = np.unravel_index(np.argmin(error), error.shape)
-        best = (axes[0][i[0]], axes[1][i[1]], axes[2][i[2]])
-    return float(np.exp(best[0])), float(np.exp(best[1])), float(np.exp(best[2]))
+    hbm = data["hbm"]["by_dtype"]["f32"]
+    exposed = data.get("fitted", {}).get("product_bytes_exposed", 0.0)
+    return Calibration(data["chip"], data["date"], source, versions, grid, hbm, tuple(splash), exposed)
 
 
 MEASURED = "tpu-v5e"  # the chip a calibration was measured on; other TPUs' are derived from it
@@ -160,9 +163,11 @@ def derived(measured: Calibration, chip_id: str) -> Calibration:
         chip=chip_id,
         source=f"derived from {measured.source}: {measured.chip}'s measured fractions of its published peak and HBM "
         f"bandwidth applied to {theirs.name}'s",
-        matmul_flops_per_s={k: v * compute for k, v in measured.matmul_flops_per_s.items()},
+        matmul_grid={
+            dtype: tuple((m, k, n, r * compute) for m, k, n, r in rows) for dtype, rows in measured.matmul_grid.items()
+        },
         hbm_bytes_per_s=measured.hbm_bytes_per_s * memory,
-        splash=tuple((seq, block, f * compute, b * compute) for seq, block, f, b in measured.splash),
+        splash=tuple((*row[:3], *(r * compute for r in row[3:])) for row in measured.splash),
     )
 
 
@@ -170,10 +175,10 @@ def derived(measured: Calibration, chip_id: str) -> Calibration:
 class Priced:
     """A program's ops priced at a calibration (seconds per step, per device)."""
 
-    products_s: float  # matrix products: FLOPs at the measured rate
-    product_bytes_s: float  # the same ops' bytes at the measured HBM bandwidth
+    products_s: float  # matrix products: their FLOPs at the measured rates of their shapes
+    product_bytes_s: float  # what the products' HBM bytes add to their FLOPs' time (module docstring)
     kernel_s: float  # Pallas kernels at their measured rates
-    memory_s: float  # every other op's bytes at the measured HBM bandwidth
+    memory_s: float  # every other op's HBM bytes at the measured bandwidth
     async_share: float  # of the collectives (by count), those the program runs asynchronously
     host_s: float = 0.0  # host offload's copies (to and from host memory) over the chip's host link, async
 
@@ -207,13 +212,28 @@ class Priced:
         return dataclasses.asdict(self) | {"compute_side_s": self.compute_side_s}
 
 
-def tally(found: list[hlo_ops.Op]) -> dict:
-    """What the calibrated model needs of a program, summed: its products' FLOPs by operand dtype and their ops'
-    bytes, the other ops' bytes, the splash kernel's FLOPs by (sequence, block, call kind), host offload's bytes, and
-    its collectives (how many, how many asynchronous). The model is linear in these (module docstring)."""
-    out: dict = {"product_flops": {}, "product_bytes": 0.0, "memory_bytes": 0.0, "kernel_flops": {}, "host_bytes": 0.0}
-    out |= {"collectives": 0, "asynchronous": 0}
+ON_CHIP = re.compile(r"\b[a-z]+[0-9]*[a-z0-9]*(\[[0-9,]*\]\{[^}]*S\(1\)[^}]*\})")
+
+
+def offchip_bytes(program: str) -> dict[str, float]:
+    """{op name: the HBM bytes it reads and writes} over a TPU program: :mod:`.hlo_ops`' count of its operands
+    and result, less those the compiler placed in the core's own vector memory (layout memory space ``S(1)``),
+    which move no HBM bytes (read from the program's text with every such array's type taken as one that holds
+    no bytes)."""
+    return {op.name: op.bytes for op in hlo_ops.ops(ON_CHIP.sub(r"onchip\1", program))}
+
+
+def tally(found: list[hlo_ops.Op], program: str | None = None) -> dict:
+    """What the calibrated model needs of a program: each product op's shapes and HBM bytes (ops alike counted
+    together), the products' FLOPs by operand dtype, the other ops' HBM bytes, the splash kernel's FLOPs by
+    (sequence, block, call kind), host offload's bytes, and its collectives (how many, how many asynchronous).
+    ``program``: the program's text, whose on-chip operands then count no HBM bytes (:func:`offchip_bytes`)."""
+    moved = offchip_bytes(program) if program else {}
+    out: dict = {"products": [], "product_flops": {}, "product_bytes": 0.0, "memory_bytes": 0.0, "kernel_flops": {}}
+    out |= {"host_bytes": 0.0, "collectives": 0, "asynchronous": 0}
+    products: dict[tuple, int] = {}
     for op in found:
+        hbm = moved.get(op.name, op.bytes)
         if op.host_bytes:
             out["host_bytes"] += op.times * op.host_bytes
         elif any(op.opcode.startswith(c) for c in hlo_ops.COLLECTIVES) or op.opcode == "async-start":
@@ -226,29 +246,39 @@ def tally(found: list[hlo_ops.Op]) -> dict:
             key = f"{seq},{splash_block(seq)},{op.kernel.rsplit('_', 1)[-1]}"
             out["kernel_flops"][key] = out["kernel_flops"].get(key, 0.0) + op.times * op.kernel_flops()
         elif op.products:
-            operand = "f32" if any(p.dtype == "f32" for p in op.products) else "bf16"
-            out["product_flops"][operand] = out["product_flops"].get(operand, 0.0) + op.times * op.flops
-            out["product_bytes"] += op.times * op.bytes
+            for p in op.products:
+                out["product_flops"][p.dtype] = out["product_flops"].get(p.dtype, 0.0) + op.times * p.flops
+            out["product_bytes"] += op.times * hbm
+            key = (hbm, tuple((p.m, p.k, p.n, p.dtype) for p in op.products))
+            products[key] = products.get(key, 0) + op.times
         else:
-            out["memory_bytes"] += op.times * op.bytes
+            out["memory_bytes"] += op.times * hbm
+    out["products"] = [[times, hbm, [list(p) for p in shapes]] for (hbm, shapes), times in products.items()]
     return out
 
 
-def price(found: list[hlo_ops.Op], calibration: Calibration, host_bytes_per_s: float | None = None) -> Priced:
+def price(
+    found: list[hlo_ops.Op], calibration: Calibration, host_bytes_per_s: float | None = None, program: str | None = None
+) -> Priced:
     """Each op of a program (:func:`hlo_ops.ops`) at ``calibration``'s rates (module docstring); copies to and
-    from host memory over ``host_bytes_per_s`` (the chip's host link, :mod:`sharding_lab.hardware.chips`)."""
-    return price_tally(tally(found), calibration, host_bytes_per_s)
+    from host memory over ``host_bytes_per_s`` (the chip's host link, :mod:`sharding_lab.hardware.chips`);
+    ``program``, the program's text, tells which operands stay on chip (:func:`offchip_bytes`)."""
+    return price_tally(tally(found, program), calibration, host_bytes_per_s)
 
 
 def price_tally(counts: dict, calibration: Calibration, host_bytes_per_s: float | None = None) -> Priced:
     """:func:`price` from a program's :func:`tally`."""
     bandwidth = calibration.hbm_bytes_per_s
-    products = sum(f / calibration.matmul_rate(dtype) for dtype, f in counts["product_flops"].items())
+    compute = beyond = 0.0
+    for times, hbm, shapes in counts["products"]:
+        flops_s = sum(2.0 * m * k * n / calibration.product_rate(m, k, n, dtype) for m, k, n, dtype in shapes)
+        bytes_s = hbm / bandwidth
+        compute += times * flops_s
+        beyond += times * (max(0.0, bytes_s - flops_s) + calibration.product_bytes_exposed * min(flops_s, bytes_s))
     kernel = 0.0
     for key, flops in counts["kernel_flops"].items():
         seq, block, kind = key.split(",")
         kernel += flops / calibration.splash_rate(int(seq), int(block), kind)
     share = counts["asynchronous"] / counts["collectives"] if counts["collectives"] else 1.0
     host = counts["host_bytes"] / (host_bytes_per_s or bandwidth)
-    moved, other = counts["product_bytes"] / bandwidth, counts["memory_bytes"] / bandwidth
-    return Priced(products, moved, kernel, other, share, host)
+    return Priced(compute, beyond, kernel, counts["memory_bytes"] / bandwidth, share, host)

@@ -44,6 +44,9 @@ from ..training.config import LabConfig
 from ..training.config import plan as make_plan
 from . import calibration, hlo_ops
 
+# A tool that re-prices programs offline (tools/recipes_check.py --hlo) sets a list here: each compile's
+# (target, program text) is appended to it. None: nothing kept (programs of a big mesh are megabytes).
+PROGRAMS: list | None = None
 DTYPES = {"bf16": jnp.bfloat16, "f32": jnp.float32, "mixed": jnp.bfloat16}  # mixed: f32 state, bf16 compute
 
 
@@ -237,6 +240,8 @@ def compile_once(config: LabConfig, dtype: str) -> Compiled:
     memory = compiled.memory_analysis()
     needed = hbm_needed(memory, config.target)
     hlo = compiled.as_text()
+    if PROGRAMS is not None:
+        PROGRAMS.append((config.target, hlo))
     on_cpu = config.target == "cpu"
     collectives = parse_collectives(hlo, config.mesh.shape, config.mesh.axes) + _between_slices(hlo, config)
     if on_cpu:  # XLA:CPU computes bf16 in f32: count float collectives at the compute dtype's size
@@ -283,7 +288,7 @@ def compile_once(config: LabConfig, dtype: str) -> Compiled:
         from ..hardware.chips import chip as get_chip
 
         host_link = get_chip(parse_target(config.target).chip).host_bytes_per_s
-        priced = calibration.price(found, chip_calibration, host_link)
+        priced = calibration.price(found, chip_calibration, host_link, program=hlo)
     extra = {k: float(cost[k]) for k in ("optimal_seconds", "utilization operand 0 {}") if k in cost}
     return Compiled(
         tuple(config.mesh.shape),

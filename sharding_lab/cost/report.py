@@ -58,8 +58,8 @@ def describe(p: Prediction) -> str:
         c = p.priced
         lines.append(
             f"  step (calibrated: each op at the chip's measured rates) {format_seconds(p.calibrated_step_s)} — "
-            f"products {format_seconds(c.products_s)} + their bytes {format_seconds(c.product_bytes_s)} + kernel "
-            f"{format_seconds(c.kernel_s)} + other HBM traffic {format_seconds(c.memory_s)}"
+            f"products {format_seconds(c.products_s)} + what their HBM bytes add {format_seconds(c.product_bytes_s)}"
+            f" + kernel {format_seconds(c.kernel_s)} + other HBM traffic {format_seconds(c.memory_s)}"
             + (f", MFU {p.calibrated_mfu:.1%}" if p.calibrated_mfu is not None else "")
             + f"; {p.calibration.name}"
         )
