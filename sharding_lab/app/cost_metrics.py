@@ -60,7 +60,7 @@ def headline(p: dict, largest: str) -> None:
 
 def calibrated(p: dict) -> None:
     """The step at a real chip's measured rates, where the target has a calibration: its time, MFU and HFU, and
-    where its time goes (products, their bytes, the attention kernel, every other op's bytes)."""
+    where its time goes (products, what their bytes add, the attention kernel, every other op's bytes)."""
     if p.get("calibrated_step_s") is None:
         return
     terms = p.get("calibrated") or {}
@@ -84,7 +84,7 @@ def calibrated(p: dict) -> None:
         )
     parts = [
         ("matrix products", terms.get("products_s")),
-        ("their operands' and results' bytes", terms.get("product_bytes_s")),
+        ("what their HBM bytes add", terms.get("product_bytes_s")),
         ("the attention kernel", terms.get("kernel_s")),
         ("every other op's bytes", terms.get("memory_s")),
     ]
