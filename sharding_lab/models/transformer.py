@@ -156,7 +156,8 @@ class Block(nnx.Module):
         with jax.named_scope("attention"):
             attended = constrain(checkpoint_name(attend(q, k, v), "context"), "attn_out")
         with jax.named_scope("attention_output"):
-            out = checkpoint_name(jnp.einsum("bshd,hde->bse", attended, self.o[...]), "out_proj")
+            # Laid out as the residual stream before it is named: what a remat policy saves is that layout.
+            out = checkpoint_name(constrain(jnp.einsum("bshd,hde->bse", attended, self.o[...]), "resid"), "out_proj")
             x = constrain(x + out, "resid")
         with jax.named_scope("mlp_norm"):
             h = constrain(rms_norm(x, self.mlp_norm[...]), "normed")
@@ -174,7 +175,7 @@ class Block(nnx.Module):
                 hidden = jax.nn.gelu(up)
             hidden = constrain(hidden, "mlp_hidden")
         with jax.named_scope("mlp_down"):
-            out = checkpoint_name(jnp.einsum("bsm,me->bse", hidden, self.mlp_out[...]), "mlpwo")
+            out = checkpoint_name(constrain(jnp.einsum("bsm,me->bse", hidden, self.mlp_out[...]), "resid"), "mlpwo")
         return (constrain(x + out, "resid"), NO_STATS) + ((None,) if routing else ())
 
 

@@ -120,8 +120,10 @@ PRESETS: dict[str, Preset] = {
             "fsdp_tp",
             "FSDP + tensor parallel (2-D)",
             "Megatron on model, the batch on data, and every weight's other big dimension split on "
-            "data too: each device stores 1/(data×model) of the weights.",
-            {**_MEGATRON, "batch": "data", "groups": "data"},
+            "data too: each device stores 1/(data×model) of the weights. The residual stream's embed is "
+            "split on model as well (MaxText's activation_embed), so what remat keeps of each block is too.",
+            # embed names only activations here: every weight has its own override.
+            {**_MEGATRON, "batch": "data", "groups": "data", "embed": "model"},
             _FSDP_TP,
             needs_two_axes=True,
             textbook=FSDP_TEXTBOOK + MEGATRON_TEXTBOOK,
