@@ -185,6 +185,16 @@ def constrain(x: jax.Array, name: str) -> jax.Array:
     return _active_constraints[-1](x, name) if _active_constraints else x
 
 
+def constrain_to(x: jax.Array, spec: P | None) -> jax.Array:
+    """Lay out ``x`` as ``spec`` on the active rules' mesh, as :func:`constrain` lays out a named activation
+    (a no-op outside any :class:`activation_rules`, or without a spec)."""
+    if spec is None or not _active_layouts:
+        return x
+    from .data import place
+
+    return place(x, NamedSharding(_active_layouts[-1][0], spec))
+
+
 def activation_layout(name: str) -> tuple | None:
     """``(mesh, PartitionSpec)`` the active rules give the activation ``name`` (None outside any
     :class:`activation_rules`, or when the rules do not lay it out): for code that must place its work

@@ -15,6 +15,9 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 from flax import nnx
+from jax.sharding import PartitionSpec as P
+
+from . import constrain_to
 
 
 def remat_policy(name: str):
@@ -40,7 +43,9 @@ def rematerialised_blocks(blocks, x, policy: str = "full"):
     graphdef, first = nnx.split(blocks[0])
     treedef = jax.tree.structure(first)
     # Leaves in the same order for every block (their metadata differs, so the trees are not equal).
-    stacked = [jnp.stack(leaves) for leaves in zip(*(jax.tree.leaves(nnx.split(b)[1]) for b in blocks))]
+    variables = jax.tree.leaves(first, is_leaf=lambda v: isinstance(v, nnx.Variable))
+    per_layer = zip(*(jax.tree.leaves(nnx.split(b)[1]) for b in blocks))
+    stacked = [_stacked(leaves, variable) for leaves, variable in zip(per_layer, variables)]
 
     @nnx.remat(policy=remat_policy(policy))
     def step(x, leaves):
@@ -48,6 +53,17 @@ def rematerialised_blocks(blocks, x, policy: str = "full"):
 
     x, stats = jax.lax.scan(step, x, stacked, unroll=unrolled_scan.factor())
     return x, jax.tree.map(jnp.sum, stats)
+
+
+def _stacked(leaves, variable):
+    """One weight of every layer stacked for the loop (in the dtype the step computes in: a mixed-precision
+    step casts its weights before the model sees them), laid out as each layer's copy is stored, the layer
+    axis whole. Left to itself, XLA's partitioner may lay the stack out as the loop body's products would
+    like their operand and reshard it for every layer at once, before the loop: a gathered copy of that
+    weight for all layers, live through the backward pass. Laid out as stored, each layer's weight is
+    gathered inside the loop, for that layer alone (FSDP's way)."""
+    spec = variable.get_metadata().get("out_sharding") if isinstance(variable, nnx.Variable) else None
+    return constrain_to(jnp.stack(leaves), None if spec is None else P(None, *spec))
 
 
 class unrolled_scan:  # noqa: N801  (a context manager, used like a function)
