@@ -71,9 +71,12 @@ def shard(name, *logical_axes):
 def constrain(x, name):
     """Lay an activation out as ACTIVATIONS says (a constraint under Auto axes; a reshard under
     Explicit axes, where a constraint may only assert what already is)."""
-    if name not in ACTIVATIONS:
-        return x
-    sharding = NamedSharding(mesh, ACTIVATIONS[name])
+    return constrain_to(x, ACTIVATIONS[name]) if name in ACTIVATIONS else x
+
+
+def constrain_to(x, spec):
+    """Lay an array out as ``spec`` (also the loop over layers' stacked weights, as each layer's is stored)."""
+    sharding = NamedSharding(mesh, spec)
     if AxisType.Explicit in mesh.axis_types:
         return jax.sharding.reshard(x, sharding)
     return jax.lax.with_sharding_constraint(x, sharding)

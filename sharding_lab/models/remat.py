@@ -45,7 +45,7 @@ def rematerialised_blocks(blocks, x, policy: str = "full"):
     # Leaves in the same order for every block (their metadata differs, so the trees are not equal).
     variables = jax.tree.leaves(first, is_leaf=lambda v: isinstance(v, nnx.Variable))
     per_layer = zip(*(jax.tree.leaves(nnx.split(b)[1]) for b in blocks))
-    stacked = [_stacked(leaves, variable) for leaves, variable in zip(per_layer, variables)]
+    stacked = [stacked_as_stored(leaves, variable) for leaves, variable in zip(per_layer, variables)]
 
     @nnx.remat(policy=remat_policy(policy))
     def step(x, leaves):
@@ -55,7 +55,7 @@ def rematerialised_blocks(blocks, x, policy: str = "full"):
     return x, jax.tree.map(jnp.sum, stats)
 
 
-def _stacked(leaves, variable):
+def stacked_as_stored(leaves, variable):
     """One weight of every layer stacked for the loop (in the dtype the step computes in: a mixed-precision
     step casts its weights before the model sees them), laid out as each layer's copy is stored, the layer
     axis whole. Left to itself, XLA's partitioner may lay the stack out as the loop body's products would

@@ -57,7 +57,7 @@ from .moe import (
     route,
     top_k_experts,
 )
-from .remat import remat_policy, rematerialised_blocks, unrolled_scan
+from .remat import remat_policy, rematerialised_blocks, stacked_as_stored, unrolled_scan
 from .transformer_presets import PRESETS
 from .transformer_scopes import BUFFER_SCOPES
 from .transformer_sizes import NAMED_SIZES, block_extrapolated_count
@@ -292,6 +292,7 @@ class TransformerFamily(ModelFamily):
         unrolled_scan,
         remat_policy,
         rematerialised_blocks,
+        stacked_as_stored,
         xla_attention,  # splash never runs in the script: it targets the simulated host (plan refuses it there)
     )
     # The module's constants the copied source reads, written out with their values.
