@@ -46,26 +46,26 @@ def unused_sentence(plan: Plan) -> str | None:
         return None
     sizes = plan.config.mesh.axis_sizes
     one = len(unused) == 1
+    it = "it" if one else "them"
+    preset = plan.config.preset if plan.config.rules is None else None
+    why = (
+        f"preset {preset} puts nothing on {it}"
+        if preset in plan.config.family.presets
+        else f"every array is replicated along {it}"
+    )
     text = (
         ("Mesh axis " if one else "Mesh axes ")
         + " and ".join(f"`{a}` ({sizes[a]})" for a in unused)
         + (" splits" if one else " split")
-        + " no array with these rules: every array is replicated along "
-        + ("it" if one else "them")
-        + ", so the devices along "
-        + ("it" if one else "them")
-        + f" repeat each other's work (every piece of the step done {math.prod(sizes[a] for a in unused)} times)."
+        + f" no array: {why}, so the devices along {it} repeat each other's work (the step's work done "
+        + f"{math.prod(sizes[a] for a in unused)} times)."
     )
-    preset = plan.config.preset
-    if preset in plan.config.family.presets:
-        text += f" Preset {preset} ({plan.config.family.presets[preset].title}) binds no array to it."
     better = preset_using_every_axis(plan)
     if better is not None:
         title = plan.config.family.presets[better].title
-        text += f" To use every axis: preset {better} ({title})"
-        text += ", or a mesh without " + ("that axis." if one else "those axes.")
+        text += f" To use every axis: preset {better} ({title}), or a mesh without {'that axis' if one else 'those'}."
     else:
-        text += " Map a logical axis to it on the Layout page, or use a mesh without it."
+        text += f" Map a logical axis to {it} with a rule, or use a mesh without {it}."
     return text
 
 
