@@ -68,9 +68,9 @@ def overview() -> None:
     c2.metric(
         "Big compiles",
         f"{compiling} compiling, {queued_compiles} queued",
-        help=f"Pages' compiles of big programs (inputs of {format_bytes(page_compiles.big_bytes())} or more) and large "
-        f"models' Plan searches: SHARDING_LAB_MAX_PAGE_COMPILES ({page_compiles.limit()}) at once, the rest wait "
-        "in one queue, each page shown its place.",
+        help=f"Pages' compiles of big programs (inputs of {format_bytes(page_compiles.big_bytes())} or more): "
+        f"SHARDING_LAB_MAX_PAGE_COMPILES ({page_compiles.limit()}) at once, the rest wait in one queue, each page "
+        "shown its place; a large model's Plan search waits in it too before it starts.",
     )
     warming = warm.progress()
 

@@ -150,15 +150,16 @@ MAX_SEARCHES = _define(
 MAX_PAGE_COMPILES = _define(
     "MAX_PAGE_COMPILES",
     "1",
-    "Big programs the pages compile at once (Communication, Compare, the cost panel, Train's XLA figures, a large "
-    "model's Plan search); more wait in one queue, first come, first served, each page shown its place.",
+    "Big programs the pages compile at once (Communication, Compare, the cost panel, Train's XLA figures); more wait "
+    "in one queue, first come, first served, each page shown its place; a large model's Plan search starts in its "
+    "turn of it.",
     _positive_int,
 )
 BIG_COMPILE_MB = _define(
     "BIG_COMPILE_MB",
     "1024",
     "A program is big — its compile from a page waits in the queue above — when its inputs (weights, optimizer "
-    "state, batch, over all devices) hold at least this many MiB; a large model's Plan search always is.",
+    "state, batch, over all devices) hold at least this many MiB.",
     int,
 )
 MAX_MULTIPROCESS_JOBS = _define(

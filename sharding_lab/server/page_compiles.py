@@ -6,8 +6,9 @@ memory (Llama 3 70B's step: 349 s and 4.4 GB on Communication, 402 s on Compare;
 server to 5.7 GB). So a page's compile of a **big program** — its inputs (weights, optimizer state, batch, over
 all devices) hold at least ``SHARDING_LAB_BIG_COMPILE_MB`` — waits for one of ``SHARDING_LAB_MAX_PAGE_COMPILES``
 turns (1 by default), first come, first served, and its page says its place ("1 compile ahead of this one") and
-then that it compiles. A large model's Plan search takes a turn of the same queue for as long as it searches
-(:mod:`.searches`): its compile workers hold the same cores and memory.
+then that it compiles. A large model's Plan search starts in its turn of the same queue (:mod:`.searches`): it
+does not start on top of the pages' big compiles; it does not hold the turn while it searches (minutes to hours,
+its workers below the pages' priority, ``SHARDING_LAB_MAX_SEARCHES`` at once).
 
 A small program never waits (a second of compiling, less than the wait would be explained in), and neither does
 a program a cache already holds: the wait is taken around the compiler itself

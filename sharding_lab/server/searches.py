@@ -17,7 +17,6 @@ the queue's order can run searches that wait for it.
 from __future__ import annotations
 
 import collections
-import contextlib
 import dataclasses
 import itertools
 import threading
@@ -180,21 +179,20 @@ class Searches:
         run = self._run or search.search
         try:
             found.workers = _at_once(found.base, self._workers)
-            # a large model's search (compile workers) holds a turn of the server's compile queue: the pages' big
-            # compiles and it share the cores and the memory, one queue for the class
-            with _compile_turn(found) if found.workers > 1 else contextlib.nullcontext():
-                # workers: one process per core compiles a large model (at a lower priority), and Stop ends a
-                # compile at once (it kills them); a small model compiles here
-                found.result = run(
-                    found.base,
-                    found.dtype,
-                    found.presets,
-                    found.remats,
-                    progress,
-                    found.stop,
-                    workers=self._workers,
-                    first=first,
-                )
+            if found.workers > 1:  # a large model's search (compile workers) starts in its turn of the compile queue
+                _wait_for_turn(found)
+            # workers: one process per core compiles a large model (at a lower priority), and Stop ends a
+            # compile at once (it kills them); a small model compiles here
+            found.result = run(
+                found.base,
+                found.dtype,
+                found.presets,
+                found.remats,
+                progress,
+                found.stop,
+                workers=self._workers,
+                first=first,
+            )
         except page_compiles.Cancelled:  # its last tab left while it waited for the compile queue
             found.result = search.Search(found.base, found.dtype, 0, [], stopped=True)
         except errors.ConfigError as error:
@@ -221,17 +219,18 @@ def _at_once(base, workers) -> int:
     return compile_workers(base, workers) if hasattr(base, "family") else 1
 
 
-@contextlib.contextmanager
-def _compile_turn(found: SharedSearch):
-    """Hold a turn of the server's compile queue while ``found`` searches (its tabs told its place meanwhile)."""
+def _wait_for_turn(found: SharedSearch) -> None:
+    """Wait for a turn of the server's compile queue before ``found`` starts (its tabs told its place meanwhile),
+    and give it back at once: the search does not start on top of the pages' big compiles, and it does not hold
+    the turn while it searches — minutes to hours, during which every page's big compile would wait (the search's
+    workers run at a lower priority than the pages, and ``SHARDING_LAB_MAX_SEARCHES`` bounds the searches)."""
 
     def on_wait(ahead: int) -> None:
         found.compile_ahead = ahead
 
     try:
         with page_compiles.SERVER.turn(on_wait, cancelled=found.stop.is_set):
-            found.compile_ahead = None
-            yield
+            pass
     finally:
         found.compile_ahead = None
 

@@ -1,6 +1,6 @@
 """Issue 50.3: a page's compile of a big program waits its turn in the server's one compile queue (at most
-SHARDING_LAB_MAX_PAGE_COMPILES at once), its place told; a large model's Plan search holds a turn of the same
-queue; a small program, and a program already compiled, never wait. "Big" is lowered to 0 MiB here, so small
+SHARDING_LAB_MAX_PAGE_COMPILES at once), its place told; a large model's Plan search starts in its turn of the
+same queue; a small program, and a program already compiled, never wait. "Big" is lowered to 0 MiB here, so small
 layouts stand in for Llama 3 70B: the queue does not look at what it compiles, only at its inputs' size."""
 
 import collections
@@ -137,9 +137,10 @@ def test_the_communication_page_waits_its_turn(queue):
     assert queue.served >= 2 and any(m.label == "Collectives per step" for m in at.metric)
 
 
-def test_a_large_models_search_holds_a_turn_of_the_same_queue(queue):
-    """A search compiled by workers (a large model) waits for the page compile before it, its tab told so; a tab
-    that leaves while it waits ends it unstarted."""
+def test_a_large_models_search_starts_in_its_turn_of_the_same_queue(queue):
+    """A search compiled by workers (a large model) waits for the page compile before it, its tab told so; once
+    started it holds no turn (it searches for minutes to hours: the pages' big compiles go on beside it); a tab that
+    leaves while it waits ends it unstarted."""
     base = sl.LabConfig(mesh=sl.MeshSpec((8,), ("data",)), model=family("transformer").named_spec("gpt2-small"))
     base = dataclasses.replace(base, target="v5e-8", preset="dp")
     gate = Gate()
@@ -156,8 +157,16 @@ def test_a_large_models_search_holds_a_turn_of_the_same_queue(queue):
         other = searches.ask(searches.watcher(), dataclasses.replace(base, batch_size=16), "mixed")
         searches.leave(next(iter(other.watchers)), other)
         assert other.wait(10) and other.result.stopped and gate.ran == []
+    deadline = time.monotonic() + 10
+    while gate.ran != [base]:
+        assert time.monotonic() < deadline, "the search did not start when its turn came"
+        time.sleep(0.02)
+    assert job.search.running and job.search.compile_ahead is None
+    assert queue.load() == (0, 0) and queue.served == 2  # searching, it holds no turn: a page compiles at once
+    with page_compiles.queued(lambda ahead: pytest.fail("a page waited behind a running search")):
+        communication.analyze(small_plan(88))
     gate.release[base].set()
-    assert job.search.wait(10) and gate.ran == [base] and queue.served == 2
+    assert job.search.wait(10)
 
 
 def test_progress_says_when_the_time_left_will_be_known_then_estimates_it():
