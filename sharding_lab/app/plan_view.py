@@ -171,8 +171,11 @@ def time_left(found: SharedSearch, elapsed: float) -> str:
             "once the first are done (a large model's compile takes minutes)"
         )
     each = found.compile_s / found.compiled / max(1, found.workers)  # seconds of the search per compile
-    left = each * max(0, found.to_compile - found.compiled) if found.to_compile else each * (found.total - found.done)
-    word = "about" if found.to_compile else "at most about"  # not screened before Run: some left are skipped at once
+    # Screened before Run: that many compiles. Else the first ranking's candidates, those that passed the screens
+    # (some are skipped later: a layout's leaner step does not fit, or cannot beat one compiled), else every one left.
+    screened = len(found.first) if found.first else found.total - found.done + found.compiled
+    left = each * max(0, (found.to_compile or screened) - found.compiled)
+    word = "about" if found.to_compile else "at most about"
     return f", {word} {format_seconds_left(left)} left ({found.compile_s / found.compiled:.0f} s a compile, {at_once})"
 
 

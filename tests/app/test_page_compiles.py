@@ -180,4 +180,6 @@ def test_progress_says_when_the_time_left_will_be_known_then_estimates_it():
     assert "about 3 min left (50 s a compile, 2 at once in worker processes)" in job.progress_text()  # 8 × 25 s
     found.to_compile = 0  # not screened: the candidates left, some skipped at once
     assert "at most about 4 min left" in job.progress_text()  # 9 × 25 s
+    found.first = [None] * 6  # the first ranking: 6 candidates passed the screens, 2 of them compiled
+    assert "at most about 100 s left" in job.progress_text()  # 4 × 25 s
     job.cancel()
