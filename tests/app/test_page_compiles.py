@@ -183,3 +183,22 @@ def test_progress_says_when_the_time_left_will_be_known_then_estimates_it():
     found.first = [None] * 6  # the first ranking: 6 candidates passed the screens, 2 of them compiled
     assert "at most about 100 s left" in job.progress_text()  # 4 × 25 s
     job.cancel()
+
+
+def test_the_plan_page_says_when_the_time_left_will_be_known(monkeypatch):
+    """Issue 50: Plan showed "0 of 325 candidates" for ~100 s and nothing else. The page's progress now says that
+    the first compiles run and that the time left follows from their compile times (a search that waits here)."""
+    gate = Gate()
+    monkeypatch.setattr(plan_view, "SEARCHES", Searches(limit=lambda: 1, run=gate))
+    at = app_test(300)
+    at.run()
+    at.switch_page("app_pages/plan.py").run()
+    at.button(key="plan_run").click().run()
+    assert not at.exception, at.exception
+    job = at.session_state["plan_job"]
+    try:
+        bars = [p.proto.text for p in at.get("progress")]
+        assert any(b.startswith("0 of ") and "estimated from their compile times once the first" in b for b in bars)
+    finally:
+        job.cancel()
+    assert job.search.wait(10)
