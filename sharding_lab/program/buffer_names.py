@@ -39,6 +39,9 @@ class Names:
         return cls(parameters, dict(getattr(plan.config.family, "buffer_scopes", {}) or {}))
 
 
+LOOP_INPUT = "the loop's carried value"  # what a loop writes into a stacked output when it is its own input
+
+
 def _squeezed(shape) -> tuple[int, ...]:
     return tuple(d for d in shape if d != 1)
 
@@ -72,7 +75,7 @@ def _parts(op_name: str) -> list[str]:
     return [re.sub(r"^(?:[\w.]+\()+([^()]*)\)*$", r"\1", p) for p in op_name.split("/")]
 
 
-def _scope(op_name: str, scopes: dict[str, str]) -> str | None:
+def scope_of(op_name: str, scopes: dict[str, str]) -> str | None:
     """The innermost of the family's named scopes in ``op_name``."""
     return next((scopes[p] for p in reversed(_parts(op_name)) if p in scopes), None)
 
@@ -119,9 +122,10 @@ def _gathered(shape, names: Names) -> str | None:
     return _rules(matches) if matches else None
 
 
-def describe(op_name: str, shape: tuple[int, ...], names: Names, opcode: str = "") -> str:
+def describe(op_name: str, shape: tuple[int, ...], names: Names, opcode: str = "", written: str = "") -> str:
     """A value named in the model's terms, from its op_name, shape and (where it says more) the HLO opcode
-    that made it (see the module's doc)."""
+    that made it (see the module's doc); ``written``, the op_name of what a loop writes into it (a scan's
+    stacked output: what remat keeps of each layer)."""
     argument = _argument(op_name)
     if argument:
         return argument
@@ -130,7 +134,7 @@ def describe(op_name: str, shape: tuple[int, ...], names: Names, opcode: str = "
         return f"gradient of {whole}, summed across devices"
     if op_name and "jvp(" not in op_name and "transpose(" not in op_name and whole:
         return f"{whole}, updated by the optimizer"
-    part = _scope(op_name, names.scopes)
+    part = scope_of(op_name, names.scopes)
     layer = _layer(op_name)
     backward = "transpose(" in op_name
     recomputed = backward and "rematted_computation" in op_name
@@ -147,6 +151,11 @@ def describe(op_name: str, shape: tuple[int, ...], names: Names, opcode: str = "
         return f"gradient of {gradient}"
     if not backward and shape and shape[0] == _layer_count(names) > 1 and len(shape) > 2:
         kept = "×".join(map(str, shape[1:]))
+        if written == LOOP_INPUT:
+            return f"each layer's input (the residual stream), kept for the backward pass (remat): one {kept} per layer"
+        saved = scope_of(written, names.scopes)
+        if saved:
+            return f"{saved} of every layer, kept for the backward pass (remat): one {kept} per layer"
         return f"what the loop over layers keeps for the backward pass (remat): one {kept} per layer"
     if part is None:  # no named scope: the operation, and where it ran
         number = _layer_number(op_name)

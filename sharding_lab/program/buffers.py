@@ -32,7 +32,7 @@ import shutil
 import tempfile
 
 from ..units import format_bytes
-from .buffer_names import Names, describe
+from .buffer_names import LOOP_INPUT, Names, describe, scope_of
 
 DTYPE_BYTES = {"pred": 1, "s8": 1, "u8": 1, "bf16": 2, "f16": 2, "s16": 2, "u16": 2, "f32": 4, "s32": 4, "u32": 4}
 DTYPE_BYTES |= {"f64": 8, "s64": 8, "u64": 8}
@@ -97,6 +97,10 @@ def _shapes(text: str) -> tuple[tuple[str, tuple[int, ...]], ...]:
         for dtype, dims in _ARRAY.findall(re.sub(r"\{[^{}]*\}", "", text))
         if dtype in DTYPE_BYTES
     )
+
+
+def _unit_free(shape) -> tuple[int, ...]:
+    return tuple(d for d in shape if d != 1)
 
 
 def parse_program(hlo_text: str) -> tuple[dict[str, Instruction], dict[str, str]]:
@@ -177,9 +181,12 @@ class Program:
     def __init__(self, hlo_text: str):
         self.instructions, self.roots = parse_program(hlo_text)
         self.callers: dict[str, Instruction] = {}  # a called computation → the instruction calling it
+        self.users: dict[str, list[Instruction]] = {}  # a value → the instructions that take it
         for instruction in self.instructions.values():
             for called in instruction.calls:
                 self.callers.setdefault(called, instruction)
+            for operand in instruction.operands:
+                self.users.setdefault(operand, []).append(instruction)
 
     def origin(self, name: str, index: tuple[int, ...] = (), depth: int = 0) -> tuple[Instruction | None, tuple]:
         """The instruction that made value ``name{index}``, and its index: through a loop's parameter to
@@ -215,6 +222,57 @@ class Program:
                 instruction.operands[0], () if instruction.opcode != "copy-start" else index[1:], depth + 1
             )
         return instruction, index
+
+    def written_by_loop(self, name: str, scopes: dict[str, str]) -> str:
+        """The op_name of what a loop writes into the buffer ``name`` carries into it ("" if none found;
+        :data:`LOOP_INPUT` when it is the loop's own carried value, a layer's input): a scan's stacked output
+        enters its ``while`` as a bare allocation, and each trip writes a slice into it (a dynamic-update-slice
+        of, say, the MLP gate's product) — that slice's value says what the buffer holds."""
+        for entry in self.users.get(name, []):
+            if entry.opcode != "tuple":
+                continue
+            for loop in self.users.get(entry.name, []):
+                if loop.opcode != "while" or not loop.calls or loop.operands[:1] != (entry.name,):
+                    continue
+                result = self.instructions.get(self.roots.get(loop.calls[0], ""))
+                index = entry.operands.index(name)
+                if result is not None and result.opcode == "tuple" and index < len(result.operands):
+                    shape = self.instructions[name].shapes[0][1] if self.instructions[name].shapes else ()
+                    return self._slice_written(result.operands[index], shape[1:], scopes)
+        return ""
+
+    def _slice_written(self, writer_name: str, slice_shape: tuple, scopes: dict[str, str]) -> str:
+        writer, hops = self.instructions.get(writer_name), 0
+        while writer is not None and writer.opcode in ("get-tuple-element", "bitcast", "copy") and hops < 8:
+            writer, hops = self.instructions.get(writer.operands[0]) if writer.operands else None, hops + 1
+        if writer is None:
+            return ""
+        if scope_of(writer.op_name, scopes):  # the product and its write fused: named after the product
+            return writer.op_name
+        for operand in writer.operands:
+            value = self.instructions.get(operand)
+            if value is not None and value.shapes and _unit_free(value.shapes[0][1]) == _unit_free(slice_shape):
+                return self._value_named(value, scopes)
+        return ""
+
+    def _value_named(self, value: Instruction, scopes: dict[str, str]) -> str:
+        """The op_name a loop body's value stands for: an element of a multi-output fusion is its own root's (the
+        element's metadata may be its neighbour's), an element of a collective matmul's loop is that product's,
+        and an element of the body's own parameter is the loop's carried value (:data:`LOOP_INPUT`)."""
+        source = self.instructions.get(value.operands[0]) if value.operands else None
+        if value.opcode == "get-tuple-element" and source is not None and value.tuple_index is not None:
+            if source.opcode == "parameter" and source.computation in self.callers:
+                return LOOP_INPUT
+            if source.opcode == "fusion" and source.calls:
+                root = self.instructions.get(self.roots.get(source.calls[0], ""))
+                if root is not None and root.opcode == "tuple" and value.tuple_index < len(root.operands):
+                    inner = self.instructions.get(root.operands[value.tuple_index])
+                    if inner is not None and scope_of(inner.op_name, scopes):
+                        return inner.op_name
+            if source.opcode == "while" and scope_of(source.op_name, scopes):
+                return source.op_name
+        origin, _ = self.origin(value.name)
+        return origin.op_name if origin is not None and scope_of(origin.op_name, scopes) else ""
 
     def _inside(self, computation: str) -> Instruction | None:
         """The instruction nearest a fused computation's root (through its operands) that has an op_name."""
@@ -266,7 +324,11 @@ def largest(dump_folder: str, names: Names, count: int = SHOWN) -> list[Buffer]:
         origin, _ = program.origin(name, index)
         op_name = origin.op_name if origin else ""
         value = f"{name}{{{','.join(map(str, index))}}}"
-        what = describe(op_name, dims, names, origin.opcode if origin else "")
+        # A loop's stacked output: what the loop writes into it says what it holds (its allocation says nothing).
+        written = program.written_by_loop(name, names.scopes)
+        if not written and origin is not None:
+            written = program.written_by_loop(origin.name, names.scopes)
+        what = describe(op_name, dims, names, origin.opcode if origin else "", written)
         if not op_name and name.startswith("splash_"):  # a Pallas kernel's call keeps no op_name: its own name says
             kind = name.split(".")[0].replace("_", " ").replace("fwd", "forward")[len("splash mha ") :]
             what = f"attention: the splash kernel's {kind} (a layer's)"

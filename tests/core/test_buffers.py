@@ -10,6 +10,7 @@ import pytest
 import sharding_lab as sl
 from sharding_lab.cli import main as cli
 from sharding_lab.cost.compiled import compile_once
+from sharding_lab.hardware import targets
 from sharding_lab.models.transformer import TransformerSpec
 from sharding_lab.program import buffers
 from sharding_lab.sharding.mesh import MeshSpec
@@ -82,6 +83,20 @@ def test_names_from_the_programs_metadata():
     assert buffers.describe("state[0]['blocks'][0]['mlp_gate'].value", (512, 28672), names) == (
         "parameter blocks/0/mlp_gate"
     )
+
+
+@pytest.mark.skipif(not targets.availability(targets.parse("v5e-8"))[0], reason="the TPU compiler is not installed")
+def test_what_remat_keeps_of_every_layer_is_named_by_what_the_loop_writes_into_it():
+    """A scan's stacked output enters its loop as a bare allocation (the TPU compiler's AllocateBuffer, named after
+    a broadcast of zeros): what each trip writes into it says what remat keeps there. Under `minimal`, on 3 layers of
+    the wide MLP, the largest are the MLP's gate and up-projection of every layer: bf16, 2 sequences × 64 × 2,048
+    a layer, stacked 3 deep — they were 'what the loop over layers keeps', which cannot be told apart."""
+    spec = dataclasses.replace(SPEC, layers=3, remat="minimal")
+    found = compile_once(dataclasses.replace(CONFIG, model=spec, target="v5e-8"), "mixed").memory["largest_buffers"]
+    kept = {b["what"].split(" of every layer")[0]: b for b in found if "kept for the backward pass" in b["what"]}
+    assert {"MLP gate (mlp_gate)", "MLP up-projection (mlp_in)"} <= set(kept), [b["what"] for b in found]
+    for b in kept.values():
+        assert b["shape"] == [3, 2, 64, 2048] and b["bytes"] == buffers.array_bytes("bf16", (3, 2, 64, 2048))
 
 
 def test_a_refusal_lists_what_the_compiler_listed():
