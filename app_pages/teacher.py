@@ -67,7 +67,7 @@ def overview() -> None:
     compiling, queued_compiles = page_compiles.load()
     c2.metric(
         "Big compiles",
-        f"{compiling} compiling, {queued_compiles} queued",
+        f"{compiling} running, {queued_compiles} queued",
         help=f"Pages' compiles of big programs (inputs of {format_bytes(page_compiles.big_bytes())} or more): "
         f"SHARDING_LAB_MAX_PAGE_COMPILES ({page_compiles.limit()}) at once, the rest wait in one queue, each page "
         "shown its place; a large model's Plan search waits in it too before it starts.",

@@ -180,7 +180,7 @@ def test_teacher_page_shows_counts_with_the_right_token(monkeypatch):
     bound = format_bytes(admission.server_bound_bytes())
     assert re.fullmatch(rf"[0-9.]+ (kB|MB|GB|TB) of {re.escape(bound)}", metrics["Server memory"])
     assert "cores" in metrics["CPU load (1 min)"]
-    assert metrics["Big compiles"] == "{} compiling, {} queued".format(*page_compiles.load())
+    assert metrics["Big compiles"] == "{} running, {} queued".format(*page_compiles.load())
     assert any("No challenges yet" in i.value for i in at.info)
     # Two more students open the app; two sessions solve challenge "c1" (one of them twice), one "c2".
     for _ in range(2):
