@@ -145,8 +145,9 @@ class AxisNames(Setting):
         if self.link not in link.query:
             return
         names = link.query[self.link].split(",")
-        n = link.updates.get("n_axes")
-        if n is None or len(names) != n or not all(AXIS_NAME.match(name) for name in names):
+        # a link without a mesh opens on the default one: its names are for the default's axes
+        n = link.updates.get("n_axes", len(parse_mesh_shape(MeshShape.default)))
+        if len(names) != n or not all(AXIS_NAME.match(name) for name in names):
             link.bad(self.link, "give one name per mesh axis: letters, digits, '_'")
         else:
             link.updates.update({f"name_{i}": name for i, name in enumerate(names)})
