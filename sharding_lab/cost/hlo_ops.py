@@ -48,6 +48,7 @@ class Instruction:
     operands: list[str]
     attributes: str
     operand_text: str = ""  # what stands between the parentheses (a parameter's number, a constant's value)
+    root: bool = False  # the computation's result (ROOT)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -132,7 +133,7 @@ def parse(hlo_text: str) -> tuple[dict[str, list[Instruction]], str | None]:
                 end = i
                 break
         operands = re.findall(r"%([\w.\-]+)", rest[:end])
-        current.append(Instruction(name, shape, opcode, operands, rest[end + 1 :], rest[:end]))
+        current.append(Instruction(name, shape, opcode, operands, rest[end + 1 :], rest[:end], bool(match.group(1))))
     return computations, entry
 
 
@@ -153,10 +154,6 @@ def _logical_lines(hlo_text: str) -> list[str]:
 def _attr(attributes: str, key: str) -> str | None:
     match = re.search(rf"\b{key}=%?([^\s,]+)", attributes)
     return match.group(1) if match else None
-
-
-def _constant_values(hlo_text: str) -> dict[str, int]:
-    return {m.group(1): int(m.group(2)) for m in re.finditer(r"%([\w.\-]+) = s32\[\]\S* constant\((-?\d+)\)", hlo_text)}
 
 
 def product(instruction: Instruction, shapes: dict[str, str]) -> Product | None:
@@ -217,7 +214,6 @@ def ops(hlo_text: str, count_loops: bool = True) -> list[Op]:
     if entry is None:
         return []
     shapes = {i.name: i.shape for body in computations.values() for i in body}
-    constants = _constant_values(hlo_text)
     found: list[Op] = []
 
     def inner_products(name: str, seen: frozenset) -> list[Product]:
@@ -236,7 +232,7 @@ def ops(hlo_text: str, count_loops: bool = True) -> list[Op]:
         for i in computations.get(name, []):
             if i.opcode == "while":
                 body = _attr(i.attributes, "body")
-                trips = _trips(i, computations, constants) if count_loops else 1
+                trips = _trips(i, computations, name) if count_loops else 1
                 if body and body not in seen:
                     walk(body, times * trips, seen | {body})
                 continue
@@ -341,16 +337,89 @@ def _kernel_name(name: str) -> str | None:
     return match.group(1) if match else name.split(".")[0]
 
 
-def _trips(instruction: Instruction, computations, constants: dict[str, int]) -> int:
+def _trips(instruction: Instruction, computations: dict[str, list[Instruction]], home: str) -> int:
+    """How many times a ``while`` (in computation ``home``) runs its body: the backend's ``known_trip_count``,
+    else its counted-loop form — the condition compares a counter (an element of the loop's tuple) with a
+    constant bound, the counter starts at a constant in the tuple the loop is given, and the body adds a
+    constant step to it. The TPU compiler's collective matmuls (``windowed_dot_general`` loops: a sharded
+    weight's pieces passed round the ring while each is multiplied) count in ``u32`` by 2 — two pieces a trip,
+    one from each direction — so a bound of 4 is 2 trips. A loop in another form counts once."""
     known = re.search(r'"known_trip_count":\{"n":"(\d+)"', instruction.attributes)
     if known:
         return int(known.group(1))
-    condition = computations.get(_attr(instruction.attributes, "condition") or "", [])
-    for i in condition:
-        if i.opcode == "compare" and "direction=LT" in i.attributes:
-            for operand in i.operands:
-                if operand in constants:
-                    return max(1, constants[operand])
+    condition, body = (_scope(computations, _attr(instruction.attributes, key)) for key in ("condition", "body"))
+    compares = [i for i in condition.values() if i.opcode == "compare" and len(i.operands) == 2]
+    root = next((i for i in compares if i.root), compares[-1] if compares else None)
+    if root is None:
+        return 1
+    direction = _attr(root.attributes, "direction")
+    counters = [_tuple_index(o, condition) for o in root.operands]
+    bounds = [_constant(o, condition) for o in root.operands]
+    if counters[0] is not None and bounds[1] is not None and direction in ("LT", "LE"):
+        index, bound, inclusive = counters[0], bounds[1], direction == "LE"
+    elif counters[1] is not None and bounds[0] is not None and direction in ("GT", "GE"):
+        index, bound, inclusive = counters[1], bounds[0], direction == "GE"
+    else:
+        return 1
+    start = _loop_start(instruction, index, _scope(computations, home))
+    step = _loop_step(body, index)
+    span = bound - start + (1 if inclusive else 0)
+    return max(1, -(-span // step)) if step > 0 else 1
+
+
+def _scope(computations: dict[str, list[Instruction]], name: str | None) -> dict[str, Instruction]:
+    return {i.name: i for i in computations.get(name or "", [])}
+
+
+def _resolve(name: str, scope: dict[str, Instruction]) -> Instruction | None:
+    """The instruction of ``scope`` that ``name`` stands for, through copies, conversions and bitcasts."""
+    for _ in range(16):
+        i = scope.get(name)
+        if i is None or i.opcode not in ("copy", "convert", "bitcast", "reshape") or not i.operands:
+            return i
+        name = i.operands[0]
+    return None
+
+
+def _constant(name: str, scope: dict[str, Instruction]) -> int | None:
+    """The value of an integer scalar constant (signed or unsigned: the collective matmuls count in ``u32``)."""
+    i = _resolve(name, scope)
+    if i is None or i.opcode != "constant" or not re.match(r"[su](8|16|32|64)\[\]", i.shape):
+        return None
+    return int(i.operand_text) if re.fullmatch(r"-?\d+", i.operand_text.strip()) else None
+
+
+def _tuple_index(name: str, scope: dict[str, Instruction]) -> int | None:
+    """The element of the loop's tuple that ``name`` reads (a ``get-tuple-element`` of the parameter), if any."""
+    i = _resolve(name, scope)
+    if i is None or i.opcode != "get-tuple-element":
+        return None
+    index = _attr(i.attributes, "index")
+    return int(index) if index and index.isdigit() else None
+
+
+def _loop_start(loop: Instruction, index: int, home: dict[str, Instruction]) -> int:
+    """The counter's first value: element ``index`` of the tuple the loop is given, when it is a constant (else 0)."""
+    given = _resolve(loop.operands[0], home) if loop.operands else None
+    if given is None or given.opcode != "tuple" or index >= len(given.operands):
+        return 0
+    value = _constant(given.operands[index], home)
+    return value if value is not None else 0
+
+
+def _loop_step(body: dict[str, Instruction], index: int) -> int:
+    """What the body adds to the counter each trip: element ``index`` of its result is ``counter + constant``
+    (else 1)."""
+    result = next((i for i in body.values() if i.root), None)
+    if result is None or result.opcode != "tuple" or index >= len(result.operands):
+        return 1
+    update = _resolve(result.operands[index], body)
+    if update is None or update.opcode != "add" or len(update.operands) != 2:
+        return 1
+    for counter, step in (update.operands, update.operands[::-1]):
+        value = _constant(step, body)
+        if _tuple_index(counter, body) == index and value is not None:
+            return value
     return 1
 
 

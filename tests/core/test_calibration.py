@@ -168,6 +168,70 @@ def test_a_program_read_op_by_op():
     assert calibration.tally(hlo_ops.ops(text), text)["product_bytes"] == counted["bytes"]
 
 
+def test_a_collective_matmul_loop_counted_by_its_own_counter():
+    """The TPU compiler's collective matmul (a ``windowed_dot_general`` loop, as it writes FSDP's gathered
+    projections): a ``u32`` counter from 0 while < 4, 2 a trip (two pieces of the sharded weight a trip, one from
+    each direction of the ring) — 2 trips of two 64×32×16 products, nested in a loop over 3 layers whose counter
+    starts at 1 and runs while ≤ 3. Read as 4 trips or as 1 (a ``u32`` bound was not read: FSDP's projections
+    on v5e-8 lost their further trips), the FLOPs are twice or half the hand count."""
+    text = """HloModule m, is_scheduled=true
+
+%wcond (p: (u32[], bf16[64,32], bf16[32,16], f32[64,16])) -> pred[] {
+  %p = (u32[], bf16[64,32], bf16[32,16], f32[64,16]) parameter(0)
+  %n = u32[] get-tuple-element(%p), index=0
+  %four = u32[]{:T(128)} constant(4)
+  ROOT %lt = pred[] compare(%n, %four), direction=LT
+}
+
+%wbody (p: (u32[], bf16[64,32], bf16[32,16], f32[64,16])) -> (u32[], bf16[64,32], bf16[32,16], f32[64,16]) {
+  %p = (u32[], bf16[64,32], bf16[32,16], f32[64,16]) parameter(0)
+  %two = u32[]{:T(128)} constant(2)
+  %n = u32[] get-tuple-element(%p), index=0
+  %x = bf16[64,32]{1,0} get-tuple-element(%p), index=1
+  %w = bf16[32,16]{1,0} get-tuple-element(%p), index=2
+  %from_left = f32[64,16]{1,0} dot(%x, %w), lhs_contracting_dims={1}, rhs_contracting_dims={0}
+  %from_right = f32[64,16]{1,0} dot(%x, %w), lhs_contracting_dims={1}, rhs_contracting_dims={0}
+  %sum = f32[64,16]{1,0} add(%from_left, %from_right)
+  %next = u32[] add(%n, %two)
+  ROOT %t = (u32[], bf16[64,32], bf16[32,16], f32[64,16]) tuple(%next, %x, %w, %sum)
+}
+
+%lcond (q: (s32[], bf16[64,32], bf16[32,16])) -> pred[] {
+  %q = (s32[], bf16[64,32], bf16[32,16]) parameter(0)
+  %i = s32[] get-tuple-element(%q), index=0
+  %three = s32[] constant(3)
+  ROOT %le = pred[] compare(%i, %three), direction=LE
+}
+
+%lbody (q: (s32[], bf16[64,32], bf16[32,16])) -> (s32[], bf16[64,32], bf16[32,16]) {
+  %q = (s32[], bf16[64,32], bf16[32,16]) parameter(0)
+  %i = s32[] get-tuple-element(%q), index=0
+  %x = bf16[64,32]{1,0} get-tuple-element(%q), index=1
+  %w = bf16[32,16]{1,0} get-tuple-element(%q), index=2
+  %zero = u32[] constant(0)
+  %start = u32[] copy(%zero)
+  %acc = f32[64,16]{1,0} broadcast(f32[] constant(0)), dimensions={}
+  %init = (u32[], bf16[64,32], bf16[32,16], f32[64,16]) tuple(%start, %x, %w, %acc)
+  %windowed = (u32[], bf16[64,32], bf16[32,16], f32[64,16]) while(%init), condition=%wcond, body=%wbody
+  %one = s32[] constant(1)
+  %next = s32[] add(%one, %i)
+  ROOT %t = (s32[], bf16[64,32], bf16[32,16]) tuple(%next, %x, %w)
+}
+
+ENTRY %main (p0: bf16[64,32], p1: bf16[32,16]) -> s32[] {
+  %p0 = bf16[64,32]{1,0} parameter(0)
+  %p1 = bf16[32,16]{1,0} parameter(1)
+  %first = s32[] constant(1)
+  %init = (s32[], bf16[64,32], bf16[32,16]) tuple(%first, %p0, %p1)
+  %layers = (s32[], bf16[64,32], bf16[32,16]) while(%init), condition=%lcond, body=%lbody
+  ROOT %done = s32[] get-tuple-element(%layers), index=0
+}
+"""
+    product = 2 * 64 * 32 * 16
+    assert hlo_ops.summary(hlo_ops.ops(text))["product_flops"] == 3 * 2 * 2 * product
+    assert hlo_ops.summary(hlo_ops.ops(text, count_loops=False))["product_flops"] == 2 * product
+
+
 def test_the_tools_that_made_the_figures_still_build_their_configurations():
     """tools/calibration_check.py's steps and tools/recipes_check.py's MaxText recipes plan without compiling
     (they run on the chip or for minutes: only a test notices when they rot)."""

@@ -12,7 +12,7 @@ import dataclasses
 import pytest
 
 from sharding_lab.cost import compiled as compiled_module
-from sharding_lab.cost import hlo_ops
+from sharding_lab.cost import hlo_ops, roofline
 from sharding_lab.hardware import targets
 from sharding_lab.search import costing
 from tools.measure import config_of
@@ -99,3 +99,22 @@ def test_a_refused_two_block_body_no_longer_shrinks_the_flops():
     kept = compiled_module.loop_figures(one, refused, 4)
     whole = costing.compiled_figures(c, "mixed")
     assert kept.flops == pytest.approx(whole.flops, rel=0.02)
+
+
+def test_fsdp_collective_matmuls_count_as_one_chip_at_its_share_of_the_batch():
+    """FSDP on v5e-8 at 8 sequences: each chip computes its own sequence through every weight, gathered — the
+    products and kernel calls of one chip's step at 1 sequence. The TPU compiler writes FSDP's gathered
+    projections as collective matmuls (``windowed_dot_general`` loops, a ``u32`` counter stepping by 2): each loop
+    counted once, as before, the 8-chip step's products came out 11% under the one-chip step's, and the issue's
+    2-layer 16B-width command's model FLOPs above its compiled ones (MFU 1.09 > HFU 1.00)."""
+    wide = SHAPES["wide head"] + ["--vocab", "64", "--seq", "1024", "--mlp-type", "swiglu", "--positions", "rope"]
+    common = ["--model", "transformer", *wide, "--optimizer", "adamw", "--remat", "full", "--attention", "splash"]
+    common += ["--layers", "2", "--axes", "data"]
+    fsdp = config_of(common + ["--target", "v5e-8", "--mesh", "8", "--preset", "fsdp", "--batch", "8"])
+    chip = config_of(common + ["--target", "v5e-1", "--mesh", "1", "--preset", "dp", "--batch", "1"])
+    on_eight, on_one = (compiled_module.compile_once(compiled_module.canonical(c), "mixed") for c in (fsdp, chip))
+    assert on_eight.collectives and not on_one.collectives
+    # products and splash kernels, each as often as its loops run it (loops over layers and collective matmuls)
+    assert on_eight.product_flops == pytest.approx(on_one.product_flops, rel=1e-3)
+    # the model's own FLOPs a chip (MFU's) are part of what the program computes (HFU's)
+    assert roofline.model_flops_fields(fsdp, (8,))["model_flops"] < on_eight.flops
