@@ -256,6 +256,12 @@ def ops(hlo_text: str, count_loops: bool = True) -> list[Op]:
                 continue
             if i.opcode in FREE or i.opcode.endswith("-done"):
                 continue
+            if i.opcode == "fusion" and (fused := async_collective(computations, _attr(i.attributes, "calls"))):
+                # The TPU compiler's async collective fusion: a start fusion (the collective begins; the compute
+                # after it runs while it moves) and a done fusion (it is waited for). One asynchronous collective.
+                if fused == "AsyncCollectiveStart":
+                    found.append(Op(i.name, "async-start", times, 0.0, asynchronous=True))
+                continue
             moved = _moved(i, shapes, computations)
             products: list[Product] = []
             if i.opcode in ("convolution", "dot"):
@@ -295,6 +301,22 @@ def ops(hlo_text: str, count_loops: bool = True) -> list[Op]:
             if o.kernel and o.kernel.startswith("splash"):
                 o.kernel_shape = query
     return found
+
+
+ASYNC_COLLECTIVE_TARGETS = ("AsyncCollectiveStart", "AsyncCollectiveDone")
+
+
+def async_collective(computations: dict[str, list[Instruction]], called: str | None) -> str | None:
+    """Which half of the TPU compiler's async collective fusion a fusion calling ``called`` is: the custom call
+    its computation's result is (``AsyncCollectiveStart`` around the collective, ``AsyncCollectiveDone``), or
+    None for any other fusion. The same collective (its channel) stands in both halves, and again inside the
+    compute fusions that run while it moves: :func:`sharding_lab.program.communication.parse_collectives` counts
+    it once."""
+    for i in computations.get(called or "", []):
+        if i.root and i.opcode == "custom-call":
+            target = re.search(r'custom_call_target="([^"]+)"', i.attributes)
+            return target.group(1) if target and target.group(1) in ASYNC_COLLECTIVE_TARGETS else None
+    return None
 
 
 def _moved(i: Instruction, shapes: dict[str, str], computations) -> float:

@@ -278,6 +278,30 @@ def _result_arrays(op: str, suffix: str | None, shape_text: str) -> list[tuple[s
     return arrays(shape_text)
 
 
+_CHANNEL = re.compile(r"\bchannel_id=(\d+)")
+
+
+def _async_fused_channels(lines: list[str]) -> set[str]:
+    """The channels of the collectives the TPU compiler runs as an async collective fusion: a fusion whose result
+    is the custom call ``AsyncCollectiveStart`` starts the collective, one whose result is ``AsyncCollectiveDone``
+    waits for it, and the compute fusions between may hold it too — the same op (its channel) written up to four
+    times, run once (:func:`sharding_lab.cost.hlo_ops.async_collective` prices it as asynchronous)."""
+    channels, current, fused = set(), [], False
+    for line in lines:
+        if line and not line[0].isspace():  # a computation's header or its closing brace
+            if fused:
+                channels.update(c for text in current for c in _CHANNEL.findall(text))
+            current, fused = [], False
+            continue
+        current.append(line)
+        stripped = line.lstrip()
+        if stripped.startswith("ROOT ") and re.search(r'custom_call_target="AsyncCollective(?:Start|Done)"', line):
+            fused = True
+    if fused:
+        channels.update(c for text in current for c in _CHANNEL.findall(text))
+    return channels
+
+
 def parse_collectives(hlo_text: str, mesh_shape: tuple[int, ...], axis_names: tuple[str, ...]) -> list[Collective]:
     """Every collective op in ``hlo_text`` (``-done`` halves skipped), identical ones counted."""
     found: dict[Collective, int] = {}
@@ -289,10 +313,16 @@ def parse_collectives(hlo_text: str, mesh_shape: tuple[int, ...], axis_names: tu
         if name and op_name:
             defined[name.group(1)] = op_name.group(1)
     concatenated = _concatenated_parts(lines, defined)
+    fused_async, seen_channels = _async_fused_channels(lines), set()
     for line in lines:
         match = _OP.search(line)
         if not match or match.group("suffix") == "-done":
             continue
+        channel = _CHANNEL.search(line)
+        if channel and channel.group(1) in fused_async:  # one async collective, written in several fusions
+            if channel.group(1) in seen_channels:
+                continue
+            seen_channels.add(channel.group(1))
         arrays = _result_arrays(match.group("op"), match.group("suffix"), match.group("shape"))
         groups = parse_replica_groups(line) or []
         op_name = _op_name(line, defined)
