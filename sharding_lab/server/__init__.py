@@ -15,3 +15,26 @@ calls theirs. A module that keeps state keeps it in one object, its ``SERVER`` (
 background threads, the warm-up): the functions use it, and a test may put a fresh one in its place
 (``monkeypatch.setattr(slots, "SERVER", slots.Slots(max_jobs=1))``) instead of reloading the module.
 """
+
+# What the pages (app.py, app_pages/, sharding_lab/app/) may use of the server, module by module: its face towards
+# the pages, declared here and checked against their imports and attribute reads (tests/core/test_boundary.py). A
+# page that needs something new adds it here, where a reader of the server sees what its callers rely on.
+FOR_PAGES = {
+    "activity": ("page_run",),
+    "admission": ("admit", "plan_refusal", "server_bound_bytes", "server_rss_bytes", "session_share_bytes"),
+    "classroom": (
+        "RECENT_S", "open_sessions", "problem", "record", "record_solved", "replica_id", "reset", "seen", "servers",
+        "solved_counts", "teacher_token_ok",
+    ),
+    "compile_cache": ("enable_compilation_cache",),
+    "idle_process": ("MEMORY_BOUND_BYTES", "RELEASE_IDLE_S"),
+    "incidents": ("INCIDENTS",),
+    "jobs": ("DistributedJob", "TrainingJob", "edits_since"),
+    "page_compiles": ("big_bytes", "limit", "load", "queued", "waiting_sentence"),
+    "precompile": ("forget", "request"),
+    "priority": ("IDLE_BEFORE_WARMING_S",),
+    "record": ("RETRY_S",),
+    "searches": ("SEARCHES", "SharedSearch", "max_searches"),
+    "slots": ("Busy", "MAX_JOBS", "load", "poll_interval", "slot"),
+    "warm": ("progress", "stop_warming", "warm_in_background"),
+}  # fmt: skip

@@ -189,3 +189,49 @@ def test_no_two_modules_share_a_file_name():
     shared = sorted({name for name in names if names.count(name) > 1})
     assert "scheduler" in names and "slots" in names
     assert not shared, f"modules of sharding_lab/ that share a file name: {shared}"
+
+
+def _server_names_the_pages_use() -> dict[str, set[str]]:
+    """{server module: the names app.py, app_pages/ and sharding_lab/app/ import from it or read off it}."""
+    import ast
+    from collections import defaultdict
+
+    files = [ROOT / "app.py", *sorted((ROOT / "app_pages").glob("*.py"))]
+    files += sorted((ROOT / "sharding_lab" / "app").rglob("*.py"))
+    used: dict[str, set[str]] = defaultdict(set)
+    for path in files:
+        relative = path.relative_to(ROOT).with_suffix("")
+        package = list(relative.parts[:-1])
+        tree = ast.parse(path.read_text())
+        modules = {}  # a local name → the server module it is
+        for node in ast.walk(tree):
+            if not isinstance(node, ast.ImportFrom):
+                continue
+            base = package[: len(package) - node.level + 1] if node.level else []
+            module = ".".join(base + ([node.module] if node.module else []))
+            if module == "sharding_lab.server":
+                modules |= {alias.asname or alias.name: alias.name for alias in node.names}
+            elif module.startswith("sharding_lab.server."):
+                used[module.rsplit(".", 1)[1]] |= {alias.name for alias in node.names}
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id in modules:
+                used[modules[node.value.id]].add(node.attr)
+    return used
+
+
+def test_the_pages_use_only_the_server_s_declared_face():
+    """The server's face towards the pages is one declared list (``sharding_lab.server.FOR_PAGES``): every name a
+    page imports from it or reads off one of its modules is on it, every name on it exists and is used."""
+    import importlib
+
+    from sharding_lab.server import FOR_PAGES
+
+    used = _server_names_the_pages_use()
+    assert "slots" in used and "slot" in used["slots"]  # the scan sees the pages' real imports
+    undeclared = {m: sorted(names - set(FOR_PAGES.get(m, ()))) for m, names in used.items()}
+    assert not {m: n for m, n in undeclared.items() if n}, "declare these in sharding_lab.server.FOR_PAGES"
+    unused = {m: sorted(set(names) - used.get(m, set())) for m, names in FOR_PAGES.items()}
+    assert not {m: n for m, n in unused.items() if n}, "no page uses these any more: take them off FOR_PAGES"
+    for module, names in FOR_PAGES.items():
+        loaded = importlib.import_module(f"sharding_lab.server.{module}")
+        assert all(hasattr(loaded, name) for name in names), module
