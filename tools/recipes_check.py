@@ -105,9 +105,9 @@ def reprice(folder: str) -> list[dict]:
     from sharding_lab.hardware.targets import parse as parse_target
 
     rows = []
-    for path in sorted(Path(folder).glob("*.json")):
-        kept = json.loads(path.read_text())
-        text = gzip.decompress((path.with_suffix(".hlo.gz")).read_bytes()).decode()
+    for program in sorted(Path(folder).glob("*.hlo.gz")):  # a kept recipe is its program and its JSON beside it
+        kept = json.loads(program.with_name(program.name.removesuffix(".hlo.gz") + ".json").read_text())
+        text = gzip.decompress(program.read_bytes()).decode()
         chip_id = parse_target(kept["target"]).chip
         chip = calibration.for_chip(chip_id)
         priced = calibration.price(hlo_ops.ops(text), chip, get_chip(chip_id).host_bytes_per_s, program=text)

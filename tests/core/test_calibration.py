@@ -294,6 +294,7 @@ def test_a_kept_recipe_is_priced_again_without_a_compile(tmp_path):
     kept |= {"target": "v5e-1", "comm_s": 2e-6, "latency_s": 1e-6, "model_flops": 1e5, "peak": 1.97e14}
     kept |= {"calibrated_mfu": None}
     (tmp_path / "toy.json").write_text(json.dumps(kept))
+    (tmp_path / "out.json").write_text("[]")  # --json's output beside the kept programs: not a recipe
     (row,) = recipes_check.reprice(str(tmp_path))
     priced = calibration.price(hlo_ops.ops(LOOP_PROGRAM), v5e, CHIPS["tpu-v5e"].host_bytes_per_s, LOOP_PROGRAM)
     assert row["priced"] == priced.to_json() and priced.host_s > 0
