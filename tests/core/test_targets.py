@@ -34,9 +34,18 @@ MESH_2X4 = MeshSpec((2, 4), ("data", "model"))
 
 def hlo_op_counts(hlo: str) -> Counter:
     """Collective ops in an HLO module, counted by a plain regex over instruction names: an async pair
-    (``-start`` / ``-done``) once."""
+    (``-start`` / ``-done``) once, and one op per ``channel_id`` — the TPU compiler's async collective fusion
+    writes one all-gather in its start fusion, in the compute fusions that run while it moves and in its done
+    fusion, all with the op's channel."""
     ops = "|".join(COLLECTIVES)
-    return Counter(m.group(1) for m in re.finditer(rf"\s({ops})(?:-start)?\(", hlo))
+    counts, channels = Counter(), set()
+    for m in re.finditer(rf"\s({ops})(?:-start)?\((.*)", hlo):
+        channel = re.search(r"channel_id=(\d+)", m.group(2))
+        if channel and channel.group(1) in channels:
+            continue
+        channels |= {channel.group(1)} if channel else set()
+        counts[m.group(1)] += 1
+    return counts
 
 
 def report_op_counts(report) -> Counter:
