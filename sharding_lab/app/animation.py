@@ -291,22 +291,7 @@ def pairs_figure(op: str, group: list[int]) -> go.Figure:
     )
     links = [(i, j) for i in range(n) for j in range(n) if i != j]
     fig.update_layout(
-        annotations=[
-            dict(
-                x=1,
-                y=j,
-                ax=0,
-                ay=i,
-                xref="x",
-                yref="y",
-                axref="x",
-                ayref="y",
-                showarrow=True,
-                arrowhead=3,
-                arrowcolor="#555",
-            )
-            for i, j in links
-        ],
+        annotations=[arrow((0, i), (1, j)) for i, j in links],
         xaxis=dict(tickvals=[0, 1], ticktext=["before", "after"], range=[-0.4, 1.4]),
         yaxis=dict(visible=False, autorange="reversed"),
         height=120 + 50 * n,
