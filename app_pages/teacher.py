@@ -199,7 +199,13 @@ def servers_view() -> None:
             "since it started has not sent one yet). When a server stops, the load balancer sends its students to "
             "the others, where their pages restore their settings."
         )
-    st.caption(f"The class record is kept in {classroom.record().where()}: a restart keeps it.")
+    kept = classroom.record()
+    st.caption(
+        "The class record is kept in this server's memory (SHARDING_LAB_DATABASE_URL is sqlite://): a restart "
+        "starts it afresh."
+        if kept.in_memory()
+        else f"The class record is kept in {kept.where()}: a restart keeps it."
+    )
 
 
 def server_memory(status: dict) -> str:

@@ -265,6 +265,14 @@ class Record:
         """Where the record is kept, the password hidden."""
         return shown_url(self.url)
 
+    def in_memory(self) -> bool:
+        """Whether the record lives in this process only (SQLite without a file): a restart starts it afresh."""
+        try:
+            parsed = engine_url(self.url)
+        except Exception:  # noqa: BLE001 - an unparsable URL is refused when the record opens, not here
+            return False
+        return parsed.drivername.startswith("sqlite") and parsed.database in (None, "", ":memory:")
+
     def reset(self) -> None:
         """Forget every session and every solve (a new class); replicas keep their heartbeat."""
         with self._lock:

@@ -72,3 +72,5 @@ def test_the_teacher_page_shows_the_servers_memory_against_its_bound(monkeypatch
     value, unit = used.split()
     assert unit in ("MB", "GB") and 50e6 < float(value) * {"MB": 1e6, "GB": 1e9}[unit] < 2**36  # JAX, Streamlit
     assert metrics["Plan searches"].endswith("queued")
+    # The tests' record is sqlite:// (tests/conftest.py): in this process's memory, which the page says.
+    assert any("kept in this server's memory" in c.value and "afresh" in c.value for c in at.caption)

@@ -141,3 +141,23 @@ def test_the_default_record_is_a_file_next_to_the_compilation_cache(monkeypatch,
     assert classroom.database_url() == "postgresql://lab@db/lab"
     monkeypatch.setenv("SHARDING_LAB_REPLICA_ID", "web-2")
     assert classroom.replica_id() == "web-2"
+
+
+def test_a_record_in_memory_says_so_and_a_restart_starts_it_afresh(db_url):
+    """The Teacher page once said "a restart keeps it" of sqlite:// (the tests' and a quick try's record): it lives in
+    the process. Here a restart of each kind, and what each says of itself."""
+    first = record.Record("sqlite://", "server-a")
+    first.solved("tab0", "eighth")
+    assert first.in_memory() and first.solved_counts() == {"eighth": 1}
+    first.close()
+    second = record.Record("sqlite://", "server-a-restarted")
+    try:
+        assert second.solved_counts() == {}
+    finally:
+        second.close()
+    on_disk = record.Record(db_url, "server-b")
+    try:
+        assert not on_disk.in_memory()
+    finally:
+        on_disk.close()
+    assert not record.Record("postgresql://u:p@db/lab", "x", start=False).in_memory()
