@@ -287,7 +287,9 @@ def _async_fused_channels(lines: list[str]) -> set[str]:
     waits for it, and the compute fusions between may hold it too — the same op (its channel) written up to four
     times, run once (:func:`sharding_lab.cost.hlo_ops.async_collective` prices it as asynchronous)."""
     channels, current, fused = set(), [], False
-    for line in lines:
+    if not any("AsyncCollective" in line for line in lines):  # XLA:CPU's and GPU's programs: no such fusion
+        return channels
+    for line in [*lines, "}"]:  # the closing brace ends the last computation too
         if line and not line[0].isspace():  # a computation's header or its closing brace
             if fused:
                 channels.update(c for text in current for c in _CHANNEL.findall(text))
@@ -297,8 +299,6 @@ def _async_fused_channels(lines: list[str]) -> set[str]:
         stripped = line.lstrip()
         if stripped.startswith("ROOT ") and re.search(r'custom_call_target="AsyncCollective(?:Start|Done)"', line):
             fused = True
-    if fused:
-        channels.update(c for text in current for c in _CHANNEL.findall(text))
     return channels
 
 
