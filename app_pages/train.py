@@ -11,8 +11,9 @@ from sharding_lab.app import config_state, experts_view, figures, memory_view, p
 from sharding_lab.distributed import process_choices, process_table
 from sharding_lab.program.communication import analyze
 from sharding_lab.server import admission, precompile
-from sharding_lab.server.jobs import DistributedJob, TrainingJob, edits_since
+from sharding_lab.server.jobs import DistributedJob, TrainingJob
 from sharding_lab.server.slots import Busy, poll_interval
+from sharding_lab.training.run_settings import edits as edits_since
 from sharding_lab.training.run_settings import settings_on
 from sharding_lab.units import format_bytes
 

@@ -29,7 +29,7 @@ FOR_PAGES = {
     "compile_cache": ("enable_compilation_cache",),
     "idle_process": ("MEMORY_BOUND_BYTES", "RELEASE_IDLE_S"),
     "incidents": ("INCIDENTS",),
-    "jobs": ("DistributedJob", "TrainingJob", "edits_since"),
+    "jobs": ("DistributedJob", "TrainingJob"),
     "page_compiles": ("big_bytes", "limit", "load", "queued", "waiting_sentence"),
     "precompile": ("forget", "request"),
     "priority": ("IDLE_BEFORE_WARMING_S",),

@@ -344,12 +344,3 @@ class DistributedJob(TrainingJob):
             self._publish(state="failed", message=str(error))
         except Exception as error:  # the server must live on, and say what happened
             self._publish(state="failed", message=f"{type(error).__name__}: {error}")
-
-
-def edits_since(run: LabConfig, now: LabConfig) -> list[tuple[str, str, str]]:
-    """What the sidebar and the Train page say now that the running run does not: (setting, the run's
-    value, the value now) — a student may edit while a run trains; the run keeps what it started with. Every
-    run setting of the table (:func:`sharding_lab.training.run_settings.edits`)."""
-    from ..training.run_settings import edits
-
-    return edits(run, now)

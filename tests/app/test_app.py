@@ -484,7 +484,7 @@ def test_an_edit_while_a_run_trains_is_named_against_what_the_run_keeps():
     import dataclasses
 
     import sharding_lab as sl
-    from sharding_lab.server.jobs import edits_since
+    from sharding_lab.training.run_settings import edits as edits_since
 
     run = sl.LabConfig()
     now = dataclasses.replace(run, preset="fsdp", lr=0.02)

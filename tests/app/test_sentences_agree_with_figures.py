@@ -77,7 +77,7 @@ def test_a_run_s_edits_name_the_sizes_that_changed_not_the_spec_s_repr():
     import dataclasses
 
     import sharding_lab as sl
-    from sharding_lab.server.jobs import edits_since
+    from sharding_lab.training.run_settings import edits as edits_since
 
     fam = sl.family("transformer")
     run = sl.LabConfig(mesh=sl.MeshSpec((2, 4), ("data", "model")), preset="tp", model=fam.Spec())

@@ -231,7 +231,7 @@ def test_the_warm_up_child_rebuilds_every_class_layout_from_its_words():
 @pytest.mark.parametrize("name", [n for n, s in VALUES.items() if s.in_app])
 def test_an_edit_of_each_setting_is_noted_by_its_label(name):
     """The Train page notes what a learner changed while a run trains: every setting with a widget, by its label."""
-    from sharding_lab.server.jobs import edits_since
+    from sharding_lab.training.run_settings import edits as edits_since
 
     setting = VALUES[name]
     run = PIPELINED if setting.pipeline_only else SEED
