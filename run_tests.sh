@@ -4,6 +4,7 @@
 set -euo pipefail
 cd "$(dirname "$0")"
 bash scripts/venv.sh test
+bash scripts/maxtext_env.sh || echo "no MaxText environment (scripts/maxtext_env.sh): tests/core/test_maxtext_loader.py will fail"
 # Debian's packages the end-to-end tests drive: Chromium; PostgreSQL and nginx (tests/e2e/test_scale_out.py runs
 # a real database and the project's load balancer configuration on loopback).
 missing=()
