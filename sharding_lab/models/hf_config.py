@@ -26,7 +26,7 @@ SUPPORTED = ("LlamaForCausalLM", "MistralForCausalLM", "MixtralForCausalLM", "Qw
 # --seq (the sidebar's Seq) chooses another.
 DEFAULT_SEQ = 8192
 
-MAX_BYTES = 1 << 20  # a config.json is a few kB: anything over a MiB is not one
+MAX_BYTES = 1 << 20  # a config.json is a few kB: anything over a MiB is not one — uploaded, pasted or on disk
 
 # Fields whose presence (not null, not false) names something the lab does not build, with what it is.
 UNBUILT = {
@@ -52,20 +52,28 @@ def load_hf_config(path: str | Path, seq: int | None = None) -> HFModel:
     """The config file at ``path`` read (:func:`read_hf_config`); a file that cannot be read is a sentence."""
     path = Path(path)
     try:
-        if path.stat().st_size > MAX_BYTES:
-            raise ConfigError(f"{path} is {path.stat().st_size:,} bytes: a config.json is a few kB", "model")
+        _check_size(path.stat().st_size, str(path))
         text = path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as error:
         raise ConfigError(f"cannot read the Hugging Face config {path}: {error}", "model") from None
     return read_hf_config(text, seq)
 
 
+def _check_size(size: int, name: str = "the config") -> None:
+    """The one limit on a config, whichever way it came (a file, an upload, a paste): :data:`MAX_BYTES`."""
+    if size > MAX_BYTES:
+        raise ConfigError(
+            f"{name} is {size:,} bytes: a config.json is a few kB, and the lab reads at most 1 MiB "
+            f"({MAX_BYTES:,} bytes)",
+            "model",
+        )
+
+
 def read_hf_config(text: str | bytes, seq: int | None = None) -> HFModel:
     """A ``config.json``'s text → :class:`HFModel`; ``seq`` the sequence to plan (default: the config's positions,
     at most :data:`DEFAULT_SEQ`, and within a sliding window). Anything else is a :class:`ConfigError`."""
+    _check_size(len(text) if isinstance(text, bytes) else len(text.encode("utf-8", errors="replace")))
     if isinstance(text, bytes):
-        if len(text) > MAX_BYTES:
-            raise ConfigError(f"the config is {len(text):,} bytes: a config.json is a few kB", "model")
         text = text.decode("utf-8", errors="replace")
     try:
         config = json.loads(text)
@@ -75,7 +83,11 @@ def read_hf_config(text: str | bytes, seq: int | None = None) -> HFModel:
         ) from None
     if not isinstance(config, dict):
         raise ConfigError("the Hugging Face config must be a JSON object ({...}), as config.json is", "model")
-    architecture = _architecture(config)
+    architecture = _architecture_named(config)
+    if architecture == "Gemma2ForCausalLM":
+        raise _gemma2(config)
+    # The field that makes a model different, before its architecture's name: DeepseekV2ForCausalLM is refused
+    # by kv_lora_rank (what its attention is), not only by a name the lab does not list.
     for field, what in UNBUILT.items():
         if config.get(field) not in (None, False, 0):
             raise ConfigError(
@@ -83,6 +95,10 @@ def read_hf_config(text: str | bytes, seq: int | None = None) -> HFModel:
                 "approximation would not be your model",
                 "model",
             )
+    if architecture not in SUPPORTED:
+        raise ConfigError(
+            f"architecture {architecture!r} is not one the lab can build: it reads {', '.join(SUPPORTED)}", "model"
+        )
     if architecture == "GPT2LMHeadModel":
         fields, notes = _gpt2(config)
     else:
@@ -96,48 +112,69 @@ def read_hf_config(text: str | bytes, seq: int | None = None) -> HFModel:
     return HFModel(architecture, spec, tuple(notes + seq_notes))
 
 
-def _architecture(config: dict) -> str:
+def _architecture_named(config: dict) -> str:
     names = config.get("architectures")
     if not isinstance(names, list) or len(names) != 1 or not isinstance(names[0], str):
         raise ConfigError(
             f'the config\'s architectures must be a list of one name (e.g. ["LlamaForCausalLM"]), got {names!r}',
             "model",
         )
-    if names[0] == "Gemma2ForCausalLM":
-        raise ConfigError(
-            "Gemma2ForCausalLM: attn_logit_softcapping and final_logit_softcapping (tanh caps on the scores and "
-            "the logits) and the norms after each sublayer cannot be built by the lab — --size gemma2-9b or "
-            "gemma2-27b plans its shapes, saying what they leave out",
-            "model",
-        )
-    if names[0] not in SUPPORTED:
-        raise ConfigError(
-            f"architecture {names[0]!r} is not one the lab can build: it reads {', '.join(SUPPORTED)}", "model"
-        )
     return names[0]
 
 
+# The named sizes with Gemma 2's shapes (sharding_lab.models.transformer_sizes), by the fields that tell them apart.
+GEMMA2_SIZES = {"gemma2-9b": ("Gemma 2 9B (shapes)", 42, 3584), "gemma2-27b": ("Gemma 2 27B (shapes)", 46, 4608)}
+
+
+def _gemma2(config: dict) -> ConfigError:
+    """Gemma 2 refused by the fields the lab cannot build, and pointed to the named sizes that exist — the one with
+    this config's shapes, or both, saying this config is neither (there is no Gemma 2 2B size)."""
+    capped = [f"{f} = {config[f]!r}" for f in ("attn_logit_softcapping", "final_logit_softcapping") if f in config]
+    shapes = (config.get("num_hidden_layers"), config.get("hidden_size"))
+    same = [name for name, (_, layers, embed) in GEMMA2_SIZES.items() if (layers, embed) == shapes]
+    head = (
+        f"Gemma2ForCausalLM: {' and '.join(capped) or 'attn_logit_softcapping and final_logit_softcapping'} (tanh "
+        "caps on the attention scores and the logits) and the norms after each sublayer cannot be built by the lab, "
+        "and an approximation would not be your model — "
+    )
+    if same:
+        size = Named(f'Size "{GEMMA2_SIZES[same[0]][0]}"', f"--size {same[0]}", "{flag}")
+        return ConfigError((head, size, " plans this config's shapes, saying what it leaves out"), "model")
+    nine, twenty_seven = (Named(f'"{title}"', f"--size {n}", "{flag}") for n, (title, _, _) in GEMMA2_SIZES.items())
+    layers, embed = (f"{v:,}" if isinstance(v, int) else repr(v) for v in shapes)
+    return ConfigError(
+        (
+            head,
+            "the lab has Gemma 2's shapes at 9B and 27B only (",
+            dataclasses.replace(nine, label="Size: " + nine.label),
+            " or ",
+            twenty_seven,
+            f"), each saying what it leaves out; this config ({layers} layers, hidden_size {embed}) is neither",
+        ),
+        "model",
+    )
+
+
 def _whole(config: dict, field: str, default=None) -> int:
+    """A count the config must give: a whole number, at least 1 (0, -4 and "4096" get the same sentence)."""
     value = config.get(field, default)
     if value is None:
-        raise ConfigError(f"the config has no {field}: it needs one (a whole number)", "model")
-    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
-        raise ConfigError(f"the config's {field} must be a whole number, got {value!r}", "model")
+        raise ConfigError(f"the config has no {field}: it needs one (a whole number, at least 1)", "model")
+    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+        raise ConfigError(f"the config's {field} must be a whole number, at least 1, got {value!r}", "model")
     return value
 
 
 def _llama_like(config: dict, architecture: str) -> tuple[dict, list[str]]:
     act = config.get("hidden_act", "silu")
-    if act != "silu":
+    if act != "silu" and act not in GELUS:
         raise ConfigError(
-            f"{architecture}: hidden_act = {act!r}: the lab's gated MLP is SwiGLU (silu) or GeGLU (gelu), and "
-            f"{act!r} would change what the MLP computes",
+            f"{architecture}: hidden_act = {act!r}: the lab's gated MLP gates with silu (SwiGLU) or with GELU "
+            f"(GeGLU: {', '.join(GELUS)}); {act!r} is neither, and an approximation would not be your model",
             "model",
         )
     embed = _whole(config, "hidden_size")
     heads = _whole(config, "num_attention_heads")
-    if heads == 0:
-        raise ConfigError("the config's num_attention_heads must be at least 1, got 0", "model")
     head_dim = config.get("head_dim")
     head_dim = embed // heads if head_dim is None else _whole(config, "head_dim")
     fields = dict(
@@ -148,13 +185,13 @@ def _llama_like(config: dict, architecture: str) -> tuple[dict, list[str]]:
         head_dim=head_dim,
         mlp_dim=_whole(config, "intermediate_size"),
         vocab=_whole(config, "vocab_size"),
-        mlp_type="swiglu",
+        mlp_type="swiglu" if act == "silu" else "geglu",
         embeddings="tied" if _flag(config, "tie_word_embeddings", False) else "untied",
         positions="rope",
     )
     if fields["kv_heads"] == heads:
         fields["kv_heads"] = 0  # one K/V head per query head: the family writes it 0
-    notes = [_rope_note(config)]
+    notes = [_rope_note(config), _gelu_note("hidden_act", act)]
     if architecture == "Qwen2ForCausalLM":
         fields["qkv_bias"] = "qkv"
     if architecture == "MixtralForCausalLM":
@@ -193,13 +230,25 @@ def _gpt2(config: dict) -> tuple[dict, list[str]]:
         "each LayerNorm's bias) are not built: the lab's blocks have none and its norms are RMSNorm with a scale"
     ]
     act = config.get("activation_function", "gelu_new")
-    if act not in ("gelu", "gelu_new"):
+    if act not in GELUS:
         raise ConfigError(
-            f"GPT2LMHeadModel: activation_function = {act!r}: the lab's MLP computes GELU (gelu or gelu_new)", "model"
+            f"GPT2LMHeadModel: activation_function = {act!r}: the lab's MLP computes GELU ({', '.join(GELUS)})", "model"
         )
-    if act == "gelu_new":
-        notes.append("activation_function gelu_new is GELU's tanh approximation; the lab computes jax.nn.gelu's")
-    return fields, notes
+    return fields, notes + [n for n in [_gelu_note("activation_function", act)] if n]
+
+
+# Hugging Face's names for GELU: "gelu" the exact one (erf), the others its tanh approximation — which is what the
+# lab computes (jax.nn.gelu, approximate=True by default).
+GELUS = ("gelu", "gelu_new", "gelu_pytorch_tanh")
+
+
+def _gelu_note(field: str, act: str) -> str | None:
+    if act != "gelu":
+        return None
+    return (
+        f"{field} gelu is GELU exact (with erf); the lab computes its tanh approximation (jax.nn.gelu's, "
+        "gelu_new's), within 0.001 of it at every input (no parameters either way)"
+    )
 
 
 def _flag(config: dict, field: str, default: bool) -> bool:

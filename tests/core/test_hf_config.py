@@ -72,15 +72,100 @@ def test_gemma2_is_refused_naming_the_soft_capping():
         ('{"architectures": ["BertForMaskedLM"]}', "'BertForMaskedLM' is not one the lab can build"),
         ('{"architectures": ["LlamaForCausalLM"], "hidden_size": "4096"}', "hidden_size must be a whole number"),
         ('{"architectures": ["LlamaForCausalLM"], "hidden_size": 64}', "has no num_attention_heads"),
-        ('{"architectures": ["DeepseekV2ForCausalLM"], "kv_lora_rank": 512}', "not one the lab can build"),
+        ('{"architectures": ["DeepseekV2ForCausalLM"]}', "'DeepseekV2ForCausalLM' is not one the lab can build"),
         ('{"architectures": ["LlamaForCausalLM"], "kv_lora_rank": 512}', "kv_lora_rank = 512 is multi-head latent"),
         ('{"architectures": ["LlamaForCausalLM"], "attention_bias": true}', "attention_bias = True"),
-        ('{"architectures": ["LlamaForCausalLM"], "hidden_act": "gelu"}', "hidden_act = 'gelu'"),
+        ('{"architectures": ["LlamaForCausalLM"], "hidden_act": "relu"}', "hidden_act = 'relu'"),
     ],
 )
 def test_a_bad_config_is_a_sentence(text, words):
     with pytest.raises(sl.ConfigError, match=words.replace("(", r"\(").replace("[", r"\[")):
         read_hf_config(text)
+
+
+def test_deepseek_v2_is_refused_by_its_latent_attention_not_by_its_name():
+    """Walk item 7: DeepSeek-V2 was refused as "not one the lab can build", although the lab has the sentence for
+    what makes it different — kv_lora_rank, multi-head latent attention."""
+    with pytest.raises(sl.ConfigError) as refused:
+        load_hf_config(DATA / "deepseek-v2-lite.json")
+    text = str(refused.value)
+    assert text.startswith("DeepseekV2ForCausalLM: kv_lora_rank = 512 is multi-head latent attention")
+    assert "not one the lab can build" not in text
+
+
+def test_gemma2_2b_is_refused_pointing_to_the_sizes_that_exist_by_the_pages_control_in_the_app():
+    """Walk item 6: Gemma 2 2B's refusal said "--size gemma2-9b or gemma2-27b plans its shapes" (there is no 2B
+    size) and showed the CLI flag on the web page."""
+    with pytest.raises(sl.ConfigError) as refused:
+        load_hf_config(DATA / "gemma-2-2b.json")
+    error = refused.value
+    assert "attn_logit_softcapping = 50.0" in str(error) and "final_logit_softcapping = 30.0" in str(error)
+    assert "(--size gemma2-9b or --size gemma2-27b)" in str(error)
+    assert "this config (26 layers, hidden_size 2,304) is neither" in str(error)
+    app = error.in_app()
+    assert '(Size: "Gemma 2 9B (shapes)" or "Gemma 2 27B (shapes)")' in app and "--" not in app
+    for name in ("gemma2-9b", "gemma2-27b"):  # the titles the page's Size box shows
+        assert f'"{FAMILY.named_sizes[name].title}"' in app
+    with pytest.raises(sl.ConfigError) as nine:
+        load_hf_config(DATA / "gemma-2-9b.json")
+    assert "--size gemma2-9b plans this config's shapes" in str(nine.value)
+    assert 'Size "Gemma 2 9B (shapes)" plans this config\'s shapes' in nine.value.in_app()
+    assert FAMILY.named_spec("gemma2-9b").layers == 42 and FAMILY.named_spec("gemma2-9b").embed_dim == 3584
+
+
+@pytest.mark.parametrize("value", [-4, 0, "4", 2.5])
+def test_a_count_that_is_not_positive_gets_one_sentence(value):
+    """Walk item 8: num_hidden_layers -4 and 0 got different messages."""
+    tiny = json.loads((DATA / "tiny-llama.json").read_text())
+    with pytest.raises(sl.ConfigError) as refused:
+        read_hf_config(json.dumps({**tiny, "num_hidden_layers": value}))
+    assert str(refused.value) == f"the config's num_hidden_layers must be a whole number, at least 1, got {value!r}"
+
+
+def test_a_llama_with_gelu_is_geglu_and_the_exact_gelu_is_said():
+    """Walk item 5: hidden_act "gelu" was refused by a sentence that said the lab has GeGLU (gelu). The gated MLP
+    with GELU is the lab's geglu; Hugging Face's "gelu" is the exact GELU (erf), the lab's jax.nn.gelu the tanh
+    approximation (gelu_new, gelu_pytorch_tanh), checked here against both formulas."""
+    import math
+
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+
+    tiny = json.loads((DATA / "tiny-llama.json").read_text())
+    exact = read_hf_config(json.dumps({**tiny, "hidden_act": "gelu"}))
+    assert exact.spec.mlp_type == "geglu" and any("gelu is GELU exact" in n for n in exact.notes)
+    tanh = read_hf_config(json.dumps({**tiny, "hidden_act": "gelu_pytorch_tanh"}))
+    assert tanh.spec.mlp_type == "geglu" and not any("gelu" in n for n in tanh.notes)
+    assert read_hf_config(json.dumps(tiny)).spec.mlp_type == "swiglu"
+    with pytest.raises(sl.ConfigError) as refused:
+        read_hf_config(json.dumps({**tiny, "hidden_act": "relu"}))
+    assert "'relu' is neither" in str(refused.value) and "'gelu' would" not in str(refused.value)
+    x = np.linspace(-8, 8, 4001)
+    lab = np.asarray(jax.nn.gelu(jnp.asarray(x, jnp.float32)), np.float64)
+    by_tanh = 0.5 * x * (1 + np.tanh(math.sqrt(2 / math.pi) * (x + 0.044715 * x**3)))
+    by_erf = np.array([0.5 * v * (1 + math.erf(v / math.sqrt(2))) for v in x])
+    assert np.abs(lab - by_tanh).max() < 1e-5  # the lab's is the tanh approximation
+    assert 1e-4 < np.abs(lab - by_erf).max() < 1e-3  # "within 0.001" of the exact one, and not the same
+    gpt2 = json.loads((DATA / "gpt2.json").read_text())
+    assert not any("gelu" in n for n in load_hf_config(DATA / "gpt2.json").notes)  # gelu_new: what the lab computes
+    assert any("GELU exact" in n for n in read_hf_config(json.dumps({**gpt2, "activation_function": "gelu"})).notes)
+
+
+def test_one_size_limit_for_a_file_an_upload_and_a_paste(tmp_path):
+    """Walk item 3: a pasted 2 MB config was read, although the uploader, the CLI and the docs refuse anything over
+    1 MiB."""
+    from sharding_lab.models.hf_config import MAX_BYTES
+
+    tiny = json.loads((DATA / "tiny-llama.json").read_text())
+    big = json.dumps({**tiny, "padding": "x" * (2 << 20)})
+    path = tmp_path / "config.json"
+    path.write_text(big)
+    for given in (big, big.encode(), path):
+        with pytest.raises(sl.ConfigError, match=r"a config.json is a few kB, and the lab reads at most 1 MiB"):
+            load_hf_config(given) if isinstance(given, type(path)) else read_hf_config(given)
+    fits = json.dumps({**tiny, "padding": "x" * (MAX_BYTES - len(json.dumps({**tiny, "padding": ""})))})
+    assert len(fits.encode()) == MAX_BYTES and read_hf_config(fits).spec.layers == 2
 
 
 def test_sizes_beyond_the_labs_limits_and_unreadable_files_are_sentences(tmp_path):
