@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Install (first time only) what the tests need — Python packages, and Debian's Chromium, PostgreSQL and nginx
 # for the end-to-end tests when missing — then run the whole suite in two processes. Extra args go to pytest.
+# The environment is .venv on the newest Python (scripts/venv.sh says which); VENV=.venv-py311 PYTHONS=3.11 makes
+# and uses another (.ci/run tests the Python 3.11 / JAX 0.10.2 stack so).
 set -euo pipefail
 cd "$(dirname "$0")"
 bash scripts/venv.sh test
@@ -17,4 +19,4 @@ if [ ${#missing[@]} -gt 0 ] && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/nu
 fi
 # Two test processes, a test file each at a time (its module's compiles and servers stay shared): alone the
 # suite keeps 1.1 of two cores busy (24 → 15 min, docs/measurements.md). `-n 0` runs it in this one.
-exec .venv/bin/python -m pytest -n 2 --dist loadfile "$@"
+exec "${VENV:-.venv}/bin/python" -m pytest -n 2 --dist loadfile "$@"

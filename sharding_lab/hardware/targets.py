@@ -59,8 +59,14 @@ TORUS_3D = {
 }
 GPU_NODES = (1, 2, 4, 8, 16, 32)  # nodes of 8 GPUs a target may have
 
-LIBTPU_INSTALL = "pip install 'sharding-lab[tpu]'  (libtpu 0.0.42.*, Linux x86_64, ~700 MB)"
-CUDA_INSTALL = "pip install 'sharding-lab[gpu]'  (JAX's CUDA 12 plugin + NVIDIA wheels, ~5 GB)"
+LIBTPU_INSTALL = "pip install 'sharding-lab[tpu]'  (libtpu to match jaxlib, Linux x86_64, ~700 MB)"
+CUDA_INSTALL = "pip install 'sharding-lab[gpu]'  (JAX's CUDA plugin to match jaxlib + NVIDIA wheels, ~5 GB)"
+# JAX's CUDA plugins (distribution, module, the NVIDIA wheel that holds its compiler): CUDA 12 up to JAX 0.12.0,
+# CUDA 13 for JAX 0.12.1 (the registry has no CUDA 12 plugin of that version).
+CUDA_PLUGINS = (
+    ("jax-cuda12-plugin", "jax_plugins.xla_cuda12", "nvidia.cuda_nvcc"),
+    ("jax-cuda13-plugin", "jax_plugins.xla_cuda13", "nvidia.cu13"),
+)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -195,6 +201,28 @@ def _installed(module: str) -> bool:
         return False
 
 
+def _cuda_plugin_usable() -> bool:
+    """A CUDA plugin with its NVIDIA wheels, at jaxlib's own version: JAX ignores one of any other version
+    (a RuntimeWarning, then no "cuda" platform at all)."""
+    from importlib import metadata
+
+    def numbers(version: str) -> tuple[int, ...]:
+        return tuple(int(part) for part in re.findall(r"\d+", version)[:4])
+
+    try:
+        jaxlib = numbers(metadata.version("jaxlib"))
+    except metadata.PackageNotFoundError:
+        return False
+    for distribution, module, compiler in CUDA_PLUGINS:
+        try:
+            plugin = numbers(metadata.version(distribution))
+        except metadata.PackageNotFoundError:
+            continue
+        if plugin == jaxlib and _installed(module) and _installed(compiler):
+            return True
+    return False
+
+
 def availability(target: Target) -> tuple[bool, str]:
     """(can it be compiled for here, why not and how to fix it)."""
     if target.kind == CPU:
@@ -203,7 +231,7 @@ def availability(target: Target) -> tuple[bool, str]:
         if not _installed("libtpu"):
             return False, f"the TPU compiler (libtpu) is not installed: {LIBTPU_INSTALL}"
         return True, ""
-    if not _installed("jax_plugins.xla_cuda12") or not _installed("nvidia.cuda_nvcc"):
+    if not _cuda_plugin_usable():
         return False, f"the GPU compiler (JAX's CUDA plugin with its NVIDIA wheels) is not installed: {CUDA_INSTALL}"
     return True, ""
 
