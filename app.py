@@ -9,6 +9,19 @@ from sharding_lab.server import activity, classroom, compile_cache, warm
 
 def main() -> None:
     """One run of the app for one browser tab."""
+    # Counted for the teacher view on every run, whatever the page does: a page that ends early (st.stop() on a
+    # configuration it cannot run, the Plan page while it has no result), raises or moves to another page still
+    # drew for an open tab. An opaque id per browser tab, nothing else about it.
+    with tabs.counted():
+        draw()
+    # Once per server process, after its first page run: what a class clicks, compiled in the server's idle time
+    # (SHARDING_LAB_WARM; started before the page, its first compile ran beside the first pages as an equal).
+    if settings.WARM.on():
+        warm.warm_in_background()
+
+
+def draw() -> None:
+    """The page this run draws, with the sidebar and the navigation around it."""
     st.set_page_config(page_title="Sharding Lab", page_icon=":material/grid_view:", layout="wide")
     fragment_race.install()  # the Train page's polls must not cut a full run's end off (see the module)
     closed_tabs.install()  # a tab closed while a message was on its way is not a traceback in the server's log
@@ -51,12 +64,6 @@ def main() -> None:
     session.page_drawn(page)  # not after st.stop() or a rerun: the page's next run copies the settings again
     # After the page, with this run's settings: the mark the tab keeps, in case this server stops.
     tabs.keep_mark(classroom.replica_id())
-    # Counted for the teacher view: an opaque id per browser tab, nothing else about it.
-    classroom.seen(tabs.tab_id())
-    # Once per server process, after its first page run: what a class clicks, compiled in the server's idle time
-    # (SHARDING_LAB_WARM; started before the page, its first compile ran beside the first pages as an equal).
-    if settings.WARM.on():
-        warm.warm_in_background()
 
 
 # Streamlit runs this script as ``__main__``. A process that multiprocessing spawns from a page's thread (the Plan

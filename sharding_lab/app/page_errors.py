@@ -1,9 +1,10 @@
 """A page's exception shown as one sentence with an incident id; its traceback stays in the server's log.
 
 app.py runs every page inside :func:`caught`, and each polling fragment is wrapped by :func:`guarded` (a
-fragment's rerun does not go through app.py). Streamlit's own control flow (``st.rerun``, ``st.stop``)
-derives from ``BaseException`` and passes through. What escapes both (an error in app.py itself) Streamlit
-shows without details: ``client.showErrorDetails = "none"`` in ``.streamlit/config.toml``.
+fragment's rerun does not go through app.py: it also counts the tab as open, as app.py does each run).
+Streamlit's own control flow (``st.rerun``, ``st.stop``) derives from ``BaseException`` and passes through.
+What escapes both (an error in app.py itself) Streamlit shows without details:
+``client.showErrorDetails = "none"`` in ``.streamlit/config.toml``.
 
 ``SHARDING_LAB_TRACEBACKS=on`` shows the exception with its traceback instead of the sentence (for
 development; the tests set it, so AppTest's ``exception`` elements still hold a page's error), after recording
@@ -18,6 +19,7 @@ import functools
 import streamlit as st
 
 from sharding_lab import settings
+from sharding_lab.app import tabs
 from sharding_lab.server.incidents import INCIDENTS
 
 
@@ -40,11 +42,13 @@ def caught(where: str):
 
 
 def guarded(where: str):
-    """Decorate a fragment's function so its reruns are :func:`caught` too."""
+    """Decorate a fragment's function so its reruns are :func:`caught` too, and count the tab as open: a Plan
+    page following a search, a Train page following a run, polls for minutes without a full run."""
 
     def decorate(function):
         @functools.wraps(function)
         def run(*args, **kwargs):
+            tabs.seen()
             with caught(where):
                 return function(*args, **kwargs)
 

@@ -12,6 +12,8 @@ happened (:func:`moved_notice`): a run that was training there, its results and 
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import re
 import secrets
 from urllib.parse import parse_qsl, urlencode
@@ -19,6 +21,7 @@ from urllib.parse import parse_qsl, urlencode
 import streamlit as st
 
 from sharding_lab.app import links
+from sharding_lab.server import classroom
 
 KEY = "lab_tab"
 BOOT = secrets.token_hex(4)  # this server process: a restart under the same name is a move too
@@ -26,9 +29,35 @@ MAX_MARK = 20_000  # characters: a link's query is well under 1,000; a longer ma
 _MARK = re.compile(r"(?P<server>[\w.:-]{1,128})\|(?P<boot>[0-9a-f]{8})\|(?P<id>[0-9a-f]{16})\|(?P<query>.*)", re.DOTALL)
 
 
+# The tab this script run draws for, as last read or changed in this run. Why not the session state: once a page
+# has called st.stop(), every read of it raises StopException again, and the run's end still has to count the tab.
+_this_run: contextvars.ContextVar[str] = contextvars.ContextVar("tab_of_this_run")
+
+
 def tab_id() -> str:
     """This tab's opaque id (a new tab: a new one)."""
-    return st.session_state.setdefault("classroom_id", secrets.token_hex(8))
+    tab = st.session_state.setdefault("classroom_id", secrets.token_hex(8))
+    _this_run.set(tab)
+    return tab
+
+
+def seen() -> None:
+    """Count this tab as open for the teacher view now (a polling fragment's every run: a tab that follows a long
+    search draws nothing else for minutes)."""
+    classroom.seen(tab_id())
+
+
+@contextlib.contextmanager
+def counted():
+    """Count this tab as open for the teacher view when the run inside ends, however it ends: drawn to its end,
+    stopped early (st.stop()), raised, or rerun — a tab that has just moved here is counted under the id its mark
+    brought back (:func:`keep_mark` takes it over before its rerun), not the new session's."""
+    token = _this_run.set(tab_id())
+    try:
+        yield
+    finally:
+        classroom.seen(_this_run.get())
+        _this_run.reset(token)
 
 
 def restore_moved() -> None:
@@ -56,6 +85,7 @@ def keep_mark(server: str) -> None:
     if shown == ours or not mark or (mark["server"], mark["boot"]) == (server, BOOT):
         return
     state.classroom_id = mark["id"]
+    _this_run.set(mark["id"])
     state.moved_from = mark["server"]
     state.moved_query = mark["query"]
     st.rerun()

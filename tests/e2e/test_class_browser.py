@@ -6,8 +6,9 @@ import time
 
 import pytest
 
+from sharding_lab.hardware import targets
 from tests.browser import Server
-from tests.support import needs_chromium
+from tests.support import SHOTS, needs_chromium
 
 TOKEN = "browser-teacher-5b1c"
 UNWATCHED_S = 2
@@ -158,3 +159,42 @@ def test_a_run_trains_on_while_its_learner_reads_another_page(server, chromium):
     assert progress(page).startswith("finished — step 20,000 / 20,000"), page.inner_text("body")[-1500:]
     assert "nobody was watching" not in page.inner_text("body")
     page.context.close()
+
+
+TPU = targets.availability(targets.parse("v5e-8"))
+
+
+@pytest.mark.skipif(not TPU[0], reason=TPU[1])
+def test_the_teacher_page_counts_a_tab_whose_plan_search_is_running(chromium):
+    """Issue 56.3: two tabs — a student's on the Plan page, its search running, and the teacher's — and the Teacher
+    page said 1 session open: the Plan page ends each of its runs with st.stop() while it has no result, before the
+    count at the end of app.py. A server of its own: the module's has the other tests' tabs in its last 5 minutes."""
+    env = {"SHARDING_LAB_TEACHER_TOKEN": TOKEN, "SHARDING_LAB_PAGE_COMPILES": "off"}
+    with Server(extra_env=env) as own:
+        student = chromium.new_context(viewport={"width": 1400, "height": 1000}).new_page()
+        student.set_default_timeout(60_000)
+        student.goto(own.url + "plan")  # straight onto the Plan page: no other page ever drew for this tab
+        student.get_by_role("button", name="Run", exact=True).click()
+        stop = student.get_by_role("button", name="Stop", exact=True)
+        stop.wait_for()
+        teacher = chromium.new_context(viewport={"width": 1400, "height": 1000}).new_page()
+        teacher.set_default_timeout(60_000)
+        teacher.goto(own.url + f"teacher?teacher={TOKEN}")
+        teacher.get_by_role("heading", name="Teacher view").wait_for()
+        read = (
+            "() => [...document.querySelectorAll('[data-testid=stMetric]')]"
+            ".find(m => m.innerText.startsWith('Sessions open'))?.querySelector('[data-testid=stMetricValue]')"
+            "?.innerText"
+        )
+        teacher.wait_for_function(f"() => ({read})() !== undefined")
+        deadline = time.monotonic() + 15  # the metrics redraw every 5 s
+        while (sessions := teacher.evaluate(read)) != "2" and time.monotonic() < deadline:
+            time.sleep(0.5)
+        searching = teacher.locator("[data-testid=stMetric]", has_text="Plan searches").inner_text()
+        student.screenshot(path=str(SHOTS / "teacher-two-tabs-plan.png"))
+        teacher.screenshot(path=str(SHOTS / "teacher-two-tabs-teacher.png"))
+        assert sessions == "2", teacher.inner_text("body")[:1500]
+        assert "1 running" in searching and stop.is_visible()  # counted while the search ran, not after it
+        stop.click()
+        student.context.close()
+        teacher.context.close()
