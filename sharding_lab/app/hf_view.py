@@ -11,11 +11,16 @@ import streamlit as st
 
 import sharding_lab as sl
 from sharding_lab.app import config_state
+from sharding_lab.errors import in_app
 from sharding_lab.export.maxtext import maxtext
 from sharding_lab.export.script import export_script, script_name
-from sharding_lab.models.hf_config import HFModel, read_hf_config, summary
+from sharding_lab.models.hf_config import MAX_BYTES, HFModel, read_hf_config, summary
 
-MAX_UPLOAD_MB = 1  # a config.json is a few kB (hf_config refuses more than a MiB too)
+# What the uploader lets through to the server (MB), above hf_config's limit (MAX_BYTES, 1 MiB) on purpose: a file
+# the browser refuses never reaches Python — Streamlit lists it in red with its reason on hover, and the page goes on
+# with the file before it — so a file up to this size reaches read_hf_config, which refuses it in a sentence.
+# .streamlit/config.toml's server.maxUploadSize is the same (the server's route refuses above it too).
+MAX_UPLOAD_MB = 8
 
 
 def config_inputs(key: str, on_change, where=st) -> None:
@@ -27,27 +32,34 @@ def config_inputs(key: str, on_change, where=st) -> None:
         key=f"{key}_file",
         max_upload_size=MAX_UPLOAD_MB,
         on_change=on_change,
-        help="Llama, Mistral, Mixtral, Qwen 2 or GPT-2: the transformer with its shapes (read here, nothing fetched). "
-        "What the lab cannot build is refused naming the field.",
+        help="Llama, Mistral, Mixtral, Qwen 2 or GPT-2: the transformer with its shapes (read here, nothing fetched; "
+        f"at most {MAX_BYTES // (1 << 20)} MiB). What the lab cannot build is refused naming the field.",
     )
     where.text_area(
         "or paste it", key=f"{key}_text", height=90, on_change=on_change, placeholder='{"architectures": [...], ...}'
     )
 
 
-def given(key: str) -> bytes | str | None:
-    """The config the learner gave under ``key``: the upload, else the pasted text, else None."""
+def given(key: str) -> bytes | str | sl.ConfigError | None:
+    """The config the learner gave under ``key``: the upload or the pasted text, None when neither — and both at once
+    the sentence that says so (the lab would read one of them without a word)."""
     upload = st.session_state.get(f"{key}_file")
+    text = (st.session_state.get(f"{key}_text") or "").strip()
+    if upload is not None and text:
+        return sl.ConfigError(
+            f"a config.json is uploaded ({upload.name}) and another is pasted: remove the upload (the × beside its "
+            "name) or empty the box below it, so that the lab reads the one you mean",
+            "model",
+        )
     if upload is not None:
         return upload.getvalue()
-    text = (st.session_state.get(f"{key}_text") or "").strip()
     return text or None
 
 
-def read(source: bytes | str | None, seq: int | None = None) -> HFModel | sl.ConfigError | None:
+def read(source: bytes | str | sl.ConfigError | None, seq: int | None = None) -> HFModel | sl.ConfigError | None:
     """The config read, or the sentence that refuses it (None: nothing given)."""
-    if source is None:
-        return None
+    if source is None or isinstance(source, sl.ConfigError):
+        return source
     try:
         return read_hf_config(source, seq)
     except sl.ConfigError as error:
@@ -57,7 +69,7 @@ def read(source: bytes | str | None, seq: int | None = None) -> HFModel | sl.Con
 def show_read(read_model: HFModel | sl.ConfigError | None, spec=None, where=st) -> None:
     """What was read: the parameter count beside the card's and each note; or the refusal."""
     if isinstance(read_model, sl.ConfigError):
-        where.error(str(read_model), icon=":material/block:")
+        where.error(in_app(read_model), icon=":material/block:")
     elif read_model is not None:
         first, *notes = summary(read_model, sl.family("transformer"), spec)
         where.caption(first + "".join(f"  \n{note}" for note in notes))

@@ -49,6 +49,73 @@ def test_the_plan_page_takes_a_pasted_config_and_starts_a_small_ones_search_smal
     assert any("more than the config's max_position_embeddings (64)" in e.value.replace("\\", "") for e in at.error)
 
 
+def plan_page_on_a_config():
+    at = app_test(300)
+    at.run()
+    at.switch_page("app_pages/plan.py")
+    at.run()
+    at.selectbox(key="plan_size").select("(a Hugging Face config.json)").run()
+    return at
+
+
+def errors(at) -> str:
+    return " ".join(e.value.replace("\\", "") for e in at.error)
+
+
+def test_an_upload_and_a_paste_at_once_are_refused_in_a_sentence_not_one_read_in_silence():
+    """Walk item 2: an upload won over a paste without a word. Both at once: the sentence says which to remove, and
+    nothing is read (no count, no estimate); either alone is read."""
+    at = plan_page_on_a_config()
+    tiny = (DATA / "tiny-llama.json").read_bytes()
+    at.file_uploader(key="plan_hf_file").upload("tiny-llama.json", tiny, "application/json").run()
+    assert not at.exception and not at.error
+    assert "LlamaForCausalLM: 106,816 parameters" in " ".join(c.value for c in at.caption)
+    at.text_area(key="plan_hf_text").input((DATA / "qwen2.5-7b.json").read_text()).run()
+    assert not at.exception
+    said = errors(at)
+    assert "a config.json is uploaded (tiny-llama.json) and another is pasted" in said
+    assert "remove the upload" in said and "empty the box below it" in said
+    assert not any("parameters" in c.value or "candidates" in c.value for c in at.caption)
+    at.text_area(key="plan_hf_text").input("").run()
+    assert not at.error and "LlamaForCausalLM: 106,816 parameters" in " ".join(c.value for c in at.caption)
+
+
+def test_a_pasted_config_over_a_mib_is_refused_as_an_uploaded_one_would_be():
+    """Walk item 3: a pasted 2 MB config was read, while the uploader and the CLI refuse anything over 1 MiB."""
+    import json
+
+    at = plan_page_on_a_config()
+    tiny = json.loads((DATA / "tiny-llama.json").read_text())
+    at.text_area(key="plan_hf_text").input(json.dumps({**tiny, "padding": "x" * (2 << 20)})).run()
+    assert not at.exception
+    assert "a config.json is a few kB, and the lab reads at most 1 MiB" in errors(at)
+    assert not any("LlamaForCausalLM" in c.value for c in at.caption)
+
+
+def test_the_uploader_lets_a_file_over_the_limit_reach_the_sentence_that_refuses_it():
+    """Walk item 1: the uploader's limit was hf_config's (1 MiB), so the browser refused a bigger file itself — its
+    reason on hover only, the previous file's model still on the page. The uploader (and the server's route, the same
+    number) let more through; hf_config refuses it in a sentence, shown as the page's error, and the model before it
+    goes (tests/e2e/test_hf_browser.py uploads one in a browser)."""
+    import tomllib
+
+    from sharding_lab.models.hf_config import MAX_BYTES
+
+    at = plan_page_on_a_config()
+    limit = at.file_uploader(key="plan_hf_file").proto.max_upload_size_mb
+    server = tomllib.loads((ROOT / ".streamlit" / "config.toml").read_text())["server"]["maxUploadSize"]
+    assert limit == server and limit * 1_000_000 >= 4 * MAX_BYTES  # a 2 MB config.json reaches the sentence
+    tiny = (DATA / "tiny-llama.json").read_bytes()
+    uploader = at.file_uploader(key="plan_hf_file")
+    uploader.upload("tiny-llama.json", tiny, "application/json").run()
+    assert "LlamaForCausalLM: 106,816 parameters" in " ".join(c.value for c in at.caption)
+    big = tiny.rstrip().rstrip(b"}") + b', "padding": "' + b"x" * (2 << 20) + b'"}'
+    at.file_uploader(key="plan_hf_file").set_value(("big.json", big, "application/json")).run()
+    assert not at.exception
+    assert "bytes: a config.json is a few kB, and the lab reads at most 1 MiB" in errors(at)
+    assert not any("LlamaForCausalLM" in c.value for c in at.caption)
+
+
 def test_the_communication_pages_cost_panel_gives_the_layouts_maxtext_command():
     """The lab's small transformer on 8 host devices, fsdp on one axis: the panel's layout as MaxText's command (the
     page's default MLP has none, and says so)."""

@@ -26,6 +26,37 @@ def settled(tab, timeout_s: float = 300) -> None:
     )
 
 
+@pytest.mark.timeout(300)
+def test_an_upload_over_the_limit_is_refused_in_plain_words_and_the_model_before_it_goes(server, chromium, tmp_path):
+    """Walk item 1: a 2 MB upload after a good one was refused by the browser itself — listed in red, the reason on
+    hover only — and the page went on showing the first file's model and estimate as if it were the upload."""
+    big = tmp_path / "big.json"
+    big.write_text(CONFIG.read_text().rstrip().rstrip("}") + ', "padding": "' + "x" * (2 << 20) + '"}')
+    tab = chromium.new_page(viewport={"width": 1400, "height": 1400})
+    try:
+        tab.goto(server)
+        tab.get_by_role("link", name="Plan", exact=True).click(timeout=60_000)
+        settled(tab)
+        main = tab.get_by_test_id("stMain")
+        main.get_by_role("combobox", name="Size", exact=True).click()
+        tab.get_by_role("option", name="A Hugging Face config.json", exact=True).click()
+        settled(tab)
+        upload = main.get_by_test_id("stFileUploaderDropzoneInput")
+        upload.set_input_files(str(CONFIG))
+        settled(tab)
+        main.get_by_text("LlamaForCausalLM: 106,816 parameters").wait_for(timeout=60_000)
+        upload.set_input_files(str(big))
+        settled(tab)
+        refusal = main.get_by_test_id("stAlertContentError").filter(has_text="the lab reads at most 1 MiB")
+        refusal.wait_for(timeout=60_000)
+        tab.screenshot(path=str(SHOTS / "plan-hf-config-too-big.png"))
+        assert refusal.is_visible() and "2,097," in refusal.inner_text()  # said on the page, not on hover
+        assert main.get_by_text("LlamaForCausalLM: 106,816 parameters").count() == 0
+        assert main.get_by_text("tiny-llama.json").count() == 0  # the upload is the big file, not the one before
+    finally:
+        tab.close()
+
+
 @pytest.mark.timeout(600)  # the search compiles ten candidates: minutes on a shared machine (docs/measurements.md)
 def test_upload_a_config_run_the_default_search_and_copy_the_best_rows_maxtext_command(server, chromium):
     context = chromium.new_context(viewport={"width": 1500, "height": 2400})
