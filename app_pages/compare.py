@@ -1,5 +1,6 @@
 """Compare: 2–4 sharding strategies on one model size, side by side."""
 
+import dataclasses
 import time
 
 import pandas as pd
@@ -73,16 +74,9 @@ if len(chosen) < 2:
     st.info("Pick at least two strategies.")
     st.stop()
 
-# The sidebar's target: every strategy is compiled by the compiler of the chip the learner picked.
-base = sl.LabConfig(
-    mesh=plan.config.mesh,
-    model=model,
-    optimizer=plan.config.optimizer,
-    lr=plan.config.lr,
-    decay=plan.config.decay,
-    batch_size=plan.config.batch_size,
-    target=plan.config.target,
-)
+# The sidebar's configuration (its target: every strategy is compiled by the compiler of the chip the learner
+# picked) with the model compared; each strategy replaces its rules.
+base = dataclasses.replace(plan.config, model=model)
 strategies = {name: (plan.rules if name == CURRENT else name) for name in chosen}
 # Rows already computed are kept, per strategy: adding a strategy or pressing Compare again
 # computes only what is missing (a short run of 300 steps takes seconds per strategy).

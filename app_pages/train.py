@@ -1,13 +1,12 @@
 """Train: run the sharded model in the background and watch the loss and the fit live."""
 
-import dataclasses
 import time
 
 import pandas as pd
 import streamlit as st
 
 import sharding_lab as sl
-from sharding_lab.app import config_state, experts_view, figures, memory_view, page_errors, pipeline_view, session, ui
+from sharding_lab.app import experts_view, figures, memory_view, page_errors, pipeline_view, session, ui
 from sharding_lab.distributed import process_choices, process_table
 from sharding_lab.program.communication import analyze
 from sharding_lab.server import admission, precompile
@@ -75,7 +74,7 @@ if isinstance(result, sl.ConfigError):
     st.stop()
 
 plan: sl.Plan = result
-config = dataclasses.replace(plan.config, **config_state.values_on(st.session_state, "train"))
+config = plan.config  # the sidebar built it from every setting, the Train page's own included
 st.caption(
     f"{plan.config.mesh.label()} · {'preset ' + config.preset if config.preset else 'custom rules'} · "
     f"{config.optimizer} · batch {config.batch_size} split as {sl.sharding.layout.format_spec(plan.spec('batch/x'))}"

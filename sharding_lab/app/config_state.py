@@ -23,7 +23,7 @@ from sharding_lab.training.layout_setting import (  # noqa: F401 (the rules tabl
     target_options,
     to_target,
 )
-from sharding_lab.training.run_settings import RUN_SETTINGS, VALUES, label_of, settings_on
+from sharding_lab.training.run_settings import RUN_SETTINGS, VALUES, label_of
 from sharding_lab.training.setting_groups import (  # noqa: F401 (the sizes' widgets use them)
     MAX_HOST_AXIS_SIZE,
     field_value,
@@ -56,12 +56,6 @@ def _values(state, wanted=lambda name: True) -> dict:
         if wanted(setting.name) or setting.name == "family":
             setting.from_state(state, values, piped)
     return values
-
-
-def values_on(state, page: str) -> dict:
-    """The settings whose widgets are on ``page`` (the run settings table's ``page``), by name."""
-    names = {setting.name for setting in settings_on(page)}
-    return {name: v for name, v in _values(state, names.__contains__).items() if name in names}
 
 
 def mesh_spec(state) -> sl.MeshSpec:

@@ -46,7 +46,7 @@ def batch_sweep(
     """Predicted compute / memory / communication time per step against the batch rows each
     device holds, for each strategy (presets of the model family): every point is a compiled
     step (or, with ``target``, an extrapolated one)."""
-    from ..training.config import MAX_BATCH
+    from ..training.run_settings import VALUES
 
     mesh = tuple(target) if target else tuple(config.mesh.shape)
     rows = []
@@ -62,7 +62,7 @@ def batch_sweep(
                 data_ways *= size
         for b in per_device:
             batch = b * data_ways
-            if batch > MAX_BATCH:
+            if batch > VALUES["batch_size"].most:
                 continue
             try:
                 p = predict(dataclasses.replace(probe, batch_size=batch), chip_id, dtype, target)

@@ -87,7 +87,7 @@ def _short_run(plan, steps: int, run_slot) -> dict:
     from ..training.trainer import Lab, Trainer
 
     with run_slot():  # Lab refuses, before allocating, a run that would not fit (check_memory)
-        chunk = min(steps, 100)
+        chunk = min(steps, plan.config.chunk)  # steps per compiled call: the configuration's
         Trainer(Lab(plan), steps=chunk, chunk=chunk).run()  # compile, on a throwaway copy
         result = Trainer(Lab(plan), steps=steps, chunk=chunk).run()
     return {"steps_per_s": result.steps_per_s, "final_loss": result.final_loss}

@@ -11,8 +11,6 @@ from __future__ import annotations
 import jax
 from jax.sharding import AxisType
 
-DEFAULT_BATCH = 32
-
 
 def sample_batch(
     key: jax.Array, x_all: jax.Array, y_all: jax.Array, batch_size: int, shardings

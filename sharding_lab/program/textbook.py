@@ -21,11 +21,13 @@ from ..models import Expect
 from ..sharding.rules import preset_roles
 from ..training.config import LabConfig, Plan
 from ..training.config import plan as make_plan
+from ..training.run_settings import VALUES
 from ..units import format_bytes
 from .communication import Collective, CommReport, analyze
 from .moves import category, phrase
 
-MAX_SEARCH_BATCH = 4096
+# As far as the sidebar's batch goes: a batch found beyond it could not be set there.
+MAX_SEARCH_BATCH = VALUES["batch_size"].high
 
 
 @dataclasses.dataclass

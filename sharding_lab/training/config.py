@@ -25,7 +25,6 @@ from ..errors import ConfigError, nearest_divisible
 from ..hardware import targets
 from ..hardware.devices import available_count
 from ..models import FAMILIES, family_of
-from ..models.data import DEFAULT_BATCH
 from ..models.mlp import ModelSpec
 from ..pipeline import family_for, stage_axis
 from ..pipeline import validate as validate_pipeline
@@ -35,10 +34,7 @@ from ..sharding.mesh import MeshSpec, build_mesh, default_axes, device_grid
 from ..sharding.rules import Rules, axis_names, bind_preset, split_ways
 from .layout_setting import preset_rules
 from .optimizer import OPTIMIZER_BUFFERS, OPTIMIZER_SCALARS, OPTIMIZERS
-from .run_settings import RUN_SETTINGS, default_values, family_defaults
-
-MAX_STEPS = 200_000
-MAX_BATCH = 65_536
+from .run_settings import RUN_SETTINGS, VALUES, default_values, family_defaults
 
 
 @dataclasses.dataclass(frozen=True)
@@ -47,18 +43,17 @@ class LabConfig:
     preset: str | None = "seed"
     rules: Rules | None = None  # used when preset is None (custom rules)
     model: ModelSpec = ModelSpec()
-    optimizer: str = "seed-sgd"
-    lr: float = 0.01
-    decay: float = 0.9
-    batch_size: int = DEFAULT_BATCH
-    steps: int = 3000
-    seed: int = 0
-    chunk: int = 100
-    target: str = (
-        "cpu"  # what the step is compiled for (sharding_lab.hardware.targets): cpu trains, others compile only
-    )
-    microbatches: int = 1  # pipeline parallelism only (rules with layers → a mesh axis)
-    schedule: str = "gpipe"  # pipeline schedule: "gpipe" or "1f1b"
+    # The defaults are the run settings table's (run_settings.VALUES): each declared there once.
+    optimizer: str = VALUES["optimizer"].default
+    lr: float = VALUES["lr"].default
+    decay: float = VALUES["decay"].default
+    batch_size: int = VALUES["batch_size"].default
+    steps: int = VALUES["steps"].default
+    seed: int = VALUES["seed"].default
+    chunk: int = VALUES["chunk"].default
+    target: str = VALUES["target"].default  # what the step is compiled for: cpu trains, others compile only
+    microbatches: int = VALUES["microbatches"].default  # pipeline parallelism only (rules with layers → an axis)
+    schedule: str = VALUES["schedule"].default  # pipeline schedule: "gpipe" or "1f1b"
 
     @property
     def family(self):
@@ -194,10 +189,13 @@ def _array_paths(config: LabConfig) -> dict[str, tuple[tuple[int, ...], tuple, s
 
 
 def _check_numbers(config: LabConfig) -> None:
-    if not isinstance(config.steps, int) or not 1 <= config.steps <= MAX_STEPS:
-        raise ConfigError(f"steps must be between 1 and {MAX_STEPS:,}, got {config.steps!r}", "steps")
-    if not isinstance(config.batch_size, int) or not 1 <= config.batch_size <= MAX_BATCH:
-        raise ConfigError(f"batch size must be between 1 and {MAX_BATCH:,}, got {config.batch_size!r}", "batch")
+    steps, batch = VALUES["steps"], VALUES["batch_size"]  # their ranges: the table's (low to cap)
+    if not isinstance(config.steps, int) or not steps.low <= config.steps <= steps.most:
+        raise ConfigError(f"steps must be between {steps.low} and {steps.most:,}, got {config.steps!r}", "steps")
+    if not isinstance(config.batch_size, int) or not batch.low <= config.batch_size <= batch.most:
+        raise ConfigError(
+            f"batch size must be between {batch.low} and {batch.most:,}, got {config.batch_size!r}", "batch"
+        )
     if not isinstance(config.chunk, int) or config.chunk < 1:
         raise ConfigError(f"chunk must be a whole number ≥ 1, got {config.chunk!r}", "steps")
     if not (isinstance(config.lr, (int, float)) and math.isfinite(config.lr) and config.lr > 0):

@@ -27,7 +27,7 @@ class SGDState(nnx.Variable):
 
 
 class SGD(nnx.Pytree):
-    def __init__(self, model: nnx.Module, lr: float, decay: float = 0.9):
+    def __init__(self, model: nnx.Module, lr: float, decay: float):
         self.lr = lr
         self.decay = decay
         params = nnx.state(model, nnx.Param)
@@ -58,7 +58,7 @@ OPTIMIZER_SCALARS = {"seed-sgd": (), "sgd": ("step",), "adamw": ("count", "step"
 USES_DECAY = ("seed-sgd", "sgd")  # the optimizers whose momentum the decay setting is; adamw keeps its own betas
 
 
-def make_optimizer(name: str, model: nnx.Module, lr: float, decay: float = 0.9):
+def make_optimizer(name: str, model: nnx.Module, lr: float, decay: float):
     """An object with ``update(model, grads)`` whose state is sharded like ``model``'s params."""
     if name == "seed-sgd":
         return SGD(model, lr, decay)

@@ -49,7 +49,7 @@ class MeshShape(Setting):
         return config.mesh.shape
 
     def add_option(self, parser) -> None:
-        parser.add_argument(self.flag, default=self.default, help=self.help)
+        parser.add_argument(self.flag, default=self.default, help=self.described())
 
     def edits(self, run, now) -> list[tuple[str, str, str]]:  # the mesh's shape and names, as one
         before, after = run.mesh.label(), now.mesh.label()
@@ -114,7 +114,7 @@ class AxisNames(Setting):
         return config.mesh.axes
 
     def add_option(self, parser) -> None:
-        parser.add_argument(self.flag, default=None, help=self.help)
+        parser.add_argument(self.flag, default=None, help=self.described())
 
     def from_args(self, args, values, defaults) -> None:
         given = getattr(args, self.dest)
@@ -178,7 +178,7 @@ class Family(Setting):
             help="import this module first (e.g. my_pkg.my_model): the model families it "
             "registers join --model (docs/own-model.md)",
         )
-        parser.add_argument(self.flag, choices=list(FAMILIES), default=self.default, help=self.help)
+        parser.add_argument(self.flag, choices=list(FAMILIES), default=self.default, help=self.described())
 
     def from_args(self, args, values, defaults) -> None:
         values[self.name] = model_family(

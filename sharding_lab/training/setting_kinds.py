@@ -75,6 +75,11 @@ class Setting:
     def link_keys(self) -> tuple[str, ...]:
         return (self.link, *self.aliases) if self.link else ()
 
+    def described(self) -> str:
+        """The command line's help: ``help`` with ``{default}`` filled in from the row's default, so the
+        help never repeats a default the row declares."""
+        return self.help.format(default=getattr(self, "default", None))
+
     def fields(self) -> tuple[str, ...]:
         """The error fields (ConfigError.field) that name this setting."""
         return (self.name, self.name.removeprefix("mesh."), self.link)
@@ -101,8 +106,10 @@ class Setting:
 class Value(Setting):
     """A setting that is one number or one word, kept in the session under ``state``.
 
-    ``kind``: ``int``, ``float`` or ``word``. ``low``/``high``: what the app's widget and a link allow (the
-    command line leaves the range to :func:`sharding_lab.training.config.plan`). ``choices``: the words
+    ``kind``: ``int``, ``float`` or ``word``. ``low``/``high``: what the app's widget and a link allow.
+    ``cap``: the most any configuration may hold, where that is more than ``high`` — the command line's
+    range, which :func:`sharding_lab.training.config.plan` enforces (a batch of 65,536 compiles for a TPU
+    slice; the app's widget, which also trains on this host, stops at ``high``). ``choices``: the words
     allowed (a function: the registries fill in at import). ``words``: how the widget shows a value (the axis
     type's ``auto`` is ``Auto``). ``family_default``: a model family's ``train_defaults`` may replace the
     default. ``pipeline_only``: shown and linked only for a pipelined layout, else the default.
@@ -118,6 +125,7 @@ class Value(Setting):
     default: object = None
     low: float | None = None
     high: float | None = None
+    cap: float | None = None
     choices: Callable[[], tuple[str, ...]] | None = None
     words: tuple[tuple[str, str], ...] = ()
     family_default: bool = False
@@ -136,6 +144,11 @@ class Value(Setting):
         return (*super().fields(), self.state)
 
     # --- values ---------------------------------------------------------------------------------
+
+    @property
+    def most(self):
+        """The largest value any configuration may hold (``cap``, else ``high``)."""
+        return self.cap if self.cap is not None else self.high
 
     def widget_options(self) -> dict:
         """What the app's widget needs besides label, range or choices and key: help, format, step."""
@@ -195,7 +208,7 @@ class Value(Setting):
     # --- the command line -----------------------------------------------------------------------
 
     def add_option(self, parser: argparse.ArgumentParser) -> None:
-        options = {"default": None if self.family_default else self.default, "help": self.help or None}
+        options = {"default": None if self.family_default else self.default, "help": self.described() or None}
         if self.kind != "word":
             options["type"] = self._argument
         elif self.choices is not None and self.canonical is None:
