@@ -17,10 +17,10 @@ _devices.force_host_devices(_devices.requested_host_devices())
 from .errors import ConfigError  # noqa: E402
 from .hardware.devices import device_info  # noqa: E402
 from .models import FAMILIES, family  # noqa: E402
-from .models.mlp import ModelSpec  # noqa: E402
+from .models.mlp import PRESETS, ModelSpec  # noqa: E402
 from .sharding.layout import ArrayLayout, actual_layout, compare_layouts, planned_layout  # noqa: E402
 from .sharding.mesh import MeshSpec, build_mesh  # noqa: E402
-from .sharding.rules import PRESETS, Rules, bind_preset  # noqa: E402
+from .sharding.rules import Rules, bind_preset  # noqa: E402
 from .training.config import LabConfig, Plan, plan  # noqa: E402
 from .training.optimizer import OPTIMIZERS  # noqa: E402
 from .training.trainer import Lab, Progress, Trainer, TrainResult, train  # noqa: E402

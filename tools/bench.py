@@ -16,7 +16,7 @@ import jax
 import numpy as np
 from flax import nnx
 
-from sharding_lab.cli import main as cli
+from sharding_lab.training import options
 from sharding_lab.training.trainer import Lab, Trainer
 
 
@@ -54,10 +54,10 @@ def trainer_speed(lab: Lab, steps: int) -> float:
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m tools.bench", description=__doc__.split("\n")[0])
-    cli.add_config_options(parser)
+    options.add_config_options(parser)
     parser.add_argument("--repeats", type=int, default=3, help="alternate runs of each; medians are printed")
     args = parser.parse_args(argv)
-    config = cli.config_from_args(args)
+    config = options.config_from_args(args)
     lab = Lab(config)
     seed, fused = [], []
     for _ in range(args.repeats):

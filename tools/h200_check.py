@@ -27,10 +27,10 @@ import numpy as np
 
 import sharding_lab as sl
 from sharding_lab import cost
-from sharding_lab.cost.roofline import format_seconds
 from sharding_lab.hardware import targets
 from sharding_lab.training.step import lower_train_step
 from sharding_lab.training.trainer import Lab, Trainer
+from sharding_lab.units import format_seconds
 from tools.measure import config_of, gb, measure_step, memory, table, use_platform
 
 MLP = ["--model", "mlp", "--preset", "dp", "--mesh", "1", "--axes", "data", "--optimizer", "seed-sgd"]

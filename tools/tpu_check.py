@@ -31,10 +31,10 @@ import jax
 
 import sharding_lab as sl
 from sharding_lab import cost
-from sharding_lab.cost.roofline import format_seconds
 from sharding_lab.hardware import chips
 from sharding_lab.training.step import lower_train_step, step_program
 from sharding_lab.training.trainer import Lab, Trainer
+from sharding_lab.units import format_seconds
 from tools.measure import config_of, gb, median_call_s, memory, table, use_platform
 
 TARGET = "v5e-1"

@@ -14,24 +14,9 @@ from sharding_lab.hardware import targets
 from sharding_lab.sharding.mesh import DEFAULT_SHAPES, default_axes
 from sharding_lab.training import layout_setting, setting_groups
 from sharding_lab.training.config import config_from_values
-from sharding_lab.training.layout_setting import (  # noqa: F401 (the rules table's widgets use them)
-    FROM_RULES,
-    REPLICATED,
-    override_keys,
-    pipelined,
-    rule_widget_values,
-    target_options,
-    to_target,
-)
+from sharding_lab.training.layout_setting import pipelined
 from sharding_lab.training.run_settings import RUN_SETTINGS, VALUES, label_of
-from sharding_lab.training.setting_groups import (  # noqa: F401 (the sizes' widgets use them)
-    MAX_HOST_AXIS_SIZE,
-    field_value,
-    named_size_values,
-    size_key,
-    valid_value,
-)
-from sharding_lab.training.setting_kinds import CUSTOM  # noqa: F401 (the sidebar's preset and size selects)
+from sharding_lab.training.setting_groups import size_key, valid_value
 
 PAGE_DEFAULTS = {"focus": None}  # what a page keeps beside the run's settings
 

@@ -20,7 +20,7 @@ from ..hardware import targets
 from ..hardware.chips import CHIPS
 from ..sharding.mesh import parse_mesh_shape
 from ..training.config import Plan
-from ..units import format_bytes, format_flops, format_rate  # noqa: F401 (pages read them here)
+from ..units import format_bytes, format_flops, format_rate
 from . import cost_metrics, memory_view
 
 COLORS = {"compute": "#4C78A8", "memory": "#72B7B2", "communication": "#F58518", "latency": "#E45756"}

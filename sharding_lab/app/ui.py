@@ -14,14 +14,22 @@ import streamlit as st
 
 import sharding_lab as sl
 from sharding_lab.app import config_state, hf_view, links
-from sharding_lab.app.config_state import CUSTOM, FROM_RULES
 from sharding_lab.app.session import KEEP
 from sharding_lab.errors import in_app
 from sharding_lab.export.script import export_script, script_name
 from sharding_lab.export.source import source_of
 from sharding_lab.hardware import targets
 from sharding_lab.models import ChoiceField
+from sharding_lab.training.layout_setting import (
+    FROM_RULES,
+    REPLICATED,
+    override_keys,
+    rule_widget_values,
+    target_options,
+)
 from sharding_lab.training.run_settings import family_defaults_in_state, settings_on
+from sharding_lab.training.setting_groups import named_size_values, size_key
+from sharding_lab.training.setting_kinds import CUSTOM
 from sharding_lab.units import format_count
 
 
@@ -147,7 +155,7 @@ def _show_preset_rules(mesh: sl.MeshSpec, model) -> sl.ConfigError | None:
         rules = sl.bind_preset(state.preset, mesh, config_state.family(state).name)
     except sl.ConfigError as error:
         return error
-    state.update(config_state.rule_widget_values(rules, config_state.family(state), model))
+    state.update(rule_widget_values(rules, config_state.family(state), model))
     state.rules_shown_for = key
     return None
 
@@ -155,10 +163,10 @@ def _show_preset_rules(mesh: sl.MeshSpec, model) -> sl.ConfigError | None:
 def rules_table(mesh: sl.MeshSpec, model) -> None:
     """Logical axis → mesh axis, one row each; then per-parameter overrides, one row per array."""
     fam = sl.models.family_of(model)
-    options = config_state.target_options(mesh.axes)
-    for key in [f"rule_{a}" for a in fam.logical_axes] + [k for *_, k in config_state.override_keys(fam, model)]:
+    options = target_options(mesh.axes)
+    for key in [f"rule_{a}" for a in fam.logical_axes] + [k for *_, k in override_keys(fam, model)]:
         if st.session_state.get(key) not in set(options) | {FROM_RULES}:  # the mesh changed under it
-            st.session_state[key] = FROM_RULES if key.startswith("ovr_") else config_state.REPLICATED
+            st.session_state[key] = FROM_RULES if key.startswith("ovr_") else REPLICATED
     st.markdown("**Logical axis → mesh axis**")
     for axis, meaning in fam.logical_axes.items():
         label, box = st.columns([2, 3])
@@ -166,7 +174,7 @@ def rules_table(mesh: sl.MeshSpec, model) -> None:
         box.selectbox(
             axis, options, key=f"rule_{axis}", persist_state=KEEP, on_change=_to_custom, label_visibility="collapsed"
         )
-    keys = config_state.override_keys(fam, model)
+    keys = override_keys(fam, model)
     with st.expander(
         "Per-parameter overrides", expanded=any(st.session_state.get(k) not in (None, FROM_RULES) for *_, k in keys)
     ):
@@ -244,19 +252,17 @@ def model_widgets(fam) -> None:
     for i, (field, size) in enumerate(fam.size_fields.items()):
         if isinstance(size, ChoiceField):
             cols[i % 2].selectbox(
-                size.label, size.choices, key=config_state.size_key(field), persist_state=KEEP, help=size.help or None
+                size.label, size.choices, key=size_key(field), persist_state=KEEP, help=size.help or None
             )
         else:
-            number_setting(
-                size.label, size.low, size.high, config_state.size_key(field), cols[i % 2], help=size.help or None
-            )
+            number_setting(size.label, size.low, size.high, size_key(field), cols[i % 2], help=size.help or None)
     value_widgets("model")
 
 
 def _on_named_size() -> None:
     state = st.session_state
     if state.named_size != CUSTOM:
-        state.update(config_state.named_size_values(config_state.family(state), state.named_size))
+        state.update(named_size_values(config_state.family(state), state.named_size))
 
 
 def named_size_widget(fam) -> None:

@@ -20,7 +20,7 @@ from ..sharding.mesh import device_ids
 from ..training import axis_use
 from ..training.config import Plan
 from ..training.config import plan as make_plan
-from ..training.options import add_config_options, config_from_args, config_to_args, say_hf_config  # noqa: F401 (re-exported)
+from ..training.options import add_config_options, config_from_args, say_hf_config
 
 
 def plan_json(plan: Plan, layouts: dict[str, ArrayLayout]) -> dict:

@@ -12,11 +12,12 @@ compiled program, per device.
 - :mod:`.sweep` — the scaling book's critical batch and the batch-size sweep that shows it.
 """
 
+from ..units import format_seconds, time_unit
 from .collectives import comm_rows
 from .compiled import DTYPES, Compiled, compile_step, matmul_traffic
 from .extrapolation import extrapolate, fit, probe_meshes
 from .report import describe, print_cost
-from .roofline import Prediction, default_dtype, format_seconds, parse_target, predict, time_unit
+from .roofline import Prediction, default_dtype, parse_target, predict
 from .sweep import batch_sweep, critical_batch
 
 __all__ = [

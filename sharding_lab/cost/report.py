@@ -9,8 +9,9 @@ from ..hardware import targets
 from ..hardware.chips import chip as get_chip
 from ..program import buffers
 from ..training.config import LabConfig
+from ..units import format_seconds
 from .compiled import dtype_name
-from .roofline import Prediction, default_dtype, format_seconds, parse_target, predict, target_chip
+from .roofline import Prediction, default_dtype, parse_target, predict, target_chip
 
 
 def describe(p: Prediction) -> str:

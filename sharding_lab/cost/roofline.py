@@ -34,10 +34,9 @@ from ..hardware import targets
 from ..hardware.chips import Chip, Link
 from ..hardware.chips import chip as get_chip
 from ..training.config import LabConfig
-from ..units import format_seconds, time_unit  # noqa: F401 (cost re-exports them)
 from .collectives import links_for, rows
 from .compiled import canonical, compile_step, dtype_name
-from .consistency import InconsistentCost, check_utilisation  # noqa: F401 (cost re-exports InconsistentCost)
+from .consistency import check_utilisation
 from .extrapolation import check_target, extrapolate
 
 CHIP = Named("Chip", "--chip", "{flag}")  # the cost panel's boxes, the cost command's options

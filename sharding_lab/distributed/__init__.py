@@ -5,5 +5,7 @@ machine (their configuration as command-line options: :mod:`sharding_lab.trainin
 is one of them, reporting in JSON lines; :mod:`.results` is what a run gives back.
 """
 
-from .launcher import check_processes, process_choices, run  # noqa: F401
-from .results import DistributedResult, WorkerFailed, process_table  # noqa: F401
+from .launcher import check_processes, process_choices, run
+from .results import DistributedResult, WorkerFailed, process_table
+
+__all__ = ["DistributedResult", "WorkerFailed", "check_processes", "process_choices", "process_table", "run"]

@@ -42,7 +42,7 @@ from ..training.config import LabConfig, check_memory
 from ..training.config import plan as make_plan
 from ..training.options import config_to_args
 from ..training.trainer import Progress
-from .results import DistributedResult, WorkerFailed, merge_layouts, process_table  # noqa: F401
+from .results import DistributedResult, WorkerFailed, merge_layouts
 
 PROCESS_CHOICES = (1, 2, 4)
 MAX_PROCESSES = 16

@@ -120,7 +120,7 @@ def bounded(candidate: Candidate, base: LabConfig, dtype: str, done: dict) -> Re
     """``candidate`` skipped, said why, when a lower bound on its compute time — its splash twin's compute (compiled,
     fitting) plus :func:`xla_attention_excess`, or :func:`repeated_work_bound` — is no less than the step of a
     compiled candidate that fits: it cannot be faster, so it cannot be the best. None when it may still be."""
-    from ..cost.roofline import format_seconds
+    from ..units import format_seconds
 
     fitting = [r for r in done.values() if r.fits and r.step_s is not None]
     if not fitting:

@@ -21,7 +21,7 @@ def _term_name(term: str) -> str:
 def why(s) -> str:
     """A paragraph, from the computed figures only: which term bounds the best, how much slower the
     runner-up is and which of its terms costs it, the per-chip batch against the critical batch."""
-    from ..cost.roofline import format_seconds
+    from ..units import format_seconds
 
     best = s.best
     costed = s.costed
@@ -119,7 +119,7 @@ def depth_text(result: Result, s) -> str:
 
 def table(s) -> str:
     """The candidates as a readable table, fastest fitting first, then the others, then the skips."""
-    from ..cost.roofline import format_seconds
+    from ..units import format_seconds
 
     rows = sorted(s.costed, key=lambda r: (not r.fits, r.step_s if r.step_s is not None else math.inf))
     attention = any(r.candidate.attention for r in rows)
@@ -157,7 +157,7 @@ def table(s) -> str:
 def first_table(ranked: list[Result], seconds: float, rows: int = 10) -> str:
     """The first ranking (:mod:`.first`) as text: the book's step for the fastest ``rows`` candidates that passed
     the screens, said to be the book's count, before the compiler's confirmations."""
-    from ..cost.roofline import format_seconds
+    from ..units import format_seconds
 
     lines = [
         f"First ranking after {seconds:.1f} s — the scaling book's count (compute and network, no HBM traffic, fit "

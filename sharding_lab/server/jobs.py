@@ -28,7 +28,7 @@ from .. import settings
 from ..errors import ConfigError
 from ..training.config import LabConfig
 from . import background
-from .slots import MAX_JOBS, MAX_QUEUED, Busy, load, release_slot, wait_for_slot  # noqa: F401
+from .slots import MAX_JOBS, MAX_QUEUED, Busy, load, release_slot, wait_for_slot
 
 MAX_MULTIPROCESS_JOBS = settings.MAX_MULTIPROCESS_JOBS.get()
 JOB_TIME_LIMIT_S = settings.JOB_TIME_LIMIT_S.get()

@@ -17,7 +17,6 @@ import jax.numpy as jnp
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from ..units import format_bytes  # noqa: F401 (callers read it here too)
 from .rules import axis_names, split_ways, trim
 
 Ranges = tuple[tuple[int, int], ...]

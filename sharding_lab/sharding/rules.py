@@ -19,8 +19,7 @@ from typing import Union
 from jax.sharding import PartitionSpec as P
 
 from ..errors import ConfigError
-from ..models import Preset, family  # noqa: F401  (Preset: where presets used to live)
-from ..models.mlp import PRESETS  # noqa: F401  (the seed model's presets, for old imports)
+from ..models import family
 from .mesh import REPLICATED_WORDS, MeshSpec
 
 Target = Union[None, str, tuple[str, ...]]

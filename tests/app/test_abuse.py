@@ -171,7 +171,7 @@ def test_train_page_refuses_a_run_over_the_memory_limit(train_page, monkeypatch)
     assert at.button(key="train").disabled  # said before pressing, and nothing to press
     # beside the estimate, XLA's own figures for the same step, as the backend reports them
     from sharding_lab.program.communication import analyze
-    from sharding_lab.sharding.layout import format_bytes
+    from sharding_lab.units import format_bytes
 
     plan = sl.plan(config_state.config_from_state(at.session_state))
     memory = analyze(plan).memory

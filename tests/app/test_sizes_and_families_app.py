@@ -9,6 +9,7 @@ import pytest
 import sharding_lab as sl
 from sharding_lab.app import config_state, links
 from sharding_lab.models import plugins
+from sharding_lab.training.setting_groups import named_size_values
 from tests.support import ROOT, app_test
 
 
@@ -45,7 +46,7 @@ def test_links_carry_the_size_and_the_word_options_and_report_bad_ones():
         **config_state.defaults(),
         "model": "transformer",
         "preset": "tp",
-        **config_state.named_size_values(sl.family("transformer"), "gpt2-small"),
+        **named_size_values(sl.family("transformer"), "gpt2-small"),
         "remat": "full",
     }
     query = links.to_query(state)

@@ -15,6 +15,7 @@ from sharding_lab.app import config_state
 from sharding_lab.cli import main as cli
 from sharding_lab.lessons import challenges
 from sharding_lab.lessons.challenges import checks
+from sharding_lab.training import options
 
 IDS = list(challenges.CHALLENGES)
 
@@ -51,9 +52,9 @@ def test_solution_solves_it_and_the_sidebar_can_hold_it(challenge_id):
     challenge = challenges.get(challenge_id)
     # the solution as a partial configuration, and as the command line prints it, are one configuration
     parser = argparse.ArgumentParser()
-    cli.add_config_options(parser)
+    options.add_config_options(parser)
     config = challenges.solution_config(challenge)
-    assert cli.config_from_args(parser.parse_args(challenges.solution_args(challenge))) == config
+    assert options.config_from_args(parser.parse_args(challenges.solution_args(challenge))) == config
     solved, why = challenge.check(sl.plan(config))
     assert solved, why
     assert why.endswith(".")  # a sentence

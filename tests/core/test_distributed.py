@@ -20,6 +20,7 @@ import sharding_lab as sl
 from sharding_lab.cli import main as cli
 from sharding_lab.distributed import WorkerFailed
 from sharding_lab.distributed import launcher as distributed
+from sharding_lab.training import options
 from tests.support import ROOT, app_test
 
 SEED_ARGS = ["--mesh", "2x4", "--axes", "data,model", "--preset", "seed"]
@@ -75,8 +76,8 @@ def assert_gone(pids, within: float = 5.0) -> None:
 )
 def test_worker_options_rebuild_the_same_config(config):
     parser = argparse.ArgumentParser()
-    cli.add_config_options(parser)
-    rebuilt = cli.config_from_args(parser.parse_args(cli.config_to_args(config)))
+    options.add_config_options(parser)
+    rebuilt = options.config_from_args(parser.parse_args(options.config_to_args(config)))
     assert rebuilt.resolved_rules() == config.resolved_rules()
     assert dataclasses_equal(rebuilt, config)
 

@@ -179,6 +179,7 @@ def test_sizes_beyond_the_labs_limits_and_unreadable_files_are_sentences(tmp_pat
 
 def test_hf_config_on_the_command_line_sets_the_transformer_and_says_what_it_read(capsys):
     from sharding_lab.cli import main as cli
+    from sharding_lab.training import options
 
     tiny = str(DATA / "tiny-llama.json")
     assert cli.main(["layout", "--hf-config", tiny, "--mesh", "2x4", "--preset", "fsdp_tp", "--json"]) == 0
@@ -188,9 +189,9 @@ def test_hf_config_on_the_command_line_sets_the_transformer_and_says_what_it_rea
     assert "LlamaForCausalLM: 106,816 parameters" in err
     # size options on top of the config; the workers' arguments rebuild the same spec
     args = ["--hf-config", tiny, "--layers", "1", "--mesh", "2x4"]
-    config = cli.config_from_args(cli_parser_args(args))
+    config = options.config_from_args(cli_parser_args(args))
     assert config.model.layers == 1 and config.model.kv_heads == 2
-    assert cli.config_from_args(cli_parser_args(cli.config_to_args(config))).model == config.model
+    assert options.config_from_args(cli_parser_args(options.config_to_args(config))).model == config.model
     for args, words in (
         (["--hf-config", str(DATA / "gemma-2-9b.json")], "attn_logit_softcapping"),
         (["--hf-config", tiny, "--size", "llama3-8b"], "give --size or --hf-config, not both"),

@@ -20,6 +20,7 @@ from sharding_lab.pipeline.pipelined_step import microbatches
 from sharding_lab.pipeline.schedule import SCHEDULES, build
 from sharding_lab.program.communication import analyze
 from sharding_lab.program.textbook import compare
+from sharding_lab.training import options
 
 SMALL = TransformerSpec(layers=2, embed_dim=16, heads=2, head_dim=8, mlp_dim=32, vocab=16, seq=8)
 STEPS = 3
@@ -278,5 +279,5 @@ def test_worker_options_carry_the_pipeline():
 
     piped = config(schedule="1f1b", m=8)
     parser = argparse.ArgumentParser()
-    cli.add_config_options(parser)
-    assert cli.config_from_args(parser.parse_args(cli.config_to_args(piped))) == piped
+    options.add_config_options(parser)
+    assert options.config_from_args(parser.parse_args(options.config_to_args(piped))) == piped

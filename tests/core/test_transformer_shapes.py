@@ -22,6 +22,7 @@ from sharding_lab.cli import main as cli
 from sharding_lab.models.transformer import Transformer, TransformerSpec
 from sharding_lab.program.communication import analyze
 from sharding_lab.sharding.mesh import MeshSpec
+from sharding_lab.training import options
 from tests.support import ROOT
 
 FAMILY = sl.family("transformer")
@@ -187,7 +188,7 @@ def test_bad_sizes_and_options_get_one_sentence(capsys):
 
 def test_size_options_round_trip_through_argv():
     parser = argparse.ArgumentParser()
-    cli.add_config_options(parser)
+    options.add_config_options(parser)
     for model in (
         FAMILY.named_spec("llama3-8b"),
         dataclasses.replace(FAMILY.named_spec("gpt2-small"), remat="full"),
@@ -195,16 +196,16 @@ def test_size_options_round_trip_through_argv():
         TransformerSpec(),
     ):
         config = sl.LabConfig(mesh=MeshSpec((2, 4)), preset="tp", model=model, optimizer="adamw")
-        args = cli.config_to_args(config)
-        assert cli.config_from_args(parser.parse_args(args)) == config
-    args = cli.config_to_args(
+        args = options.config_to_args(config)
+        assert options.config_from_args(parser.parse_args(args)) == config
+    args = options.config_to_args(
         sl.LabConfig(preset="tp", model=dataclasses.replace(FAMILY.named_spec("gpt2-small"), remat="full"))
     )
     assert args[args.index("--size") + 1] == "gpt2-small" and args[args.index("--remat") + 1] == "full"
     assert "--layers" not in args  # the name says it
     # A size option given with --size changes it.
     parsed = parser.parse_args(["--model", "transformer", "--size", "llama3-8b", "--layers", "2"])
-    assert cli.config_from_args(parsed).model == dataclasses.replace(FAMILY.named_spec("llama3-8b"), layers=2)
+    assert options.config_from_args(parsed).model == dataclasses.replace(FAMILY.named_spec("llama3-8b"), layers=2)
 
 
 def _abstract_free(spec):

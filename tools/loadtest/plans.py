@@ -15,7 +15,7 @@ MESHES = [(2, 4), (4, 2), (1, 8), (8, 1), (2, 2), (4, 1), (1, 4), (2, 1)]
 def preset_titles() -> dict[str, str]:
     """The preset names as the Preset combobox shows them (the app's own titles)."""
     sys.path.insert(0, str(ROOT))
-    from sharding_lab.sharding.rules import PRESETS as APP_PRESETS
+    from sharding_lab.models.mlp import PRESETS as APP_PRESETS
 
     return {name: preset.title for name, preset in APP_PRESETS.items()}
 
