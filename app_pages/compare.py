@@ -35,7 +35,7 @@ chosen = c1.multiselect(
 if family.name == "mlp":  # the seed's 1→32→1 is too small to tell strategies apart: offer a wider one
     width = c2.select_slider("Hidden width", [32, 128, 512, 1024, 2048, 4096], value=1024, key="compare_width")
     depth = c2.slider("Extra hidden layers", 0, 4, 2, key="compare_depth")
-    model = sl.ModelSpec(plan.config.model.din, width, plan.config.model.dout, depth)
+    model = sl.MLPSpec(plan.config.model.din, width, plan.config.model.dout, depth)
     if model != plan.config.model:  # said, so its bytes are not read as the sidebar's model's
         c2.caption(
             f"Not the sidebar's model: a wider MLP, {family.parameter_count(model):,} parameters against the "

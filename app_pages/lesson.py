@@ -153,7 +153,7 @@ def compiled_section(plans: dict, name: str, mesh_axes) -> CommReport | None:
 def third_way_chapter(config: sl.LabConfig) -> None:
     """The same FSDP step written with Auto axes, Explicit axes and shard_map, each compiled."""
     axis = sl.sharding.rules.preset_roles(config.mesh)["data"]
-    spec = config.model if config.family.name == "mlp" else sl.ModelSpec()
+    spec = config.model if config.family.name == "mlp" else sl.MLPSpec()
     setup = third_way.Setup(
         dataclasses.replace(config.mesh, axis_type="auto"), axis, spec.din, spec.dmid, spec.dout, config.batch_size
     )

@@ -17,7 +17,7 @@ _devices.force_host_devices(_devices.requested_host_devices())
 from .errors import ConfigError  # noqa: E402
 from .hardware.devices import device_info  # noqa: E402
 from .models import FAMILIES, family  # noqa: E402
-from .models.mlp import PRESETS, ModelSpec  # noqa: E402
+from .models.mlp import PRESETS, MLPSpec  # noqa: E402
 from .sharding.layout import ArrayLayout, actual_layout, compare_layouts, planned_layout  # noqa: E402
 from .sharding.mesh import MeshSpec, build_mesh  # noqa: E402
 from .sharding.rules import Rules, bind_preset  # noqa: E402
@@ -32,7 +32,7 @@ __all__ = [
     "Lab",
     "LabConfig",
     "MeshSpec",
-    "ModelSpec",
+    "MLPSpec",
     "OPTIMIZERS",
     "PRESETS",
     "Plan",

@@ -30,7 +30,7 @@ import dataclasses
 import functools
 import itertools
 import math
-from typing import Callable, ClassVar
+from typing import Callable, ClassVar, Protocol
 
 import jax
 import jax.numpy as jnp
@@ -152,6 +152,16 @@ class ArraySpec:
     dtype: str = "float32"
 
 
+class ModelSpec(Protocol):
+    """What every family's ``Spec`` is (the MLP's :class:`.mlp.MLPSpec`, the transformer's
+    :class:`.transformer_spec.TransformerSpec`): a frozen dataclass of sizes — plain data, so it keys caches
+    and links — that names its family and checks itself (sizes → :class:`ConfigError`)."""
+
+    family: ClassVar[str]
+
+    def validate(self) -> None: ...
+
+
 def param(value: jax.Array, shard: Shard, rule_name: str, *logical_axes: str | None) -> nnx.Param:
     """A parameter born sharded (``out_sharding=``, the blog's ``sharding=``), carrying its logical
     axes and rule name as metadata so the planner can read them back."""
@@ -242,7 +252,7 @@ class ModelFamily:
 
     name: ClassVar[str]
     title: ClassVar[str]
-    Spec: ClassVar[type]
+    Spec: ClassVar[type[ModelSpec]]
     Model: ClassVar[type]
     logical_axes: ClassVar[dict[str, str]]
     presets: ClassVar[dict[str, Preset]]
@@ -413,6 +423,7 @@ from . import mlp, transformer  # noqa: E402,F401
 
 __all__ = [
     "ArraySpec",
+    "ModelSpec",
     "ChoiceField",
     "NamedSize",
     "recording_activations",

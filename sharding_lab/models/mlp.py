@@ -39,7 +39,7 @@ MAX_HIDDEN_LAYERS = 8
 
 
 @dataclasses.dataclass(frozen=True)
-class ModelSpec:
+class MLPSpec:
     """The MLP's sizes: din → dmid (→ dmid × hidden_layers) → dout."""
 
     family: ClassVar[str] = "mlp"
@@ -215,7 +215,7 @@ PRESETS: dict[str, Preset] = {
 class MLPFamily(ModelFamily):
     name = "mlp"
     title = "MLP (the seed)"
-    Spec = ModelSpec
+    Spec = MLPSpec
     Model = MLP
     logical_axes = {
         "embed": "model input features (w1, w2 rows in the seed)",

@@ -24,8 +24,8 @@ from .. import settings
 from ..errors import ConfigError, nearest_divisible
 from ..hardware import targets
 from ..hardware.devices import available_count
-from ..models import FAMILIES, family_of
-from ..models.mlp import ModelSpec
+from ..models import FAMILIES, ModelSpec, family_of
+from ..models.mlp import MLPSpec
 from ..pipeline import family_for, stage_axis
 from ..pipeline import validate as validate_pipeline
 from ..sharding.experts import validate as validate_experts
@@ -42,7 +42,7 @@ class LabConfig:
     mesh: MeshSpec = MeshSpec()
     preset: str | None = "seed"
     rules: Rules | None = None  # used when preset is None (custom rules)
-    model: ModelSpec = ModelSpec()
+    model: ModelSpec = MLPSpec()  # any family's Spec; the seed's MLP by default
     # The defaults are the run settings table's (run_settings.VALUES): each declared there once.
     optimizer: str = VALUES["optimizer"].default
     lr: float = VALUES["lr"].default

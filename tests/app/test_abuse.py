@@ -150,7 +150,7 @@ def test_backend_knows_a_huge_model_does_not_fit():
     """~2.2 billion parameters: the backend's estimate refuses it on any ordinary server."""
     from sharding_lab.training.config import check_memory, estimated_bytes
 
-    huge = sl.plan(sl.LabConfig(model=sl.ModelSpec(1, 16_384, 1, 8)))
+    huge = sl.plan(sl.LabConfig(model=sl.MLPSpec(1, 16_384, 1, 8)))
     assert estimated_bytes(huge) > 40 * 2**30
     with pytest.raises(sl.ConfigError, match=r"needs about [\d.]+ [GT]B across"):
         check_memory(huge)

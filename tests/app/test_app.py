@@ -307,7 +307,7 @@ def test_compare_page_predicts_each_strategy_s_step_on_the_chosen_chip():
     assert list(table.index) == ["dp", "fsdp", "tp"]
     # the same numbers from the backend directly: the page's model (width 1024, 2 extra layers) per preset
     base = sl.LabConfig(
-        mesh=sl.MeshSpec((2, 4), ("data", "model")), model=sl.ModelSpec(1, 1024, 1, 2), steps=1, seed=0, chunk=1
+        mesh=sl.MeshSpec((2, 4), ("data", "model")), model=sl.MLPSpec(1, 1024, 1, 2), steps=1, seed=0, chunk=1
     )
     want = {name: cost.predict(dataclasses.replace(base, preset=name), "tpu-v5e", "bf16") for name in table.index}
     for name, p in want.items():

@@ -51,7 +51,7 @@ def test_compare_says_when_its_mlp_is_not_the_sidebar_s():
     assert not at.exception, at.exception
     said = [c.value for c in at.caption if "Not the sidebar's model" in c.value]
     count = sl.family("mlp").parameter_count
-    wide, seed = sl.ModelSpec(1, 1024, 1, 2), sl.LabConfig().model
+    wide, seed = sl.MLPSpec(1, 1024, 1, 2), sl.LabConfig().model
     assert said and f"{count(wide):,} parameters against the sidebar's {count(seed):,}" in said[0]
     assert not any("same model" in c.value for c in at.caption)
 

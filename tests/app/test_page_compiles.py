@@ -62,7 +62,7 @@ def most_at_once(intervals) -> int:
 
 def small_plan(width: int) -> sl.Plan:
     """An MLP layout no other test compiles (its width), so XLA compiles it here."""
-    return sl.plan(sl.LabConfig(mesh=sl.MeshSpec((2, 4)), model=sl.ModelSpec(1, width, 1, 1), preset="fsdp"))
+    return sl.plan(sl.LabConfig(mesh=sl.MeshSpec((2, 4)), model=sl.MLPSpec(1, width, 1, 1), preset="fsdp"))
 
 
 def test_three_pages_compiling_at_once_compile_one_at_a_time(queue):

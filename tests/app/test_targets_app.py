@@ -115,7 +115,7 @@ def test_compare_compiles_every_strategy_for_the_sidebar_s_target():
     assert "On TPU v5e" in text
     table = next(df.value for df in at.dataframe if "collectives / step" in df.value.columns)
     dp = int(table.set_index("strategy").loc["dp", "collectives / step"])
-    base = sl.LabConfig(mesh=sl.MeshSpec((2, 4), ("data", "model")), model=sl.ModelSpec(1, 1024, 1, 2), target="v5e-8")
+    base = sl.LabConfig(mesh=sl.MeshSpec((2, 4), ("data", "model")), model=sl.MLPSpec(1, 1024, 1, 2), target="v5e-8")
     hlo = analyze(sl.plan(strategy_config(base, "dp"))).hlo
     ops = "|".join(COLLECTIVES)
     assert ":T(" in hlo and dp == len(re.findall(rf"\s(?:{ops})(?:-start)?\(", hlo))

@@ -265,7 +265,7 @@ def test_moves_name_gradients_weights_activations_and_the_repinned_output():
     assert named[("all-gather", "unknown")][0].startswith("updated params/w2")
 
 
-WIDE = sl.ModelSpec(1024, 1024, 1024, 2)
+WIDE = sl.MLPSpec(1024, 1024, 1024, 2)
 
 
 def fsdp_comparison(batch):

@@ -22,7 +22,7 @@ from sharding_lab.hardware.chips import CHIPS, axis_links
 from sharding_lab.program.communication import parse_collectives
 from tests.support import ROOT
 
-WIDE = sl.ModelSpec(din=256, dmid=1024, dout=256)
+WIDE = sl.MLPSpec(din=256, dmid=1024, dout=256)
 BF16 = 2
 
 
@@ -88,7 +88,7 @@ def test_scaling_book_critical_batch_for_data_parallelism_on_v5p():
 
 
 def test_compute_bound_and_communication_bound_are_recognised():
-    big = cost.predict(dp(sl.ModelSpec(2048, 2048, 2048), batch=8 * 4096), "h100")
+    big = cost.predict(dp(sl.MLPSpec(2048, 2048, 2048), batch=8 * 4096), "h100")
     assert big.bound == "compute" and big.compute_s > 2 * big.comm_s and 0.3 < big.mfu <= 1
     small = cost.predict(dp(), "tpu-v5e")
     assert small.bound == "communication" and small.comm_s > small.memory_s > small.compute_s

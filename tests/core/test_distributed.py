@@ -68,7 +68,7 @@ def assert_gone(pids, within: float = 5.0) -> None:
         sl.LabConfig(
             preset=None,
             rules=sl.Rules(embed=None, mlp=("model", "data"), data="data", overrides=(("w2", ("model", None)),)),
-            model=sl.ModelSpec(2, 64, 3, 2),
+            model=sl.MLPSpec(2, 64, 3, 2),
             decay=0.8,
         ),
     ],

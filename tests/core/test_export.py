@@ -46,7 +46,7 @@ CONFIGS = {
         mesh=MeshSpec((2, 4), axis_type="explicit"),
         preset="fsdp",
         optimizer="adamw",
-        model=sl.ModelSpec(hidden_layers=1),
+        model=sl.MLPSpec(hidden_layers=1),
         steps=1500,
     ),
     "moe": _moe_config(),

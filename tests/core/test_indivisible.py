@@ -7,16 +7,16 @@ import numpy as np
 import pytest
 
 import sharding_lab as sl
-from sharding_lab import ConfigError, Lab, LabConfig, MeshSpec, ModelSpec, Rules, Trainer, plan
+from sharding_lab import ConfigError, Lab, LabConfig, MeshSpec, MLPSpec, Rules, Trainer, plan
 from sharding_lab.sharding.layout import realized_spec
 
 CONFIGS = {
     # w1 (3, 30) on data×model, b1 (30,) on model, w2 (30, 2) on data×model: 3, 30 and 2 don't split
     "odd widths": LabConfig(
-        preset=None, rules=Rules(embed="data", mlp="model", data="data"), model=ModelSpec(din=3, dmid=30, dout=2)
+        preset=None, rules=Rules(embed="data", mlp="model", data="data"), model=MLPSpec(din=3, dmid=30, dout=2)
     ),
     # 36 hidden units split over model×data (8 ways): JAX can split them over model alone
-    "tuple target": LabConfig(preset=None, rules=Rules(mlp=("model", "data"), data="data"), model=ModelSpec(dmid=36)),
+    "tuple target": LabConfig(preset=None, rules=Rules(mlp=("model", "data"), data="data"), model=MLPSpec(dmid=36)),
 }
 
 

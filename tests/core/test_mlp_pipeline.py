@@ -21,7 +21,7 @@ MESH = sl.MeshSpec((2, 4), ("stage", "data"))
 
 def mlp(preset: str, schedule: str = "gpipe", hidden_layers: int = 4, **changes) -> sl.LabConfig:
     kwargs = {"microbatches": 4, "schedule": schedule} if preset == "pp" else {}
-    return sl.LabConfig(mesh=MESH, preset=preset, model=sl.ModelSpec(hidden_layers=hidden_layers), **kwargs, **changes)
+    return sl.LabConfig(mesh=MESH, preset=preset, model=sl.MLPSpec(hidden_layers=hidden_layers), **kwargs, **changes)
 
 
 def test_the_hidden_layers_are_stacked_and_each_stage_holds_its_own():

@@ -488,7 +488,7 @@ def test_without_the_gpu_every_matmul_is_a_triton_gemm_fusion_as_the_note_says()
         mesh=MeshSpec((8,), ("data",)),
         preset="dp",
         target="h100-8",
-        model=sl.ModelSpec(1024, 1024, 1024),
+        model=sl.MLPSpec(1024, 1024, 1024),
         batch_size=1024,
     )  # tiny matmuls fuse into loops
     hlo = compile_train_step(sl.plan(config), "bf16").as_text()

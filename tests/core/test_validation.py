@@ -6,7 +6,7 @@ import math
 import jax
 import pytest
 
-from sharding_lab import ConfigError, LabConfig, MeshSpec, ModelSpec, Rules, plan
+from sharding_lab import ConfigError, LabConfig, MeshSpec, MLPSpec, Rules, plan
 
 # id → (config, field, words the message must contain)
 CASES = {
@@ -60,7 +60,7 @@ CASES = {
     "lr negative": (LabConfig(lr=-0.1), "optimizer", ["learning rate", "-0.1"]),
     "lr nan": (LabConfig(lr=math.nan), "optimizer", ["learning rate", "nan"]),
     "decay 1.0": (LabConfig(decay=1.0), "optimizer", ["decay", "1.0", "[0, 1)"]),
-    "model width 0": (LabConfig(model=ModelSpec(dmid=0)), "model", ["dmid", "0"]),
+    "model width 0": (LabConfig(model=MLPSpec(dmid=0)), "model", ["dmid", "0"]),
     "unknown optimizer": (LabConfig(optimizer="rmsprop"), "optimizer", ["'rmsprop'", "seed-sgd", "adamw"]),
     "unknown preset": (LabConfig(preset="zero3"), "rules", ["'zero3'", "fsdp_tp"]),
 }
@@ -119,7 +119,7 @@ def test_config_error_comes_before_any_jax_work(case):
 def test_bad_batch_is_rejected_before_compiling_the_w2_probe():
     # dmid=20 gives w2 the shape (20, 1), which nothing else in the suite probes, so the
     # realized_spec cache cannot hide the compile.
-    config = LabConfig(mesh=MeshSpec((4, 2)), model=ModelSpec(dmid=20), batch_size=30)
+    config = LabConfig(mesh=MeshSpec((4, 2)), model=MLPSpec(dmid=20), batch_size=30)
     with JaxActivity() as seen, pytest.raises(ConfigError, match="batch/x"):
         plan(config)
     assert seen.compiles == []
@@ -135,7 +135,7 @@ def test_batch_feature_dimension_error_does_not_blame_the_batch_size():
 def test_a_run_that_would_not_fit_in_memory_is_refused_before_allocating(monkeypatch):
     from sharding_lab.training.config import check_memory, estimated_bytes
 
-    config = LabConfig(model=ModelSpec(dmid=4096, hidden_layers=4), preset="dp", optimizer="adamw")
+    config = LabConfig(model=MLPSpec(dmid=4096, hidden_layers=4), preset="dp", optimizer="adamw")
     planned = plan(config)  # laying it out is free
     # 8 replicas of 4 × 4096² floats (params, mu, nu, grads): well over a gigabyte.
     assert estimated_bytes(planned) > 8 * 4 * 4096 * 4096 * 4 * 4
