@@ -26,6 +26,7 @@ registers its families with :func:`register` on import (docs/own-model.md).
 
 from __future__ import annotations
 
+import contextvars
 import dataclasses
 import functools
 import itertools
@@ -177,41 +178,46 @@ def param(value: jax.Array, shard: Shard, rule_name: str, *logical_axes: str | N
 _creation_order = itertools.count()  # nnx sorts attributes by name; plans list parameters as created
 
 
-_active_constraints: list[Callable] = []
-_recording: list[bool] = []
-_active_layouts: list[tuple] = []  # (mesh, specs) of each activation_rules entered
+# The activation_rules entered, innermost last — per thread (and per asyncio task): a job's, a search's, a precompile's
+# and a page's threads trace at once, each under its own layout (a module-global stack let one thread's trace read
+# another's rules, and pop them). Nothing traces on a thread other than the one that entered the rules.
+_entered: contextvars.ContextVar[tuple[activation_rules, ...]] = contextvars.ContextVar("activation_rules", default=())
 
 
 def recording_activations() -> bool:
     """True while a program records its activations to check their layout (``activation_rules``
     with ``record``): a model then skips rematerialisation, since a value made inside
     ``nnx.remat`` cannot be returned from outside it. The forward pass computes the same."""
-    return bool(_recording and _recording[-1])
+    entered = _entered.get()
+    return bool(entered and entered[-1]._record)
 
 
 def constrain(x: jax.Array, name: str) -> jax.Array:
     """Lay out the activation ``name`` as the rules say (inside the training step; a no-op when no
     rules are active, e.g. while tracing shapes)."""
-    return _active_constraints[-1](x, name) if _active_constraints else x
+    entered = _entered.get()
+    return entered[-1]._fn(x, name) if entered else x
 
 
 def constrain_to(x: jax.Array, spec: P | None) -> jax.Array:
     """Lay out ``x`` as ``spec`` on the active rules' mesh, as :func:`constrain` lays out a named activation
     (a no-op outside any :class:`activation_rules`, or without a spec)."""
-    if spec is None or not _active_layouts:
+    entered = _entered.get()
+    if spec is None or not entered:
         return x
     from .data import place
 
-    return place(x, NamedSharding(_active_layouts[-1][0], spec))
+    return place(x, NamedSharding(entered[-1]._layout[0], spec))
 
 
 def activation_layout(name: str) -> tuple | None:
     """``(mesh, PartitionSpec)`` the active rules give the activation ``name`` (None outside any
     :class:`activation_rules`, or when the rules do not lay it out): for code that must place its work
     itself, as a custom kernel under ``shard_map`` does (:func:`sharding_lab.models.attention.splash_attention`)."""
-    if not _active_layouts or name not in _active_layouts[-1][1]:
+    entered = _entered.get()
+    if not entered or name not in entered[-1]._layout[1]:
         return None
-    mesh, specs = _active_layouts[-1]
+    mesh, specs = entered[-1]._layout
     return mesh, specs[name]
 
 
@@ -237,14 +243,10 @@ class activation_rules:  # noqa: N801  (a context manager, used like a function)
         self._layout = (mesh, specs)
 
     def __enter__(self):
-        _active_constraints.append(self._fn)
-        _recording.append(self._record)
-        _active_layouts.append(self._layout)
+        _entered.set((*_entered.get(), self))
 
     def __exit__(self, *exc):
-        _active_constraints.pop()
-        _recording.pop()
-        _active_layouts.pop()
+        _entered.set(_entered.get()[:-1])
 
 
 class ModelFamily:

@@ -12,6 +12,8 @@ projection and the MLP's matrices: ``save_only_these_names``, the names the bloc
 
 from __future__ import annotations
 
+import contextvars
+
 import jax
 import jax.numpy as jnp
 from flax import nnx
@@ -73,22 +75,25 @@ class unrolled_scan:  # noqa: N801  (a context manager, used like a function)
     whatever its trip count, so the lab's cost of a scanned step is read from two compiles, by 1 and by 2
     (``compile_step`` in the cost package): their difference is one block's."""
 
-    _depth: list = []
+    # The factors entered, innermost last: per thread, as a search's cost compiles (unrolled) and a page's or a
+    # job's step (a loop) are traced at once on different threads.
+    _depth = contextvars.ContextVar("unrolled_scan", default=())
 
     def __init__(self, factor: int | bool = True):
         self._factor = factor
 
     @classmethod
     def active(cls) -> bool:
-        return bool(cls._depth)
+        return bool(cls._depth.get())
 
     @classmethod
     def factor(cls) -> int | bool:
         """``lax.scan``'s ``unroll``: 1 (a loop of one block) outside any ``unrolled_scan``."""
-        return cls._depth[-1] if cls._depth else 1
+        depth = cls._depth.get()
+        return depth[-1] if depth else 1
 
     def __enter__(self):
-        unrolled_scan._depth.append(self._factor)
+        unrolled_scan._depth.set((*unrolled_scan._depth.get(), self._factor))
 
     def __exit__(self, *exc):
-        unrolled_scan._depth.pop()
+        unrolled_scan._depth.set(unrolled_scan._depth.get()[:-1])

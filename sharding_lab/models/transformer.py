@@ -297,7 +297,7 @@ class TransformerFamily(ModelFamily):
     )
     # The module's constants the copied source reads, written out with their values.
     export_preamble = (
-        "import dataclasses\nimport math\n\nfrom jax.ad_checkpoint import checkpoint_name\n\n"
+        "import contextvars\nimport dataclasses\nimport math\n\nfrom jax.ad_checkpoint import checkpoint_name\n\n"
         f"NO_STATS = {NO_STATS!r}  # a dense block's (load-balancing loss, dropped token choices)\n"
         f"AUX_LOSS_COEFFICIENT = {AUX_LOSS_COEFFICIENT!r}  # the load-balancing loss's weight\n"
         f"DISPATCH_SCOPE, EXPERTS_SCOPE, COMBINE_SCOPE = "

@@ -23,6 +23,7 @@ same terms (``op_name``, shape); :func:`from_refusal` names those.
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import dataclasses
 import glob
 import math
@@ -373,26 +374,26 @@ def from_refusal(text: str, names: Names, count: int = SHOWN) -> list[Buffer]:
     return sorted(buffers, key=lambda b: -b.bytes)[:count]
 
 
-_everywhere: list[bool] = []
+_everywhere = contextvars.ContextVar("buffers_everywhere", default=False)  # per thread: see everywhere()
 
 
 @contextlib.contextmanager
 def everywhere():
-    """Inside, steps compiled for the simulated host (XLA:CPU) name their buffers too: its dump writes the
-    LLVM IR of every kernel beside the buffer assignment, about doubling a compile, so the app's pages, which
-    compile on the host all the time, name them only for accelerator targets; ``sharding-lab cost`` asks."""
-    _everywhere.append(True)
+    """Inside (on this thread), steps compiled for the simulated host (XLA:CPU) name their buffers too: its dump
+    writes the LLVM IR of every kernel beside the buffer assignment, about doubling a compile, so the app's pages,
+    which compile on the host all the time, name them only for accelerator targets; ``sharding-lab cost`` asks."""
+    token = _everywhere.set(True)
     try:
         yield
     finally:
-        _everywhere.pop()
+        _everywhere.reset(token)
 
 
 def wanted(target: str) -> bool:
     """Whether a compile for ``target`` names its buffers (see :func:`everywhere`)."""
     from ..hardware.targets import parse
 
-    return bool(_everywhere) or parse(target).kind != "cpu"
+    return _everywhere.get() or parse(target).kind != "cpu"
 
 
 @dataclasses.dataclass

@@ -10,6 +10,7 @@ array is born with its sharding; :func:`abstract_state` is the same, unallocated
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import threading
 
 import jax
@@ -143,24 +144,26 @@ def lower_train_step(plan: Plan, dtype: str = "f32"):
         return fn.lower(state, x, y)
 
 
-_compiler_options: list[dict] = []
+# The innermost compiler_options of this thread (None: none). Per thread: a search's compiles dump to their own
+# folder while a page's or a job's compile on another thread must not (nor read that folder as its own).
+_compiler_options: contextvars.ContextVar[dict | None] = contextvars.ContextVar("compiler_options", default=None)
 
 
 @contextlib.contextmanager
 def compiler_options(**options):
-    """Extra options for every :func:`compile_lowered` inside the block — XLA debug options such as
+    """Extra options for every :func:`compile_lowered` inside the block (on this thread) — XLA debug options such as
     ``xla_dump_to``: the search's workers have the compiler write its buffer assignment to a folder they
     watch, to know when it has passed its memory check, before the TPU compiler's code generation (minutes)."""
-    _compiler_options.append(options)
+    token = _compiler_options.set(dict(options))
     try:
         yield
     finally:
-        _compiler_options.pop()
+        _compiler_options.reset(token)
 
 
 def current_compiler_options() -> dict:
     """The options :func:`compile_lowered` compiles with here (those of the innermost :func:`compiler_options`)."""
-    return dict(_compiler_options[-1]) if _compiler_options else {}
+    return dict(_compiler_options.get() or {})
 
 
 _turns = threading.local()  # this thread's wait before each compile (a page's: the server's compile queue)
@@ -190,7 +193,8 @@ def compile_lowered(lowered, target: str):
 
 def _compile(lowered, target: str):
     try:
-        return lowered.compile(compiler_options=_compiler_options[-1]) if _compiler_options else lowered.compile()
+        options = _compiler_options.get()
+        return lowered.compile(compiler_options=options) if options is not None else lowered.compile()
     except Exception as error:  # the accelerator compilers refuse what does not fit: JaxRuntimeError
         if "RESOURCE_EXHAUSTED" not in str(error):
             raise
