@@ -9,6 +9,7 @@ import sharding_lab as sl
 from sharding_lab import search, settings
 from sharding_lab.app import hf_view, page_errors, plan_view, session, ui
 from sharding_lab.hardware import targets
+from sharding_lab.search.candidates import default_presets, offered_presets
 
 state = st.session_state
 DTYPE = "mixed"
@@ -70,15 +71,9 @@ SIDEBAR_MODEL = "(the sidebar's model)"
 HF_CONFIG = "(a Hugging Face config.json)"
 SIZES = [SIDEBAR_MODEL, HF_CONFIG] + list(fam.named_sizes)
 SMALL_PARAMETERS = 100e6  # a config under this is searched as the lab's small model is: an answer in a minute
-# A named size opens on the README's example: llama3-8b on v5e-256, 256 sequences of 4,096 tokens, every
-# preset and remat both ways.
-EXAMPLE = {
-    "plan_target": "v5e-256",
-    "plan_seq": 4096,
-    "plan_batch_tokens": 1 << 20,
-    "plan_presets": list(fam.presets),
-    "plan_remats": list(search.REMATS),
-}
+# A named size opens on the README's example: llama3-8b on v5e-256, 256 sequences of 4,096 tokens, the presets a
+# search tries unless told (candidates.default_presets: a dense model's without experts or pipelines), every remat.
+EXAMPLE = {"plan_target": "v5e-256", "plan_seq": 4096, "plan_batch_tokens": 1 << 20, "plan_remats": list(search.REMATS)}
 
 
 def _sidebar_transformer():
@@ -89,6 +84,21 @@ def _sidebar_transformer():
     return model if model.family == "transformer" else None
 
 
+def model_of(size: str):
+    """The transformer ``size`` names: the sidebar's, the config read, or a named size's (None: none yet)."""
+    if size == SIDEBAR_MODEL:
+        return _sidebar_transformer()
+    if size == HF_CONFIG:
+        read = state.get("plan_hf_read")
+        return read.spec if isinstance(read, hf_view.HFModel) else None
+    return fam.named_spec(size)
+
+
+def presets_of(model) -> list[str]:
+    """The presets searched unless the learner picks others: a dense model's have no experts and no pipelines."""
+    return list(default_presets(fam, model or fam.Spec()))
+
+
 def defaults_for(size: str) -> dict:
     """Where the search starts for ``size``. A small transformer (the sidebar's, or the lab's ``default``) is
     planned as the sidebar has it — its sequence, its batch, its slice (v5e-8 while it trains on the simulated
@@ -96,14 +106,12 @@ def defaults_for(size: str) -> dict:
     (:data:`plan_view.SMALL_PRESETS`). A public model's size: the README's example."""
     sidebar_target = state.get("target", targets.CPU)
     target = sidebar_target if sidebar_target in tpu_targets else None
-    model = _sidebar_transformer() if size == SIDEBAR_MODEL else fam.named_spec(size) if size == "default" else None
-    if size == HF_CONFIG:
-        read = state.get("plan_hf_read")
-        model = read.spec if isinstance(read, hf_view.HFModel) else None
-        if model is not None and fam.parameter_count(model) >= SMALL_PARAMETERS:
-            return {**EXAMPLE, "plan_target": target or EXAMPLE["plan_target"], "plan_seq": min(4096, model.seq)}
-    if model is None:
-        return {**EXAMPLE, "plan_target": target or EXAMPLE["plan_target"]}
+    model = model_of(size)
+    example = {**EXAMPLE, "plan_target": target or EXAMPLE["plan_target"], "plan_presets": presets_of(model)}
+    if size == HF_CONFIG and model is not None and fam.parameter_count(model) >= SMALL_PARAMETERS:
+        return {**example, "plan_seq": min(4096, model.seq)}
+    if size not in (SIDEBAR_MODEL, HF_CONFIG, "default") or model is None:
+        return example
     return {
         "plan_target": target or "v5e-8",
         "plan_seq": model.seq,
@@ -161,7 +169,18 @@ seq = ui.number_setting(
     "sidebar has it; a public model at the README's example.",
 )
 optimizer = c3.selectbox("Optimizer", list(sl.OPTIMIZERS), key="plan_optimizer", persist_state=session.KEEP)
-presets = c3.multiselect("Presets", list(fam.presets), key="plan_presets", persist_state=session.KEEP)
+# A dense model is not offered the expert presets (every candidate would be refused); the pipelines it is offered,
+# not searched unless picked.
+offered = offered_presets(fam, model_of(size) or fam.Spec())
+state.plan_presets = [p for p in state.plan_presets if p in offered]
+presets = c3.multiselect(
+    "Presets",
+    list(offered),
+    key="plan_presets",
+    persist_state=session.KEEP,
+    help="The layouts searched. A dense model's search leaves out the pipelines (pp, pp_tp: on a slice's meshes "
+    "the plan refuses most of them) unless picked here; the expert presets are offered to a mixture of experts.",
+)
 remats = c3.multiselect(
     "Remat",
     list(fam.size_fields["remat"].choices),

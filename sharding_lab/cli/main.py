@@ -147,7 +147,12 @@ def main(argv=None) -> int:
         "--batch-tokens", type=int, required=True, help="global batch in tokens (÷ --seq sequences)"
     )
     plan_parser.add_argument("--dtype", default="mixed", help="mixed (default), bf16 or f32")
-    plan_parser.add_argument("--presets", default=None, help="only these presets, comma-separated (default: all)")
+    plan_parser.add_argument(
+        "--presets",
+        default=None,
+        help="only these presets, comma-separated (default: a mixture of experts all; a dense model all but the expert "
+        "presets, which it cannot use, and the pipelines pp and pp_tp, searched when named)",
+    )
     plan_parser.add_argument(
         "--remats",
         default=None,

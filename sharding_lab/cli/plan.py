@@ -7,7 +7,7 @@ import json
 import sys
 
 from ..cost.report import maxtext_line
-from ..errors import ConfigError
+from ..errors import ConfigError, Named
 from ..export.maxtext import maxtext
 from ..training.options import config_from_args, config_to_args, say_hf_config
 
@@ -16,6 +16,7 @@ def print_plan(args) -> int:
     """``python -m sharding_lab plan``: the search (:mod:`sharding_lab.search.search`), as a table or JSON."""
     from .. import search
     from ..cost.compiled import dtype_name
+    from ..search.candidates import offered_presets
 
     dtype = dtype_name(args.dtype)
     config = config_from_args(args)
@@ -25,6 +26,15 @@ def print_plan(args) -> int:
     for name in presets or ():
         if name not in base.family.presets:
             raise ConfigError(f"unknown preset {name!r}: choose among {', '.join(base.family.presets)}", "rules")
+        if name not in offered_presets(base.family, base.model):  # every candidate would be refused
+            raise ConfigError(
+                (
+                    f"preset {name} splits the experts, and this model's MLP is dense (",
+                    Named.of(base.family.size_fields["experts"]),
+                    f" 0): give it experts, or leave {name} out",
+                ),
+                "rules",
+            )
     remats = tuple(r.strip() for r in args.remats.split(",")) if args.remats else None
     remat_field = base.family.size_fields.get("remat")
     known = remat_field.choices if remat_field is not None else search.REMATS

@@ -209,15 +209,45 @@ def base_config(model, target: str, batch_tokens: int, optimizer: str = "adamw",
     )
 
 
+def has_experts(model) -> bool:
+    """Whether the model's MLP is a mixture of experts (a dense one has none to split)."""
+    return bool(getattr(model, "experts", 0))
+
+
+def splits_experts(preset) -> bool:
+    """An expert-parallel preset (ep, ep_dp, ep_tp): it names the ``expert`` role."""
+    return "expert" in preset.logical
+
+
+def pipelines(preset) -> bool:
+    """A pipeline preset (pp, pp_tp): the layers on the ``stage`` role."""
+    return preset.logical.get("layers") == "stage"
+
+
+def offered_presets(family, model) -> tuple[str, ...]:
+    """The presets a search can be asked for with ``model``: the family's, less expert parallelism for a dense model
+    (it splits experts the model has none of: every such candidate would be refused)."""
+    return tuple(n for n, p in family.presets.items() if has_experts(model) or not splits_experts(p))
+
+
+def default_presets(family, model) -> tuple[str, ...]:
+    """The presets a search tries unless told which (``--presets``, the Plan page's Presets): those offered, and for a
+    dense model no pipelines either — on a slice's two-axis meshes the plan refuses most of them (stages that do not
+    divide the layers; pp_tp needs a third axis): llama3-8b on v5e-256 had 96 such refusals among 264 candidates,
+    and the same 37 to compile without them (docs/search.md). A pipeline is searched when asked for by name."""
+    return tuple(n for n in offered_presets(family, model) if has_experts(model) or not pipelines(family.presets[n]))
+
+
 def candidates(
     base: LabConfig,
     presets: tuple[str, ...] | None = None,
     remats: tuple[str, ...] | None = None,
     attentions: tuple[str, ...] | None = None,
 ) -> list[Candidate]:
-    """Meshes × presets × remat × attention (None: the model's own only), in that order."""
+    """Meshes × presets × remat × attention (None: the model's own only), in that order; ``presets`` None: the
+    model's :func:`default_presets`."""
     on = targets.parse(base.target)
-    presets = tuple(presets or base.family.presets)
+    presets = tuple(presets or default_presets(base.family, base.model))
     has_remat = hasattr(base.model, "remat")
     remats = tuple(remats or (REMATS if has_remat else ("none",)))
     kinds = tuple(attentions) if attentions and hasattr(base.model, "attention") else (None,)

@@ -127,6 +127,27 @@ def test_the_sidebar_s_transformer_is_planned_as_the_sidebar_has_it_a_named_size
     assert boxes() == ("v5e-8", 8192, batch * 64)  # the sequence typed is kept
 
 
+def test_a_dense_model_is_offered_no_expert_preset_and_searched_without_pipelines_unless_picked():
+    """Walk item 4, on the page: llama3-8b's default search listed pp, pp_tp, ep, ep_dp and ep_tp. A dense model is
+    not offered the expert presets and opens without the pipelines; Mixtral (experts) is offered and searches all."""
+    at = app_test(120)
+    at.run()
+    at.switch_page("app_pages/plan.py").run()
+    dense = ["replicated", "dp", "fsdp", "tp", "sp", "fsdp_tp"]
+    at.selectbox(key="plan_size").set_value("llama3-8b").run()
+    assert not at.exception
+    box = at.multiselect(key="plan_presets")
+    assert box.options == [*dense, "pp", "pp_tp"] and box.value == dense
+    assert "264 candidates" not in " ".join(c.value for c in at.caption)
+    assert at.session_state["plan_estimate"][1].candidates == 8 * 6 * 3 + search.three_axis_count(256)
+    at.selectbox(key="plan_size").set_value("mixtral-8x7b").run()
+    box = at.multiselect(key="plan_presets")
+    assert box.options == box.value == [*dense, "pp", "pp_tp", "ep", "ep_dp", "ep_tp"]
+    box.set_value(["fsdp", "ep", "pp"]).run()
+    at.selectbox(key="plan_size").set_value("llama3-8b").run()  # ep goes with the experts; pp, picked, stays
+    assert not at.exception and at.multiselect(key="plan_presets").value == ["fsdp", "pp"]
+
+
 def plan_page(**query) -> AppTest:
     at = app_test(300)
     at.query_params.update(query)

@@ -77,8 +77,27 @@ def test_meshes_are_the_factorisations_of_the_chip_count():
     # three axes, every size > 1: 8 = 2·2·2; 16 = 2·2·4 in 3 orders
     assert search.three_axis_count(8) == 1 and search.three_axis_count(16) == 3
     base = small_base()
-    presets = len(family("transformer").presets)  # dp, fsdp, tp, sp, fsdp_tp, replicated, pp, pp_tp
+    presets = len({c.preset for c in search.candidates(base)})
+    assert presets == 6  # replicated, dp, fsdp, tp, sp, fsdp_tp: a dense model, no experts, no pipeline unless asked
     assert len(search.candidates(base)) == 3 * presets * len(search.REMATS)  # meshes × presets × remat options
+
+
+def test_a_dense_models_search_tries_no_expert_preset_and_no_pipeline_unless_asked():
+    """Walk item 4: a dense model's default search listed pp, pp_tp, ep, ep_dp and ep_tp — llama3-8b on v5e-256: 96
+    "the plan refuses it" skips of 264, screened before the first compile. A mixture of experts keeps them all."""
+    base = small_base()
+    assert {c.preset for c in search.candidates(base)} == {"replicated", "dp", "fsdp", "tp", "sp", "fsdp_tp"}
+    assert {c.preset for c in search.candidates(base, ("pp",))} == {"pp"}  # asked for: searched
+    from sharding_lab.search.candidates import default_presets, offered_presets
+
+    fam = family("transformer")
+    dense, moe = fam.named_spec("llama3-8b"), fam.named_spec("mixtral-8x7b")
+    assert default_presets(fam, dense) == ("replicated", "dp", "fsdp", "tp", "sp", "fsdp_tp")
+    assert offered_presets(fam, dense) == ("replicated", "dp", "fsdp", "tp", "sp", "fsdp_tp", "pp", "pp_tp")
+    assert default_presets(fam, moe) == offered_presets(fam, moe) == tuple(fam.presets)
+    code, out, err = run_cli("plan", *SMALL, "--presets", "dp,ep")
+    assert code == 2 and out == ""
+    assert "preset ep splits the experts, and this model's MLP is dense (Experts (--experts) 0)" in err
 
 
 def test_skips_match_a_hand_count(planned):
@@ -333,7 +352,7 @@ def test_a_multi_slice_plan_searches_which_axis_crosses_the_slices():
         assert places[name].slices == 2 and all(p.slices == 1 for a, p in places.items() if a != name), mesh
         assert places[name].link == ("DCN" if mesh[axes.index(name)] == 2 else "ICI+DCN")
     # every preset on every one of these meshes is planned or refused with a reason, never a traceback
-    screened = [search.screen(c, base, "mixed") for c in search.candidates(base, remats=("none",))]
+    screened = [search.screen(c, base, "mixed") for c in search.candidates(base, tuple(base.family.presets), ("none",))]
     assert all(r.skipped is None or r.detail for r in screened)
     assert any(r.skipped is None and r.candidate.preset == "pp" and r.candidate.across == "dcn" for r in screened)
     # 16 = 2·2·4 in 3 orders; the two that start with the slice count are the dcn meshes above
