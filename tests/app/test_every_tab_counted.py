@@ -5,6 +5,7 @@ that stopped early was missing from the Teacher page. The whole app through AppT
 read back here with a connection of the test's own."""
 
 import sqlalchemy as sa
+from streamlit.testing.v1 import AppTest
 
 from sharding_lab.server import classroom, record
 from tests.support import app_test
@@ -53,6 +54,34 @@ def test_a_tab_is_counted_on_every_page_whatever_the_page_does(tmp_path, monkeyp
         with sa.create_engine(f"sqlite:///{database}").connect() as connection:
             rows = connection.execute(sa.select(record.sessions_table.c.session_id, record.sessions_table.c.replica))
             assert dict(rows.all()) == dict.fromkeys(ids, "replica-a")
+    finally:
+        classroom.use_record(before)
+        own.close()
+
+
+def poller():
+    """A page's polling fragment alone: its reruns do not go through app.py (the Plan page following a search)."""
+    import streamlit as st
+
+    from sharding_lab.app import page_errors
+
+    @st.fragment(run_every=60)
+    @page_errors.guarded("Poll")
+    def poll():
+        st.write("still searching")
+
+    poll()
+
+
+def test_a_polling_fragment_counts_its_tab():
+    """A tab that follows a search for minutes draws nothing but its fragment's polls: each poll counts it."""
+    own = record.Record("sqlite://", "replica-a")
+    before = classroom.use_record(own)
+    try:
+        at = AppTest.from_function(poller, default_timeout=60).run()
+        assert not at.exception and [m.value for m in at.markdown] == ["still searching"]
+        assert own.open_sessions(classroom.RECENT_S) == 1
+        assert "classroom_id" in at.session_state
     finally:
         classroom.use_record(before)
         own.close()
