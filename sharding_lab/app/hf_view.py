@@ -12,7 +12,8 @@ import streamlit as st
 import sharding_lab as sl
 from sharding_lab.app import config_state
 from sharding_lab.errors import in_app
-from sharding_lab.export.maxtext import maxtext
+from sharding_lab.export.maxtext import USAGE, maxtext
+from sharding_lab.export.maxtext_model import named_size_of, same_model
 from sharding_lab.export.script import export_script, script_name
 from sharding_lab.models.hf_config import MAX_BYTES, HFModel, read_hf_config, summary
 
@@ -105,12 +106,27 @@ def sidebar_config(spec) -> None:
                 st.caption(f"The sizes were {found.architecture}'s; they have been changed since.")
 
 
+def model_source(spec) -> dict:
+    """The model as the learner named it, for MaxText's command: the Plan page's or the sidebar's named size whose
+    shapes ``spec`` has (Llama 3 and 3.1 have the same), and the Hugging Face config read whose shapes it still has
+    (its RoPE and norm fields)."""
+    state, fam = st.session_state, sl.family("transformer")
+    if getattr(spec, "family", None) != "transformer":
+        return {}
+    sizes = (state.get("plan_size"), state.get("named_size"))
+    size = next((s for s in sizes if s in fam.named_sizes and named_size_of(spec, fam, s)[0] == s), None)
+    reads = (state.get("plan_hf_read"), state.get("sidebar_hf_read"))
+    hf = next((r for r in reads if isinstance(r, HFModel) and same_model(r.spec, spec)), None)
+    return {"size": size, "hf": hf}
+
+
 def maxtext_command(config, dtype: str) -> None:
-    """The layout as MaxText's command (a code block: its icon copies it), or the sentence saying why it has none;
-    then what differs."""
-    run = maxtext(config, dtype)
+    """The layout as MaxText's command (a code block: its icon copies it) with the MaxText it was checked against and
+    how to run it, or the sentence saying why it has none; then what differs."""
+    run = maxtext(config, dtype, **model_source(config.model))
     if run.command:
         st.code(run.command, language="bash", wrap_lines=True)
+        st.caption(USAGE)
     else:
         st.info("No MaxText command for this layout: " + run.notes[0], icon=":material/block:")
     for note in run.notes if run.command else run.notes[1:]:
@@ -149,7 +165,7 @@ def run_it(config, dtype: str, key: str) -> None:
         return
     st.download_button(
         "Download the script",
-        lambda: export_script(config),
+        lambda: export_script(config, dtype, **model_source(config.model)),
         file_name=script_name(config),
         mime="text/x-python",
         key=f"{key}_script",

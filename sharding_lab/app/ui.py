@@ -391,7 +391,7 @@ def sidebar() -> sl.Plan | sl.ConfigError:
             config = result.config
             st.download_button(
                 "Download as a Python script",
-                lambda: export_script(config),
+                lambda: export_script(config, **hf_view.model_source(config.model)),
                 file_name=script_name(config),
                 mime="text/x-python",
                 key="download_script",

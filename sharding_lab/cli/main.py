@@ -20,7 +20,7 @@ from ..sharding.mesh import device_ids
 from ..training import axis_use
 from ..training.config import Plan
 from ..training.config import plan as make_plan
-from ..training.options import add_config_options, config_from_args, say_hf_config
+from ..training.options import add_config_options, config_from_args, model_source, say_hf_config
 
 
 def plan_json(plan: Plan, layouts: dict[str, ArrayLayout]) -> dict:
@@ -208,7 +208,7 @@ def main(argv=None) -> int:
         if args.command == "cost":
             from ..cost import print_cost
 
-            return print_cost(config, args.chip, args.dtype, args.target_mesh, args.json)
+            return print_cost(config, args.chip, args.dtype, args.target_mesh, args.json, model_source(args))
         if args.command == "export":
             from ..export.script import export_script
 

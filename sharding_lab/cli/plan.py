@@ -9,7 +9,7 @@ import sys
 from ..cost.report import maxtext_line
 from ..errors import ConfigError, Named
 from ..export.maxtext import maxtext
-from ..training.options import config_from_args, config_to_args, say_hf_config
+from ..training.options import config_from_args, config_to_args, model_source, say_hf_config
 
 
 def print_plan(args) -> int:
@@ -21,6 +21,7 @@ def print_plan(args) -> int:
     dtype = dtype_name(args.dtype)
     config = config_from_args(args)
     say_hf_config(args, config)
+    source = model_source(args)
     base = search.base_config(config.model, config.target, args.batch_tokens, config.optimizer, config.lr)
     presets = tuple(p.strip() for p in args.presets.split(",")) if args.presets else None
     for name in presets or ():
@@ -83,10 +84,10 @@ def print_plan(args) -> int:
     out = found.to_json()
     for row, result in zip(out["candidates"], found.costed):
         row["cost_args"] = config_to_args(result.candidate.config(base)) + ["--dtype", dtype]
-        row.update(maxtext(result.candidate.config(base), dtype).to_json())
+        row.update(maxtext(result.candidate.config(base), dtype, **source).to_json())
     if out["best"] is not None:
         out["best"]["cost_args"] = config_to_args(found.best.candidate.config(base)) + ["--dtype", dtype]
-        out["best"].update(maxtext(found.best.candidate.config(base), dtype).to_json())
+        out["best"].update(maxtext(found.best.candidate.config(base), dtype, **source).to_json())
     if args.json:
         print(json.dumps(out))
         return 0
@@ -114,7 +115,7 @@ def print_plan(args) -> int:
         )
     if found.best is not None:
         print("re-run the best: python -m sharding_lab cost " + " ".join(out["best"]["cost_args"]))
-        print(maxtext_line(maxtext(found.best.candidate.config(base), dtype)))
+        print(maxtext_line(maxtext(found.best.candidate.config(base), dtype, **source)))
     return 0
 
 

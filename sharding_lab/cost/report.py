@@ -107,9 +107,15 @@ def utilisation(p: Prediction) -> str:
 
 
 def print_cost(
-    config: LabConfig, chip_id: str | None, dtype: str | None, target_text: str | None, as_json: bool
+    config: LabConfig,
+    chip_id: str | None,
+    dtype: str | None,
+    target_text: str | None,
+    as_json: bool,
+    source: dict | None = None,
 ) -> int:
-    """``python -m sharding_lab cost``: raises ConfigError (→ exit 2) for a bad chip, dtype or target."""
+    """``python -m sharding_lab cost``: raises ConfigError (→ exit 2) for a bad chip, dtype or target. ``source``: the
+    model as the user named it, for MaxText's command (:func:`sharding_lab.training.options.model_source`)."""
     import json
 
     chip_id = target_chip(config, chip_id)
@@ -117,7 +123,7 @@ def print_cost(
     get_chip(chip_id), dtype_name(dtype)  # refuse before compiling anything
     with buffers.everywhere():  # on the simulated host too (program.buffers.everywhere)
         prediction = predict(config, chip_id, dtype, parse_target(target_text))
-    run = maxtext_of(config, dtype, parse_target(target_text))  # the same layout as MaxText's overrides
+    run = maxtext_of(config, dtype, parse_target(target_text), source)  # the same layout as MaxText's overrides
     if as_json:
         print(json.dumps({**prediction.to_json(), **run.to_json(), "largest_buffers": largest_buffers(prediction)}))
     else:
@@ -126,7 +132,7 @@ def print_cost(
     return 0
 
 
-def maxtext_of(config: LabConfig, dtype: str, target_mesh: tuple[int, ...] | None):
+def maxtext_of(config: LabConfig, dtype: str, target_mesh: tuple[int, ...] | None, source: dict | None = None):
     """MaxText's overrides for the layout costed: on ``target_mesh`` when the cost was extrapolated to it."""
     import dataclasses
 
@@ -134,7 +140,7 @@ def maxtext_of(config: LabConfig, dtype: str, target_mesh: tuple[int, ...] | Non
 
     if target_mesh is not None:
         config = dataclasses.replace(config, mesh=dataclasses.replace(config.mesh, shape=target_mesh))
-    return maxtext(config, dtype)
+    return maxtext(config, dtype, **(source or {}))
 
 
 def maxtext_line(run) -> str:

@@ -1,15 +1,20 @@
-"""A layout as MaxText's command line: the ``key=value`` overrides of MaxText's ``configs/base.yml`` that express the
-same mesh, rematerialisation, attention, batch, sequence, precision and model (``python3 -m MaxText.train
-MaxText/configs/base.yml run_name=… <overrides>``), and, where the lab's layout has no MaxText equivalent, a sentence
-saying so instead of a command that would run something else.
+"""A layout as MaxText 0.2.5's command: ``python3 -m maxtext.trainers.pre_train.train src/maxtext/configs/base.yml``
+and the ``key=value`` overrides that express the same mesh, rematerialisation, attention, batch, sequence, precision
+and model; where the lab's layout has no MaxText equivalent, a sentence saying so instead of a command that would run
+something else. Every command of the corpus in tests/core/test_maxtext_loader.py is read by MaxText 0.2.5's own
+config loader (tools/maxtext_read.py, in scripts/maxtext_env.sh's environment) and read back equal to the layout.
 
-The names are base.yml's: ``ici_<kind>_parallelism`` within a slice and ``dcn_<kind>_parallelism`` across slices (kinds
-``data``, ``fsdp``, ``tensor``, ``tensor_sequence``, ``expert``, ``pipeline``); ``remat_policy`` (``none``, ``full``,
-``save_qkv_proj``, ``minimal``: the same policies the lab's :mod:`sharding_lab.models.remat` names); ``attention``
-(``dot_product``: the scores materialised, as the lab's ``xla``; ``flash``: the Pallas kernel, as ``splash``);
-``per_device_batch_size`` (the global batch over every chip, a fraction allowed); ``max_target_length``; ``dtype`` (the
-activations) and ``weight_dtype``; ``model_name`` for a model MaxText has a config of (``configs/models/<name>.yml``),
-``global_parameter_scale`` for its scaled models, else ``base_emb_dim`` and the other shapes.
+What a user copying the command gets (:data:`USAGE` says it beside every command): today's entry point; a config
+path MaxText resolves both in its checkout (the file under the current directory) and when pip-installed
+(``resolve_config_path`` maps ``src/maxtext/configs/`` onto the package's own configs); synthetic data; checkpointing
+off; a ``run_name`` naming the layout (its output directory).
+
+The names are base.yml's: ``ici_<kind>_parallelism`` within a slice and ``dcn_<kind>_parallelism`` across slices
+(kinds ``data``, ``fsdp``, ``tensor``, ``tensor_sequence``, ``expert``, ``pipeline``); ``remat_policy``;
+``attention`` (``dot_product``: the scores materialised, as the lab's ``xla``; ``flash``: the Pallas kernel, as
+``splash``); ``per_device_batch_size`` (the global batch over every chip: MaxText trains on
+``int(chips × per_device_batch_size)`` sequences, so a fraction is written exactly or refused);
+``max_target_length``; ``dtype`` (the activations) and ``weight_dtype``; the model (:mod:`.maxtext_model`).
 """
 
 from __future__ import annotations
@@ -18,9 +23,19 @@ import dataclasses
 import shlex
 
 from ..hardware import targets
-from ..models.transformer_sizes import MAXTEXT_MODEL_NAMES
 from ..sharding.rules import DCN_AXIS, preset_roles
 from ..training.config import LabConfig
+from .maxtext_model import model_overrides
+
+MAXTEXT_VERSION = "0.2.5"
+CHECKED = f"checked against MaxText {MAXTEXT_VERSION}"
+ENTRY = "python3 -m maxtext.trainers.pre_train.train src/maxtext/configs/base.yml"
+USAGE = (
+    f"{CHECKED} (`pip install maxtext[tpu]=={MAXTEXT_VERSION}`, or from the root of a MaxText checkout: the config "
+    "path resolves in both). Synthetic data: for yours, replace dataset_type=synthetic with dataset_type=hf "
+    "hf_path=<dataset> (or tfds / grain and their paths); checkpointing is off — for a run that saves, "
+    "enable_checkpointing=true base_output_directory=<a fresh directory>."
+)
 
 # What each role of a preset is in MaxText's mesh (sharding_lab.models.transformer_presets: the roles it splits).
 PRESET_KINDS = {
@@ -43,12 +58,16 @@ NO_EQUIVALENT = {
     "parallelism sends tokens to their experts (the lab's ep)"
 }
 
-REMAT = {"none": "none", "full": "full", "save_qkv_proj": "save_qkv_proj", "minimal": "minimal", "save_dots": "minimal"}
+# The lab's remat policies under MaxText's names. "none" has none: MaxText's loader reads remat_policy=none as no
+# policy, and its scanned decoder then wraps every layer in jax.checkpoint(policy=None) — full remat.
+REMAT = {"full": "full", "save_qkv_proj": "save_qkv_proj", "minimal": "minimal", "save_dots": "minimal"}
+NO_REMAT = (
+    "remat none (keep every activation): MaxText 0.2.5 has no such policy — its loader reads remat_policy=none as "
+    "no policy, which its decoder's jax.checkpoint takes as recompute-everything (full remat); pick full, "
+    "save_qkv_proj or minimal for a command"
+)
 ATTENTION = {"xla": "dot_product", "splash": "flash"}
 DTYPES = {"mixed": ("bfloat16", "float32"), "bf16": ("bfloat16", "bfloat16"), "f32": ("float32", "float32")}
-MLP_ACTIVATIONS = {"swiglu": '["silu","linear"]', "geglu": '["gelu","linear"]', "gelu": '["gelu"]'}
-
-COMMAND = "python3 -m MaxText.train MaxText/configs/base.yml run_name=sharding-lab"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -66,29 +85,50 @@ class MaxText:
 
     @property
     def command(self) -> str | None:
-        return None if self.overrides is None else f"{COMMAND} {self.text}"
+        return None if self.overrides is None else f"{ENTRY} {self.text}"
 
     def to_json(self) -> dict:
-        return {"maxtext_overrides": self.text, "maxtext_command": self.command, "maxtext_notes": list(self.notes)}
+        return {
+            "maxtext_overrides": self.text,
+            "maxtext_command": self.command,
+            "maxtext_notes": list(self.notes),
+            "maxtext_version": MAXTEXT_VERSION,
+        }
 
 
-def maxtext(config: LabConfig, dtype: str = "mixed") -> MaxText:
-    """MaxText's overrides for ``config``'s layout, batch and model, computed in ``dtype`` (the lab's ``mixed``,
-    ``bf16`` or ``f32``)."""
+def maxtext(config: LabConfig, dtype: str = "mixed", size: str | None = None, hf=None) -> MaxText:
+    """MaxText's command for ``config``'s layout, batch and model, computed in ``dtype`` (the lab's ``mixed``,
+    ``bf16`` or ``f32``). ``size`` is the named size the user picked (Llama 3 and 3.1 have the same shapes), ``hf``
+    the Hugging Face config read (:class:`~sharding_lab.models.hf_config.HFModel`) whose RoPE and norm fields the
+    command carries."""
     if config.family.name != "transformer":
         return MaxText(None, (f"the {config.family.name} model is not a decoder MaxText builds",))
+    spec = config.model
     mesh, notes = _mesh(config)
     if mesh is None:
         return MaxText(None, tuple(notes))
-    spec = config.model
-    devices = config.mesh.size
-    per_device = config.batch_size / devices
+    if spec.remat == "none":
+        return MaxText(None, (NO_REMAT,))
+    model = model_overrides(spec, config.family, size, hf)
+    if model.overrides is None:
+        return MaxText(None, model.notes)
+    per_device = per_device_batch(config.batch_size, config.mesh.size, spec.seq)
+    if per_device is None:
+        return MaxText(None, (batch_refusal(config.batch_size, config.mesh.size),))
+    if per_device.startswith("0"):
+        notes.append(
+            f"a batch of {config.batch_size} on {config.mesh.size} chips: MaxText loads a sequence for every chip "
+            f"and trains on int({config.mesh.size} × {per_device}) = {config.batch_size}"
+        )
     compute, weights = DTYPES[dtype]
     overrides = [
+        ("run_name", run_name(config, model.name)),
+        ("dataset_type", "synthetic"),
+        ("enable_checkpointing", "false"),
         *mesh,
         ("remat_policy", REMAT[spec.remat]),
         ("attention", ATTENTION[spec.attention]),
-        ("per_device_batch_size", f"{per_device:g}" if per_device != int(per_device) else str(int(per_device))),
+        ("per_device_batch_size", per_device),
         ("max_target_length", str(spec.seq)),
         ("dtype", compute),
         ("weight_dtype", weights),
@@ -98,8 +138,39 @@ def maxtext(config: LabConfig, dtype: str = "mixed") -> MaxText:
             "remat save_dots (every matmul without batch dimensions, found by shape) is MaxText's minimal by name: "
             "the same projections are kept"
         )
-    model, model_notes = _model(config)
-    return MaxText(tuple(overrides + model), tuple(notes + model_notes))
+    target = targets.parse(config.target)
+    if target.kind != "tpu":
+        notes.append(
+            f"the lab compiled this for {target.name}; MaxText's loader checked the command on TPU slices (run it "
+            f"where it has {config.mesh.size} devices)"
+        )
+    return MaxText(tuple(overrides) + model.overrides, tuple(notes) + model.notes)
+
+
+def per_device_batch(batch: int, devices: int, seq: int) -> str | None:
+    """``per_device_batch_size`` as MaxText reads it back to ``batch``: a whole number, or the fraction's exact
+    decimal where ``int(devices × it)`` is ``batch`` again (MaxText's ``calculate_global_batch_sizes``) and
+    ``it × seq`` is whole (its vocabulary-tiling check); None where no number is both."""
+    if batch % devices == 0:
+        return str(batch // devices)
+    text = repr(batch / devices)
+    value = float(text)
+    return text if int(devices * value) == batch and (value * seq) % 1 == 0 else None
+
+
+def batch_refusal(batch: int, devices: int) -> str:
+    return (
+        f"a batch of {batch} on {devices} chips is {batch}/{devices} a chip, which MaxText {MAXTEXT_VERSION} cannot "
+        "take: it trains on int(chips × per_device_batch_size) sequences and needs per_device_batch_size × "
+        "max_target_length whole — pick a batch that is a multiple of the chips"
+    )
+
+
+def run_name(config: LabConfig, model: str) -> str:
+    """The run's name (its output directory): the model, the preset on its mesh, remat, attention, batch."""
+    shape = "x".join(map(str, config.mesh.shape))
+    spec = config.model
+    return f"sl-{model}-{config.preset}-{shape}-{spec.remat}-{spec.attention}-b{config.batch_size}-s{spec.seq}"
 
 
 def _mesh(config: LabConfig) -> tuple[list | None, list[str]]:
@@ -132,9 +203,10 @@ def _mesh(config: LabConfig) -> tuple[list | None, list[str]]:
             dcn[kind] = dcn.get(kind, 1) * target.slices
             size //= target.slices
         ici[kind] = ici.get(kind, 1) * size
-    if config.microbatches > 1 or "pipeline" in ici or "pipeline" in dcn:
-        if config.schedule != "gpipe":
-            notes.append(f"schedule {config.schedule}: MaxText's pipeline runs its own (circular) schedule, not 1F1B")
+    stages = ici.get("pipeline", 1) * dcn.get("pipeline", 1)
+    pipeline = _pipeline(config, stages) if stages > 1 else []
+    if isinstance(pipeline, str):
+        return None, [pipeline]
     # In the mesh's order; base.yml's ici_fsdp_parallelism is -1 (whatever is left): written out, 1 unless FSDP.
     overrides = [
         (f"ici_{k}_parallelism", str(v))
@@ -144,58 +216,30 @@ def _mesh(config: LabConfig) -> tuple[list | None, list[str]]:
     overrides += [(f"dcn_{k}_parallelism", str(v)) for k, v in dcn.items() if v != 1]
     if target.slices > 1 and not dcn:
         overrides.append(("dcn_data_parallelism", "1"))
-    if "pipeline" in ici or "pipeline" in dcn:
-        overrides.append(("num_pipeline_microbatches", str(config.microbatches)))
+    if pipeline:
+        overrides += pipeline
+        notes.append(
+            f"pipeline: each of the {stages} stages holds {config.model.layers // stages} consecutive layers "
+            "(num_layers_per_pipeline_stage), as the lab's GPipe does — not MaxText's default circular schedule of "
+            "one layer a stage per repeat; its backward is JAX's autodiff of the pipeline loop: every microbatch's "
+            "forward, then the backwards"
+        )
     return overrides, notes
 
 
-def _model(config: LabConfig) -> tuple[list, list[str]]:
-    """The model as MaxText names it: ``model_name``, ``global_parameter_scale`` or every shape; and what MaxText's
-    decoder would build differently."""
-    spec, family = config.model, config.family
-    size = next(
-        (
-            name
-            for name in family.named_sizes
-            if dataclasses.replace(spec, remat="none", attention="xla", seq=family.named_spec(name).seq)
-            == family.named_spec(name)
-        ),
-        None,
-    )
-    # The lab's experts take at most capacity_factor × their share (MaxText's default, -1, drops nothing).
-    capacity = [("capacity_factor", spec.capacity_factor)] if spec.experts else []
-    if size in MAXTEXT_MODEL_NAMES:
-        built = (
-            [
-                f"MaxText's {MAXTEXT_MODEL_NAMES[size]} builds what the lab's {size} leaves out (soft-capping, the "
-                "norms after each sublayer, local and global layers): the same layout, a step that computes a little "
-                "more"
-            ]
-            if size.startswith("gemma2")
-            else []
+def _pipeline(config: LabConfig, stages: int) -> list[tuple[str, str]] | str:
+    """MaxText's pipeline overrides for the lab's GPipe over ``stages`` stages, or why it has none."""
+    microbatches, layers = config.microbatches, config.model.layers
+    if config.schedule != "gpipe":
+        return (
+            f"schedule {config.schedule}: MaxText {MAXTEXT_VERSION}'s pipeline has no 1F1B (its backward is JAX's "
+            "autodiff of the pipeline loop: every forward before the backwards, as GPipe) — pick gpipe for a command"
         )
-        return [("model_name", MAXTEXT_MODEL_NAMES[size]), *capacity], built
-    if size is not None and size.startswith("maxtext-"):
-        return [("global_parameter_scale", size.removeprefix("maxtext-").removesuffix("b"))], []
-    shapes = [
-        ("base_emb_dim", spec.embed_dim),
-        ("base_num_query_heads", spec.heads),
-        ("base_num_kv_heads", spec.kv_heads or spec.heads),
-        ("base_mlp_dim", spec.mlp_dim),
-        ("base_num_decoder_layers", spec.layers),
-        ("head_dim", spec.head_dim),
-        ("vocab_size", spec.vocab),
-        ("mlp_activations", MLP_ACTIVATIONS[spec.mlp_type]),
-        ("logits_via_embedding", str(spec.embeddings == "tied").lower()),
-    ]
-    if spec.experts:
-        shapes += [("num_experts", spec.experts), ("num_experts_per_tok", spec.top_k), *capacity]
-    notes = []
-    if spec.positions == "learned":
-        notes.append(
-            "learned positions: MaxText's llama2 decoder block turns by rotary positions (its gpt3 block has a "
-            "learned table, with LayerNorm and biases)"
+    if microbatches % stages:
+        return (
+            f"{microbatches} microbatches over {stages} pipeline stages: MaxText needs a multiple of the stages "
+            f"(its num_pipeline_microbatches % stages == 0) — pick {stages}, {2 * stages}, …"
         )
-    if spec.qkv_bias != "none":
-        notes.append("q/k/v biases: MaxText's llama2 decoder block has none (a few parameters per layer fewer)")
-    return [(key, str(value)) for key, value in shapes], notes
+    if layers % stages:
+        return f"{layers} layers over {stages} pipeline stages: MaxText gives every stage as many layers"
+    return [("num_pipeline_microbatches", str(microbatches)), ("num_layers_per_pipeline_stage", str(layers // stages))]

@@ -23,6 +23,7 @@ from ..sharding.rules import target_text
 from ..training.config import LabConfig
 from ..training.config import plan as make_plan
 from ..training.optimizer import SGD, SGDState
+from .maxtext import CHECKED, maxtext
 from .source import source_of
 
 _HEADER = '''"""Sharding Lab export — {title} on a {label} mesh.
@@ -30,6 +31,7 @@ _HEADER = '''"""Sharding Lab export — {title} on a {label} mesh.
 Preset: {preset}; optimizer: {optimizer} (lr {lr}, decay {decay}); batch {batch}; {steps} steps.
 Rules (what RULES and OVERRIDES below hold): {rules_text}.
 Runs on jax==0.10.2, jaxlib==0.10.2, flax==0.12.8, optax==0.2.8 (CPU: simulated devices).
+{maxtext}
 """
 from __future__ import annotations
 
@@ -204,8 +206,10 @@ def _model_section(model_class, helpers=(), preamble: str = "") -> str:
     )
 
 
-def export_script(config: LabConfig) -> str:
-    """The standalone script for ``config`` (validated first: what cannot run is not exported)."""
+def export_script(config: LabConfig, dtype: str = "mixed", size: str | None = None, hf=None) -> str:
+    """The standalone script for ``config`` (validated first: what cannot run is not exported); its docstring ends
+    with the same layout as MaxText's command (:func:`sharding_lab.export.maxtext.maxtext` of ``dtype``, ``size``
+    and ``hf``), or the sentence saying why MaxText has none."""
     plan = make_plan(config)
     rules, mesh, family = plan.rules, config.mesh, config.family
     refusal = getattr(family, "export_refusal", None)
@@ -235,6 +239,7 @@ def export_script(config: LabConfig) -> str:
             rules="{" + ", ".join(f"{a!r}: {rules.target(a)!r}" for a in family.logical_axes) + "}",
             overrides="{" + ", ".join(f"{n!r}: {tuple(d)!r}" for n, d in rules.overrides) + "}",
             activations="{" + ", ".join(f"{n!r}: P{tuple(s)!r}" for n, s in plan.activation_specs().items()) + "}",
+            maxtext=_maxtext_lines(config, dtype, size, hf),
         )
     ]
     parts.append(_model_section(model_class, family.export_helpers, family.export_preamble))
@@ -270,6 +275,14 @@ def export_script(config: LabConfig) -> str:
         )
     )
     return "".join(parts)
+
+
+def _maxtext_lines(config: LabConfig, dtype: str, size: str | None, hf) -> str:
+    """The docstring's last paragraph: the layout in MaxText, as the app's "Run this layout in MaxText" gives it."""
+    run = maxtext(config, dtype, size, hf)
+    if run.command is None:
+        return f"\nIn MaxText: no command — {run.notes[0]}."
+    return f"\nIn MaxText ({CHECKED}):\n    {run.command}" + "".join(f"\n  {note}." for note in run.notes)
 
 
 def rules_text(rules, logical_axes) -> str:

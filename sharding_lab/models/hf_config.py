@@ -41,11 +41,16 @@ UNBUILT = {
 
 @dataclasses.dataclass(frozen=True)
 class HFModel:
-    """A config read: its architecture, the spec it is, and what the lab computes differently (sentences)."""
+    """A config read: its architecture, the spec it is, and what the lab computes differently (sentences); and the
+    fields that change what the model computes without a shape (RoPE's base and scaling, the norms' epsilon), for a
+    command that runs this model elsewhere (MaxText's: :mod:`sharding_lab.export.maxtext_model`)."""
 
     architecture: str
     spec: TransformerSpec
     notes: tuple[str, ...] = ()
+    rope_theta: float = 10000.0
+    rope_scaling: tuple[tuple[str, object], ...] = ()  # the config's rope_scaling, sorted items
+    norm_eps: float = 1e-6  # transformers' default rms_norm_eps
 
 
 def load_hf_config(path: str | Path, seq: int | None = None) -> HFModel:
@@ -109,7 +114,19 @@ def read_hf_config(text: str | bytes, seq: int | None = None) -> HFModel:
         spec.validate()
     except ConfigError as error:
         raise ConfigError(f"{architecture}: {error}", "model") from None
-    return HFModel(architecture, spec, tuple(notes + seq_notes))
+    return HFModel(architecture, spec, tuple(notes + seq_notes), *_computed_fields(config, architecture))
+
+
+def _computed_fields(config: dict, architecture: str) -> tuple[float, tuple, float]:
+    """RoPE's base, its scaling (sorted items) and the norms' epsilon, as the config sets them (numbers checked)."""
+    eps_field = "layer_norm_epsilon" if architecture == "GPT2LMHeadModel" else "rms_norm_eps"
+    theta, eps = config.get("rope_theta", 10000.0), config.get(eps_field, 1e-5 if eps_field[0] == "l" else 1e-6)
+    for field, value in (("rope_theta", theta), (eps_field, eps)):
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < 1e12:
+            raise ConfigError(f"the config's {field} must be a positive number, got {value!r}", "model")
+    scaling = config.get("rope_scaling")
+    items = tuple(sorted((str(k), v) for k, v in scaling.items())) if isinstance(scaling, dict) else ()
+    return float(theta), items, float(eps)
 
 
 def _architecture_named(config: dict) -> str:

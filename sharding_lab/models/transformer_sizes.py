@@ -268,6 +268,7 @@ MAXTEXT_MODEL_NAMES = {
     "llama3.1-405b": "llama3.1-405b",
     "mistral-7b": "mistral-7b",
     "mixtral-8x7b": "mixtral-8x7b",
+    "qwen2.5-7b": "qwen2.5-7b",  # its qwen2 block: q/k/v biases, RoPE base 1,000,000 (no qwen2.5-72b config)
     "gemma2-9b": "gemma2-9b",
     "gemma2-27b": "gemma2-27b",
 }

@@ -50,6 +50,17 @@ def partial_to_args(partial: dict) -> list[str]:
     return [word for setting in RUN_SETTINGS for word in setting.partial_args(partial, config)]
 
 
+def model_source(args) -> dict:
+    """The model as the user named it, for MaxText's command (:func:`sharding_lab.export.maxtext.maxtext`): the
+    named size (``--size``: Llama 3 and 3.1 have the same shapes) and the Hugging Face config read (``--hf-config``:
+    its RoPE and norm fields)."""
+    hf = getattr(args, "hf_config", None)
+    return {
+        "size": getattr(args, "size", None),
+        "hf": load_hf_config(hf, getattr(args, "size_seq", None)) if hf else None,
+    }
+
+
 def say_hf_config(args, config) -> None:
     """With ``--hf-config``: what was read (the parameter count beside the card's, what the lab computes
     differently), on stderr so that ``--json`` stays one object."""

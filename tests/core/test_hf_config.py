@@ -247,7 +247,12 @@ def test_cost_compiles_a_config_for_a_tpu_slice_and_gives_maxtexts_overrides(cap
     assert cli.main([*args, "--preset", "fsdp", "--remat", "full", "--batch", "16", "--json"]) == 0
     cost = json.loads(capsys.readouterr().out)
     assert cost["fits"] and cost["step_s"] > 0
-    assert cost["maxtext_overrides"].startswith(
+    assert cost["maxtext_command"].startswith("python3 -m maxtext.trainers.pre_train.train ")
+    assert (
         "ici_fsdp_parallelism=8 remat_policy=full attention=dot_product per_device_batch_size=2 max_target_length=64"
+        in cost["maxtext_overrides"]
     )
-    assert "base_num_kv_heads=2" in cost["maxtext_overrides"] and cost["maxtext_notes"] == []
+    # The config's own shapes, block, RoPE base and norm epsilon (test_maxtext_loader: MaxText reads them back).
+    assert "decoder_block=llama2" in cost["maxtext_overrides"] and "base_num_kv_heads=2" in cost["maxtext_overrides"]
+    assert "rope_max_timescale=10000 normalization_layer_epsilon=1e-06" in cost["maxtext_overrides"]
+    assert cost["maxtext_notes"] == [] and cost["maxtext_version"] == "0.2.5"
