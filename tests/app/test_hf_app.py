@@ -142,5 +142,7 @@ def test_the_communication_pages_cost_panel_gives_the_layouts_maxtext_command():
     at.run()
     assert not at.exception, at.exception
     codes = [c.value for c in at.code if "maxtext.trainers.pre_train.train" in c.value]
-    assert codes and "ici_fsdp_parallelism=8 remat_policy=full attention=dot_product per_device_batch_size=4" in codes[0]
+    assert (
+        codes and "ici_fsdp_parallelism=8 remat_policy=full attention=dot_product per_device_batch_size=4" in codes[0]
+    )
     assert any("checked against MaxText 0.2.5" in c.value for c in at.caption)
