@@ -33,7 +33,7 @@ def counted(base: sl.LabConfig, presets, remats) -> int:
     """How many candidates the search reports for this question (its progress total, its result's count): the
     meshes × presets × remats, the three-axis meshes it counts as skipped, and the remats a family lacks."""
     on = targets.parse(base.target)
-    lacking = 0 if hasattr(base.model, "remat") or not remats else len(set(remats) - {"none"})
+    lacking = 0 if "remat" in base.family.step_only_fields or not remats else len(set(remats) - {"none"})
     return len(search.candidates(base, presets, remats)) + search.three_axis_count(on.devices, on.slices) + lacking
 
 

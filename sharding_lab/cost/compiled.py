@@ -132,7 +132,7 @@ def loop_layers(config: LabConfig) -> int:
     with ``remat=full`` runs its blocks as a ``lax.scan`` (:func:`~sharding_lab.models.remat.
     rematerialised_blocks`); a pipelined step places its blocks otherwise."""
     layers = getattr(config.model, "layers", 0)
-    if getattr(config.model, "remat", "none") == "none" or not isinstance(layers, int) or layers < 2:
+    if config.family.remat_of(config.model) == "none" or not isinstance(layers, int) or layers < 2:
         return 0
     return 0 if config.stage_axis is not None else layers
 

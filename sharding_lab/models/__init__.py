@@ -286,6 +286,22 @@ class ModelFamily:
                 return name
         return None
 
+    # -- the step options a family may declare (step_only_fields): read through these, never off the Spec ---------
+    def remat_of(self, spec) -> str:
+        """How ``spec``'s step rematerialises its blocks: its ``remat`` where the family declares that option,
+        else ``"none"``."""
+        return spec.remat if "remat" in self.step_only_fields else "none"
+
+    def attention_of(self, spec) -> str | None:
+        """The attention kind of ``spec``'s step where the family declares that option (None: it has none)."""
+        return spec.attention if "attention" in self.step_only_fields else None
+
+    def with_step_options(self, spec, **options):
+        """``spec`` with the step options given (``remat=…``, ``attention=…``; None keeps a value) that the family
+        declares; an option it does not declare is not set."""
+        chosen = {k: v for k, v in options.items() if v is not None and k in self.step_only_fields}
+        return dataclasses.replace(spec, **chosen) if chosen else spec
+
     def model_flops(self, spec, batch_size: int):
         """One training step's model FLOPs over the whole batch, for MFU (a :class:`~.flops.ModelFlops`): PaLM's
         6·N per token for the weights plus 6·L·H·Q·T for causal attention

@@ -128,7 +128,7 @@ def compare_compilers(plan: Plan, dtype: str | None = None) -> CompilerDiff:
         why = (
             "its attention is the splash kernel, Pallas code for the TPU that XLA:CPU does not compile (with attention "
             "xla it would be another program, not this one)"
-            if getattr(config.model, "attention", None) == "splash"
+            if config.family.attention_of(config.model) == "splash"
             else str(refused)
         )
         return CompilerDiff(

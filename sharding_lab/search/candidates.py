@@ -76,9 +76,7 @@ class Candidate:
         return "x".join(map(str, self.mesh))
 
     def config(self, base: LabConfig) -> LabConfig:
-        model = dataclasses.replace(base.model, remat=self.remat) if hasattr(base.model, "remat") else base.model
-        if self.attention is not None:
-            model = dataclasses.replace(model, attention=self.attention)
+        model = base.family.with_step_options(base.model, remat=self.remat, attention=self.attention)
         return dataclasses.replace(
             base, mesh=MeshSpec(self.mesh, self.axes), preset=self.preset, rules=None, model=model
         )
@@ -248,9 +246,9 @@ def candidates(
     model's :func:`default_presets`."""
     on = targets.parse(base.target)
     presets = tuple(presets or default_presets(base.family, base.model))
-    has_remat = hasattr(base.model, "remat")
-    remats = tuple(remats or (REMATS if has_remat else ("none",)))
-    kinds = tuple(attentions) if attentions and hasattr(base.model, "attention") else (None,)
+    options = base.family.step_only_fields  # the step options the model family declares
+    remats = tuple(remats or (REMATS if "remat" in options else ("none",)))
+    kinds = tuple(attentions) if attentions and "attention" in options else (None,)
     out = []
     for shape, axes in mesh_shapes(on.devices, on.slices):
         across = axes[targets.slice_axis(on, shape)] if on.slices > 1 else None

@@ -49,7 +49,7 @@ def book_estimate(plan, dtype: str) -> dict | None:
 
     measured = for_chip(chip.id)  # the rate the chip's matrix unit was measured at, as the compiled rows use
     peak = measured.matmul_rate(dtype) if measured else peak
-    remat = getattr(config.model, "remat", "none")
+    remat = config.family.remat_of(config.model)
     compute = counted.total * (4 / 3 if remat == "full" else 1.0) / (on.devices * peak)
     rules = config.resolved_rules()
     sizes = config.mesh.axis_sizes

@@ -162,7 +162,7 @@ def search(
         Result(Candidate((0,), (), "-", "-"), skipped=SKIP_THREE_AXES)
         for _ in range(three_axis_count(on.devices, on.slices))
     ]
-    if not hasattr(base.model, "remat") and remats and set(remats) - {"none"}:
+    if "remat" not in base.family.step_only_fields and remats and set(remats) - {"none"}:
         results += [Result(Candidate((0,), (), "-", r), skipped=SKIP_NO_REMAT) for r in set(remats) - {"none"}]
     stopped = False
     # Each layout's leanest step first (remat full, then a selective policy, then none): when one does not fit,
