@@ -172,7 +172,8 @@ def code_tree() -> list[str]:
 
 
 def test_the_architecture_page_draws_the_code_as_it_is():
-    """Every file and folder the code's layout names exists, and every subpackage of sharding_lab/ is in it."""
+    """Every file and folder the code's layout names exists, and every subpackage and module of sharding_lab/ and
+    every page of app_pages/ is in it."""
     drawn = code_tree()
     assert "sharding_lab/training/trainer.py" in drawn  # the parse found the nesting
     missing = [path for path in drawn if not (ROOT / path).exists()]
@@ -183,6 +184,12 @@ def test_the_architecture_page_draws_the_code_as_it_is():
     }
     packages.discard("sharding_lab/./")
     assert packages <= set(drawn), f"subpackages missing from docs/architecture.md: {sorted(packages - set(drawn))}"
+    modules = {p.relative_to(ROOT).as_posix() for p in (ROOT / "sharding_lab").rglob("*.py") if p.name != "__init__.py"}
+    assert modules <= set(drawn), f"modules missing from docs/architecture.md: {sorted(modules - set(drawn))}"
+    lines = (DOCS / "architecture.md").read_text(encoding="utf-8").splitlines()
+    pages_line = next(line for line in lines if line.startswith("app_pages/"))
+    pages = {p.stem for p in (ROOT / "app_pages").glob("*.py")}
+    assert all(re.search(rf"\b{page}\b", pages_line) for page in pages), f"pages not named: {pages_line}"
 
 
 # A name in backticks that starts with one of the package's folders or top modules, e.g.
