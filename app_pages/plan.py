@@ -330,10 +330,11 @@ if found is None:
 
 if found.stopped:
     st.warning(plan_view.stopped_text(found, job.total if job else len(found.results)), icon=":material/stop_circle:")
-st.subheader(f"{len(found.results)} candidates in {found.elapsed_s:.0f} s")
-if job is not None and job.shared:
-    st.caption("Another tab asked the same question: this is the answer of its search, not searched again.")
-st.dataframe(pd.DataFrame(plan_view.rows(found)), hide_index=True, width="stretch")
+if found.costed:  # stopped before any compile: the warning says so, no count above an empty table
+    st.subheader(f"{len(found.results)} candidates in {found.elapsed_s:.0f} s")
+    if job is not None and job.shared:
+        st.caption("Another tab asked the same question: this is the answer of its search, not searched again.")
+    st.dataframe(pd.DataFrame(plan_view.rows(found)), hide_index=True, width="stretch")
 skipped = found.skipped()
 if skipped:
     st.caption("Skipped before compiling: " + "; ".join(f"{n} × {reason}" for reason, n in skipped.items()))

@@ -209,17 +209,25 @@ def question(base: sl.LabConfig, presets, remats) -> tuple:
 
 
 def stopped_text(found: search.Search, total: int) -> str:
-    """A stopped search: what it got to, and what its table therefore is not."""
+    """A stopped search: what it got to, and what its table therefore is not — or, stopped before any compile was
+    done, that nothing was compiled and what the screens alone got through (the page then shows no table)."""
+    if not found.costed:
+        screened = (
+            f"of the {total} candidates, {len(found.results)} were screened and skipped (why, below) and the other "
+            f"{total - len(found.results)} not compiled"
+            if found.results
+            else f"none of the {total} candidates was screened or compiled"
+        )
+        return (
+            f"Stopped after {found.elapsed_s:.0f} s, before any candidate was compiled: {screened} — so no table "
+            "and no verdict."
+        )
     text = (
         f"Stopped after {len(found.results)} of {total} candidates ({found.elapsed_s:.0f} s): the table holds "
         "those only."
     )
     if found.best is None:
-        text += (
-            f" None of the {len(found.costed)} compiled so far fits; the others were not looked at."
-            if found.costed
-            else " None was compiled before Stop."
-        )
+        text += f" None of the {len(found.costed)} compiled so far fits; the others were not looked at."
     return text
 
 

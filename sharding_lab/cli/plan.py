@@ -45,11 +45,20 @@ def print_plan(args) -> int:
 
     attentions = _attentions(args, base)
 
+    last = [0]
+
     def progress(done, total, result):
+        many, last[0] = done - last[0], done
         if not args.json:
             filled = round(20 * done / total) if total else 20
+            # candidates counted without a layout (a three-axis mesh): reported together, before the queue
+            what = (
+                f"{many} candidate{'s' * (many > 1)} without a layout to plan"
+                if result.candidate.preset == "-"
+                else search.label(result.candidate)
+            )
             print(
-                f"[{'#' * filled}{'.' * (20 - filled)}] {done}/{total} {search.label(result.candidate)}: "
+                f"[{'#' * filled}{'.' * (20 - filled)}] {done}/{total} {what}: "
                 + (
                     f"skipped ({result.skipped})"
                     if result.skipped

@@ -10,10 +10,12 @@ import math
 
 from ..errors import ConfigError, Named
 from ..hardware import targets
+from ..models import family_of
 from ..sharding.mesh import MeshSpec
 from ..sharding.rules import DCN_AXIS
 from ..training.config import LabConfig
 from ..training.config import plan as make_plan
+from ..training.run_settings import family_defaults
 
 BATCH_TOKENS = Named("Batch (tokens)", "--batch-tokens", "{flag}")  # the Plan page's box, the plan command's option
 
@@ -201,7 +203,9 @@ def base_config(model, target: str, batch_tokens: int, optimizer: str = "adamw",
         optimizer=optimizer,
         lr=lr,
         batch_size=batch_tokens // seq,
-        steps=1,
+        # A search prices one step; a run of the layout it finds (the Plan page's script, "Load into the sidebar")
+        # trains the family's number of steps — 1 here made the downloaded script train one step.
+        steps=family_defaults(family_of(model))["steps"],
         chunk=1,
         target=on.name,
     )

@@ -190,6 +190,13 @@ def search(
     step = run_serial if workers <= 1 else functools.partial(run_pool, workers=workers)
     counted = len(results)  # skipped before the queue: progress counts them, as the result does
     if progress is not None and counted:
+        # ... and reports them first, one report a reason (the three-axis meshes, the remats a family lacks): the
+        # count starts where the progress does (it started at 2/7 after one three-axis mesh, never reported)
+        reasons = collections.Counter(r.skipped for r in results)
+        reported = 0
+        for reason, n in reasons.items():
+            reported += n
+            progress(reported, counted + len(queue), next(r for r in results if r.skipped == reason))
         progress = functools.partial(_counting, progress, counted)
     stopped = step(queue, base, dtype, stop, results, progress)
     for r in results:  # each compile's times, from the search's start

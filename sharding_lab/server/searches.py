@@ -172,6 +172,8 @@ class Searches:
             found.last = f"{name}: " + (
                 f"skipped ({result.skipped})" if result.skipped else ("fits" if result.fits else "does not fit")
             )
+            if result.candidate.preset == "-":  # the candidates counted without a layout, reported first
+                found.last = f"skipped ({result.skipped})"
 
         def first(ranked, seconds):
             found.first, found.first_s = ranked, seconds

@@ -148,6 +148,23 @@ def test_a_dense_model_is_offered_no_expert_preset_and_searched_without_pipeline
     assert not at.exception and at.multiselect(key="plan_presets").value == ["fsdp", "pp"]
 
 
+def test_the_script_and_the_sidebar_a_plans_row_gives_train_the_familys_steps_not_one():
+    """Walk item 11: the Plan page's downloaded script trained one step — the search's base configuration said
+    steps=1 (it prices one step), and every row's layout, its script and "Load into the sidebar" took it."""
+    from sharding_lab.export.script import export_script
+    from sharding_lab.models.transformer import TransformerSpec
+    from sharding_lab.training.run_settings import family_defaults
+
+    base = search.base_config(TransformerSpec(seq=32), "v5e-8", 128)
+    steps = family_defaults(base.family)["steps"]
+    assert steps == 300 and base.steps == steps
+    row = search.Result(search.Candidate((2, 4), ("data", "model"), "dp", "none"), fits=True, step_s=0.01)
+    found = search.Search(base, "mixed", 128, [row])
+    script = export_script(row.candidate.config(found.base))  # what the page's Download the script gives
+    assert "for i in range(300):" in script and "; 300 steps." in script
+    assert plan_view.candidate_state(found, row)["steps"] == 300
+
+
 def plan_page(**query) -> AppTest:
     at = app_test(300)
     at.query_params.update(query)
@@ -202,8 +219,35 @@ def test_stop_says_how_far_the_search_got_and_no_verdict_about_the_rest():
     found = job.result
     assert found.stopped and len(found.results) < job.total
     warning = at.warning[0].value
-    assert warning.startswith(f"Stopped after {len(found.results)} of {job.total} candidates")
+    if found.costed:
+        assert warning.startswith(f"Stopped after {len(found.results)} of {job.total} candidates")
+    else:  # stopped before the first compile was done (test_stop_before_any_compile_...)
+        assert "before any candidate was compiled" in warning
     assert not any("No candidate fits" in m.value for m in at.markdown)
+
+
+def test_stop_before_any_compile_says_nothing_compiled_and_what_was_screened_with_no_empty_table():
+    """Walk item 10: Stop before anything compiled showed "255 candidates in 52 s" above an empty table. A stopped
+    search whose results are screens' skips only (the real screens of a small model's candidates on v5e-8)."""
+    from sharding_lab.models.transformer import TransformerSpec
+
+    base = search.base_config(TransformerSpec(seq=32), "v5e-8", 256)
+    screened = [search.screen(c, base, "mixed") for c in search.candidates(base, ("dp", "tp", "fsdp_tp"), ("none",))]
+    skipped = [r for r in screened if r.skipped]
+    assert skipped and len(skipped) < len(screened)
+    found = search.Search(base, "mixed", 256, skipped, stopped=True)
+    found.elapsed_s = 52.0
+    at = plan_page()
+    at.session_state["plan_result"] = found
+    at.run()
+    assert not at.exception, at.exception
+    warning = at.warning[0].value
+    assert warning.startswith("Stopped after 52 s, before any candidate was compiled")
+    assert f"{len(skipped)} were screened and skipped" in warning and "no table and no verdict" in warning
+    assert not any("candidates in" in h.value for h in at.main.subheader)  # no "N candidates in 52 s" …
+    assert not at.main.dataframe  # … above an empty table
+    assert any(c.value.startswith("Skipped before compiling: ") for c in at.caption)
+    assert not any("No candidate fits" in m.value or "fastest" in m.value for m in at.markdown)
 
 
 def test_points_with_the_same_step_and_memory_are_drawn_once_and_named_together():

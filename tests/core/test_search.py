@@ -184,10 +184,18 @@ def test_every_row_carries_maxtexts_overrides_or_says_why_it_has_none(planned):
         assert f"mesh axis {unused[row['preset']]} " in row["maxtext_notes"][0]
 
 
-def test_text_output_is_a_table():
+def test_text_output_is_a_table_after_a_progress_bar_that_counts_from_the_first_step():
+    """Walk item 9: the bar started at 2/10 — the three-axis mesh counted in the total was never reported."""
+    import re
+
     code, out, err = run_cli("plan", *SMALL, *NARROW)
     assert code == 0
     assert "mesh" in out and "← best" in out and "layer extension checked" in out and "re-run the best" in out
+    steps = [tuple(map(int, m)) for m in re.findall(r"^\[[#.]{20}\] (\d+)/(\d+) ", err, re.MULTILINE)]
+    total = steps[0][1]
+    assert [done for done, _ in steps] == list(range(1, total + 1)) and {t for _, t in steps} == {total}
+    assert "] 1/10 1 candidate without a layout to plan: skipped (three mesh axes" in err  # 2x2x2
+    assert f"{total} candidates in" in out
 
 
 @pytest.mark.parametrize(
