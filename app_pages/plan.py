@@ -159,13 +159,13 @@ if size == HF_CONFIG:
 target = c1.selectbox("Target", tpu_targets, key="plan_target", persist_state=session.KEEP)
 batch_tokens = ui.number_setting("Batch (tokens)", 1, 1 << 24, "plan_batch_tokens", c2)
 seq = ui.number_setting(
-    "Sequence",
+    "Seq",
     4,
     32768,
     "plan_seq",
     c2,
     step=2,
-    help="Tokens per sequence (the batch is Batch ÷ Sequence sequences). A small transformer starts as the "
+    help="Tokens per sequence (the batch is Batch (tokens) ÷ Seq sequences). A small transformer starts as the "
     "sidebar has it; a public model at the README's example.",
 )
 optimizer = c3.selectbox("Optimizer", list(sl.OPTIMIZERS), key="plan_optimizer", persist_state=session.KEEP)

@@ -72,7 +72,7 @@ def show_read(read_model: HFModel | sl.ConfigError | None, spec=None, where=st) 
     if isinstance(read_model, sl.ConfigError):
         where.error(in_app(read_model), icon=":material/block:")
     elif read_model is not None:
-        first, *notes = summary(read_model, sl.family("transformer"), spec)
+        first, *notes = summary(read_model, sl.family("transformer"), spec, in_app=True)
         where.caption(first + "".join(f"  \n{note}" for note in notes))
 
 

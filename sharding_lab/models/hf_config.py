@@ -23,7 +23,7 @@ from .transformer_spec import LIMITS, TransformerSpec
 SUPPORTED = ("LlamaForCausalLM", "MistralForCausalLM", "MixtralForCausalLM", "Qwen2ForCausalLM", "GPT2LMHeadModel")
 
 # The sequence planned when the config allows more (Llama 3.1's 131,072 positions): Llama 3's pre-training length.
-# --seq (the sidebar's Seq) chooses another.
+# Seq (--seq; the sidebar's and the Plan page's box) chooses another.
 DEFAULT_SEQ = 8192
 
 MAX_BYTES = 1 << 20  # a config.json is a few kB: anything over a MiB is not one — uploaded, pasted or on disk
@@ -47,10 +47,11 @@ class HFModel:
 
     architecture: str
     spec: TransformerSpec
-    notes: tuple[str, ...] = ()
+    notes: tuple[str, ...] = ()  # as the command line says them (a setting by its option: --seq)
     rope_theta: float = 10000.0
     rope_scaling: tuple[tuple[str, object], ...] = ()  # the config's rope_scaling, sorted items
     norm_eps: float = 1e-6  # transformers' default rms_norm_eps
+    notes_in_app: tuple[str, ...] = ()  # the same notes as a page says them (a setting by its box: Seq)
 
 
 def load_hf_config(path: str | Path, seq: int | None = None) -> HFModel:
@@ -114,7 +115,19 @@ def read_hf_config(text: str | bytes, seq: int | None = None) -> HFModel:
         spec.validate()
     except ConfigError as error:
         raise ConfigError(f"{architecture}: {error}", "model") from None
-    return HFModel(architecture, spec, tuple(notes + seq_notes), *_computed_fields(config, architecture))
+    said = notes + seq_notes  # sentences, or their parts naming a setting (errors.Named), said as each place says it
+    return HFModel(
+        architecture,
+        spec,
+        tuple(_said(n) for n in said),
+        *_computed_fields(config, architecture),
+        notes_in_app=tuple(_said(n, in_app=True) for n in said),
+    )
+
+
+def _said(note: str | tuple, in_app: bool = False) -> str:
+    sentence = ConfigError(note)  # the one place a sentence's settings are said by option or by label
+    return sentence.in_app() if in_app else str(sentence)
 
 
 def _computed_fields(config: dict, architecture: str) -> tuple[float, tuple, float]:
@@ -311,13 +324,17 @@ def _seq(config: dict, architecture: str, seq: int | None) -> tuple[int, list[st
     notes = []
     if seq is None and chosen < positions:
         notes.append(
-            f"seq {chosen:,}: the config allows {positions:,} positions"
-            + (
-                f" and attends within a {window:,}-token window, which covers every position at this length"
-                if window is not None and chosen == window
-                else ""
+            (
+                f"seq {chosen:,}: the config allows {positions:,} positions"
+                + (
+                    f" and attends within a {window:,}-token window, which covers every position at this length"
+                    if window is not None and chosen == window
+                    else ""
+                )
+                + "; ",
+                Named("Seq", "--seq", "{flag}"),
+                " plans another length",
             )
-            + "; --seq (the sidebar's Seq) plans another length"
         )
     return chosen, notes
 
@@ -329,9 +346,10 @@ def card_of(family, spec):
     return named if named is not None and named.card_parameters else None
 
 
-def summary(model: HFModel, family, spec=None) -> list[str]:
+def summary(model: HFModel, family, spec=None, in_app: bool = False) -> list[str]:
     """What was read, as sentences: the architecture and its parameter count beside the card's (when its shapes are a
-    named size's), then every note. ``spec``: the spec planned (size options may have changed the config's)."""
+    named size's), then every note — ``in_app``: as a page says them (a setting by its box, not its option). ``spec``:
+    the spec planned (size options may have changed the config's)."""
     spec = spec or model.spec
     count = family.parameter_count(spec)
     named = card_of(family, spec)
@@ -341,4 +359,5 @@ def summary(model: HFModel, family, spec=None) -> list[str]:
         if named is not None
         else ""
     )
-    return [f"{model.architecture}: {count:,} parameters{card}"] + [f"note: {note}" for note in model.notes]
+    notes = model.notes_in_app if in_app else model.notes
+    return [f"{model.architecture}: {count:,} parameters{card}"] + [f"note: {note}" for note in notes]

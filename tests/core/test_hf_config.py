@@ -9,7 +9,7 @@ import json
 import pytest
 
 import sharding_lab as sl
-from sharding_lab.models.hf_config import load_hf_config, read_hf_config
+from sharding_lab.models.hf_config import load_hf_config, read_hf_config, summary
 from tests.support import ROOT
 
 FAMILY = sl.family("transformer")
@@ -54,6 +54,12 @@ def test_the_configs_read_what_each_architecture_adds():
 def test_a_sliding_window_is_planned_within_it_or_refused_naming_the_field():
     mistral = load_hf_config(DATA / "mistral-7b-v0.1.json")
     assert mistral.spec.seq == 4096 and any("window" in note for note in mistral.notes)
+    # Walk: on a page a note names the page's box, on the command line the option ("--seq (the sidebar's Seq)"
+    # was shown on the Plan page, whose box is its own)
+    assert any(n.endswith("; --seq plans another length") for n in mistral.notes)
+    assert any(n.endswith("; Seq plans another length") for n in mistral.notes_in_app)
+    assert not any("--" in n for n in mistral.notes_in_app) and len(mistral.notes_in_app) == len(mistral.notes)
+    assert summary(mistral, FAMILY, in_app=True)[1:] == [f"note: {n}" for n in mistral.notes_in_app]
     with pytest.raises(sl.ConfigError, match="sliding_window = 4,096"):
         load_hf_config(DATA / "mistral-7b-v0.1.json", seq=8192)
 
