@@ -130,6 +130,20 @@ class Setup:
                 )
 
 
+def shard_map_program(setup: Setup, mesh):
+    """The step above, run by every device on its own blocks: ``in_specs`` say which block of each input a device
+    gets, ``out_specs`` how the blocks it returns form the global arrays."""
+    weights, batch, labels = setup.specs()
+    return jax.shard_map(
+        shard_map_step(setup.axis, setup.batch),
+        mesh=mesh,
+        in_specs=(weights, batch, labels),
+        # P(): the loss is one value on every device. shard_map checks it (check_vma, on by default): without the
+        # psum it varies across devices, and JAX refuses this out_spec
+        out_specs=(weights, P()),
+    )
+
+
 def _program(setup: Setup, way: str):
     """(jitted function, mesh) for ``way``, its outputs pinned to the inputs' layouts."""
     mesh = build_mesh(dataclasses.replace(setup.mesh, axis_type="explicit" if way == "Explicit axes" else "auto"))
@@ -137,13 +151,7 @@ def _program(setup: Setup, way: str):
     param_shardings = tuple(NamedSharding(mesh, s) for s in ws)
     out = (param_shardings, NamedSharding(mesh, P()))
     if way == "shard_map":
-        fn = jax.shard_map(
-            shard_map_step(setup.axis, setup.batch),
-            mesh=mesh,
-            in_specs=(ws, xs, ys),
-            out_specs=(ws, P()),
-            check_vma=False,
-        )
+        fn = shard_map_program(setup, mesh)
     else:
         fn = WAYS[way]
     return jax.jit(fn, out_shardings=out), mesh
@@ -210,5 +218,6 @@ __all__ = [
     "compile_three",
     "explicit_step",
     "run_three",
+    "shard_map_program",
     "shard_map_step",
 ]
