@@ -20,6 +20,7 @@ from .. import models
 from ..errors import ConfigError
 from ..models import ops
 from ..sharding.rules import target_text
+from ..stacks import stacks_text
 from ..training.config import LabConfig
 from ..training.config import plan as make_plan
 from ..training.optimizer import SGD, SGDState
@@ -30,7 +31,7 @@ _HEADER = '''"""Sharding Lab export — {title} on a {label} mesh.
 
 Preset: {preset}; optimizer: {optimizer} (lr {lr}, decay {decay}); batch {batch}; {steps} steps.
 Rules (what RULES and OVERRIDES below hold): {rules_text}.
-Runs on jax==0.10.2, jaxlib==0.10.2, flax==0.12.8, optax==0.2.8 (CPU: simulated devices).
+Runs unchanged, with the same output, on {stacks} (CPU: simulated devices).
 {maxtext}
 """
 from __future__ import annotations
@@ -51,11 +52,11 @@ import types
 import jax.numpy as jnp
 import numpy as np
 {optax_import}from flax import nnx
-from jax.sharding import AxisType, Mesh, NamedSharding, PartitionSpec as P
+from jax.sharding import AxisType, NamedSharding, PartitionSpec as P
 
-# 1. The mesh: {label}, devices laid row-major.
-mesh = Mesh(np.array(jax.devices()[:{size}]).reshape({shape}), {axes},
-            axis_types=(AxisType.{axis_type},) * {ndim})
+# 1. The mesh: {label}, {axis_type} axes (jax.make_mesh's default is Explicit). On simulated CPU devices it lays
+#    them row-major; on TPUs and GPUs it orders them by the chips' topology.
+mesh = jax.make_mesh({shape}, {axes}, axis_types=(AxisType.{axis_type},) * {ndim}, devices=jax.devices()[:{size}])
 
 # 2. Rules: logical axis -> mesh axis (the seed's MeshRules), then per-parameter overrides.
 RULES = {rules}
@@ -228,6 +229,7 @@ def export_script(config: LabConfig, dtype: str = "mixed", size: str | None = No
             decay=config.decay,
             batch=config.batch_size,
             steps=config.steps,
+            stacks=stacks_text(),
             devices=max(8, mesh.size),
             optax_import="import optax\n" if config.optimizer in optax_tx else "",
             size=mesh.size,

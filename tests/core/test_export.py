@@ -12,6 +12,7 @@ import pytest
 import sharding_lab as sl
 from sharding_lab.export.script import export_script
 from sharding_lab.sharding.mesh import MeshSpec
+from tests.stacks import other_stack_python
 
 # Every preset on 2×4; on 1×8 (a size-1 data axis) the two whose specs name both axes — each case is a fresh
 # Python process that imports JAX and compiles (~5 s), and the export's code path does not depend on the mesh.
@@ -53,13 +54,14 @@ CONFIGS = {
 }
 
 
-def run_script(folder, config) -> subprocess.CompletedProcess:
+def run_script(folder, config, python=sys.executable) -> subprocess.CompletedProcess:
     folder.mkdir(exist_ok=True)
     script = folder / "exported.py"
     script.write_text(export_script(config))
     assert "sharding_lab" not in script.read_text().split('"""', 2)[2]  # standalone
     return subprocess.run(
-        [sys.executable, str(script)],
+        # an API either stack has deprecated fails the run: the export teaches only what both keep
+        [str(python), "-W", "error::DeprecationWarning", str(script)],
         cwd=folder,
         capture_output=True,
         text=True,
@@ -110,6 +112,30 @@ def test_explicit_axes_with_adamw_and_a_hidden_layer(runs):
     assert layout == planned(config)
     assert set(layout) >= {"params/wh1", "opt/mu/wh1", "opt/nu/w2", "opt/count", "opt/step"}
     assert final_loss < 0.05
+
+
+# Auto axes with the seed's own optimizer; Explicit axes with optax; a transformer with experts (einsum,
+# out_sharding, remat): between them every line the export writes.
+ON_BOTH_STACKS = ("2x4-fsdp_tp", "explicit-adamw-hidden", "moe")
+
+
+def test_exported_scripts_run_unchanged_on_the_other_stack(runs, tmp_path):
+    """The same file, run by the other stack's Python (JAX 0.10.2 on Python 3.11, or the newest JAX on 3.12+),
+    prints exactly what it printed here: every device's slices and every loss, to the last digit."""
+    python, stack = other_stack_python()
+    with concurrent.futures.ThreadPoolExecutor(max(1, min(3, os.cpu_count() or 1))) as pool:
+        there = dict(
+            zip(ON_BOTH_STACKS, pool.map(lambda n: run_script(tmp_path / n, CONFIGS[n], python), ON_BOTH_STACKS))
+        )
+    for name in ON_BOTH_STACKS:
+        parsed(there[name])  # ran to the end
+        assert there[name].stdout == runs[name].stdout, f"{name}: {stack} printed another result"
+    # and the script says so, naming both stacks as they are installed here
+    header = export_script(CONFIGS[ON_BOTH_STACKS[0]]).split('"""', 2)[1]
+    import jax
+
+    for version in (jax.__version__, stack.rsplit(" ", 1)[1]):
+        assert f"jax {version}," in header
 
 
 def test_export_refuses_what_cannot_run():
