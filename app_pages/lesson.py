@@ -50,7 +50,6 @@ NAME_CHANGES = pd.DataFrame(
     ],
     columns=["the blog (Flax ≈ 0.8)", f"today ({NEWEST.label()}, and {OLDEST.label()} — checked by this app's tests)"],
 )
-TODAY = pd.DataFrame(today.ROWS, columns=list(today.COLUMNS))
 
 # The blog this lesson walks through, and the Flax example it explains (the commit the blog cites).
 BLOG = (
@@ -346,7 +345,7 @@ if step == 0:
         f"show runs unchanged on both — the script prints the same layouts and losses on each. What the newest "
         "JAX adds, and what still warns:"
     )
-    st.dataframe(TODAY, hide_index=True)
+    st.markdown(today.markdown())  # a table that wraps its cells: a dataframe cut the third column off
     st.info(
         "Everything below is the current configuration from the sidebar: change the mesh or the preset "
         "and every step updates.",

@@ -480,6 +480,18 @@ def test_lesson_names_and_links_the_blog():
     assert "10_fsdp_and_optimizer.py`](https://github.com/google/flax/blob/" in text
 
 
+def test_lesson_shows_todays_api_on_both_stacks():
+    """Issue 55: the first step names both stacks and shows each call the lab teaches with what differs."""
+    from sharding_lab.lessons import today
+    from sharding_lab.stacks import NEWEST, OLDEST
+
+    at = page("app_pages/lesson.py")
+    assert any(NEWEST.label() in c and OLDEST.label() in c for c in at.dataframe[0].value.columns)  # blog's names
+    api = next(m.value for m in at.markdown if m.value.startswith("| the call"))
+    assert api.strip() == today.markdown().strip() and f"| on {NEWEST.label()} | on {OLDEST.label()} |" in api
+    assert api.count("\n| `") == len(today.ROWS) and "axis_shapes" in api
+
+
 def test_an_edit_while_a_run_trains_is_named_against_what_the_run_keeps():
     import dataclasses
 
