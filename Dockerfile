@@ -5,8 +5,9 @@
 #   docker run --rm -p 8501:8501 -e SHARDING_LAB_MAX_JOBS=8 -e SHARDING_LAB_DEVICES=16 sharding-lab
 #   docker build --build-arg GPU_COMPILER=1 -t sharding-lab .   # + the GPU compiler for h100/h200 targets (~5 GB)
 #
-# Pinned base (the Python the requirements were checked with: 3.11, Debian 12 slim).
-FROM python:3.11.14-slim-bookworm
+# Pinned base: the newest stack (Python 3.13, the Python constraints-py312.txt was checked with: JAX 0.12.1,
+# Flax 0.12.12), Debian 12 slim. The Python 3.11 / JAX 0.10.2 stack is constraints.txt (docs/versions.md).
+FROM python:3.13.0-slim-bookworm
 
 # SHARDING_LAB_DEVICES: simulated host devices (1-64). SHARDING_LAB_MAX_JOBS: training runs the
 # server allows at once (more are told "busy"). SHARDING_LAB_JOB_TIME_LIMIT_S: longest run.
@@ -22,16 +23,16 @@ ENV PYTHONDONTWRITEBYTECODE=1 \
 
 WORKDIR /app
 
-# Dependencies first (pyproject.toml's, every version held by constraints.txt), so code changes do not
+# Dependencies first (pyproject.toml's, every version held by constraints-py312.txt), so code changes do not
 # reinstall them. The TPU compiler (libtpu, for the TPU compile targets) always; the GPU compiler only with
 # GPU_COMPILER=1. The app runs from /app (`streamlit run app.py`), so the package itself is not installed.
 ARG GPU_COMPILER=0
-COPY pyproject.toml constraints.txt ./
+COPY pyproject.toml constraints-py312.txt ./
 RUN extras=tpu && if [ "$GPU_COMPILER" = 1 ]; then extras=tpu,gpu; fi \
     && python -c "import sys, tomllib; p = tomllib.load(open('pyproject.toml', 'rb'))['project']; \
 print('\n'.join(p['dependencies'] + [d for e in sys.argv[1].split(',') for d in p['optional-dependencies'][e]]))" \
        "$extras" > /tmp/dependencies.txt \
-    && pip install --no-cache-dir -c constraints.txt -r /tmp/dependencies.txt && rm /tmp/dependencies.txt
+    && pip install --no-cache-dir -c constraints-py312.txt -r /tmp/dependencies.txt && rm /tmp/dependencies.txt
 
 # A fixed numeric uid/gid, so `docker run --user` and volume permissions are predictable. The code
 # stays owned by root: the app user can read it, not change it.

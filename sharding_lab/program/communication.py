@@ -23,7 +23,7 @@ from ..models.moe import COMBINE_SCOPE, DISPATCH_SCOPE, EXPERTS_SCOPE
 from ..pipeline import BACKWARD_SCOPE, FORWARD_SCOPE, GRADIENT_SCOPE
 from ..sharding.layout import memory_per_device
 from ..training.config import Plan
-from .moves import name_elements
+from .moves import category, name_elements
 
 EXPERT_SCOPES = (DISPATCH_SCOPE, EXPERTS_SCOPE, COMBINE_SCOPE)
 
@@ -408,11 +408,17 @@ def _analyze(config, dtype: str, named: bool = False) -> CommReport:
         "peak": int(getattr(stats, "peak_memory_in_bytes", 0) or 0),  # the TPU compiler's own (0 elsewhere)
         **fullest,
     }
-    collectives = [
-        dataclasses.replace(c, moves=name_elements(c.op, c.phase, c.shape, c.count, plan, c.op_names))
-        for c in parse_collectives(hlo, config.mesh.shape, config.mesh.axes)
-    ]
+    collectives = [_after_the_update(c, plan) for c in parse_collectives(hlo, config.mesh.shape, config.mesh.axes)]
     return CommReport(collectives, memory, hlo, config.target, dtype, record.to_json())
+
+
+def _after_the_update(c: Collective, plan: Plan) -> Collective:
+    """The collective with what it moves named; one that only moves updated parameters back to their pinned
+    layout is placed after the update (phase "unknown"), as JAX 0.10.2's partitioner left it with no op_name,
+    where JAX 0.12's names it after the optimizer op whose result it moves (docs/versions.md)."""
+    moves = name_elements(c.op, c.phase, c.shape, c.count, plan, c.op_names)
+    phase = "unknown" if c.phase == "optimizer" and all(category(m) == "resharding" for m in moves) else c.phase
+    return dataclasses.replace(c, moves=moves, phase=phase)
 
 
 def default_dtype(target: str) -> str:

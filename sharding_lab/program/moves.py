@@ -13,7 +13,9 @@ layouts), and the kind of op. The rules, each from how the step is built:
 - in the backward pass, a reduction of a parameter-shaped array is that parameter's gradient; a
   gather of one is the weight the backward matmul needs;
 - with no metadata, a parameter-shaped op moves the updated parameter (or its optimizer buffer,
-  which has the same shape and layout) back to the layout the step's outputs are pinned to;
+  which has the same shape and layout) back to the layout the step's outputs are pinned to; so does one
+  named after an optimizer op (the update is elementwise, so a collective there only changes a layout:
+  JAX 0.12's partitioner gives that move the name of the op whose result it moves, 0.10.2's none);
 - anything else whose leading dimension is a slice of the batch is activations;
 - in a pipelined step (:mod:`sharding_lab.pipeline`), a collective-permute the step sent under its
   forward scope carries a microbatch's activations to the next stage, one under its backward scope
@@ -272,9 +274,7 @@ def name_elements(
                 f"gradient of {who}"
                 if phase == "backward" and reduces
                 else f"updated {who}, or its optimizer state, back to its pinned layout"
-                if phase == "unknown"
-                else f"optimizer update of {who}"
-                if phase == "optimizer"
+                if phase in ("unknown", "optimizer")
                 else f"{who}: weights{', for the backward pass' if phase == 'backward' else ''}"
             )
             continue

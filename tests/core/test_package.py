@@ -100,6 +100,27 @@ def test_the_installed_command_lays_out_as_the_checkout_does(installed):
     assert len({json.dumps(block) for block in blocks}) > 1, "FSDP splits w1: the devices hold different blocks"
 
 
+def test_pip_install_keeps_the_jax_already_installed(installed, tmp_path):
+    """The dependencies are ranges, not pins: ``pip install .`` (dependencies and all) into an environment that
+    already holds a JAX the lab supports — this test environment's, 0.10.2 on Python 3.11, 0.12.1 on 3.12+ —
+    installs the lab alone and changes no package. (Pinned ``jax==0.10.2`` downgraded a user's 0.12.1.)"""
+    venv, elsewhere, env = installed
+    report = tmp_path / "report.json"
+    done = subprocess.run(
+        [str(venv / "bin" / "python"), "-m", "pip", "install", "--dry-run", "--quiet", "--report", str(report), ROOT],
+        cwd=elsewhere,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    would_install = {
+        item["metadata"]["name"]: item["metadata"]["version"] for item in json.loads(report.read_text())["install"]
+    }
+    assert set(would_install) == {"sharding-lab"}, would_install
+
+
 def test_the_installed_app_serves(installed):
     """``sharding-lab app`` from another directory finds the entry script and pages inside the package and
     serves them with the checkout's server settings."""

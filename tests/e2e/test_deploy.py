@@ -93,8 +93,11 @@ def test_hadolint_would_catch_a_bad_dockerfile(tmp_path):
 
 def test_dockerfile_shape():
     base = one("FROM")
-    assert re.fullmatch(r"python:3\.11\.\d+-slim(-\w+)?", base), f"base image not pinned to a 3.11 slim tag: {base}"
-    assert any(kw == "RUN" and "pip install --no-cache-dir -c constraints.txt" in args for kw, args in instructions())
+    # the newest stack: the Python constraints-py312.txt was checked with (3.13), its pins
+    assert re.fullmatch(r"python:3\.13\.\d+-slim(-\w+)?", base), f"base image not pinned to a 3.13 slim tag: {base}"
+    assert any(
+        kw == "RUN" and "pip install --no-cache-dir -c constraints-py312.txt" in args for kw, args in instructions()
+    )
     user = one("USER").split(":")[0]
     assert user not in ("root", "0"), "the app must not run as root"
     assert one("EXPOSE") == "8501"
@@ -131,6 +134,7 @@ def test_dockerignore_keeps_the_app_and_drops_the_rest():
         "sharding_lab/app/ui.py",
         "pyproject.toml",
         "constraints.txt",
+        "constraints-py312.txt",
         ".streamlit/config.toml",
         *[str(p.relative_to(ROOT)) for p in (ROOT / "app_pages").glob("*.py")],
         *[str(p.relative_to(ROOT)) for p in (ROOT / "sharding_lab").glob("*.py")],
