@@ -1,6 +1,7 @@
 """Bring a model, leave with the command (issue 48), in a real browser: upload a Hugging Face config.json on the Plan
 page, run the default search it starts (a two-layer config: the small model's search, under a minute of compiles),
-copy the MaxText command of the best row with the code block's copy button, and read it back from the clipboard."""
+copy the MaxText command of the best row (remat full: MaxText has no remat none) with the code block's copy button,
+and read it back from the clipboard."""
 
 import re
 import time
@@ -73,10 +74,19 @@ def test_upload_a_config_run_the_default_search_and_copy_the_best_rows_maxtext_c
         main.get_by_test_id("stFileUploaderDropzoneInput").set_input_files(str(CONFIG))
         settled(tab)
         main.get_by_text("LlamaForCausalLM: 106,816 parameters").wait_for(timeout=60_000)
+        # Remat full instead of the small model's none: MaxText 0.2.5 has no "keep everything" policy (its none is
+        # full remat), so a row with remat none offers no command.
+        remat = main.get_by_test_id("stMultiSelect").filter(has_text="Remat")
+        remat.get_by_role("combobox").click()
+        tab.get_by_role("option", name="full", exact=True).click()
+        tab.keyboard.press("Escape")
+        settled(tab)
+        remat.get_by_label("Remove none").click()
+        settled(tab)
         main.get_by_role("button", name="Run", exact=True).click()
         main.get_by_text(re.compile(r"candidates in \d+ s")).wait_for(timeout=300_000)
         settled(tab)
-        code = main.get_by_test_id("stCode").filter(has_text="python3 -m MaxText.train")
+        code = main.get_by_test_id("stCode").filter(has_text="python3 -m maxtext.trainers.pre_train.train")
         code.wait_for(timeout=60_000)
         shown = code.inner_text().strip()
         code.hover()
@@ -85,7 +95,11 @@ def test_upload_a_config_run_the_default_search_and_copy_the_best_rows_maxtext_c
         tab.screenshot(path=str(SHOTS / "plan-hf-config-maxtext.png"))
         assert copied.strip() == shown
         # The best row is named in the "Or pick one" box; its layout's overrides, the config's shapes and batch.
-        assert copied.startswith("python3 -m MaxText.train MaxText/configs/base.yml run_name=sharding-lab ici_")
+        assert copied.startswith(
+            "python3 -m maxtext.trainers.pre_train.train src/maxtext/configs/base.yml run_name=sl-"
+        )
+        assert "dataset_type=synthetic enable_checkpointing=false ici_" in copied and "remat_policy=full" in copied
+        assert main.get_by_text("checked against MaxText 0.2.5").count() >= 1
         assert "max_target_length=64" in copied and "base_num_decoder_layers=2" in copied
         assert "base_num_kv_heads=2" in copied and "vocab_size=256" in copied
         assert main.get_by_role("button", name="Download the script").count() == 1
