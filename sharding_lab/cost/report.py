@@ -145,5 +145,7 @@ def maxtext_of(config: LabConfig, dtype: str, target_mesh: tuple[int, ...] | Non
 
 def maxtext_line(run) -> str:
     """'in MaxText: <command>', or why the layout has none; then what differs."""
-    head = f"in MaxText: {run.command}" if run.command else "in MaxText: no equivalent"
+    from ..export.maxtext import CHECKED
+
+    head = f"in MaxText ({CHECKED}): {run.command}" if run.command else "in MaxText: no equivalent"
     return "\n".join([head, *(f"  {note}" for note in run.notes)])
