@@ -23,6 +23,7 @@ from ..models.moe import COMBINE_SCOPE, DISPATCH_SCOPE, EXPERTS_SCOPE
 from ..pipeline import BACKWARD_SCOPE, FORWARD_SCOPE, GRADIENT_SCOPE
 from ..sharding.layout import memory_per_device
 from ..training.config import Plan
+from .first_use import first_use_phase, named_after_an_input, users_of
 from .moves import category, name_elements
 
 EXPERT_SCOPES = (DISPATCH_SCOPE, EXPERTS_SCOPE, COMBINE_SCOPE)
@@ -314,6 +315,7 @@ def parse_collectives(hlo_text: str, mesh_shape: tuple[int, ...], axis_names: tu
             defined[name.group(1)] = op_name.group(1)
     concatenated = _concatenated_parts(lines, defined)
     fused_async, seen_channels = _async_fused_channels(lines), set()
+    users = None  # who reads what: only read for a collective named after an input (first_use)
     for line in lines:
         match = _OP.search(line)
         if not match or match.group("suffix") == "-done":
@@ -332,6 +334,10 @@ def parse_collectives(hlo_text: str, mesh_shape: tuple[int, ...], axis_names: tu
             arrays = [(dtype, shape) for dtype, shape, _ in parts]
             op_name = next((n for _, _, n in parts if n), op_name)
         dtypes = sorted({d for d, _ in arrays})
+        phase, defined_here = _phase(op_name), _DEFINED.match(line)
+        if named_after_an_input(op_name) and defined_here:
+            users = users_of(lines) if users is None else users
+            phase = first_use_phase(defined_here.group(1), users, defined, _phase) or phase
         collective = Collective(
             op=match.group("op"),
             dtype="/".join(dtypes),
@@ -340,7 +346,7 @@ def parse_collectives(hlo_text: str, mesh_shape: tuple[int, ...], axis_names: tu
             axes=group_axes(groups, mesh_shape, axis_names)
             if groups
             else tuple(a for a, n in zip(axis_names, mesh_shape) if n > 1),
-            phase=_phase(op_name),
+            phase=phase,
             groups=tuple(tuple(g) for g in groups),
             scope=_expert_scope(op_name),
             group_size=len(groups[0])
