@@ -104,12 +104,17 @@ def divides(shape, spec: P, mesh) -> bool:
 
 
 @functools.lru_cache(maxsize=1024)
-def realized_spec(mesh, shape: tuple[int, ...], requested: P) -> P:
-    """The sharding JAX really gives an array created under ``jit`` with ``requested``.
+def realized_spec(mesh, shape: tuple[int, ...], requested: P) -> P | None:
+    """The sharding JAX really gives an array created under ``jit`` with ``requested``; None when JAX's
+    layout has no PartitionSpec on this mesh.
 
     With Auto axes, a dimension that an axis does not divide is silently left unsplit (or split
     over only the leading axes that divide it). Divisible specs come back unchanged; for the
     others we ask JAX itself by compiling a one-op program, so the answer is JAX's, not ours.
+    JAX 0.12's partitioner may instead split such a dimension partway and keep copies of each block (30 on a
+    4-way axis: 2 blocks, 2 copies of each; 4 heads on an 8-way one: 4 blocks, 2 copies): no PartitionSpec on
+    the mesh names that — the compiled output is a GSPMDSharding, or JAX's compile raises IndivisibleError
+    turning it back into a spec — so None, for the plan to say so.
     """
     if divides(shape, requested, mesh):
         return P(*trim(requested))
@@ -117,7 +122,12 @@ def realized_spec(mesh, shape: tuple[int, ...], requested: P) -> P:
         lambda: jax.lax.with_sharding_constraint(jnp.zeros(shape, jnp.float32), NamedSharding(mesh, requested))
     )
     try:
-        return P(*trim(constrain.lower().compile().output_shardings.spec))
+        sharding = constrain.lower().compile().output_shardings
+        return P(*trim(sharding.spec)) if isinstance(sharding, NamedSharding) else None
+    except ValueError as error:  # JAX keeps IndivisibleError's class private (jax._src.sharding)
+        if type(error).__name__ != "IndivisibleError":
+            raise
+        return None
     except Exception as error:  # a TPU target's compiler may refuse even this one array for memory
         if "RESOURCE_EXHAUSTED" not in str(error):
             raise

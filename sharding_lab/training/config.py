@@ -268,6 +268,8 @@ def plan(config: LabConfig) -> Plan:
                     config, rules, mesh, what, path, name, logical, shape, requested, i, ways, sizes
                 )
             spec = realized_spec(mesh, shape, requested)
+            if spec is None:
+                raise _unnamed_layout_refusal(config, rules, what, name, logical, i, ways, sizes)
             if path.startswith("params/"):
                 warnings.append(
                     f"{what}, so JAX silently lays it out as {_fmt(spec)} instead of "
@@ -287,6 +289,39 @@ def _explicit_refusal(config, rules, mesh, what, path, name, logical, shape, req
         refusal = "it refuses to create it"
     except Exception as error:  # noqa: BLE001  (its message is the lesson, whatever its type)
         refusal = f"{type(error).__name__}: {str(error).split('. Got shape')[0].splitlines()[0]}"
+    return _replicate_or_resize(
+        config,
+        rules,
+        f"{what}. With Explicit axes JAX refuses to make such an array ({refusal}); Auto axes "
+        f"would silently replicate that dimension instead",
+        name,
+        logical,
+        dim,
+        ways,
+        sizes,
+    )
+
+
+def _unnamed_layout_refusal(config, rules, what, name, logical, dim, ways, sizes):
+    """The ConfigError for a dimension an Auto axis does not divide where JAX's own layout has no PartitionSpec
+    (layout.realized_spec: JAX 0.12's partitioner splits it partway and keeps copies of each block): the lab
+    can show only layouts a PartitionSpec names, so it says so, with the fix that always works."""
+    return _replicate_or_resize(
+        config,
+        rules,
+        f"{what}. JAX {jax.__version__} splits it into fewer blocks than that and keeps copies of each, "
+        "a layout no PartitionSpec on this mesh names, so the lab cannot show it",
+        name,
+        logical,
+        dim,
+        ways,
+        sizes,
+    )
+
+
+def _replicate_or_resize(config, rules, why, name, logical, dim, ways, sizes):
+    """``why``, then the two ways out — replicate the dimension (a per-parameter override, offered as a button
+    that fixes every such dimension at once) or a size ``ways`` divides."""
     targets = list(rules.targets(name, logical))
     targets[dim] = None
     fix = dataclasses.replace(config, preset=None, rules=rules.with_override(name, tuple(targets)))
@@ -299,9 +334,8 @@ def _explicit_refusal(config, rules, mesh, what, path, name, logical, shape, req
         else:
             fix, label = further.fix, f"{label}, {further.fix_label.removeprefix('Replicate ')}"
     return ConfigError(
-        f"{what}. With Explicit axes JAX refuses to make such an array ({refusal}); Auto axes "
-        f"would silently replicate that dimension instead. Replicate it (a per-parameter override), "
-        f"or give it a size that is a multiple of {ways} (e.g. {sizes})",
+        f"{why}. Replicate it (a per-parameter override), or give it a size that is a multiple of {ways} "
+        f"(e.g. {sizes})",
         "rules",
         fix=fix,
         fix_label=f"Replicate {label}" if fix is not None else "",
