@@ -270,9 +270,10 @@ def _result_arrays(op: str, suffix: str | None, shape_text: str) -> list[tuple[s
     def arrays(text):
         return [(dtype, tuple(_ints(dims))) for dtype, dims in _ARRAY.findall(text)]
 
-    if suffix == "-start" and op != "all-reduce" and shape_text.startswith("("):
-        # An async start returns (operands, results, context...): the results count. Several operands
-        # combined into one op come as a tuple of tuples: ((operands...), (results...)).
+    # An async start returns (operands, results, context...): the results count. Several operands combined into
+    # one op come as a tuple of tuples: ((operands...), (results...)). An all-reduce-start returned its results
+    # alone (JAX 0.10.2's XLA:GPU); JAX 0.12.1's returns ((operands), results) too.
+    if suffix == "-start" and shape_text.startswith("(") and (op != "all-reduce" or shape_text.startswith("((")):
         parts = _top_level(shape_text)
         if len(parts) >= 2:
             return arrays(parts[1])
@@ -329,8 +330,9 @@ def parse_collectives(hlo_text: str, mesh_shape: tuple[int, ...], axis_names: tu
         groups = parse_replica_groups(line) or []
         op_name = _op_name(line, defined)
         operand = re.match(r"\s*%?([\w.\-]+)\s*\)", line[match.end() :])
-        parts = concatenated.get(operand.group(1)) if operand and not _NAME.search(line) else None
-        if parts and match.group("op") == "all-reduce":  # one buffer of several arrays: count the arrays
+        parts = concatenated.get(operand.group(1)) if operand else None
+        if parts and match.group("op") == "all-reduce":  # one buffer of several arrays: count the arrays (JAX 0.10.2
+            # gave the op no op_name, 0.12.1 the parts' names joined: "transpose(jvp())/(reduce_sum:dot_general)")
             arrays = [(dtype, shape) for dtype, shape, _ in parts]
             op_name = next((n for _, _, n in parts if n), op_name)
         dtypes = sorted({d for d, _ in arrays})
