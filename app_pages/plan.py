@@ -9,6 +9,7 @@ import sharding_lab as sl
 from sharding_lab import search, settings
 from sharding_lab.app import hf_view, page_errors, plan_view, session, ui
 from sharding_lab.hardware import targets
+from sharding_lab.search import eta
 from sharding_lab.search.candidates import default_presets, offered_presets
 
 state = st.session_state
@@ -264,10 +265,12 @@ else:
             ". Nothing is compiled before Run on this server (SHARDING_LAB_PAGE_COMPILES=off): the progress shows "
             "the time left once the first compiles are in."
         )
-    else:
+    elif estimate.prior is not None:  # a large model: nothing compiled before Run, the estimate from its size
         text += (
-            ". A model this size is not compiled before Run (one llama3-8b block takes 40–100 s on 2 cores): "
-            "the progress shows the time left once the first compiles are in."
+            f". A model this size is not compiled before Run (one llama3-8b block takes 40–100 s on 2 cores): from "
+            f"{estimate.prior.basis} and {estimate.prior.at_once} compiling at once, about "
+            f"{eta.format_seconds_left(estimate.prior.seconds_left)} of compiles after the screening; the progress "
+            "refines it from the compiles seen."
         )
     st.caption(text)
 run_col, _ = st.columns([1, 5])

@@ -9,6 +9,16 @@ moves with the machine's load and cores. ``--workers N`` (default: one per core)
 ``--first-only`` stops after the first ranking (the book's count for every screened candidate,
 :mod:`sharding_lab.search.first`) and prints how long it took.
 
+Against an earlier commit, in the same run (the machine is shared and its load moves: a ratio measured side by
+side holds where two figures taken an hour apart do not):
+
+    python -m tools.plan_bench --against 5e2778d [plan options]
+
+runs ``sharding-lab plan --json`` on this checkout and then on the commit (its ``sharding_lab`` exported from
+git into a temporary folder, imported through ``PYTHONPATH``), and prints each one's wall time, candidates per
+second and best row, then their ratio. ``--device-run`` runs the question on this checkout only (a machine
+without the repository's history: the TPU machine's 13 cores) and prints the same lines.
+
 Measured (the default command): before any speed-up (every candidate at 1 and 2 layers, one process) 1884 s,
 0.062 candidates/s; with the screens, the twin rule and 2 workers 398.5 s (2026-12-04, shared machine); with
 remat full compiled at full depth and every compile watched to the compiler's memory check
@@ -25,6 +35,8 @@ import threading
 import time
 
 from sharding_lab import search
+from sharding_lab.search import eta
+from sharding_lab.search.search import compile_workers
 from sharding_lab.training.options import add_config_options, config_from_args
 
 DEFAULT = [
@@ -47,6 +59,10 @@ def main(argv=None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if not any(a in argv for a in ("--model", "--size", "--target")):  # only options of the bench: the default
         argv = DEFAULT + argv
+    if "--against" in argv or "--device-run" in argv:
+        from tools.plan_compare import compare
+
+        return compare(argv)
     parser = argparse.ArgumentParser(prog="python -m tools.plan_bench")
     add_config_options(parser)
     parser.add_argument("--batch-tokens", type=int, required=True)
@@ -66,9 +82,28 @@ def main(argv=None) -> int:
     presets = tuple(args.presets.split(",")) if args.presets else None
     remats = tuple(args.remats.split(",")) if args.remats else None
     started = time.perf_counter()
+    parameters, at_once = base.family.parameter_count(base.model), compile_workers(base, args.workers)
+    seen = {"compiled": 0, "compile_s": 0.0, "ranked": None}
+
+    def estimate(label: str) -> None:
+        """The search's own estimate of its whole time (search.eta), as the CLI and the Plan page give it."""
+        ranked = seen["ranked"] if seen["ranked"] is not None else layouts
+        left = eta.Progress(parameters, eta.to_compile(None, ranked, 0), seen["compiled"], seen["compile_s"], at_once)
+        elapsed = time.perf_counter() - started
+        print(
+            f"estimate_{label}_s={elapsed + left.seconds_left:.0f} (at {elapsed:.0f} s, from {left.basis})", flush=True
+        )
+
+    layouts = eta.layouts(base, presets, remats)
+    estimate("start")
 
     def progress(done, total, result):
         c = result.candidate
+        if result.skipped is None:
+            seen["compiled"] += 1
+            seen["compile_s"] += result.compile_s
+            if seen["compiled"] == 1:
+                estimate("first_compile")
         depth = "+".join(map(str, result.compiled_layers))
         what = (
             f"skipped: {result.skipped}"
@@ -88,6 +123,8 @@ def main(argv=None) -> int:
 
     def first(ranked, seconds):
         print(f"first_ranking_s={seconds:.1f} ranked={len(ranked)}", flush=True)
+        seen["ranked"] = len(ranked)
+        estimate("first_ranking")
         print(search.first_table(ranked, seconds, rows=5), flush=True)
         if args.first_only:
             stop.set()

@@ -18,6 +18,8 @@ import sharding_lab as sl
 from sharding_lab import search
 from sharding_lab.app import config_state
 from sharding_lab.hardware import targets
+from sharding_lab.search import eta
+from sharding_lab.search.search import compile_workers
 from sharding_lab.server.page_compiles import waiting_sentence
 from sharding_lab.server.searches import SEARCHES, SharedSearch, max_searches
 from sharding_lab.units import format_bytes
@@ -45,6 +47,7 @@ class Estimate:
     to_compile: int | None  # None: not screened before Run (a large model's screening alone takes seconds)
     seconds_each: float | None  # measured on this server; None: not yet (a large model's compile takes minutes)
     measured_on: str = ""
+    prior: eta.Progress | None = None  # a large model: the estimate from its size and the cores (search.eta)
 
     @property
     def seconds(self) -> float | None:
@@ -60,8 +63,17 @@ def estimate(base: sl.LabConfig, dtype: str, presets, remats, compile_one: bool 
     False (``SHARDING_LAB_PAGE_COMPILES=off``: the count only). A larger model: the count only (screening 176
     llama3-8b candidates takes 6 s of CPU, one compile minutes)."""
     total = counted(base, presets, remats)
-    if base.family.parameter_count(base.model) >= search.SMALL_MODEL:
-        return Estimate(total, None, None)
+    parameters = base.family.parameter_count(base.model)
+    if parameters >= search.SMALL_MODEL:
+        workers = compile_workers(base, None)
+        return Estimate(
+            total,
+            None,
+            None,
+            prior=eta.Progress(
+                parameters, eta.to_compile(None, eta.layouts(base, presets, remats), total), workers=workers
+            ),
+        )
     todo = [c for c in search.candidates(base, presets, remats) if search.screen(c, base, dtype).skipped is None]
     timed = search.cost_candidate(todo[0], base, dtype) if todo and compile_one else None
     if timed is None or not timed.compile_s:
@@ -158,29 +170,32 @@ class PlanJob:
             f"{found.done} of {found.total} candidates — {found.compiled} compiled, {found.done - found.compiled} "
             f"skipped — last: {found.last or '…'} — {elapsed:.0f} s"
         )
-        return text + time_left(found, elapsed)
+        now = found.activity.sentence()
+        return text + time_left(found, elapsed) + (f". Now {now}." if now else "")
 
 
 def time_left(found: SharedSearch, elapsed: float) -> str:
-    """How long the search still needs, from its candidates' compile times (each compile's own time, over the
-    workers compiling at once); before the first compile is done, a sentence that says when it will be known."""
+    """How long the search still needs (:mod:`sharding_lab.search.eta`): from the model's size and the cores until
+    the first compiles are in, then from their compile times — over the workers compiling at once."""
     at_once = f"{found.workers} at once in worker processes" if found.workers > 1 else "one at a time"
-    if not found.compiled:
-        return (
-            f"; compiling the first candidates ({at_once}) — the time left is estimated from their compile times "
-            "once the first are done (a large model's compile takes minutes)"
-        )
-    each = found.compile_s / found.compiled / max(1, found.workers)  # seconds of the search per compile
-    # Screened before Run: that many compiles. Else the first ranking's candidates, those that passed the screens
-    # (some are skipped later: a layout's leaner step does not fit, or cannot beat one compiled), else every one left.
-    screened = len(found.first) if found.first else found.total - found.done + found.compiled
-    left = each * max(0, (found.to_compile or screened) - found.compiled)
-    word = "about" if found.to_compile else "at most about"
-    return f", {word} {format_seconds_left(left)} left ({found.compile_s / found.compiled:.0f} s a compile, {at_once})"
+    left = progress_of(found)
+    return f", about {format_seconds_left(left.seconds_left)} left (from {left.basis}; {at_once})"
 
 
-def format_seconds_left(seconds: float) -> str:
-    return f"{seconds:.0f} s" if seconds < 120 else f"{seconds / 60:.0f} min"
+def progress_of(found: SharedSearch) -> eta.Progress:
+    """The estimate's view of a running search: screened before Run (a small model), else the first ranking's
+    layouts, else the question's layouts (before the first ranking is out)."""
+    ranked = len(found.first) if found.first is not None else eta.layouts(found.base, found.presets, found.remats)
+    return eta.Progress(
+        found.base.family.parameter_count(found.base.model),
+        eta.to_compile(found.to_compile, ranked, found.total, found.done),
+        found.compiled,
+        found.compile_s,
+        found.workers,
+    )
+
+
+format_seconds_left = eta.format_seconds_left
 
 
 def first_rows(ranked: list[search.Result]) -> list[dict]:

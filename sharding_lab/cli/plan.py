@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 import sys
+import threading
+import time
 
 from ..cost.report import maxtext_line
 from ..errors import ConfigError, Named
@@ -44,11 +46,17 @@ def print_plan(args) -> int:
             raise ConfigError(f"unknown remat {name!r}: choose among {', '.join(known)}", "model")
 
     attentions = _attentions(args, base)
+    activity = search.Activity()
+    voice = None
+    left = Left(base, args.workers, presets, remats)
 
     last = [0]
 
     def progress(done, total, result):
         many, last[0] = done - last[0], done
+        if voice is not None:
+            voice.spoke()
+        left.answered(result)
         if not args.json:
             filled = round(20 * done / total) if total else 20
             # candidates counted without a layout (a three-axis mesh): reported together, before the queue
@@ -63,14 +71,19 @@ def print_plan(args) -> int:
                     f"skipped ({result.skipped})"
                     if result.skipped
                     else f"{'fits' if result.fits else 'does not fit'}, compiled in {result.compile_s:.1f} s"
-                ),
+                )
+                + f" — {left.sentence()}",
                 file=sys.stderr,
                 flush=True,
             )
 
     def first(ranked, seconds):
+        if voice is not None:
+            voice.spoke()
+        left.ranked = len(ranked)
         if not args.json:
             print(search.first_table(ranked, seconds), file=sys.stderr, flush=True)
+            print(left.sentence(), file=sys.stderr, flush=True)
 
     if args.check_layers is not None and args.check_layers <= 2:
         raise ConfigError(
@@ -78,18 +91,26 @@ def print_plan(args) -> int:
         )
     if args.workers is not None and args.workers < 1:
         raise ConfigError(f"--workers must be at least 1, not {args.workers}", "workers")
-    found = search.search(
-        base,
-        dtype,
-        presets,
-        remats,
-        progress,
-        check=not args.no_check,
-        check_layers=args.check_layers,
-        workers=args.workers,
-        attentions=attentions,
-        first=first,
-    )
+    if not args.json:
+        print(f"searching: {left.sentence()}", file=sys.stderr, flush=True)
+        voice = Voice(activity)
+    try:
+        found = search.search(
+            base,
+            dtype,
+            presets,
+            remats,
+            progress,
+            check=not args.no_check,
+            check_layers=args.check_layers,
+            workers=args.workers,
+            attentions=attentions,
+            first=first,
+            activity=activity,
+        )
+    finally:
+        if voice is not None:
+            voice.close()
     out = found.to_json()
     for row, result in zip(out["candidates"], found.costed):
         row["cost_args"] = config_to_args(result.candidate.config(base)) + ["--dtype", dtype]
@@ -148,3 +169,60 @@ def _attentions(args, base) -> tuple[str, ...] | None:
     if field is None or named is not None:  # --attention X: the plan searches X alone
         return None
     return search.ATTENTIONS
+
+
+SILENCE_S = 20.0  # the longest the command stays silent while it searches (a compile can take minutes)
+
+
+class Voice:
+    """Says on stderr what the search is doing (:class:`sharding_lab.search.Activity`) whenever it has printed
+    nothing for :data:`SILENCE_S` seconds: a large model's first compiles take minutes before any progress line."""
+
+    def __init__(self, activity, silence_s: float = SILENCE_S, out=None):
+        self.activity, self.silence_s, self.out = activity, silence_s, out or sys.stderr
+        self.last = time.monotonic()
+        self.done = threading.Event()
+        self.thread = threading.Thread(target=self._run, daemon=True, name="sharding-lab-plan-voice")
+        self.thread.start()
+
+    def spoke(self) -> None:
+        self.last = time.monotonic()
+
+    def close(self) -> None:
+        self.done.set()
+        self.thread.join(timeout=5)
+
+    def _run(self) -> None:
+        while not self.done.wait(min(1.0, self.silence_s / 4)):
+            if time.monotonic() - self.last < self.silence_s:
+                continue
+            sentence = self.activity.sentence()
+            if sentence:
+                print(f"  … {sentence}", file=self.out, flush=True)
+                self.spoke()
+
+
+class Left:
+    """The time left as the command says it (:mod:`sharding_lab.search.eta`): from the model's size and the cores
+    at the start, from the first ranking's layouts once it is out, from the compiles seen once they are in."""
+
+    def __init__(self, base, workers, presets, remats):
+        from ..search import eta
+        from ..search.search import compile_workers
+
+        self.eta = eta
+        self.parameters = base.family.parameter_count(base.model)
+        self.workers = compile_workers(base, workers)
+        self.ranked = eta.layouts(base, presets, remats)  # until the first ranking says how many pass the screens
+        self.compiled, self.compile_s = 0, 0.0
+
+    def answered(self, result) -> None:
+        if result.skipped is None:
+            self.compiled += 1
+            self.compile_s += result.compile_s
+
+    def sentence(self) -> str:
+        left = self.eta.Progress(
+            self.parameters, self.eta.to_compile(None, self.ranked, 0), self.compiled, self.compile_s, self.workers
+        )
+        return f"about {self.eta.format_seconds_left(left.seconds_left)} of compiles left (from {left.basis})"

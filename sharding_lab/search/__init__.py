@@ -9,7 +9,8 @@ compiled for the target and ranked by its predicted step time.
 - :mod:`.scheduler` — the queue run in this process or by worker processes (:mod:`.pool`, the mechanism);
 - :mod:`.depth` — an extended best checked against a full-depth compile;
 - :mod:`.first` — the first ranking: the book's count for every screened candidate, before compiling;
-- :mod:`.verdict` — the why and the table, from the computed figures.
+- :mod:`.verdict` — the why and the table, from the computed figures;
+- :mod:`.underway` — what the search screens and compiles at this moment (said while no candidate is answered).
 
 Use it as ``from sharding_lab import search``: ``search.search(...)``, ``search.Candidate``, …
 """
@@ -49,9 +50,11 @@ from .costing import compile_job, compiled_figures, cost_candidate, extend, full
 from .depth import check_extension
 from .scheduler import pruned
 from .search import SMALL_MODEL, Search, first_ranking, search
+from .underway import Activity
 from .verdict import depth_text, first_table, table, why
 
 __all__ = [
+    "Activity",
     "ATTENTIONS",
     "REMATS",
     "SKIP_BATCH",

@@ -14,6 +14,7 @@ from ..training.config import LabConfig
 from .bound import bounded, defer
 from .candidates import SKIP_MEMORY_INPUTS, SKIP_REMAT_FULL_REFUSED, Candidate, Result, gb, label, leaner, screen
 from .costing import cached, compile_job, cost_candidate, fill, first_jobs, prediction_of, remember
+from .underway import Activity, compile_words
 
 
 def pruned(candidate: Candidate, base: LabConfig, dtype: str, done: dict) -> Result | None:
@@ -41,12 +42,14 @@ def waits_for(candidate: Candidate) -> list[Candidate]:
     return [t for t in leaner(candidate) if candidate.remat != "none" or t.remat in ("none", "full")]
 
 
-def run_serial(queue, base, dtype, stop, results, progress) -> bool:
+def run_serial(queue, base, dtype, stop, results, progress, activity: Activity | None = None) -> bool:
     done: dict[Candidate, Result] = {}
     searched = set(queue)
     for n, candidate in enumerate(sorted(queue, key=lambda c: defer(c, base, dtype, searched))):
         if stop is not None and stop.is_set():
             return True
+        if activity is not None:
+            activity.compiling([(compile_words(label(candidate), "whole"), time.monotonic())])
         result = (
             pruned(candidate, base, dtype, done)
             or bounded(candidate, base, dtype, done)
@@ -59,7 +62,10 @@ def run_serial(queue, base, dtype, stop, results, progress) -> bool:
     return False
 
 
-def run_pool(queue, base, dtype, stop, results, progress, workers: int) -> bool:
+EARLY_START_WORKERS = 4  # from this many workers, an idle one compiles a deferred candidate before its turn
+
+
+def run_pool(queue, base, dtype, stop, results, progress, workers: int, activity: Activity | None = None) -> bool:
     """The queue compiled by ``workers`` processes (:mod:`sharding_lab.search.pool`), each candidate
     screened here first (a skip never leaves this process). Each compile is watched to the compiler's memory
     check: a looped step's two compiles (the loop as it runs, and unrolled by 2) start together — for a layout's
@@ -69,7 +75,13 @@ def run_pool(queue, base, dtype, stop, results, progress, workers: int) -> bool:
     extended — a refusal is the compiler's own answer at full depth. A candidate starts once its leaner twins
     have passed that check (:func:`waits_for`), and is stopped — its compiles killed — when one of them turns
     out not to fit, or when its answer is in while a compile of it still runs (a refused loop). libtpu in
-    several processes at once: :func:`sharding_lab.hardware.targets.quiet_libtpu` allows it."""
+    several processes at once: :func:`sharding_lab.hardware.targets.quiet_libtpu` allows it.
+
+    With :data:`EARLY_START_WORKERS` workers or more, a worker with nothing to do compiles a deferred candidate
+    (:func:`~sharding_lab.search.bound.defer`) before its turn: on 13 cores the deferred candidates' turns were a
+    chain of compiles one after the other while most cores waited. The turn still decides — the bound is held
+    against the answers it would have met — so the answer is the one the search gives in turn; with fewer workers
+    (the 2-core machine) every core already has a compile, and an early one would only slow those."""
     from ..cost.compiled import loop_figures
     from ..hardware.chips import chip as get_chip
     from . import pool as sw
@@ -92,6 +104,8 @@ def run_pool(queue, base, dtype, stop, results, progress, workers: int) -> bool:
     # a leanest step's 2-block compile (its layout may not fit) on a worker nothing else needs, those of the
     # fewest tokens per chip first (the likeliest to fit), else once its loop passes the memory check
     spare: list = []
+    early: set = set()  # deferred candidates an idle worker compiles before their turn (many workers only)
+    held: dict = {}  # their answers, kept until their turn: (runs, depths)
 
     def later(candidate) -> int:
         if candidate not in ranks:
@@ -100,6 +114,8 @@ def run_pool(queue, base, dtype, stop, results, progress, workers: int) -> bool:
 
     def record(candidate, result):
         nonlocal count
+        early.discard(candidate)
+        held.pop(candidate, None)
         done[candidate] = result
         results.append(result)
         count += 1
@@ -111,6 +127,9 @@ def run_pool(queue, base, dtype, stop, results, progress, workers: int) -> bool:
         jobs.appendleft(job) if urgent else jobs.append(job)
 
     def finish(candidate, runs, depths):
+        if candidate in early:  # compiled before its turn: its answer waits for the turn's bound (decide_early)
+            held[candidate] = (runs, depths)
+            return
         result = pending.pop(candidate)
         parts.pop(candidate, None)
         fill(result, prediction_of(candidate.config(base), dtype, runs))
@@ -158,6 +177,27 @@ def run_pool(queue, base, dtype, stop, results, progress, workers: int) -> bool:
             passed_check[candidate] = True
             hurry(candidate)
 
+    def turn(candidate) -> bool:
+        """Whether every candidate deferred less than ``candidate`` is answered (bound.defer's order)."""
+        return not (later(candidate) and any(later(c) < later(candidate) for c in (*waiting, *pending)))
+
+    def decide_early():
+        """Candidates compiled before their turn, decided when it comes as if started then: the bound is held against
+        the same answers (all of them first, so that one's answer does not bound another of the same turn), and a
+        candidate it rules out is skipped — its compiles killed, its figures never used."""
+        due = [c for c in early if c in pending and turn(c)]
+        verdicts = {c: bounded(c, base, dtype, done) for c in due}
+        for candidate, skipped in verdicts.items():
+            if skipped is not None:
+                pending.pop(candidate)
+                parts.pop(candidate, None)
+                timeline.pop(candidate, None)
+                record(candidate, skipped)
+                continue
+            early.discard(candidate)
+            if candidate in held:
+                finish(candidate, *held.pop(candidate))
+
     def hurry(candidate):
         for entry in [t for t in spare if t[1] == candidate]:
             spare.remove(entry)
@@ -173,15 +213,21 @@ def run_pool(queue, base, dtype, stop, results, progress, workers: int) -> bool:
                     pending.pop(candidate)
                     parts.pop(candidate, None)
                     record(candidate, result)
+            decide_early()
             for index, worker in enumerate(pool):  # a compile whose candidate is answered is not needed any more
-                if worker.job is not None and worker.job.key[0] not in pending:
+                if worker.job is not None and (worker.job.key[0] not in pending or worker.job.key[0] in held):
                     worker.kill()
                     pool[index] = sw.Worker(context)
+            free = sum(worker.job is None for worker in pool) - len(jobs) if workers >= EARLY_START_WORKERS else 0
             for candidate in list(waiting):
                 if any(t in queue and t not in done and t not in passed_check for t in waits_for(candidate)):
                     continue  # its leaner twins' fit first
-                if later(candidate) and any(later(c) < later(candidate) for c in (*waiting, *pending)):
-                    continue  # deferred (bound.defer): the compiled candidates its bound is held against first
+                # deferred (bound.defer): the compiled candidates its bound is held against first
+                if not turn(candidate):
+                    if free <= 0 or pruned(candidate, base, dtype, done) or bounded(candidate, base, dtype, done):
+                        continue  # no idle worker, or already ruled out (a bound only tightens as results come)
+                    early.add(candidate)  # an idle worker compiles it now; its turn decides (decide_early)
+                    free -= len(first_jobs(candidate.config(base)))
                 waiting.remove(candidate)
                 earlier = cached(candidate, base, dtype)
                 result = (
@@ -221,8 +267,24 @@ def run_pool(queue, base, dtype, stop, results, progress, workers: int) -> bool:
                     on_result(candidate, kind, compiled)
                 elif kind in ("looped", "probe") and (candidate, kind) not in checked and worker.memory_checked():
                     on_memory_check(index, candidate, kind)
+            if activity is not None:
+                activity.compiling(in_flight(pool, timeline))
             time.sleep(0.1)
         return False
     finally:  # a worker only compiles: nothing to flush, and stopping each politely took ~1 s apiece
         for worker in pool:
             worker.kill()
+
+
+def in_flight(pool, timeline: dict) -> list[tuple[str, float]]:
+    """The compiles the workers run now, in words, each with its start (``time.monotonic()``, as Activity reads)."""
+    shift = time.monotonic() - time.perf_counter()  # the timeline is in perf_counter seconds
+    out = []
+    for worker in pool:
+        if worker.job is not None:
+            candidate, kind = worker.job.key
+            sent = timeline.get(candidate, {}).get(kind, [None])[0]
+            out.append(
+                (compile_words(label(candidate), kind), (sent if sent is not None else time.perf_counter()) + shift)
+            )
+    return out

@@ -72,6 +72,7 @@ from .candidates import (
 )
 from .depth import adopt_full_depth
 from .scheduler import run_pool, run_serial
+from .underway import Activity
 from .verdict import why
 
 
@@ -144,6 +145,7 @@ def search(
     workers: int | None = 1,
     attentions: tuple[str, ...] | None = None,
     first: Callable[[list[Result], float], None] | None = None,
+    activity: Activity | None = None,
 ) -> Search:
     """Every candidate of ``base`` on its target, screened, compiled and costed; the extension checked
     against one compile of the best (``check``) at full depth, or at ``check_layers`` (> 2) layers when a
@@ -151,7 +153,8 @@ def search(
     once, each in its own process (None: one per CPU core). ``attentions`` (e.g. :data:`~sharding_lab.search.
     candidates.ATTENTIONS`) searches those attention kinds too; None: the model's own. Before any compile every
     candidate is screened and the survivors ranked by the book's count (:mod:`.first`): ``first`` gets that
-    ranking and the seconds it took, and the answer keeps it."""
+    ranking and the seconds it took, and the answer keeps it. ``activity`` is kept told what is screened and
+    compiled at each moment (:mod:`.underway`: the command line and the Plan page say it between candidates)."""
     from ..cost.compiled import dtype_name
 
     dtype = dtype_name(dtype)
@@ -182,12 +185,14 @@ def search(
         ),
     )
     queue = [todo[i] for i in order]
-    ranked = first_ranking(queue, base, dtype, stop)
+    ranked = first_ranking(queue, base, dtype, stop, activity)
     first_s = time.perf_counter() - started
     if first is not None:
         first(ranked, first_s)
     workers = compile_workers(base, workers)
-    step = run_serial if workers <= 1 else functools.partial(run_pool, workers=workers)
+    step = functools.partial(run_serial, activity=activity)
+    if workers > 1:
+        step = functools.partial(run_pool, workers=workers, activity=activity)
     counted = len(results)  # skipped before the queue: progress counts them, as the result does
     if progress is not None and counted:
         # ... and reports them first, one report a reason (the three-axis meshes, the remats a family lacks): the
@@ -213,6 +218,8 @@ def search(
         first_s=first_s,
     )
     if check and not stopped:
+        if activity is not None:
+            activity.doing("compiling the best at full depth, to check the figures extended from 1 and 2 layers")
         adopt_full_depth(out, check_layers)
     out.elapsed_s = time.perf_counter() - started
     return out
@@ -221,7 +228,9 @@ def search(
 FIRST_FIELDS = ("mesh", "axes", "preset", "remat", "attention", "across_slices", "per_chip_tokens", "book")
 
 
-def first_ranking(queue: list[Candidate], base: LabConfig, dtype: str, stop=None) -> list[Result]:
+def first_ranking(
+    queue: list[Candidate], base: LabConfig, dtype: str, stop=None, activity: Activity | None = None
+) -> list[Result]:
     """Each layout (mesh, axes, preset) screened once, no compile — by its leanest variant that passes (the queue
     holds each layout's variants the leanest first: remat full, splash; XLA's attention at its end) — and ranked
     by the book's step (:func:`~sharding_lab.search.first.book_estimate`), fastest first. A skip that rules out
@@ -229,7 +238,10 @@ def first_ranking(queue: list[Candidate], base: LabConfig, dtype: str, stop=None
     plan refuses the splash kernel inside pipeline stages) tries the next. One screen a layout, not one a
     candidate: the llama3-8b question has 6 variants of each."""
     ranked, done = [], set()
+    layouts = len({(c.mesh, c.axes, c.preset) for c in queue})
     for c in queue:
+        if activity is not None:
+            activity.screening(len(done), layouts)
         layout = (c.mesh, c.axes, c.preset)
         if layout in done:
             continue

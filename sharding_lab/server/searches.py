@@ -54,6 +54,8 @@ class SharedSearch:
     result: object | None = None  # search.Search
     first: list | None = None
     first_s: float | None = None
+    # what it screens or compiles now (search.Activity), said under the progress bar
+    activity: object = dataclasses.field(default_factory=lambda: _activity())
     error: str | None = None
     stop: threading.Event = dataclasses.field(default_factory=threading.Event)
     finished: threading.Event = dataclasses.field(default_factory=threading.Event)
@@ -179,6 +181,7 @@ class Searches:
             found.first, found.first_s = ranked, seconds
 
         run = self._run or search.search
+        said = {} if self._run else {"activity": found.activity}  # a test's own run takes the classic arguments
         try:
             found.workers = _at_once(found.base, self._workers)
             if found.workers > 1:  # a large model's search (compile workers) starts in its turn of the compile queue
@@ -194,6 +197,7 @@ class Searches:
                 found.stop,
                 workers=self._workers,
                 first=first,
+                **said,
             )
         except page_compiles.Cancelled:  # its last tab left while it waited for the compile queue
             found.result = search.Search(found.base, found.dtype, 0, [], stopped=True)
@@ -212,6 +216,12 @@ class Searches:
                         self._answered.popitem(last=False)
                 found.finished.set()
                 self._start_next()
+
+
+def _activity():
+    from ..search.underway import Activity
+
+    return Activity()
 
 
 def _at_once(base, workers) -> int:

@@ -169,25 +169,40 @@ def test_a_large_models_search_starts_in_its_turn_of_the_same_queue(queue):
     assert job.search.wait(10)
 
 
-def test_progress_says_when_the_time_left_will_be_known_then_estimates_it():
-    found = Searches(limit=lambda: 1, run=Gate()).ask("w", "q", "mixed")
+def test_progress_estimates_the_time_left_from_the_start_then_from_the_compiles_seen(monkeypatch):
+    """Issue 56: the estimate from the start (the model's size and the cores: search.eta's prior), then from the
+    compiles seen — the page's figures are search.eta's, checked by hand in tests/core/test_search_eta.py."""
+    from sharding_lab.search import eta
+
+    monkeypatch.setattr(eta.os, "cpu_count", lambda: 2)
+    base = sl.LabConfig(mesh=sl.MeshSpec((8,), ("data",)), model=family("transformer").named_spec("gpt2-small"))
+    base = dataclasses.replace(base, target="v5e-8", preset="dp")
+    found = Searches(limit=lambda: 1, run=Gate()).ask("w", base, "mixed")
     found.started, found.total, found.to_compile, found.workers = time.monotonic(), 12, 10, 2
     job = plan_view.PlanJob(None, "mixed")
     job.search = found
+    each = eta.prior_candidate_s(base.family.parameter_count(base.model))  # gpt2-small: ~36 s
     text = job.progress_text()
-    assert text.startswith("0 of 12 candidates") and "estimated from their compile times once the first" in text
-    found.done, found.compiled, found.compile_s = 3, 2, 100.0  # two compiles of 50 s, two at once
-    assert "about 3 min left (50 s a compile, 2 at once in worker processes)" in job.progress_text()  # 8 × 25 s
-    found.to_compile = 0  # not screened: the candidates left, some skipped at once
-    assert "at most about 4 min left" in job.progress_text()  # 9 × 25 s
-    found.first = [None] * 6  # the first ranking: 6 candidates passed the screens, 2 of them compiled
-    assert "at most about 100 s left" in job.progress_text()  # 4 × 25 s
+    assert text.startswith("0 of 12 candidates")
+    assert f"about {eta.format_seconds_left(each * 10 / 2)} left (from the model's size" in text  # 10 × each ÷ 2
+    found.done, found.compiled, found.compile_s = 3, 2, 100.0  # two candidates of 50 s, two at once
+    assert "about 3 min left (from 50 s a candidate over 2 compiled; 2 at once in worker processes)" in (
+        job.progress_text()
+    )  # 8 × 50 s ÷ 2
+    found.to_compile = 0  # not screened before Run: one a layout of the first ranking (eta.COMPILED_SHARE)
+    found.first = [None] * 6  # 6 layouts ranked: 6 to compile, 2 of them compiled
+    assert "about 100 s left" in job.progress_text()  # 4 × 50 s ÷ 2
+    found.activity.compiling([("4x2 (data, model) dp, remat none (as `cost` compiles it)", time.monotonic() - 42)])
+    assert job.progress_text().endswith(
+        "Now compiling 4x2 (data, model) dp, remat none (as `cost` compiles it) for 42 s."
+    )
     job.cancel()
 
 
 def test_the_plan_page_says_when_the_time_left_will_be_known(monkeypatch):
-    """Issue 50: Plan showed "0 of 325 candidates" for ~100 s and nothing else. The page's progress now says that
-    the first compiles run and that the time left follows from their compile times (a search that waits here)."""
+    """Issue 50: Plan showed "0 of 325 candidates" for ~100 s and nothing else; issue 56: and no estimate for the
+    first 50 s of a 3B model's screening. The page's progress estimates the time left from the start (a search that
+    waits here)."""
     gate = Gate()
     monkeypatch.setattr(plan_view, "SEARCHES", Searches(limit=lambda: 1, run=gate))
     at = app_test(300)
@@ -198,7 +213,7 @@ def test_the_plan_page_says_when_the_time_left_will_be_known(monkeypatch):
     job = at.session_state["plan_job"]
     try:
         bars = [p.proto.text for p in at.get("progress")]
-        assert any(b.startswith("0 of ") and "estimated from their compile times once the first" in b for b in bars)
+        assert any(b.startswith("0 of ") and "left (from the model's size" in b for b in bars)
     finally:
         job.cancel()
     assert job.search.wait(10)

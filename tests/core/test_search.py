@@ -572,3 +572,24 @@ def test_devices_that_repeat_each_others_work_compute_at_least_the_weights_flops
             bounded_rows += 1
             assert row["terms"]["compute_s"] >= bound, row
     assert bounded_rows >= 2
+
+
+@pytest.mark.timeout(900)  # 4 worker processes start JAX: ~30 s on the quiet machine, minutes under others' load
+def test_with_many_workers_a_deferred_candidate_compiles_early_and_the_answer_is_the_one_in_turn():
+    """From scheduler.EARLY_START_WORKERS workers, an idle worker compiles a deferred candidate (bound.defer: a layout
+    whose devices repeat each other's work) before its turn; its turn still decides it — the bound held against the
+    same answers — so every row is the one-process search's (issue 56: 13 cores sat idle while the deferred
+    candidates waited)."""
+    spec = family("transformer").Spec(layers=2, embed_dim=64, heads=4, head_dim=16, mlp_dim=128, vocab=64, seq=256)
+    base = search.base_config(spec, "v5e-8", 256 * 32)
+    question = (base, "mixed", ("dp",), ("none",))
+    serial = search.search(*question, check=False, workers=1, attentions=("splash",))
+    search.costing._results.clear()  # nothing cached: the workers compile every candidate again
+    assert search.scheduler.EARLY_START_WORKERS <= 4
+    pooled = search.search(*question, check=False, workers=4, attentions=("splash",))
+    rows = {r.candidate: (r.skipped, r.fits, r.step_s, r.hbm_per_chip) for r in serial.results}
+    assert {r.candidate: (r.skipped, r.fits, r.step_s, r.hbm_per_chip) for r in pooled.results} == rows
+    assert pooled.best.candidate == serial.best.candidate == search.Candidate((8,), ("data",), "dp", "none", "splash")
+    first = next(r for r in pooled.results if r.candidate == pooled.best.candidate).timeline["whole"]
+    deferred = [r.timeline["whole"] for r in pooled.results if r.timeline and r.candidate.mesh != (8,)]
+    assert deferred and all(sent < first[2] for sent, _, _ in deferred)  # sent before the undeferred one answered

@@ -1,0 +1,91 @@
+"""The search's time estimate against hand-worked numbers, and what it says while nothing else is said (issue 56:
+a 3B search printed nothing for 11.5 minutes while compiling its first candidate)."""
+
+import io
+import math
+import time
+
+import pytest
+
+from sharding_lab.cli.plan import Voice
+from sharding_lab.search import eta
+from sharding_lab.search.underway import Activity
+
+
+def test_the_prior_passes_through_its_two_measured_searches_and_their_geometric_mean():
+    (n0, s0), (n1, s1) = eta.ANCHORS
+    assert eta.prior_candidate_s(n0) == pytest.approx(s0)
+    assert eta.prior_candidate_s(n1) == pytest.approx(s1)
+    # by hand: halfway on the logarithmic scale of parameters, halfway on the logarithmic scale of seconds —
+    # sqrt(103,000 × 8.03e9) = 2.876e7 parameters, sqrt(2.5 × 113) = 16.81 s
+    assert eta.prior_candidate_s(round(math.sqrt(103_000 * 8_030_000_000))) == pytest.approx(16.81, abs=0.01)
+    assert eta.prior_candidate_s(10) == pytest.approx(s0)  # below the smaller anchor: no less than its time
+
+
+def test_the_candidates_to_compile_come_from_the_screens_then_the_first_ranking_then_what_is_left():
+    assert eta.to_compile(10, 28, 197) == 10  # screened before Run: exactly those
+    assert eta.to_compile(None, 28, 197) == 28  # one for each of the first ranking's 28 layouts
+    assert eta.to_compile(None, None, 12, done=3) == 9  # nothing ranked yet: every candidate not yet answered
+
+
+def test_the_time_left_is_a_candidates_seconds_times_those_left_over_the_workers():
+    # llama3-8b before any compile, 14 to compile, 2 workers on 2 cores: 113 s × 14 ÷ 2 = 791 s
+    before = eta.Progress(8_030_000_000, 14, workers=2, cores=2)
+    assert before.seconds_left == pytest.approx(791.0)
+    assert before.basis == "the model's size (8,030.0M parameters)"
+    # two candidates compiled in 300 s between them: 150 s each, 12 left, 2 at once: 900 s
+    seen = eta.Progress(8_030_000_000, 14, compiled=2, compile_s=300.0, workers=2, cores=2)
+    assert seen.seconds_left == pytest.approx(900.0) and seen.basis.startswith("150 s a candidate over 2 compiled")
+    # 13 workers on 13 cores: 113 × 14 ÷ 13 = 121.7 s; more workers than cores count as the cores
+    assert eta.Progress(8_030_000_000, 14, workers=13, cores=13).seconds_left == pytest.approx(121.69, abs=0.01)
+    assert eta.Progress(8_030_000_000, 14, workers=4, cores=2).seconds_left == pytest.approx(791.0)
+    assert eta.Progress(8_030_000_000, 14, compiled=20, compile_s=1.0).seconds_left == 0.0  # never below zero
+    assert eta.format_seconds_left(119) == "119 s" and eta.format_seconds_left(791) == "13 min"
+
+
+class Clock:
+    def __init__(self):
+        self.now = 100.0
+
+    def __call__(self):
+        return self.now
+
+
+def test_the_activity_says_what_is_screened_or_compiled_and_for_how_long():
+    clock = Clock()
+    activity = Activity(clock)
+    assert activity.sentence() == ""
+    activity.screening(3, 10)
+    clock.now += 25
+    activity.screening(4, 10)  # the phase's start stays the first screen's
+    assert activity.sentence() == "screening the candidates before any compile (4 of 10 layouts), 25 s"
+    activity.compiling([("b (at 2 layers)", 120.0), ("a (its loop unrolled by 2)", 110.0)])
+    clock.now = 150.0
+    assert activity.sentence() == "compiling a (its loop unrolled by 2) for 40 s; b (at 2 layers) for 30 s"
+    activity.compiling([])
+    assert activity.sentence() == ""
+    activity.doing("compiling the best at full depth")
+    clock.now += 7
+    assert activity.sentence() == "compiling the best at full depth, 7 s"
+
+
+def test_the_command_line_speaks_after_a_silence_and_not_before():
+    activity = Activity()
+    activity.compiling([("256 (data) fsdp, remat full (its loop of blocks as it runs)", time.monotonic())])
+    out = io.StringIO()
+    voice = Voice(activity, silence_s=0.4, out=out)
+    try:
+        time.sleep(0.2)
+        assert out.getvalue() == ""  # not silent long enough yet
+        deadline = time.monotonic() + 10
+        while "compiling 256 (data) fsdp" not in out.getvalue() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert out.getvalue().startswith(
+            "  … compiling 256 (data) fsdp, remat full (its loop of blocks as it runs) for"
+        )
+        voice.spoke()  # a progress line: the silence starts again
+        lines = out.getvalue().count("\n")
+        time.sleep(0.2)
+        assert out.getvalue().count("\n") == lines
+    finally:
+        voice.close()
