@@ -5,9 +5,10 @@ Runs in the MaxText environment (scripts/maxtext_env.sh), never the lab's: it im
     .venv-maxtext/bin/python tools/maxtext_read.py < commands.json > configs.json
 
 Input: a JSON list of ``{"command": "python3 -m maxtext.trainers.pre_train.train … key=value …", "topology":
-"v5e-256", "slices": 1}``. The topology stands in for the chips the command would run on: it is given to MaxText as
-``compile_topology`` / ``compile_topology_num_slices`` (what its train_compile takes), so the loader counts that
-slice's devices without any being here. Output: a JSON list, one ``{"error": "…"}`` (what MaxText raised) or
+"v5e-256", "slices": 1}`` (and ``"checkout": true`` to read it at the root of a MaxText checkout). The topology
+stands in for the chips the command would run on: it is given to MaxText as ``compile_topology`` /
+``compile_topology_num_slices`` (what its train_compile takes), so the loader counts that slice's devices without
+any being here. Output: a JSON list, one ``{"error": "…"}`` (what MaxText raised) or
 ``{"config": {…}}`` per command: the fields of MaxText's config object that decide the computation — the mesh
 (``mesh_axes`` with ``ici_parallelism`` / ``dcn_parallelism`` filled in by MaxText's own
 ``fill_unspecified_mesh_axes``, which its train calls to build the mesh), the global batch MaxText trains on, the
@@ -56,7 +57,8 @@ def read(entry: dict, pyconfig, max_utils) -> dict:
     if entry.get("topology"):
         argv += [f"compile_topology={entry['topology']}", f"compile_topology_num_slices={entry.get('slices', 1)}"]
     try:
-        config = pyconfig.HyperParameters(pyconfig._initialize_pydantic(argv))  # noqa: SLF001  (see the docstring)
+        with _checkout(entry.get("checkout", False)):
+            config = pyconfig.HyperParameters(pyconfig._initialize_pydantic(argv))  # noqa: SLF001  (the docstring)
         keys = config.get_keys()
         devices = keys["num_target_devices"]
         slices = keys["num_slices"]
@@ -69,6 +71,27 @@ def read(entry: dict, pyconfig, max_utils) -> dict:
     out["ici_parallelism"] = [int(v) for v in ici]
     out["dcn_parallelism"] = [int(v) for v in dcn]
     return {"config": out}
+
+
+@contextlib.contextmanager
+def _checkout(wanted: bool):
+    """With ``wanted``, the loader runs at the root of a stand-in MaxText checkout: ``src/maxtext/configs`` there is
+    the installed package's configs folder (a link), so the command's config path is a file under the current
+    directory, as in a clone of MaxText's repository."""
+    if not wanted:
+        yield
+        return
+    from maxtext.utils.globals import MAXTEXT_CONFIGS_DIR
+
+    before = os.getcwd()
+    with tempfile.TemporaryDirectory() as root:
+        os.makedirs(os.path.join(root, "src", "maxtext"))
+        os.symlink(MAXTEXT_CONFIGS_DIR, os.path.join(root, "src", "maxtext", "configs"))
+        os.chdir(root)
+        try:
+            yield
+        finally:
+            os.chdir(before)
 
 
 def _plain(value):

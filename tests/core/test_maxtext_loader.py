@@ -172,7 +172,8 @@ def read_by_maxtext(commands: list[dict]) -> list[dict]:
 
 @pytest.fixture(scope="module")
 def read():
-    """Each row's MaxText object and what MaxText's loader made of its command (None for a refused row)."""
+    """Each row's MaxText object and what MaxText's loader made of its command (None for a refused row); under
+    ``EXTRA``, what it made of :data:`EXTRA`'s commands — all read in one subprocess."""
     runs = [maxtext(row.config, row.dtype, row.size, row.hf) for row in CORPUS]
     offered = [(row, run) for row, run in zip(CORPUS, runs) if run.command]
     commands = []
@@ -180,8 +181,19 @@ def read():
         target = targets.parse(row.config.target)
         topology = row.config.target.partition("x")[0] if target.slices > 1 else row.config.target
         commands.append({"command": run.command, "topology": topology, "slices": target.slices})
-    answers = iter(read_by_maxtext(commands))
-    return {row.name: (run, next(answers) if run.command else None) for row, run in zip(CORPUS, runs)}
+    # The first row's command again, at the root of a MaxText checkout.
+    extra = [{**commands[0], "checkout": True}, *EXTRA]
+    answers = iter(read_by_maxtext(commands + extra))
+    got = {row.name: (run, next(answers) if run.command else None) for row, run in zip(CORPUS, runs)}
+    return {**got, "EXTRA": list(answers)}
+
+
+ENTRY = "python3 -m maxtext.trainers.pre_train.train src/maxtext/configs/base.yml"
+EXTRA = [
+    {"command": f"{ENTRY} ici_pipeline_parallelism=4 ici_data_parallelism=4 ici_fsdp_parallelism=1 "
+     "num_pipeline_microbatches=6 per_device_batch_size=4", "topology": "v5e-16", "slices": 1},
+    {"command": "python3 -m MaxText.train MaxText/configs/base.yml run_name=x", "topology": "v5e-8"},
+]  # fmt: skip
 
 
 def test_the_corpus_is_thirty_layouts_and_more():
@@ -275,16 +287,17 @@ def test_a_named_model_is_its_published_config_in_maxtext(name, size, published,
     assert (got["rope_max_timescale"], got["normalization_layer_epsilon"]) == (hf.rope_theta, hf.norm_eps)
 
 
-def test_the_reader_says_what_maxtext_refuses():
+def test_the_config_path_resolves_in_a_checkout_as_when_pip_installed(read):
+    """The same command read at the root of a MaxText checkout (its src/maxtext/configs/base.yml a file there) builds
+    the same configuration as for someone who pip-installed MaxText."""
+    checkout = read["EXTRA"][0]
+    assert checkout["config"] == read[CORPUS[0].name][1]["config"]
+
+
+def test_the_reader_says_what_maxtext_refuses(read):
     """The reader answers with MaxText's own error for a command MaxText refuses (here: microbatches that are not a
-    multiple of the stages, as the lab's old command wrote them) and for one that is not its train entry point."""
-    entry = "python3 -m maxtext.trainers.pre_train.train src/maxtext/configs/base.yml"
-    answers = read_by_maxtext(
-        [
-            {"command": f"{entry} ici_pipeline_parallelism=4 ici_data_parallelism=4 ici_fsdp_parallelism=1 "
-             "num_pipeline_microbatches=6 per_device_batch_size=4", "topology": "v5e-16", "slices": 1},
-            {"command": "python3 -m MaxText.train MaxText/configs/base.yml run_name=x", "topology": "v5e-8"},
-        ]
-    )  # fmt: skip
-    assert "must be divisible by the number of stages" in answers[0]["error"]
-    assert "entry point" in answers[1]["error"]
+    multiple of the stages, as the lab's old command wrote them) and for one that is not its train entry point (the
+    lab's old one)."""
+    stages, old = read["EXTRA"][1:]
+    assert "must be divisible by the number of stages" in stages["error"]
+    assert "entry point" in old["error"]
