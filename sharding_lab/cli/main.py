@@ -77,6 +77,16 @@ def main(argv=None) -> int:
     except ConfigError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
+    args = build_parser().parse_args(argv)
+    if args.command == "challenge":
+        from . import challenge
+
+        return challenge.main(args)
+    return _run(args)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The command line: every command and its options (the run settings' from the table, :mod:`..training.options`)."""
     parser = argparse.ArgumentParser(
         prog="sharding-lab",
         description="See how JAX shards a Flax NNX model over a device mesh: lay it "
@@ -88,6 +98,17 @@ def main(argv=None) -> int:
         help="serve the app in the browser (options after it go to `streamlit run`, e.g. --server.port 8600)",
         add_help=False,
     )
+    _add_run_commands(commands)
+    _add_calibrate(commands)
+    _add_plan(commands)
+    from . import challenge
+
+    challenge.add_parser(commands, add_config_options)
+    return parser
+
+
+def _add_run_commands(commands) -> None:
+    """train, layout, comm, export and cost: a configuration's options, and each command's own."""
     for name, help_text in (
         ("train", "build, train, print the loss and the verified layout"),
         ("layout", "print where every array would live, without training"),
@@ -127,6 +148,10 @@ def main(argv=None) -> int:
                 help="train as this many JAX processes on this machine, sharing the "
                 "mesh's devices (jax.distributed; default 1: this process)",
             )
+
+
+def _add_calibrate(commands) -> None:
+    """calibrate: measure the attached TPU."""
     calibrate_parser = commands.add_parser(
         "calibrate",
         help="measure the attached TPU (matmul rates, the splash kernel, HBM bandwidth) and write the calibration "
@@ -137,6 +162,10 @@ def main(argv=None) -> int:
     )
     calibrate_parser.add_argument("--repeats", type=int, default=5, help="calls timed per measurement (median)")
     calibrate_parser.add_argument("--budget-s", type=float, default=240.0, help="seconds for the matmul grid")
+
+
+def _add_plan(commands) -> None:
+    """plan: the layout search's options (the command keeps its user-facing name)."""
     plan_parser = commands.add_parser(
         "plan",
         help="search the layouts of a model on a TPU slice: every mesh, preset "
@@ -183,12 +212,10 @@ def main(argv=None) -> int:
         "less than starting a process; 1: all in this process)",
     )
     plan_parser.add_argument("--json", action="store_true", help="print one JSON object")
-    from . import challenge
 
-    challenge.add_parser(commands, add_config_options)
-    args = parser.parse_args(argv)
-    if args.command == "challenge":
-        return challenge.main(args)
+
+def _run(args) -> int:
+    """Run the command ``args`` names; a ConfigError is its sentence on stderr and exit status 2."""
     try:
         if args.command == "calibrate":
             from ..cost.calibrate import write_calibration
