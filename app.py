@@ -3,7 +3,8 @@
 import streamlit as st
 
 from sharding_lab import settings
-from sharding_lab.app import closed_tabs, compile_queue, fragment_race, page_errors, session, tabs
+from sharding_lab.app.runtime import closed_tabs, compile_queue, fragment_race, page_errors
+from sharding_lab.app.state import session, tabs
 from sharding_lab.server import activity, classroom, compile_cache, warm
 
 

@@ -9,7 +9,8 @@ import shlex
 import streamlit as st
 
 import sharding_lab as sl
-from sharding_lab.app import config_state, ui
+from sharding_lab.app import ui
+from sharding_lab.app.state import config_state
 from sharding_lab.lessons import challenges
 from sharding_lab.server import classroom
 

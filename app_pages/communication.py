@@ -6,9 +6,11 @@ import pandas as pd
 import streamlit as st
 
 import sharding_lab as sl
-from sharding_lab.app import animation, figures, hf_view, memory_view, ui
-from sharding_lab.app.cost_view import cost_panel
-from sharding_lab.app.target_view import compiler_panel
+from sharding_lab.app import figures, ui
+from sharding_lab.app.figures import animation
+from sharding_lab.app.panels import hf_view, memory_view
+from sharding_lab.app.panels.cost_view import cost_panel
+from sharding_lab.app.panels.target_view import compiler_panel
 from sharding_lab.cost.roofline import loop_note
 from sharding_lab.program.communication import analyze, explain_memory
 from sharding_lab.program.ring import RING_OPS, permute_chains

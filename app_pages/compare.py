@@ -9,7 +9,7 @@ import streamlit as st
 import sharding_lab as sl
 from sharding_lab import settings
 from sharding_lab.app import figures, ui
-from sharding_lab.app.cost_view import strategies_cost_panel
+from sharding_lab.app.panels.cost_view import strategies_cost_panel
 from sharding_lab.lessons.compare import METRICS, compare_one, strategy_config
 from sharding_lab.server.slots import Busy, slot
 

@@ -6,7 +6,9 @@ import pandas as pd
 import streamlit as st
 
 import sharding_lab as sl
-from sharding_lab.app import config_state, explore, figures, session, ui
+from sharding_lab.app import figures, ui
+from sharding_lab.app.panels import explore
+from sharding_lab.app.state import config_state, session
 from sharding_lab.hardware import placement, targets
 from sharding_lab.server import admission, precompile
 from sharding_lab.sharding import groups

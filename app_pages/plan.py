@@ -7,7 +7,10 @@ import streamlit as st
 
 import sharding_lab as sl
 from sharding_lab import search, settings
-from sharding_lab.app import hf_view, page_errors, plan_view, session, ui
+from sharding_lab.app import ui
+from sharding_lab.app.panels import hf_view, search_view
+from sharding_lab.app.runtime import page_errors
+from sharding_lab.app.state import session
 from sharding_lab.hardware import targets
 from sharding_lab.search import eta
 from sharding_lab.search.candidates import default_presets, offered_presets
@@ -28,8 +31,8 @@ st.caption(
 
 def _load(found, result) -> None:
     try:
-        state.update(plan_view.candidate_state(found, result))
-        state.plan_loaded = f"Loaded {plan_view.name(result)} into the sidebar."
+        state.update(search_view.candidate_state(found, result))
+        state.plan_loaded = f"Loaded {search_view.name(result)} into the sidebar."
     except sl.ConfigError as error:
         state.plan_loaded = f"This candidate cannot be shown in the sidebar: {error}"
 
@@ -47,16 +50,16 @@ def _on_click() -> None:
     if found is None or not chosen or chosen[0].get("curve_number", 0) != 0:  # none, or the HBM line
         return
     index = chosen[0].get("point_index", chosen[0].get("point_number"))
-    groups = plan_view.points(found)
+    groups = search_view.points(found)
     if index is not None and 0 <= index < len(groups):
-        state.plan_pick = plan_view.name(groups[index][0])
+        state.plan_pick = search_view.name(groups[index][0])
         _load(found, groups[index][0])
 
 
 def _on_load_button() -> None:
     found = state.get("plan_result")
-    for r in plan_view.plotted(found) if found is not None else []:
-        if plan_view.name(r) == state.get("plan_pick"):
+    for r in search_view.plotted(found) if found is not None else []:
+        if search_view.name(r) == state.get("plan_pick"):
             _load(found, r)
 
 
@@ -104,7 +107,7 @@ def defaults_for(size: str) -> dict:
     """Where the search starts for ``size``. A small transformer (the sidebar's, or the lab's ``default``) is
     planned as the sidebar has it — its sequence, its batch, its slice (v5e-8 while it trains on the simulated
     host's 8 devices) — with the four textbook presets and no remat: an answer in under a minute
-    (:data:`plan_view.SMALL_PRESETS`). A public model's size: the README's example."""
+    (:data:`search_view.SMALL_PRESETS`). A public model's size: the README's example."""
     sidebar_target = state.get("target", targets.CPU)
     target = sidebar_target if sidebar_target in tpu_targets else None
     model = model_of(size)
@@ -117,8 +120,8 @@ def defaults_for(size: str) -> dict:
         "plan_target": target or "v5e-8",
         "plan_seq": model.seq,
         "plan_batch_tokens": int(state.get("batch", 32)) * model.seq,
-        "plan_presets": list(plan_view.SMALL_PRESETS),
-        "plan_remats": list(plan_view.SMALL_REMATS),
+        "plan_presets": list(search_view.SMALL_PRESETS),
+        "plan_remats": list(search_view.SMALL_REMATS),
     }
 
 
@@ -226,10 +229,10 @@ try:
 except sl.ConfigError as error:
     asked, asked_error = None, error
 
-job: plan_view.PlanJob | None = state.get("plan_job")
+job: search_view.SearchJob | None = state.get("plan_job")
 found = state.get("plan_result")
 # Results belong to the question they answer: new inputs clear them (a running search goes on).
-if job is not None and not job.running and (asked is None or job.question != plan_view.question(*asked)):
+if job is not None and not job.running and (asked is None or job.question != search_view.question(*asked)):
     for key in ("plan_job", "plan_result", "plan_loaded", "plan_pick"):
         state.pop(key, None)
     job = found = None
@@ -242,12 +245,12 @@ if asked_error is not None:
     ui.show_error(asked_error, lead="")
 else:
     page_compiles = settings.PAGE_COMPILES.get()
-    if state.get("plan_estimate", (None,))[0] != plan_view.question(*asked):
+    if state.get("plan_estimate", (None,))[0] != search_view.question(*asked):
         timing = " (and timing one compile of a small model)" if page_compiles else ""
         with st.spinner(f"Counting the candidates{timing}…"):
             state.plan_estimate = (
-                plan_view.question(*asked),
-                plan_view.estimate(asked[0], DTYPE, *asked[1:], compile_one=page_compiles),
+                search_view.question(*asked),
+                search_view.estimate(asked[0], DTYPE, *asked[1:], compile_one=page_compiles),
             )
     estimate = state.plan_estimate[1]
     text = f"{estimate.candidates} candidates"
@@ -276,7 +279,7 @@ else:
 run_col, _ = st.columns([1, 5])
 if run_col.button("Run", type="primary", key="plan_run", disabled=asked is None or bool(job and job.running)):
     estimate = state.plan_estimate[1]
-    state.plan_job = job = plan_view.PlanJob(
+    state.plan_job = job = search_view.SearchJob(
         asked[0], DTYPE, *asked[1:], to_compile=estimate.to_compile or 0, open_=session.connection_check()
     ).start()
     for key in ("plan_result", "plan_loaded", "plan_pick"):
@@ -307,7 +310,7 @@ def progress_panel():
                 "each axis's links; no HBM traffic, fit unknown) for the candidates that pass the screens. The "
                 "compiler's figures replace it when the compiles are done."
             )
-            st.dataframe(pd.DataFrame(plan_view.first_rows(job.first)), hide_index=True, width="stretch")
+            st.dataframe(pd.DataFrame(search_view.first_rows(job.first)), hide_index=True, width="stretch")
         return
     if job.left:
         st.info(
@@ -322,7 +325,7 @@ def progress_panel():
         if job.result is not None:
             state.plan_result = job.result
             state.plan_pick = (
-                plan_view.name(plan_view.plotted(job.result)[0]) if plan_view.plotted(job.result) else None
+                search_view.name(search_view.plotted(job.result)[0]) if search_view.plotted(job.result) else None
             )
         st.rerun(scope="app")
 
@@ -332,12 +335,12 @@ if found is None:
     st.stop()
 
 if found.stopped:
-    st.warning(plan_view.stopped_text(found, job.total if job else len(found.results)), icon=":material/stop_circle:")
+    st.warning(search_view.stopped_text(found, job.total if job else len(found.results)), icon=":material/stop_circle:")
 if found.costed:  # stopped before any compile: the warning says so, no count above an empty table
     st.subheader(f"{len(found.results)} candidates in {found.elapsed_s:.0f} s")
     if job is not None and job.shared:
         st.caption("Another tab asked the same question: this is the answer of its search, not searched again.")
-    st.dataframe(pd.DataFrame(plan_view.rows(found)), hide_index=True, width="stretch")
+    st.dataframe(pd.DataFrame(search_view.rows(found)), hide_index=True, width="stretch")
 skipped = found.skipped()
 if skipped:
     st.caption("Skipped before compiling: " + "; ".join(f"{n} × {reason}" for reason, n in skipped.items()))
@@ -354,16 +357,20 @@ elif found.best is not None and not found.best.extended:
         f"The best was compiled at full depth ({search.depth_text(found.best, found)}), as `cost` compiles "
         "it: nothing extended."
     )
-if plan_view.plotted(found):
+if search_view.plotted(found):
     st.plotly_chart(
-        plan_view.pareto_figure(found), key="plan_pareto", on_select=_on_click, selection_mode="points", width="stretch"
+        search_view.pareto_figure(found),
+        key="plan_pareto",
+        on_select=_on_click,
+        selection_mode="points",
+        width="stretch",
     )
     st.caption("A point with ×N stands for N candidates with the same step and HBM (the same program on other meshes).")
     pick_col, load_col = st.columns([3, 1], vertical_alignment="bottom")
-    pick_col.selectbox("Or pick one", [plan_view.name(r) for r in plan_view.plotted(found)], key="plan_pick")
+    pick_col.selectbox("Or pick one", [search_view.name(r) for r in search_view.plotted(found)], key="plan_pick")
     load_col.button("Load into the sidebar", key="plan_load", on_click=_on_load_button)
 if state.get("plan_loaded"):
     st.success(state.plan_loaded)
-chosen = next((r for r in plan_view.plotted(found) if plan_view.name(r) == state.get("plan_pick")), None)
+chosen = next((r for r in search_view.plotted(found) if search_view.name(r) == state.get("plan_pick")), None)
 if chosen is not None:  # the row picked (the best, until another is): the command to run it, and the script
     hf_view.run_it(chosen.candidate.config(found.base), DTYPE, "plan")

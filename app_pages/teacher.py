@@ -11,7 +11,7 @@ import pandas as pd
 import psutil
 import streamlit as st
 
-from sharding_lab.app import page_errors
+from sharding_lab.app.runtime import page_errors
 from sharding_lab.server import admission, classroom, idle_process, page_compiles, priority, record, slots, warm
 from sharding_lab.server.incidents import INCIDENTS
 from sharding_lab.server.searches import SEARCHES, max_searches

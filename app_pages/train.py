@@ -6,7 +6,10 @@ import pandas as pd
 import streamlit as st
 
 import sharding_lab as sl
-from sharding_lab.app import experts_view, figures, memory_view, page_errors, pipeline_view, session, ui
+from sharding_lab.app import figures, ui
+from sharding_lab.app.panels import experts_view, memory_view, pipeline_view
+from sharding_lab.app.runtime import page_errors
+from sharding_lab.app.state import session
 from sharding_lab.distributed import process_choices, process_table
 from sharding_lab.program.communication import analyze
 from sharding_lab.server import admission, precompile
@@ -171,8 +174,8 @@ def start_run() -> bool:
 # Why the buttons live in the fragment and the page never reruns while a run is on: Streamlit 1.67 drops what a
 # finished script run had still to send when a fragment's timer request reaches the server first, and a full
 # rerun clears the browser's poll timers, setting them again only when it reaches `live_view()` — if that part is
-# dropped, the page never polls again (app.fragment_race holds such a request back; docs/classroom.md tells how a
-# load test's session froze so). So while a run is on only this fragment redraws — progress, buttons, charts —
+# dropped, the page never polls again (app.runtime.fragment_race holds such a request back; docs/classroom.md tells
+# how a load test's session froze so). So while a run is on only this fragment redraws — progress, buttons, charts —
 # and a full rerun is asked for only to start polling (no timer is live then) and to stop it once the run is over.
 # The first poll comes one interval after the click (3 s with a class training), while a compiled layout's first
 # losses come within a second or two: this run waits that long and draws them itself. A run whose end is nearer

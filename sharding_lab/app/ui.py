@@ -13,8 +13,9 @@ from urllib.parse import urlencode
 import streamlit as st
 
 import sharding_lab as sl
-from sharding_lab.app import config_state, hf_view, links
-from sharding_lab.app.session import KEEP
+from sharding_lab.app.panels import hf_view
+from sharding_lab.app.state import config_state, links
+from sharding_lab.app.state.session import KEEP
 from sharding_lab.errors import in_app
 from sharding_lab.export.script import export_script, script_name
 from sharding_lab.export.source import source_of

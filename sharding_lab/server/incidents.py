@@ -1,6 +1,6 @@
 """Errors that reached a page: the traceback kept in the server's log under a short id, the student shown the id.
 
-A page that raises shows its reader one sentence with an incident id (:mod:`sharding_lab.app.page_errors`);
+A page that raises shows its reader one sentence with an incident id (:mod:`sharding_lab.app.runtime.page_errors`);
 the traceback — with the server's file paths and whatever the student typed — goes to the server's log
 under the same id, and the teacher view lists the recent ones, so a student's "incident 3f9c…" leads the
 teacher to the log line. Nothing here imports Streamlit.

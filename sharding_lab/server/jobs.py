@@ -72,7 +72,7 @@ class TrainingJob:
     """One background training run of ``config``; poll :meth:`snapshot`, end with :meth:`stop`.
 
     ``connected``: says whether the learner's browser session is still open (the app passes
-    :func:`sharding_lab.app.session.connection_check`'s). While it is, the run counts as watched even when no page
+    :func:`sharding_lab.app.state.session.connection_check`'s). While it is, the run counts as watched even when no page
     polls it — the learner reads another page, or a loaded machine holds the tab's polls back; without it, only
     :meth:`snapshot` calls count."""
 

@@ -3,8 +3,8 @@ option, the link key, help — :data:`RUN_SETTINGS`, in the order a configuratio
 mesh it bounds, the model before its preset and sizes).
 
 Everything that turns a :class:`LabConfig` into text or back loops over this table: the command line
-(:mod:`.options`), a session's state and a share link (:mod:`sharding_lab.app.state`,
-:mod:`sharding_lab.app.links`), JSON (``LabConfig.to_json``), the class warm-up's words. A model family's
+(:mod:`.options`), a session's state and a share link (:mod:`sharding_lab.app.state.config_state`,
+:mod:`sharding_lab.app.state.links`), JSON (``LabConfig.to_json``), the class warm-up's words. A model family's
 defaults are merged over the seed's in one place (:func:`family_defaults`), and an error's field is named by
 its setting's label (:func:`label_of`). The model's sizes are declared with each family
 (:class:`sharding_lab.models.SizeField`); this table reads them from there.

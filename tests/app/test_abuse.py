@@ -19,7 +19,7 @@ from markdown_it import MarkdownIt
 from streamlit.testing.v1 import AppTest
 
 import sharding_lab as sl
-from sharding_lab.app import config_state
+from sharding_lab.app.state import config_state
 from sharding_lab.server import jobs, slots
 from tests.support import ROOT, all_slots_held, app_test
 

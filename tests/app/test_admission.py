@@ -5,7 +5,7 @@ memory against its bound."""
 import pytest
 
 import sharding_lab as sl
-from sharding_lab.app import config_state
+from sharding_lab.app.state import config_state
 from sharding_lab.server import admission
 from sharding_lab.training.config import estimated_bytes
 from sharding_lab.units import format_bytes

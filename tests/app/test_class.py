@@ -14,8 +14,8 @@ import pytest
 from streamlit.testing.v1 import AppTest
 
 import sharding_lab as sl
-from sharding_lab.app import config_state, ui  # noqa: F401
-from sharding_lab.app import links as share
+from sharding_lab.app.state import config_state  # noqa: F401
+from sharding_lab.app.state import links as share
 from sharding_lab.server import admission, classroom, jobs, page_compiles, priority, slots  # noqa: F401
 from sharding_lab.units import format_bytes
 from tests.support import ROOT, all_slots_held, app_test, poll

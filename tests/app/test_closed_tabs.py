@@ -8,7 +8,7 @@ import pytest
 from streamlit.web.server.starlette import starlette_server, starlette_websocket
 from uvicorn.protocols.websockets import websockets_sansio_impl
 
-from sharding_lab.app import closed_tabs
+from sharding_lab.app.runtime import closed_tabs
 
 # uvicorn's words when a message is sent after its close frame (websockets_sansio_impl.WebSocketsSansIOProtocol.send)
 UVICORN_CLOSED = "Unexpected ASGI message 'websocket.send', after sending 'websocket.close'."

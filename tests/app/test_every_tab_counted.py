@@ -63,7 +63,7 @@ def poller():
     """A page's polling fragment alone: its reruns do not go through app.py (the Plan page following a search)."""
     import streamlit as st
 
-    from sharding_lab.app import page_errors
+    from sharding_lab.app.runtime import page_errors
 
     @st.fragment(run_every=60)
     @page_errors.guarded("Poll")

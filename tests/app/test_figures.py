@@ -93,7 +93,7 @@ def test_a_diverged_loss_curve_gets_a_readable_log_axis():
 def test_batch_sweep_axis_reads_in_time_units_and_every_line_is_named():
     """Issue 23: the sweep's axis said "µs per step" with ticks "10µ, 100µ, 0.001", and its dotted
     line (the scaling book's critical batch) had no label."""
-    from sharding_lab.app.cost_view import sweep_figure
+    from sharding_lab.app.panels.cost_view import sweep_figure
 
     rows = [
         {"strategy": s, "per_device_batch": b, "compute_s": 2e-8 * b, "comm_s": 3e-6}
@@ -114,7 +114,7 @@ def test_batch_sweep_axis_reads_in_time_units_and_every_line_is_named():
 
 def test_the_latency_caveat_cites_the_chip_s_own_links():
     """A TPU's step was told about NVLink, NCCL and the 8×H100 all-reduce; each chip now gets its own α."""
-    from sharding_lab.app.cost_view import latency_caveat
+    from sharding_lab.app.panels.cost_view import latency_caveat
 
     small = [{"count": 3, "bytes": 3000.0, "latency_s": 1e-6}]
     tpu = latency_caveat({"chip": {"kind": "tpu"}, "collectives": small, "latency_s": 3e-6})

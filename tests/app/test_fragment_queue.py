@@ -11,7 +11,7 @@ import types
 from streamlit.proto.ForwardMsg_pb2 import ForwardMsg
 from streamlit.runtime.forward_msg_queue import ForwardMsgQueue
 
-from sharding_lab.app import fragment_race
+from sharding_lab.app.runtime import fragment_race
 
 FRAGMENT = "poll-fragment"
 

@@ -3,7 +3,7 @@ timeline on the Train page."""
 
 from __future__ import annotations
 
-from sharding_lab.app import config_state
+from sharding_lab.app.state import config_state
 from tests.support import app_test
 
 

@@ -104,7 +104,7 @@ def test_a_preset_on_renamed_axes_says_which_axis_plays_each_role(capsys):
 def test_a_link_that_renames_the_default_meshs_axes_opens_with_those_names():
     """A link with ``axes=x,y`` and no ``mesh`` (the default 2×4's two axes renamed) was refused: "give one name
     per mesh axis", as if the mesh had none."""
-    from sharding_lab.app import links
+    from sharding_lab.app.state import links
 
     updates, problems = links.from_query({"axes": "x,y", "preset": "fsdp"})
     assert problems == [] and (updates["name_0"], updates["name_1"]) == ("x", "y")

@@ -14,7 +14,7 @@ import pytest
 from jax._src import dispatch
 
 import sharding_lab as sl
-from sharding_lab.app import plan_view
+from sharding_lab.app.panels import search_view
 from sharding_lab.models import family
 from sharding_lab.program import communication
 from sharding_lab.server import page_compiles
@@ -146,7 +146,7 @@ def test_a_large_models_search_starts_in_its_turn_of_the_same_queue(queue):
     gate = Gate()
     searches = Searches(limit=lambda: 2, run=gate, workers=2)
     with queue.turn():
-        job = plan_view.PlanJob(base, "mixed", searches=searches)
+        job = search_view.SearchJob(base, "mixed", searches=searches)
         job.search = searches.ask(job.watcher, base, "mixed")
         deadline = time.monotonic() + 10
         while job.search.compile_ahead is None:
@@ -179,7 +179,7 @@ def test_progress_estimates_the_time_left_from_the_start_then_from_the_compiles_
     base = dataclasses.replace(base, target="v5e-8", preset="dp")
     found = Searches(limit=lambda: 1, run=Gate()).ask("w", base, "mixed")
     found.started, found.total, found.to_compile, found.workers = time.monotonic(), 12, 10, 2
-    job = plan_view.PlanJob(None, "mixed")
+    job = search_view.SearchJob(None, "mixed")
     job.search = found
     each = eta.prior_candidate_s(base.family.parameter_count(base.model))  # gpt2-small: ~36 s
     text = job.progress_text()
@@ -204,7 +204,7 @@ def test_the_plan_page_says_when_the_time_left_will_be_known(monkeypatch):
     first 50 s of a 3B model's screening. The page's progress estimates the time left from the start (a search that
     waits here)."""
     gate = Gate()
-    monkeypatch.setattr(plan_view, "SEARCHES", Searches(limit=lambda: 1, run=gate))
+    monkeypatch.setattr(search_view, "SEARCHES", Searches(limit=lambda: 1, run=gate))
     at = app_test(300)
     at.run()
     at.switch_page("app_pages/plan.py").run()

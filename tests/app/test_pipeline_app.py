@@ -5,7 +5,7 @@ import json
 
 from streamlit.testing.v1 import AppTest
 
-from sharding_lab.app import config_state, links
+from sharding_lab.app.state import config_state, links
 from sharding_lab.pipeline.schedule import build
 from tests.support import app_test
 

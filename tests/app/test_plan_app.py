@@ -7,8 +7,8 @@ import pytest
 from streamlit.testing.v1 import AppTest
 
 from sharding_lab import search
-from sharding_lab.app import plan_view
-from sharding_lab.app.plan_view import pareto_figure
+from sharding_lab.app.panels import search_view
+from sharding_lab.app.panels.search_view import pareto_figure
 from sharding_lab.hardware import targets
 from tests.support import app_test
 
@@ -68,7 +68,7 @@ def test_the_pareto_axis_labels_only_powers_of_ten_over_many_decades():
     """Over more than two decades Plotly's log axis labels 2 and 5 of each decade too, and they crowd;
     within two, its own ticks stay."""
     from sharding_lab import search
-    from sharding_lab.app.plan_view import pareto_figure
+    from sharding_lab.app.panels.search_view import pareto_figure
     from sharding_lab.models.transformer import TransformerSpec
 
     base = search.base_config(TransformerSpec(seq=32), "v5e-8", 128)
@@ -162,7 +162,7 @@ def test_the_script_and_the_sidebar_a_plans_row_gives_train_the_familys_steps_no
     found = search.Search(base, "mixed", 128, [row])
     script = export_script(row.candidate.config(found.base))  # what the page's Download the script gives
     assert "for i in range(300):" in script and "; 300 steps." in script
-    assert plan_view.candidate_state(found, row)["steps"] == 300
+    assert search_view.candidate_state(found, row)["steps"] == 300
 
 
 def plan_page(**query) -> AppTest:
@@ -203,7 +203,7 @@ def test_the_default_question_is_answered_in_under_a_minute_of_cpu_with_counts_t
     assert len(found.costed) == job.compiled == estimate.to_compile
     assert cpu < 60, f"{cpu:.0f} s of CPU"
     assert f"{len(found.results)} candidates in" in at.subheader[0].value
-    assert at.selectbox(key="plan_pick").value == plan_view.name(found.best)  # "Or pick one" starts at the best
+    assert at.selectbox(key="plan_pick").value == search_view.name(found.best)  # "Or pick one" starts at the best
     assert not at.warning  # not stopped
     # New boxes, new question: the old answer goes.
     at.number_input(key="plan_seq").set_value(64).run()
@@ -335,12 +335,12 @@ def test_the_plan_job_has_the_first_ranking_before_its_compiles_end():
     from sharding_lab.models import family
 
     spec = family("transformer").Spec(layers=2, embed_dim=64, heads=4, head_dim=16, mlp_dim=128, vocab=64, seq=32)
-    job = plan_view.PlanJob(search.base_config(spec, "v5e-8", 32 * 8), "mixed", ("dp", "tp"), ("none",)).start()
+    job = search_view.SearchJob(search.base_config(spec, "v5e-8", 32 * 8), "mixed", ("dp", "tp"), ("none",)).start()
     deadline = time.monotonic() + 60
     while job.first is None and time.monotonic() < deadline:
         time.sleep(0.05)
     job.cancel()
     job.wait(120)
     assert job.first and job.first_s < 30 and not job.error
-    rows = plan_view.first_rows(job.first)
+    rows = search_view.first_rows(job.first)
     assert [r["preset"] for r in rows] and all(r["step (book)"] and r["bound (book)"] for r in rows)

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 import sharding_lab as sl
-from sharding_lab.app import config_state, links
+from sharding_lab.app.state import config_state, links
 
 CASES = json.loads((Path(__file__).parents[1] / "data" / "share_links_5e2778d.json").read_text())
 # Classes renamed since the links were saved, in their reprs: the MLP's sizes were ModelSpec (issue 57: ModelSpec

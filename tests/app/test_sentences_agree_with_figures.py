@@ -1,7 +1,7 @@
 """Each sentence the app shows agrees with the figures beside it, and names what a newcomer sees (every test here
 failed on the code before its fix)."""
 
-from sharding_lab.app import cost_view, pipeline_view
+from sharding_lab.app.panels import cost_view, pipeline_view
 from sharding_lab.hardware import targets
 from tests.support import app_test
 
@@ -88,7 +88,7 @@ def test_a_run_s_edits_name_the_sizes_that_changed_not_the_spec_s_repr():
 def test_see_it_move_opens_on_the_collective_that_sends_the_most():
     """It opened on the program's first collective (the loss's scalar all-reduce: "7 bytes in all")."""
     import sharding_lab as sl
-    from sharding_lab.app import config_state
+    from sharding_lab.app.state import config_state
     from sharding_lab.program.communication import analyze
 
     at = app_test(240)
@@ -152,7 +152,7 @@ def test_hbm_per_chip_is_one_named_figure_of_the_compiled_memory_analysis():
     program's own: arguments + outputs + temporaries − donated here (a TPU target's: its compiler's peak —
     tests/core/test_targets.py)."""
     import sharding_lab as sl
-    from sharding_lab.app import config_state
+    from sharding_lab.app.state import config_state
     from sharding_lab.training.step import compile_train_step
     from sharding_lab.units import format_bytes
 

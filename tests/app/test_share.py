@@ -4,8 +4,8 @@ import pytest
 from streamlit.testing.v1 import AppTest
 from test_app import TIMEOUT, chart_spec, device_blocks
 
-from sharding_lab.app import config_state
-from sharding_lab.app import links as share
+from sharding_lab.app.state import config_state
+from sharding_lab.app.state import links as share
 from tests.support import app_test
 
 

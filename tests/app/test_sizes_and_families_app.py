@@ -7,7 +7,7 @@ import sys
 import pytest
 
 import sharding_lab as sl
-from sharding_lab.app import config_state, links
+from sharding_lab.app.state import config_state, links
 from sharding_lab.models import plugins
 from sharding_lab.training.setting_groups import named_size_values
 from tests.support import ROOT, app_test

@@ -25,13 +25,13 @@ def seconds(text: str) -> float:
 
 
 def test_a_link_carries_the_target_and_reports_a_bad_one():
-    from sharding_lab.app import links
+    from sharding_lab.app.state import links
 
     updates, problems = links.from_query({"target": "v5e-8", "mesh": "2x4"})
     assert updates["target"] == "v5e-8" and not problems
     updates, problems = links.from_query({"target": "v5e-9"})
     assert "target" not in updates and problems and problems[0].startswith("target='v5e-9' ignored")
-    from sharding_lab.app import config_state
+    from sharding_lab.app.state import config_state
 
     state = {**config_state.defaults(), "target": "v5e-8"}
     assert links.to_query(state)["target"] == "v5e-8"
@@ -39,7 +39,7 @@ def test_a_link_carries_the_target_and_reports_a_bad_one():
 
 
 def test_choosing_a_target_lays_a_mesh_that_fits_it():
-    from sharding_lab.app import config_state
+    from sharding_lab.app.state import config_state
 
     for name in ("v5e-8", "v5e-256", "v5p-8", "v5p-128", "h100-8", "h100-16", "cpu"):
         state = {**config_state.defaults(), "target": name}

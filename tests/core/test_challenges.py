@@ -11,7 +11,7 @@ import shlex
 import pytest
 
 import sharding_lab as sl
-from sharding_lab.app import config_state
+from sharding_lab.app.state import config_state
 from sharding_lab.cli import main as cli
 from sharding_lab.lessons import challenges
 from sharding_lab.lessons.challenges import checks

@@ -19,8 +19,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import sharding_lab as sl
-from sharding_lab.app import config_state as app_settings
-from sharding_lab.app import links
+from sharding_lab.app.state import config_state as app_settings
+from sharding_lab.app.state import links
 from sharding_lab.training import options
 from sharding_lab.training.run_settings import link_keys as run_link_keys
 

@@ -9,7 +9,7 @@ import subprocess
 import sys
 
 import sharding_lab as sl
-from sharding_lab.app import links
+from sharding_lab.app.state import links
 from tests.support import ROOT
 
 EXAMPLES = ROOT / "examples" / "families"

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 import sharding_lab as sl
-from sharding_lab.app import config_state, links
+from sharding_lab.app.state import config_state, links
 from sharding_lab.errors import ConfigError
 from sharding_lab.sharding.mesh import MeshSpec, parse_mesh_shape
 from sharding_lab.training.config import config_from_json, config_from_partial
@@ -208,7 +208,11 @@ def test_an_axis_name_with_a_trailing_newline_is_refused():
 def test_the_converters_name_no_setting():
     """Adding a setting touches the table, not the converters (issue 47's acceptance)."""
     root = Path(__file__).parents[2]
-    for path in ("sharding_lab/app/config_state.py", "sharding_lab/app/links.py", "sharding_lab/training/options.py"):
+    for path in (
+        "sharding_lab/app/state/config_state.py",
+        "sharding_lab/app/state/links.py",
+        "sharding_lab/training/options.py",
+    ):
         text = (root / path).read_text()
         for name in ("decay", "axis_type", "microbatches", "schedule", "batch", "optimizer"):
             assert not re.search(rf"\b{name}\b", text), (path, name)

@@ -534,7 +534,7 @@ def test_on_a_tpu_target_hbm_needed_is_the_compilers_peak_not_the_sum_that_count
     assert hbm_needed(memory, "v5e-8") == memory.peak_memory_in_bytes and hbm_needed(memory, "cpu") == total
     assert compile_once(config, "mixed").hbm_needed == memory.peak_memory_in_bytes  # what cost and plan use
     # what the app says of it (issue 36: "HBM per chip" beside temporaries, unexplained): each figure named
-    from sharding_lab.app import memory_view
+    from sharding_lab.app.panels import memory_view
 
     said = {"argument": memory.argument_size_in_bytes, "output": memory.output_size_in_bytes}
     said |= {"temp": memory.temp_size_in_bytes, "alias": memory.alias_size_in_bytes}

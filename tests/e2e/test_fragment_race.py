@@ -26,7 +26,8 @@ def page_text(browser_tab, fixed: bool) -> str:
 
 
 def test_without_the_fix_streamlit_drops_the_end_of_the_run(browser_tab):
-    """The race is real in the pinned Streamlit (if this fails, Streamlit fixed it: drop app/fragment_race.py)."""
+    """The race is real in the pinned Streamlit (if this fails, Streamlit fixed it: drop
+    app/runtime/fragment_race.py)."""
     assert "the end of the full run" not in page_text(browser_tab, fixed=False)
 
 

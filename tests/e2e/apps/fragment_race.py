@@ -18,7 +18,7 @@ from streamlit.runtime.scriptrunner import get_script_run_ctx
 from streamlit.runtime.scriptrunner_utils.script_run_context import ThreadState
 
 if os.environ.get("FRAGMENT_RACE_FIX") == "1":
-    from sharding_lab.app import fragment_race
+    from sharding_lab.app.runtime import fragment_race
 
     fragment_race.install()
 

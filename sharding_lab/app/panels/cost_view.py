@@ -13,15 +13,15 @@ import pandas as pd
 import plotly.graph_objects as go
 import streamlit as st
 
-from .. import cost
-from ..cost.compiled import canonical  # steps, seed, chunk fixed: the step does not depend on them
-from ..errors import ConfigError, in_app
-from ..hardware import targets
-from ..hardware.chips import CHIPS
-from ..sharding.mesh import parse_mesh_shape
-from ..training.config import Plan
-from ..units import format_bytes, format_flops, format_rate
-from . import cost_metrics, memory_view
+from sharding_lab import cost
+from sharding_lab.app.panels import cost_metrics, memory_view
+from sharding_lab.cost.compiled import canonical  # steps, seed, chunk fixed: the step does not depend on them
+from sharding_lab.errors import ConfigError, in_app
+from sharding_lab.hardware import targets
+from sharding_lab.hardware.chips import CHIPS
+from sharding_lab.sharding.mesh import parse_mesh_shape
+from sharding_lab.training.config import Plan
+from sharding_lab.units import format_bytes, format_flops, format_rate
 
 COLORS = {"compute": "#4C78A8", "memory": "#72B7B2", "communication": "#F58518", "latency": "#E45756"}
 

@@ -12,12 +12,12 @@ import dataclasses
 import pandas as pd
 import streamlit as st
 
-from ..errors import ConfigError
-from ..hardware import targets
-from ..program.communication import CommReport, analyze
-from ..program.compilers import compare_compilers, summary
-from ..training.config import Plan
-from ..training.config import plan as make_plan
+from sharding_lab.errors import ConfigError
+from sharding_lab.hardware import targets
+from sharding_lab.program.communication import CommReport, analyze
+from sharding_lab.program.compilers import compare_compilers, summary
+from sharding_lab.training.config import Plan
+from sharding_lab.training.config import plan as make_plan
 
 
 def peers(size: int) -> list[str]:

@@ -13,7 +13,7 @@ import pandas as pd
 import streamlit as st
 
 import sharding_lab as sl
-from sharding_lab.app import config_state
+from sharding_lab.app.state import config_state
 from sharding_lab.sharding.layout import describe_change, holdings, memory_per_device
 
 

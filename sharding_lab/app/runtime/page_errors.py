@@ -19,7 +19,7 @@ import functools
 import streamlit as st
 
 from sharding_lab import settings
-from sharding_lab.app import tabs
+from sharding_lab.app.state import tabs
 from sharding_lab.server.incidents import INCIDENTS
 
 

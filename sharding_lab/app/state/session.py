@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import streamlit as st
 
-from sharding_lab.app import config_state, links
+from sharding_lab.app.state import config_state, links
 from sharding_lab.models import plugins
 
 KEEP = "session"  # every setting widget's persist_state

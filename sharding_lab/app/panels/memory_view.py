@@ -14,9 +14,9 @@ from __future__ import annotations
 
 import types
 
-from ..cost.compiled import hbm_needed
-from ..hardware import targets
-from ..units import format_bytes
+from sharding_lab.cost.compiled import hbm_needed
+from sharding_lab.hardware import targets
+from sharding_lab.units import format_bytes
 
 
 def needed(memory: dict, target: str) -> float:

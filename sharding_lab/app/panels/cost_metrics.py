@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import streamlit as st
 
-from .. import cost
-from ..units import format_bytes
+from sharding_lab import cost
+from sharding_lab.units import format_bytes
 
 BOUND_LABELS = {"compute": "compute", "memory": "memory", "communication": "comms", "latency": "latency"}
 

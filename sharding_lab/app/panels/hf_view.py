@@ -10,7 +10,7 @@ import dataclasses
 import streamlit as st
 
 import sharding_lab as sl
-from sharding_lab.app import config_state
+from sharding_lab.app.state import config_state
 from sharding_lab.errors import in_app
 from sharding_lab.export.maxtext import USAGE, maxtext
 from sharding_lab.export.maxtext_model import named_size_of, same_model
@@ -134,8 +134,9 @@ def maxtext_command(config, dtype: str) -> None:
 
 
 def cost_panel_command(plan, key: str = "cost") -> None:
-    """Under the cost panel (:func:`sharding_lab.app.cost_view.cost_panel` with ``key``): the layout it priced, in the
-    compute dtype its radio names, as MaxText's command — on the bigger mesh when it extrapolated to one."""
+    """Under the cost panel (:func:`sharding_lab.app.panels.cost_view.cost_panel` with ``key``): the layout it
+    priced, in the compute dtype its radio names, as MaxText's command — on the bigger mesh when it extrapolated
+    to one."""
     from sharding_lab.cost import default_dtype
     from sharding_lab.hardware import targets
     from sharding_lab.sharding.mesh import parse_mesh_shape

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import plotly.graph_objects as go
 
-from ..program.ring import RING_OPS, Chain, schedule
-from .figures import device_color
+from sharding_lab.app.figures import device_color
+from sharding_lab.program.ring import RING_OPS, Chain, schedule
 
 
 def _cells(held, group: list[int], op: str):

@@ -20,7 +20,7 @@ from urllib.parse import parse_qsl, urlencode
 
 import streamlit as st
 
-from sharding_lab.app import links
+from sharding_lab.app.state import links
 from sharding_lab.server import classroom
 
 KEY = "lab_tab"

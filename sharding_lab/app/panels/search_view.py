@@ -16,7 +16,7 @@ import plotly.graph_objects as go
 
 import sharding_lab as sl
 from sharding_lab import search
-from sharding_lab.app import config_state
+from sharding_lab.app.state import config_state
 from sharding_lab.hardware import targets
 from sharding_lab.search import eta
 from sharding_lab.search.search import compile_workers
@@ -86,7 +86,7 @@ def _name(result: search.Result) -> str:
     return f"{c.mesh_text} {c.preset} remat {c.remat}"
 
 
-class PlanJob:
+class SearchJob:
     """A tab's wait on the server's search for its question (:mod:`sharding_lab.server.searches`): every tab that
     asks the same question follows the same search, its progress and its answer."""
 
@@ -106,7 +106,7 @@ class PlanJob:
     def question(self) -> tuple:
         return question(self.base, self.presets, self.remats)
 
-    def start(self) -> "PlanJob":
+    def start(self) -> "SearchJob":
         total = counted(self.base, self.presets, self.remats)
         self.search = self.searches.ask(
             self.watcher, self.base, self.dtype, self.presets, self.remats, self.to_compile, total, self.open_
