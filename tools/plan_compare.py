@@ -1,7 +1,7 @@
 """``python -m tools.plan_bench --against COMMIT`` / ``--device-run``: the search timed on this checkout and on an
 earlier commit, one after the other in the same run, each as a user runs it (``sharding-lab plan --json``, the
-default workers), with the ratio of their candidates per second and each one's best row (the answer must not
-move: a speed-up that changes the best is a bug)."""
+default workers), with the ratio of their candidates per second and each one's best row (a speed-up must not move it; a commit that
+changed the model or the cost may)."""
 
 from __future__ import annotations
 
@@ -91,7 +91,9 @@ def compare(argv: list[str]) -> int:
     same = best_row(here["answer"]) == best_row(old["answer"])
     print(
         f"speed-up (candidates per second, this checkout ÷ {against}): "
-        f"{rate(here) / rate(old):.2f}x; best row {'the same' if same else 'DIFFERENT'} "
+        f"{rate(here) / rate(old):.2f}x; best row {'the same' if same else 'different'} "
         f"load={os.getloadavg()[0]:.1f}"
     )
-    return 0 if same else 1
+    if not same:  # a change meant to be behaviour-neutral must keep it; across the cost model's changes it moves
+        print("the best rows differ: between commits that changed the cost or the model, expected; else a bug")
+    return 0
