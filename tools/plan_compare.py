@@ -1,7 +1,7 @@
 """``python -m tools.plan_bench --against COMMIT`` / ``--device-run``: the search timed on this checkout and on an
 earlier commit, one after the other in the same run, each as a user runs it (``sharding-lab plan --json``, the
-default workers), with the ratio of their candidates per second and each one's best row (a speed-up must not move it; a commit that
-changed the model or the cost may)."""
+default workers), with the ratio of their candidates per second and each one's best row (a speed-up must not move
+it; a commit that changed the model or the cost may)."""
 
 from __future__ import annotations
 
