@@ -256,17 +256,9 @@ def compile_once(config: LabConfig, dtype: str) -> Compiled:
     # target the TPU compiler's own count of its fused program is the figure.
     traffic = fused if on_cpu or not accessed else accessed
     xla_flops = float(cost.get("flops", 0.0)) or _lowered_flops(lowered)
-    # XLA's cost analysis counts a loop's body once and no custom kernel; the program read op by op
-    # (hlo_ops) counts each product and each splash call as often as its loops run it. The difference is what
-    # the loops' further trips add (for a program without loops: none).
-    found, once = hlo_ops.ops(hlo), hlo_ops.ops(hlo, count_loops=False)
-    counted, counted_once = hlo_ops.summary(found), hlo_ops.summary(once)
-    # XLA's FLOPs beyond the products (elementwise, reductions) scale with the loops as their results' elements do
-    # (extend_loop counts them exactly from the loop unrolled by 2, where it has that compile).
-    others_once = max(0.0, xla_flops - counted_once["product_flops"])
-    scale = counted["other_elements"] / counted_once["other_elements"] if counted_once["other_elements"] else 1.0
-    products = counted["product_flops"] + counted["kernel_flops"]
-    flops = products + others_once * scale
+    read = read_flops(hlo, xla_flops)
+    found, counted, counted_once = read.found, read.counted, read.counted_once
+    flops, products, others_once = read.flops, read.products, read.others_once
     if not on_cpu and accessed:
         traffic += counted["bytes"] - counted_once["bytes"]
     # A Pallas kernel is a custom call: XLA's cost analysis counts none of its FLOPs and only one pass over
@@ -316,6 +308,34 @@ def compile_once(config: LabConfig, dtype: str) -> Compiled:
             "largest_buffers": record.to_json(),
         },
     )
+
+
+@dataclasses.dataclass(frozen=True)
+class ReadFlops:
+    """A compiled program's FLOPs a step as the lab counts them (:func:`read_flops`), and the op-by-op reading."""
+
+    flops: float  # products and kernels with their loops' trips + XLA's other FLOPs scaled as their elements
+    products: float  # matrix products and the splash kernel's formula, as often as the loops run them
+    others_once: float  # XLA's FLOPs beyond the products (elementwise, reductions), a loop body once
+    found: list  # the program's ops (hlo_ops.ops), loops counted
+    counted: dict  # hlo_ops.summary of them
+    counted_once: dict  # hlo_ops.summary with each loop body once
+
+
+def read_flops(hlo: str, xla_flops: float) -> ReadFlops:
+    """The FLOPs of a step from its compiled program's text and XLA's own ``cost_analysis()`` count — the rule
+    :func:`compile_once` prices every step by, kept apart so that a program the lab did not compile (MaxText's:
+    tools/maxtext_aot.py) is read by the same rule. XLA's cost analysis counts a loop's body once and no custom
+    kernel; the program read op by op (hlo_ops) counts each product and each splash call as often as its loops
+    run it. The difference is what the loops' further trips add (for a program without loops: none)."""
+    found, once = hlo_ops.ops(hlo), hlo_ops.ops(hlo, count_loops=False)
+    counted, counted_once = hlo_ops.summary(found), hlo_ops.summary(once)
+    # XLA's FLOPs beyond the products (elementwise, reductions) scale with the loops as their results' elements do
+    # (extend_loop counts them exactly from the loop unrolled by 2, where it has that compile).
+    others_once = max(0.0, xla_flops - counted_once["product_flops"])
+    scale = counted["other_elements"] / counted_once["other_elements"] if counted_once["other_elements"] else 1.0
+    products = counted["product_flops"] + counted["kernel_flops"]
+    return ReadFlops(products + others_once * scale, products, others_once, found, counted, counted_once)
 
 
 def _calibration(target: str):
