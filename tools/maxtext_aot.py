@@ -3,16 +3,19 @@
 by the lab (``cost``), for the same slice without the chips, and the two programs' memory and FLOPs set side by side.
 
     python -m tools.maxtext_aot --maxtext-python .venv-maxtext/bin/python --out DIR [--only NAME] \\
-        [--plan PLAN.json] [--skip-compiled]
+        [--plan PLAN.json | --row "COST ARGS"] [--compile both|maxtext|lab|none] [--maxtext-dir DIR]
 
 Layouts (:data:`LAYOUTS`): MaxText's published v5e-256 16B and v5p-128 32B recipes (the commands of its
 ``configs/tpu/v5e/16b.sh`` and ``configs/tpu/v5p/32b.sh``, their ``LIBTPU_INIT_ARGS`` included), the best row of a
-``sharding-lab plan --json`` (``--plan``: the row's ``cost_args`` for the lab, its MaxText overrides for MaxText) and
+``sharding-lab plan --json`` (``--plan``: the row's ``cost_args`` for the lab, its MaxText command for MaxText, as a
+user copies them; or ``--row``: ``cost`` arguments, MaxText's side the command the lab exports for them) and
 ``tiny`` (a 2-layer model on v5e-8, what tests/core/test_maxtext_aot.py compiles). Each compile takes minutes on a
 2-core machine (MaxText's 256-chip ones 5–15), so the suite runs only ``tiny``; docs/plan-physics.md ("MaxText
 compiles the same step") has what this printed. Kept under ``DIR``: ``NAME.maxtext.{json,hlo.gz}`` and
 ``NAME.maxtext.dump/`` (MaxText's), ``NAME.lab.{json,hlo.gz}`` (the lab's looped program, as
-:mod:`tools.recipes_check` keeps it); ``--skip-compiled`` compares what is kept without compiling again.
+:mod:`tools.recipes_check` keeps it); ``--compile none`` compares what is kept without compiling again, and
+``--compile lab`` with ``--maxtext-dir`` compiles the lab's side alone — run by another interpreter (the lab on JAX
+0.12.1 and libtpu 0.0.52, MaxText's versions) against MaxText's programs kept elsewhere.
 
 Both programs are read by the same rule: HBM needed is the TPU compiler's ``peak_memory_in_bytes``
 (:func:`sharding_lab.cost.compiled.hbm_needed`), FLOPs a step are :func:`sharding_lab.cost.compiled.read_flops`
@@ -73,6 +76,7 @@ class Layout:
     maxtext: str
     libtpu: str = ""
     source: str = ""
+    config: str = "base.yml"  # MaxText's config file (a bare name: its packaged one; tools/maxtext_compile.py)
 
 
 LAYOUTS = {
@@ -96,8 +100,8 @@ LAYOUTS = {
 
 
 def from_plan(path: str) -> Layout:
-    """The best row of a ``sharding-lab plan --json``: its ``cost`` arguments (less ``--dtype``: every row here is
-    mixed precision) and its MaxText overrides, for the row's own target."""
+    """The best row of a ``sharding-lab plan --json``, copied as a user would: its ``cost`` arguments (less
+    ``--dtype``: every row here is mixed precision) for the lab, and its MaxText command for MaxText."""
     best = json.loads(Path(path).read_text())["best"]
     args = list(best["cost_args"])
     if "--dtype" in args:
@@ -105,9 +109,29 @@ def from_plan(path: str) -> Layout:
         if args[at + 1] != "mixed":
             raise SystemExit(f"the plan's best row is {args[at + 1]}; this comparison compiles mixed precision")
         del args[at : at + 2]
-    target = args[args.index("--target") + 1]
-    overrides = best["maxtext_overrides"]
-    return Layout(shlex.join(args), f"compile_topology={target} {overrides}", source=f"the best row of {path}")
+    return from_command(shlex.join(args), best["maxtext_command"], f"the best row of {path}")
+
+
+def from_cost_args(args: str) -> Layout:
+    """A layout given by ``cost`` arguments, MaxText's side the command the lab exports for it
+    (:func:`sharding_lab.export.maxtext.maxtext`: what the Plan row and ``cost`` print)."""
+    from sharding_lab.export.maxtext import maxtext
+    from tools.measure import config_of
+
+    command = maxtext(config_of(shlex.split(args))).command
+    if command is None:
+        raise SystemExit(f"the lab offers no MaxText command for {args}")
+    return from_command(args, command, "the lab's exported command")
+
+
+def from_command(lab: str, command: str, source: str) -> Layout:
+    """MaxText's side from a command line: the config path and overrides after the entry point, and the lab's
+    ``--target`` as ``compile_topology``."""
+    target = shlex.split(lab)[shlex.split(lab).index("--target") + 1]
+    words = shlex.split(command)
+    at = next(i for i, word in enumerate(words) if word.endswith(".yml"))
+    overrides = shlex.join([f"compile_topology={target}", *words[at + 1 :]])
+    return Layout(lab, overrides, source=f"{source}: {command}", config=words[at])
 
 
 def maxtext_argv(layout: Layout, name: str) -> list[str]:
@@ -117,7 +141,7 @@ def maxtext_argv(layout: Layout, name: str) -> list[str]:
     keys = {a.split("=", 1)[0] for a in given}
     needed = {"compile_topology_num_slices": "1", "run_name": f"aot-{name}", "dataset_type": "synthetic",
               "enable_checkpointing": "false"}  # fmt: skip
-    return ["base.yml", *given, *(f"{k}={v}" for k, v in needed.items() if k not in keys)]
+    return [layout.config, *given, *(f"{k}={v}" for k, v in needed.items() if k not in keys)]
 
 
 def compile_maxtext(layout: Layout, name: str, out: Path, python: str) -> None:
@@ -129,8 +153,12 @@ def compile_maxtext(layout: Layout, name: str, out: Path, python: str) -> None:
     subprocess.run(command + maxtext_argv(layout, name), check=True, env=env, cwd=Path(__file__).parent.parent)
 
 
-def compile_lab(layout: Layout, name: str, out: Path) -> None:
-    """The lab's ``cost`` of ``layout`` (mixed precision, as every recipe row), its looped program kept."""
+def compile_lab(layout: Layout, name: str, out: Path, whole: bool = True) -> None:
+    """The lab's ``cost`` of ``layout`` (mixed precision, as every recipe row), its looped program kept. ``whole``
+    False: only the looped program's compile (:func:`sharding_lab.cost.compiled.compile_once`; ``cost`` also
+    compiles the loop unrolled by 2 to count collectives per block, which neither memory nor FLOPs need)."""
+    import importlib.metadata as meta
+
     import jax
 
     from sharding_lab import cost
@@ -141,27 +169,30 @@ def compile_lab(layout: Layout, name: str, out: Path) -> None:
     config = config_of(shlex.split(layout.lab))
     compiled.PROGRAMS = []
     try:
-        p = cost.predict(config, None, "mixed")
+        if whole:
+            p = cost.predict(config, None, "mixed")
+            step = compiled.compile_step(compiled.canonical(config), "mixed")  # predict's own compile (cached)
+            refused, model_flops = p.refused, p.model_flops
+        else:
+            step = compiled.compile_once(compiled.canonical(config), "mixed")
+            refused, model_flops = step.refused, None
     finally:
         programs, compiled.PROGRAMS = compiled.PROGRAMS, None
-    if p.refused:
-        raise SystemExit(f"the lab's compile of {name} was refused: {p.refused}")
-    step = compiled.compile_step(compiled.canonical(config), "mixed")  # predict's own compile (cached)
+    if refused:
+        raise SystemExit(f"the lab's compile of {name} was refused: {refused}")
     out.mkdir(parents=True, exist_ok=True)
     (out / f"{name}.lab.hlo.gz").write_bytes(gzip.compress(programs[0][1].encode()))
-    import importlib.metadata as meta
-
     figures = {
         "args": layout.lab,
-        "versions": {k: meta.version(k) for k in ("jax", "jaxlib", "libtpu", "flax")} | {"jax_runtime": jax.__version__},
-        "hbm_needed": p.hbm_needed,
-        "flops": p.flops,
+        "versions": {k: meta.version(k) for k in ("jax", "jaxlib", "libtpu", "flax")} | {"runtime": jax.__version__},
+        "hbm_needed": step.hbm_needed,
+        "flops": step.flops,
         "xla_flops": step.xla_flops,  # XLA's cost_analysis() of the looped program (a loop body once)
-        "memory": p.memory,
-        "compile_s": p.compile_s,
-        "model_flops": p.model_flops,
+        "memory": step.memory,
+        "compile_s": step.compile_s,
+        "model_flops": model_flops,
         "maxtext_overrides": maxtext(config).text,
-    }
+    }  # fmt: skip
     (out / f"{name}.lab.json").write_text(json.dumps(figures, indent=1, default=str))
 
 
@@ -213,12 +244,14 @@ def peak_buffers(folder: Path, count: int = 8) -> list[dict]:
     return rows
 
 
-def compare(out: Path, name: str) -> dict:
-    """Both kept programs read by the lab's rule: HBM needed, FLOPs a step, their ratios, the products that differ."""
+def compare(out: Path, name: str, maxtext_dir: Path | None = None) -> dict:
+    """Both kept programs read by the lab's rule: HBM needed, FLOPs a step, their ratios, the products that differ
+    (MaxText's from ``maxtext_dir``, else ``out``)."""
     from sharding_lab.cost.compiled import read_flops
 
+    maxtext_dir = maxtext_dir or out
     lab, lab_text = read(out, f"{name}.lab")
-    mt, mt_text = read(out, f"{name}.maxtext")
+    mt, mt_text = read(maxtext_dir, f"{name}.maxtext")
     lab_read = read_flops(lab_text, lab["xla_flops"])
     mt_read = read_flops(mt_text, mt["cost"].get("flops", 0.0))
     mt_needed = mt["memory"]["peak"]
@@ -237,18 +270,20 @@ def compare(out: Path, name: str) -> dict:
         "maxtext": {"versions": mt["versions"], "mesh": mt["mesh"], "hbm_needed": mt_needed, "memory": mt["memory"],
                     "xla_flops": mt["cost"].get("flops"), "flops_read": mt_read.flops, "products": mt_read.products,
                     "others_once": mt_read.others_once, "compile_s": mt["compile_s"],
-                    "largest_buffers": peak_buffers(out / f"{name}.maxtext.dump")},
+                    "largest_buffers": peak_buffers(maxtext_dir / f"{name}.maxtext.dump")},
         "hbm_ratio": lab["hbm_needed"] / mt_needed,
         "flops_ratio": lab["flops"] / mt_read.flops,
         "flops_read_ratio": lab_read.flops / mt_read.flops,
         "hbm_within_10%": abs(lab["hbm_needed"] / mt_needed - 1) <= 0.10,
         "flops_within_5%": abs(lab["flops"] / mt_read.flops - 1) <= 0.05,
-        "products_differing": dict(sorted(differing.items(), key=lambda kv: -abs(_num(kv[1]["lab"]) - _num(kv[1]["maxtext"])))[:12]),
+        "products_differing": dict(sorted(differing.items(), key=_gap)[:12]),
     }  # fmt: skip
 
 
-def _num(value) -> float:
-    return float(value) if isinstance(value, (int, float)) else 0.0
+def _gap(item) -> float:
+    """Largest FLOPs difference first (a kernel's row counts calls, not FLOPs: last)."""
+    _, both = item
+    return -abs(both["lab"] - both["maxtext"]) if not item[0].startswith("kernel") else 0.0
 
 
 def _memory(memory: dict | None) -> dict:
@@ -258,22 +293,33 @@ def _memory(memory: dict | None) -> dict:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", required=True, help="a folder for both programs and their figures")
-    parser.add_argument("--only", default=None, help="one layout: " + ", ".join(LAYOUTS) + ", or plan")
+    parser.add_argument("--only", default=None, help="one layout: " + ", ".join(LAYOUTS) + ", plan or row")
     parser.add_argument("--plan", default=None, help="a `sharding-lab plan --json` output: its best row is `plan`")
+    parser.add_argument("--row", default=None, help="`cost` arguments of one layout: MaxText gets its exported command")
     parser.add_argument("--maxtext-python", default=".venv-maxtext/bin/python", help="MaxText's environment's python")
-    parser.add_argument("--skip-compiled", action="store_true", help="compare what --out keeps, compile nothing")
+    parser.add_argument(
+        "--compile", default="both", choices=("both", "maxtext", "lab", "none"),
+        help="which side to compile (none: compare what is kept); the lab's runs in this interpreter",
+    )  # fmt: skip
+    parser.add_argument(
+        "--lab-once", action="store_true", help="the lab compiles the looped program only (not `cost`'s second compile)"
+    )
+    parser.add_argument("--maxtext-dir", default=None, help="where MaxText's side is kept (default --out)")
     args = parser.parse_args()
     layouts = dict(LAYOUTS)
     if args.plan:
         layouts["plan"] = from_plan(args.plan)
+    if args.row:
+        layouts["row"] = from_cost_args(args.row)
     names = [args.only] if args.only else list(layouts)
     out = Path(args.out)
     rows = []
     for name in names:
-        if not args.skip_compiled:
+        if args.compile in ("both", "maxtext"):
             compile_maxtext(layouts[name], name, out, args.maxtext_python)
-            compile_lab(layouts[name], name, out)
-        rows.append(compare(out, name))
+        if args.compile in ("both", "lab"):
+            compile_lab(layouts[name], name, out, whole=not args.lab_once)
+        rows.append(compare(out, name, Path(args.maxtext_dir) if args.maxtext_dir else None))
     print(json.dumps(rows, indent=1, default=str))
     (out / "comparison.json").write_text(json.dumps(rows, indent=1, default=str))
 
