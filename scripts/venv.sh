@@ -49,7 +49,7 @@ stamp="$env/.installed-$(cat pyproject.toml "$constraints" <(echo "$extras") | s
 if [ ! -f "$stamp" ]; then
   echo "installing Sharding Lab [$extras] into $env: Python $version, every version from $constraints" >&2
   if ! { "$env/bin/python" -m pip install --quiet --disable-pip-version-check "$uv" &&
-    VIRTUAL_ENV="$PWD/$env" "$env/bin/uv" pip install --quiet --python "$env/bin/python" \
+    VIRTUAL_ENV="$(cd "$env" && pwd)" "$env/bin/uv" pip install --quiet --python "$env/bin/python" \
       -c "$constraints" -e ".[$extras]"; }; then
     echo "uv could not install it; pip will (slower)" >&2
     "$env/bin/python" -m pip install --quiet --disable-pip-version-check -c "$constraints" -e ".[$extras]"
