@@ -9,7 +9,7 @@ import shlex
 import streamlit as st
 
 import sharding_lab as sl
-from sharding_lab.app import ui
+from sharding_lab.app import messages, ui
 from sharding_lab.app.state import config_state
 from sharding_lab.lessons import challenges
 from sharding_lab.server import classroom
@@ -52,7 +52,7 @@ def _apply_solution(challenge_id: str) -> None:
             try:
                 holds, why = challenge.check(sl.plan(on_target))
             except sl.ConfigError as error:
-                holds, why = False, ui.plain(error)  # the checks' own sentences are Markdown, as shown below
+                holds, why = False, messages.plain(error)  # the checks' own sentences are Markdown, as shown below
             if holds:
                 config = on_target
             else:
@@ -73,7 +73,7 @@ def _apply_solution(challenge_id: str) -> None:
 result = ui.sidebar()
 plan = result if isinstance(result, sl.Plan) else None
 if plan is None:
-    ui.show_error(result, lead="The configuration in the sidebar cannot be planned, so nothing can be checked:")
+    messages.show_error(result, lead="The configuration in the sidebar cannot be planned, so nothing can be checked:")
 
 pending = state.pop("challenge_pending", None)
 if pending in challenges.CHALLENGES and plan is not None:

@@ -6,7 +6,7 @@ import pandas as pd
 import streamlit as st
 
 import sharding_lab as sl
-from sharding_lab.app import figures, ui
+from sharding_lab.app import figures, messages, ui
 from sharding_lab.app.figures import animation
 from sharding_lab.app.panels import hf_view, memory_view
 from sharding_lab.app.panels.cost_view import cost_panel
@@ -261,7 +261,7 @@ hf_view.cost_panel_command(plan)
 
 with st.expander("The optimized HLO (for the curious)"):
     st.code(report.hlo[:200_000], language="text")
-ui.show_code(
+messages.show_code(
     sl.training.step.make_train_step,
     sl.program.moves.name_elements,
     sl.program.communication.Collective.wire_bytes.fget,

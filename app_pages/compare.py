@@ -8,7 +8,7 @@ import streamlit as st
 
 import sharding_lab as sl
 from sharding_lab import settings
-from sharding_lab.app import figures, ui
+from sharding_lab.app import figures, messages, ui
 from sharding_lab.app.panels.cost_view import strategies_cost_panel
 from sharding_lab.lessons.compare import METRICS, compare_one, strategy_config
 from sharding_lab.server.slots import Busy, slot
@@ -120,9 +120,9 @@ rows = st.session_state.compare_rows
 ok = [r for r in rows if "error" not in r]
 for row in rows:
     if "run_error" in row:
-        st.warning(f"**{row['name']}** was not trained: {ui.plain(row['run_error'])}", icon=":material/memory:")
+        st.warning(f"**{row['name']}** was not trained: {messages.plain(row['run_error'])}", icon=":material/memory:")
     if "error" in row:
-        st.warning(f"**{row['name']}** cannot run here: {ui.plain(row['error'])}", icon=":material/block:")
+        st.warning(f"**{row['name']}** cannot run here: {messages.plain(row['error'])}", icon=":material/block:")
 metrics = {k: v for k, v in METRICS.items() if steps or k not in ("steps_per_s", "final_loss")}
 st.plotly_chart(figures.compare_figure(ok, metrics), key="compare_chart")
 st.dataframe(
@@ -149,6 +149,6 @@ for row in ok:
         f"model + optimizer memory, {row['comm_bytes']:,} bytes sent per device per step"
         + (" — the smallest footprint." if row is smallest else ".")
     )
-    ui.show_comparison(row["agrees"], row["differences"], "What XLA compiled:")
+    messages.show_comparison(row["agrees"], row["differences"], "What XLA compiled:")
 
 strategies_cost_panel({row["name"]: strategy_config(base, strategies[row["name"]]) for row in ok})

@@ -6,7 +6,7 @@ import pandas as pd
 import streamlit as st
 
 import sharding_lab as sl
-from sharding_lab.app import figures, ui
+from sharding_lab.app import figures, messages, rules_table, ui
 from sharding_lab.app.panels import explore
 from sharding_lab.app.state import config_state, session
 from sharding_lab.hardware import placement, targets
@@ -45,12 +45,12 @@ with right:
     st.subheader("Rules")
     try:
         mesh_spec.validate(config_state.device_count(st.session_state))
-        ui.rules_table(mesh_spec, model_spec)
+        rules_table.rules_table(mesh_spec, model_spec)
     except sl.ConfigError as error:
         st.info(f"Fix the mesh first: {error}")
 
 if isinstance(result, sl.ConfigError):
-    ui.show_error(result, lead="This configuration cannot run.", where=left)
+    messages.show_error(result, lead="This configuration cannot run.", where=left)
     st.stop()
 
 plan: sl.Plan = result
@@ -161,7 +161,7 @@ for name, size in plan.config.mesh.axis_sizes.items():
             icon=":material/info:",
         )
 for warning in plan.warnings:
-    st.warning(ui.plain(warning), icon=":material/sync_problem:")
+    st.warning(messages.plain(warning), icon=":material/sync_problem:")
 
 st.subheader("Shard maps")
 shown = {"Parameters": "params/", "Optimizer state": "opt/", "Batch": "batch/"}
@@ -242,4 +242,4 @@ table.caption(
     f"holds {biggest:,} bytes ({biggest / max(1, sum(unsharded.values())):.0%})."
 )
 
-ui.show_code(sl.sharding.rules.Rules.spec, result.config.family.Model.__init__, sl.sharding.layout.planned_layout)
+messages.show_code(sl.sharding.rules.Rules.spec, result.config.family.Model.__init__, sl.sharding.layout.planned_layout)

@@ -6,7 +6,7 @@ import pandas as pd
 import streamlit as st
 
 import sharding_lab as sl
-from sharding_lab.app import figures, ui
+from sharding_lab.app import figures, messages, rules_table, ui
 from sharding_lab.export.script import script_sections
 from sharding_lab.export.source import source_of
 from sharding_lab.lessons import third_way, today
@@ -73,7 +73,7 @@ config, axes = plan.config, plan.config.mesh.axes
 if config.stage_axis is not None:
     st.info(
         f"The Lesson walks through the blog's jitted step, which a pipelined layout does not run: its "
-        f"blocks are split into stages on `{ui.plain(config.stage_axis)}` and its step is written by hand "
+        f"blocks are split into stages on `{messages.plain(config.stage_axis)}` and its step is written by hand "
         "with `shard_map` and `ppermute` (`sharding_lab/pipeline/pipelined_step.py`). The schedule is drawn on the "
         "Train page and the sends between stages are listed on the Communication page; choose another "
         "preset to follow the Lesson.",
@@ -142,12 +142,12 @@ def compiled_section(plans: dict, name: str, mesh_axes) -> CommReport | None:
     """Preset ``name``'s compiled step: its collectives, then each agreement with and departure from
     the textbook strategy (sentences built from the program); None when the preset cannot run here."""
     if isinstance(plans[name], sl.ConfigError):
-        ui.show_error(plans[name], lead=f"{name} cannot run here:")
+        messages.show_error(plans[name], lead=f"{name} cannot run here:")
         return None
     report = analyze(plans[name])
     st.dataframe(collective_rows(report, mesh_axes), hide_index=True)
     comparison = textbook_compare(plans[name], report)
-    ui.show_comparison(comparison.agrees, comparison.differences, "Against the textbook:")
+    messages.show_comparison(comparison.agrees, comparison.differences, "Against the textbook:")
     return report
 
 
@@ -159,7 +159,7 @@ def third_way_chapter(config: sl.LabConfig) -> None:
         dataclasses.replace(config.mesh, axis_type="auto"), axis, spec.din, spec.dmid, spec.dout, config.batch_size
     )
     st.markdown(
-        f"One training step of the seed's MLP (MSE, then SGD), **fully sharded over `{ui.plain(axis)}`**: the "
+        f"One training step of the seed's MLP (MSE, then SGD), **fully sharded over `{messages.plain(axis)}`**: the "
         f"batch's rows and every weight (w1, b1 by hidden unit, w2 by row) split {config.mesh.axis_sizes[axis]} "
         "ways. Written three ways — what changes is who writes the communication: the compiler (Auto), "
         "the compiler told where the gathers are (Explicit), or you (`shard_map`: the code runs on each "
@@ -169,7 +169,7 @@ def third_way_chapter(config: sl.LabConfig) -> None:
     try:
         compiled = third_way.compile_three(setup)
     except sl.ConfigError as error:
-        ui.show_error(error, lead="This chapter cannot compile here:")
+        messages.show_error(error, lead="This chapter cannot compile here:")
         return
     for col, (way, program) in zip(st.columns(3), compiled.items()):
         col.markdown(f"**{way}**")
@@ -234,7 +234,7 @@ def transformer_chapter(config: sl.LabConfig) -> None:
     try:
         current = sl.plan(base) if preset is not None or base.rules is not None else plans["tp"]
     except sl.ConfigError as error:
-        ui.show_error(error)
+        messages.show_error(error)
         return
     mesh_axes, model = base.mesh.axes, base.model
     roles = sl.sharding.rules.preset_roles(base.mesh)
@@ -363,7 +363,7 @@ elif step == 2:
         "**Rules** name each array dimension by meaning — `embed`, `mlp`, `data` — and map each "
         "meaning to a mesh axis (or none: replicated). That is the blog's `MeshRules`. Edit them:"
     )
-    ui.rules_table(config.mesh, config.model)
+    rules_table.rules_table(config.mesh, config.model)
     st.dataframe(
         pd.DataFrame(
             [
@@ -396,7 +396,7 @@ elif step == 5:
         "in place. Inside `jit`, a dimension a mesh axis does not divide is quietly left unsplit:"
     )
     for warning in plan.warnings:
-        st.warning(ui.plain(warning), icon=":material/sync_problem:")
+        st.warning(messages.plain(warning), icon=":material/sync_problem:")
     if not plan.warnings:
         st.success("Every requested split divides its dimension: nothing is changed by JAX.")
     show_step_code(5)
@@ -439,14 +439,14 @@ else:
     lesson = explicit_lesson(config)
     if lesson.plan_error:
         st.error(
-            "**Explicit axes refuse this configuration before any op runs.** " + ui.plain(lesson.plan_error),
+            "**Explicit axes refuse this configuration before any op runs.** " + messages.plain(lesson.plan_error),
             icon=":material/block:",
         )
     else:
         if lesson.refusal:
             with st.container(border=True):
                 st.markdown("creating the parameters (`nnx.Param(..., out_sharding=spec)`)")
-                st.error("JAX refuses: " + ui.plain(lesson.refusal), icon=":material/block:")
+                st.error("JAX refuses: " + messages.plain(lesson.refusal), icon=":material/block:")
                 st.success(
                     f"Instead: {lesson.walked_with.lower()} — a per-parameter override. The walk below uses "
                     "it, and so would Auto axes, silently.",
@@ -456,8 +456,8 @@ else:
             with st.container(border=True):
                 st.markdown(f"`{s.op}`")
                 if s.refused:
-                    st.error("JAX refuses: " + ui.plain(s.naive), icon=":material/block:")
-                    st.success("Instead: " + ui.plain(s.fix), icon=":material/build:")
+                    st.error("JAX refuses: " + messages.plain(s.naive), icon=":material/block:")
+                    st.success("Instead: " + messages.plain(s.fix), icon=":material/build:")
                 else:
                     st.caption(f"fine as written → {s.naive}")
         st.info(

@@ -7,7 +7,7 @@ import streamlit as st
 
 import sharding_lab as sl
 from sharding_lab import search, settings
-from sharding_lab.app import ui
+from sharding_lab.app import messages, ui
 from sharding_lab.app.panels import hf_view, search_view
 from sharding_lab.app.runtime import page_errors
 from sharding_lab.app.state import session
@@ -242,7 +242,7 @@ if size == HF_CONFIG and asked is not None:
 elif asked is not None and size in fam.named_sizes:
     st.caption(ui.parameter_caption(fam, asked[0].model, fam.named_sizes[size]))
 if asked_error is not None:
-    ui.show_error(asked_error, lead="")
+    messages.show_error(asked_error, lead="")
 else:
     page_compiles = settings.PAGE_COMPILES.get()
     if state.get("plan_estimate", (None,))[0] != search_view.question(*asked):
@@ -319,7 +319,7 @@ def progress_panel():
             icon=":material/stop_circle:",
         )
     if job.error:
-        st.error(f"**The search failed:** {ui.plain(job.error)}", icon=":material/error:")
+        st.error(f"**The search failed:** {messages.plain(job.error)}", icon=":material/error:")
     if state.get("plan_polled") is not job:  # the search just ended: one full run shows its result
         state.plan_polled = job
         if job.result is not None:
@@ -345,7 +345,7 @@ skipped = found.skipped()
 if skipped:
     st.caption("Skipped before compiling: " + "; ".join(f"{n} × {reason}" for reason, n in skipped.items()))
 if not (found.stopped and found.best is None):  # a stopped search's "no candidate fits" would be a guess
-    st.markdown(ui.plain(search.why(found)).replace("\\`", "`"))
+    st.markdown(messages.plain(search.why(found)).replace("\\`", "`"))
 check = found.extension
 if check and "relative_error" in check:
     st.caption(

@@ -6,7 +6,7 @@ import pandas as pd
 import streamlit as st
 
 import sharding_lab as sl
-from sharding_lab.app import figures, ui
+from sharding_lab.app import figures, messages, ui
 from sharding_lab.app.panels import experts_view, memory_view, pipeline_view
 from sharding_lab.app.runtime import page_errors
 from sharding_lab.app.state import session
@@ -73,7 +73,7 @@ c4.selectbox(
 processes = int(st.session_state.processes_choice)
 
 if isinstance(result, sl.ConfigError):
-    ui.show_error(result)
+    messages.show_error(result)
     st.stop()
 
 plan: sl.Plan = result
@@ -135,7 +135,7 @@ if refused is None and processes == 1 and (slot.job is None or not slot.job.snap
     # what Train would compile, compiled while the learner reads the page (in the background; replaced on an edit)
     precompile.request(st.session_state.get("classroom_id", ""), config)
 if refused is not None and plan.config.target == "cpu":
-    ui.show_error(refused, lead="Too big to train here:")
+    messages.show_error(refused, lead="Too big to train here:")
     estimate = sl.training.config.memory_estimate(plan)
     st.caption(
         "The plan's own arithmetic, from every array's layout (nothing compiled, nothing allocated), summed over "
@@ -165,7 +165,7 @@ def start_run() -> bool:
         slot.job = DistributedJob(config, processes, connected) if processes > 1 else TrainingJob(config, connected)
         return True
     except sl.ConfigError as error:
-        ui.show_error(error, lead="")
+        messages.show_error(error, lead="")
     except Busy as busy:
         st.warning(f"The server is busy: {busy}.", icon=":material/hourglass_top:")
     return False
@@ -252,9 +252,9 @@ def live_view() -> None:
     else:  # queued or compiling: nothing to draw yet, and a page that polls should cost little
         loss_col.caption("The loss curve and the model fit appear with the first 100 steps.")
     if snap.state == "diverged":
-        st.error(ui.plain(snap.message), icon=":material/local_fire_department:")
+        st.error(messages.plain(snap.message), icon=":material/local_fire_department:")
     elif snap.state == "failed":
-        ui.show_error(snap.message, lead="Training failed:")
+        messages.show_error(snap.message, lead="Training failed:")
     elif not snap.running:
         if snap.message:
             st.info(snap.message)
@@ -273,7 +273,7 @@ def live_view() -> None:
                 icon=":material/verified:",
             )
         elif snap.layout_problems:
-            ui.show_error("; ".join(snap.layout_problems), lead="Layout differs from the plan:")
+            messages.show_error("; ".join(snap.layout_problems), lead="Layout differs from the plan:")
         if snap.owners:
             process_view(job.config, snap)
     if not snap.running and (polling or timer_run and not clicked and not stale_tick(job)):
@@ -366,4 +366,4 @@ def process_view(config: sl.LabConfig, snap) -> None:
 st.session_state.train_full_run = True
 live_view()
 st.session_state.train_full_run = False
-ui.show_code(sl.training.step.make_train_step, sl.training.trainer.build_chunk_program)
+messages.show_code(sl.training.step.make_train_step, sl.training.trainer.build_chunk_program)

@@ -5,7 +5,7 @@ into pages:
 
 - :mod:`.state`: what a session holds and how it travels (session state ↔ ``LabConfig``, share links, tabs);
 - :mod:`.runtime`: how the pages run on Streamlit (page errors, the compile queue, two work-arounds);
-- :mod:`.ui`: the sidebar, the rules table and the page's messages;
+- :mod:`.ui` (the sidebar), :mod:`.rules_table` and :mod:`.messages` (an error and its fix, the code behind a page);
 - :mod:`.panels`: the views a page draws from a plan or a run (cost, memory, compilers, pipeline, experts, search);
 - :mod:`.figures`: Plotly pictures (shard maps, training curves, a collective's ring as an animation).
 

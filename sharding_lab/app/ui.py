@@ -1,4 +1,4 @@
-"""The app's shared widgets: the configuration sidebar, the rules table, and small helpers.
+"""The configuration sidebar: the target, the mesh, the preset, the model and its sizes, the pipeline's settings.
 
 :func:`sidebar` draws the settings (kept in ``st.session_state``, see :mod:`.config_state`), builds the
 ``LabConfig`` once, plans it once, and returns the :class:`sharding_lab.Plan` — or the
@@ -13,21 +13,13 @@ from urllib.parse import urlencode
 import streamlit as st
 
 import sharding_lab as sl
+from sharding_lab.app import messages, rules_table
 from sharding_lab.app.panels import hf_view
 from sharding_lab.app.state import config_state, links
 from sharding_lab.app.state.session import KEEP
-from sharding_lab.errors import in_app
 from sharding_lab.export.script import export_script, script_name
-from sharding_lab.export.source import source_of
 from sharding_lab.hardware import targets
 from sharding_lab.models import ChoiceField
-from sharding_lab.training.layout_setting import (
-    FROM_RULES,
-    REPLICATED,
-    override_keys,
-    rule_widget_values,
-    target_options,
-)
 from sharding_lab.training.run_settings import family_defaults_in_state, settings_on
 from sharding_lab.training.setting_groups import named_size_values, size_key
 from sharding_lab.training.setting_kinds import CUSTOM
@@ -136,64 +128,6 @@ def mesh_widgets() -> None:
         help="Auto: the compiler infers shardings (the seed's way). Explicit: shardings are "
         "part of each array's type and JAX refuses to guess.",
     )
-
-
-# --- rules ----------------------------------------------------------------------------------
-
-
-def _to_custom() -> None:
-    st.session_state.preset = CUSTOM
-
-
-def _show_preset_rules(mesh: sl.MeshSpec, model) -> sl.ConfigError | None:
-    """Put the preset's rules into the rules table's widgets — only when the preset, the mesh or
-    the model changed since they were last written (the preset is the rules' one source)."""
-    state = st.session_state
-    key = (state.preset, mesh, model)
-    if state.preset == CUSTOM or state.get("rules_shown_for") == key:
-        return None
-    try:
-        rules = sl.bind_preset(state.preset, mesh, config_state.family(state).name)
-    except sl.ConfigError as error:
-        return error
-    state.update(rule_widget_values(rules, config_state.family(state), model))
-    state.rules_shown_for = key
-    return None
-
-
-def rules_table(mesh: sl.MeshSpec, model) -> None:
-    """Logical axis → mesh axis, one row each; then per-parameter overrides, one row per array."""
-    fam = sl.models.family_of(model)
-    options = target_options(mesh.axes)
-    for key in [f"rule_{a}" for a in fam.logical_axes] + [k for *_, k in override_keys(fam, model)]:
-        if st.session_state.get(key) not in set(options) | {FROM_RULES}:  # the mesh changed under it
-            st.session_state[key] = FROM_RULES if key.startswith("ovr_") else REPLICATED
-    st.markdown("**Logical axis → mesh axis**")
-    for axis, meaning in fam.logical_axes.items():
-        label, box = st.columns([2, 3])
-        label.markdown(f"`{axis}`  \n<small>{meaning}</small>", unsafe_allow_html=True)
-        box.selectbox(
-            axis, options, key=f"rule_{axis}", persist_state=KEEP, on_change=_to_custom, label_visibility="collapsed"
-        )
-    keys = override_keys(fam, model)
-    with st.expander(
-        "Per-parameter overrides", expanded=any(st.session_state.get(k) not in (None, FROM_RULES) for *_, k in keys)
-    ):
-        st.caption("Replace the rules for one array, dimension by dimension.")
-        by_name = {}
-        for array in fam.parameters(model).values():
-            by_name.setdefault(array.rule_name, array)
-        for name, array in by_name.items():
-            cols = st.columns([1] + [2] * max(2, len(array.shape)))
-            cols[0].markdown(f"`{name}`  \n<small>{array.shape}</small>", unsafe_allow_html=True)
-            for dim in range(len(array.shape)):
-                cols[dim + 1].selectbox(
-                    f"{name} dim {dim} ({array.logical_axes[dim]})",
-                    [FROM_RULES] + options,
-                    key=f"ovr_{name}_{dim}",
-                    persist_state=KEEP,
-                    on_change=_to_custom,
-                )
 
 
 # --- the sidebar ----------------------------------------------------------------------------
@@ -338,7 +272,7 @@ def sidebar() -> sl.Plan | sl.ConfigError:
         link_notice()
         if state.get("family_problems"):
             st.warning(
-                "Some model families could not be loaded: " + plain("; ".join(state.family_problems)),
+                "Some model families could not be loaded: " + messages.plain("; ".join(state.family_problems)),
                 icon=":material/extension_off:",
             )
         # The flag (40 characters) cannot fit on one line of the sidebar: inline, it broke after its
@@ -377,7 +311,7 @@ def sidebar() -> sl.Plan | sl.ConfigError:
     result = _build_plan()
     if isinstance(result, sl.ConfigError):
         slot = {"mesh": mesh_error, "rules": rules_error, "pipeline": rules_error}.get(result.field, other_error)
-        show_error(result, lead="", where=slot, fix=False)
+        messages.show_error(result, lead="", where=slot, fix=False)
     else:
         axes_notes(result, rules_error)
     query = links.to_query(state)
@@ -407,7 +341,7 @@ def _build_plan() -> sl.Plan | sl.ConfigError:
     try:
         mesh, model = current_mesh(), current_model()
         mesh.validate(config_state.device_count(st.session_state))
-        error = _show_preset_rules(mesh, model)
+        error = rules_table.show_preset_rules(mesh, model)
         if error is not None:
             return error
         return sl.plan(config_state.config_from_state(st.session_state))
@@ -415,69 +349,14 @@ def _build_plan() -> sl.Plan | sl.ConfigError:
         return error
 
 
-def plain(text) -> str:
-    """``text`` shown literally inside Markdown: user-typed names cannot format, link or inject. A
-    command-line option (``--layers``) is set as code with non-breaking hyphens (U+2011): a narrow column broke
-    it after its first "-", code span or not."""
-    parts = re.split(r"(?<![\w-])(--[a-z][a-z0-9_]*(?:-[a-z0-9_]+)*)", str(text))  # odd items: the options
-    return "".join(
-        f"`{part.replace('-', chr(0x2011))}`" if i % 2 else re.sub(r"([\\`*_{}\[\]()#+\-.!|<>~$&])", r"\\\1", part)
-        for i, part in enumerate(parts)
-    )
-
-
 def plan_or_stop() -> sl.Plan:
     """The sidebar's Plan; when the configuration cannot be planned, say why and end this page's run
     (pages that show nothing without a plan)."""
     result = sidebar()
     if isinstance(result, sl.ConfigError):
-        show_error(result)
+        messages.show_error(result)
         st.stop()
     return result
-
-
-def _apply_fix(config: sl.LabConfig) -> None:
-    try:
-        st.session_state.update(config_state.state_from_config(config))
-    except sl.ConfigError as error:  # the widgets cannot hold it: say so rather than half-apply it
-        st.session_state.fix_failed = str(error)
-
-
-def offer_fix(error: sl.ConfigError, where=st) -> None:
-    """The one change known to make the configuration work (``error.fix``), as a button: the error
-    is the lesson, and a click gets the learner back to a page that works."""
-    if st.session_state.pop("fix_failed", None):
-        where.caption("That fix cannot be shown in the sidebar's widgets: change the setting by hand.")
-    if getattr(error, "fix", None) is not None:
-        where.button(
-            error.fix_label,
-            key="apply_fix",
-            on_click=_apply_fix,
-            args=(error.fix,),
-            type="primary",
-            icon=":material/build:",
-            help=error.fix_help,
-        )
-
-
-def show_comparison(agrees: list[str], differences: list[str], lead: str) -> None:
-    """A compiled step against its textbook strategy, one line each: ✓ agrees, ≠ departs. The sentences
-    are built from the compiled program; the only user text in them is axis names ([A-Za-z_]\\w*)."""
-    lines = [f"✓ {line}" for line in agrees] + [f"≠ {line}" for line in differences]
-    if lines:
-        st.markdown(f"{lead}  \n" + "  \n".join(lines))
-
-
-def show_error(error, lead: str = "Fix the configuration first.", where=st, fix: bool = True) -> None:
-    """A ConfigError (or any message) as an error box, with its text shown literally, and the fix
-    it knows as a button (``fix``: the page's main error; the sidebar's copy has none)."""
-    text = in_app(error)
-    first = text.split(" ", 1)[0]
-    if lead.endswith(".") and first.isalpha() and first.islower():
-        text = text[:1].upper() + text[1:]  # a sentence after a full stop ("cannot run. the mesh…")
-    where.error(f"**{lead}** {plain(text)}" if lead else plain(text), icon=":material/error:")
-    if fix:
-        offer_fix(error, where)
 
 
 def link_notice() -> None:
@@ -485,13 +364,6 @@ def link_notice() -> None:
     if problems:
         st.warning(
             "Parts of the link were not understood, so those settings are at their "
-            "defaults: " + plain("; ".join(problems)),
+            "defaults: " + messages.plain("; ".join(problems)),
             icon=":material/link_off:",
         )
-
-
-def show_code(*objects) -> None:
-    """The backend code behind what is on screen: the app teaches with its own source."""
-    with st.expander("The code behind this", expanded=False):
-        for obj in objects:
-            st.code(source_of(obj), language="python")
