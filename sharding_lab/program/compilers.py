@@ -19,7 +19,7 @@ from ..hardware.devices import available_count
 from ..training.config import Plan
 from ..training.config import plan as make_plan
 from .communication import CommReport, analyze, default_dtype
-from .moves import PATH, category, group_paths
+from .moves import PATH, category, group_paths, in_the_pass
 
 
 @dataclasses.dataclass
@@ -99,7 +99,7 @@ def differences(cpu: CommReport, compiled: CommReport, target: str) -> list[str]
             continue
         kind, phase = key
         arrays = group_paths(larrays | rarrays) or "parameters"
-        when = "" if phase in ("unknown", "any") else f" in the {phase} pass"
+        when = in_the_pass(phase)
         sentences.append(
             f"{KINDS[kind].format(arrays=arrays)}{when}: {who} on {target} {_ops(rops)}; XLA:CPU {_ops(lops)}."
         )

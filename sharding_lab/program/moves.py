@@ -347,3 +347,9 @@ def category(name: str) -> str:
     if "activations" in name:
         return "activations"
     return "unknown"
+
+
+def in_the_pass(phase: str) -> str:
+    """ " in the backward pass" for a sentence about a collective — nothing where the program does not say
+    which pass ran it ("unknown": no op_name; "any": summed over passes), rather than "in the unknown pass"."""
+    return "" if phase in ("unknown", "any") else f" in the {phase} pass"

@@ -24,7 +24,7 @@ from ..training.config import plan as make_plan
 from ..training.run_settings import VALUES
 from ..units import format_bytes
 from .communication import Collective, CommReport, analyze
-from .moves import category, phrase
+from .moves import category, in_the_pass, phrase
 
 # As far as the sidebar's batch goes: a batch found beyond it could not be set there.
 MAX_SEARCH_BATCH = VALUES["batch_size"].high
@@ -138,7 +138,7 @@ def _other_use(report: CommReport, expect: Expect, axis: str, plan: Plan):
     ]
     if not near:
         return f"The textbook runs {_describe(expect, axis)}; this compiled step has none.", []
-    what = "; ".join(f"{c.count} × {c.op} in the {c.phase} pass carrying {phrase(c.moves)}" for c in near)
+    what = "; ".join(f"{c.count} × {c.op}{in_the_pass(c.phase)} carrying {phrase(c.moves)}" for c in near)
     return f"The textbook runs {_describe(expect, axis)}; {_who(plan)} compiled, over `{axis}`: {what}.", near
 
 

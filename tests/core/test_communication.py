@@ -477,3 +477,25 @@ def test_eighty_layers_are_spelled_as_a_run_and_read_back():
     assert said == "gradients of params/blocks/{0…79}/q · loss"
     assert PATH.findall(said) == ["params/blocks/{0…79}/q"]
     assert group_paths(PATH.findall(said) + ["params/blocks/80/q"]) == "params/blocks/{0…80}/q"
+
+
+def test_a_collective_of_no_known_pass_is_described_without_naming_a_pass():
+    """The Communication page once said "1 × all-reduce in the unknown pass carrying activations": a
+    collective whose op_name says no pass is described without one, as the compiler comparison does,
+    while one of a known pass still names it. The report is written by hand (nothing compiled)."""
+    from sharding_lab.program.communication import Collective, CommReport
+    from sharding_lab.program.textbook import compare
+
+    plan = sl.plan(sl.LabConfig())  # the seed: the textbook moves activations over `model` in the forward pass
+    activations = ("activations (16 rows × 1)",)
+    unknown, backward = (
+        Collective("all-reduce", "f32", ((16, 1),), 64, ("model",), phase, ((0, 1),), group_size=2, moves=activations)
+        for phase in ("unknown", "backward")
+    )
+    for collective, said in (
+        (unknown, "1 × all-reduce carrying activations"),
+        (backward, "1 × all-reduce in the backward pass carrying activations"),
+    ):
+        sentences = compare(plan, CommReport([collective], {}, "")).differences
+        assert any(said in s for s in sentences), sentences
+        assert not any("unknown pass" in s for s in sentences), sentences
