@@ -146,3 +146,32 @@ def test_the_communication_pages_cost_panel_gives_the_layouts_maxtext_command():
         codes and "ici_fsdp_parallelism=8 remat_policy=full attention=dot_product per_device_batch_size=4" in codes[0]
     )
     assert any("checked against MaxText 0.2.5" in c.value for c in at.caption)
+
+
+def plan_row_command(remat):
+    """The Plan page's panel under a chosen row (`hf_view.run_it`): llama3-8b fsdp on v5e-256 (nothing compiles)."""
+    import dataclasses
+
+    import sharding_lab as sl
+    from sharding_lab.app.panels import hf_view
+    from sharding_lab.sharding.mesh import MeshSpec
+
+    family = sl.family("transformer")
+    model = dataclasses.replace(family.named_spec("llama3-8b"), remat=remat)
+    config = sl.LabConfig(MeshSpec((256,), ("data",)), "fsdp", model=model, target="v5e-256", batch_size=256)
+    hf_view.run_it(config, "mixed", "plan")
+
+
+def test_a_row_without_a_maxtext_command_says_why_instead_of_offering_to_copy_one():
+    """The user's tour: a remat-none row showed "Copy the MaxText command (the icon … copies it)" above the refusal."""
+    from streamlit.testing.v1 import AppTest
+
+    heading = "**Copy the MaxText command** (the icon at the block's right copies it)"
+    none = AppTest.from_function(plan_row_command, args=("none",), default_timeout=60).run()
+    assert not none.exception and not none.code
+    assert heading not in [m.value for m in none.markdown]
+    assert [i.value for i in none.info] and none.info[0].value.startswith("No MaxText command for this layout: ")
+    assert "remat_policy=none" in none.info[0].value
+    full = AppTest.from_function(plan_row_command, args=("full",), default_timeout=60).run()
+    assert not full.exception and not full.info and heading in [m.value for m in full.markdown]
+    assert "remat_policy=full" in full.code[0].value

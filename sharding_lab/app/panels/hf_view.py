@@ -120,11 +120,14 @@ def model_source(spec) -> dict:
     return {"size": size, "hf": hf}
 
 
-def maxtext_command(config, dtype: str) -> None:
-    """The layout as MaxText's command (a code block: its icon copies it) with the MaxText it was checked against and
-    how to run it, or the sentence saying why it has none; then what differs."""
+def maxtext_command(config, dtype: str, heading: str | None = None) -> None:
+    """The layout as MaxText's command (a code block: its icon copies it) under ``heading`` with the MaxText it was
+    checked against and how to run it, or — with no heading that offers to copy what is not there — the sentence
+    saying why it has none; then what differs."""
     run = maxtext(config, dtype, **model_source(config.model))
     if run.command:
+        if heading:
+            st.markdown(heading)
         st.code(run.command, language="bash", wrap_lines=True)
         st.caption(USAGE)
     else:
@@ -158,8 +161,7 @@ def cost_panel_command(plan, key: str = "cost") -> None:
 def run_it(config, dtype: str, key: str) -> None:
     """The chosen layout as the command a MaxText user types (Streamlit's copy button at the code's right) and the
     standalone script, with what MaxText cannot express said."""
-    st.markdown("**Copy the MaxText command** (the icon at the block's right copies it)")
-    maxtext_command(config, dtype)
+    maxtext_command(config, dtype, "**Copy the MaxText command** (the icon at the block's right copies it)")
     refusal = getattr(config.family, "export_refusal", None)  # a pipeline's step is not exported
     if refusal:
         st.caption(f"No script download: {refusal}.")
