@@ -262,8 +262,13 @@ def quiet_libtpu() -> None:
         os.environ.setdefault("ALLOW_MULTIPLE_LIBTPU_LOAD", "1")
 
 
-def _tpu_attached() -> bool:
-    return any(os.path.exists(p) for p in ("/dev/accel0", "/dev/vfio/0"))
+def _tpu_attached(dev: str = "/dev") -> bool:
+    """A TPU's device file: ``accel0`` (older TPU VMs) or a numbered VFIO group (v5e and newer; the group's number is
+    the host's, not always 0 — a v5e chip showed up as ``vfio/1``)."""
+    if os.path.exists(os.path.join(dev, "accel0")):
+        return True
+    vfio = os.path.join(dev, "vfio")
+    return os.path.isdir(vfio) and any(name.isdigit() for name in os.listdir(vfio))
 
 
 def gpu_attached() -> bool:

@@ -75,6 +75,18 @@ def test_target_names_follow_the_clouds():
     assert not targets.parse("cpu").compile_only
 
 
+def test_a_tpu_is_seen_by_its_device_file_whatever_its_vfio_group(tmp_path):
+    """A v5e chip was /dev/vfio/1 on the TPU machine: 'auto' kept JAX on the CPU there (only vfio/0 was looked for)."""
+    assert not targets._tpu_attached(str(tmp_path))
+    (tmp_path / "vfio").mkdir()
+    (tmp_path / "vfio" / "vfio").touch()  # the VFIO container alone is no device
+    assert not targets._tpu_attached(str(tmp_path))
+    (tmp_path / "vfio" / "1").touch()
+    assert targets._tpu_attached(str(tmp_path))
+    (tmp_path / "accel0").touch()
+    assert targets._tpu_attached(str(tmp_path))
+
+
 def test_a_compiler_that_is_not_installed_is_said_so_not_raised():
     """A machine without the CUDA plugin has no ``jax_plugins`` package at all (finding a dotted name under
     it then raises): its GPU targets are listed as unavailable with the install line, the app still starts.
