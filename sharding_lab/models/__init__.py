@@ -178,6 +178,16 @@ def param(value: jax.Array, shard: Shard, rule_name: str, *logical_axes: str | N
 _creation_order = itertools.count()  # nnx sorts attributes by name; plans list parameters as created
 
 
+def forget_creation_order(*nodes) -> None:
+    """Drop each variable's ``created`` stamp (what plans order parameters by) from a model a run trains. Flax
+    keeps a variable's metadata in its pytree structure, and the stamp counts every parameter this process ever
+    built: a state built after a retrace (``jax.clear_caches``, a jit cache evicted) would no longer match the
+    out_shardings a cached chunk was built with, and JAX refuses the call ("different pytree metadata")."""
+    for _, node in nnx.iter_graph(nodes):
+        if isinstance(node, nnx.Variable) and "created" in node.get_metadata():
+            node.del_metadata("created")
+
+
 # The activation_rules entered, innermost last — per thread (and per asyncio task): a job's, a search's, a precompile's
 # and a page's threads trace at once, each under its own layout (a module-global stack let one thread's trace read
 # another's rules, and pop them). Nothing traces on a thread other than the one that entered the rules.
@@ -440,6 +450,7 @@ def family_of(spec) -> ModelFamily:
 from . import mlp, transformer  # noqa: E402,F401
 
 __all__ = [
+    "forget_creation_order",
     "ArraySpec",
     "ModelSpec",
     "ChoiceField",

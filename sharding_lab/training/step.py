@@ -21,15 +21,23 @@ from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from ..errors import ConfigError
-from ..models import activation_rules
+from ..models import activation_rules, forget_creation_order
 from ..pipeline import family_for
 from .config import Plan
 from .optimizer import buffer_name, make_optimizer
 
 
-@nnx.jit(static_argnums=(0, 1, 2, 3, 4, 5))
 def create(model_spec, rules, optimizer, lr, decay, seed):
-    """Model and optimizer created inside jit, under the mesh: every array is born sharded."""
+    """Model and optimizer created inside jit, under the mesh: every array is born sharded. Without the
+    parameters' creation stamps, so every build has the same pytree and a cached chunk fits any Lab's state
+    (a retrace, after ``jax.clear_caches``, stamps anew)."""
+    model, optimizer = _create(model_spec, rules, optimizer, lr, decay, seed)
+    forget_creation_order(model, optimizer)
+    return model, optimizer
+
+
+@nnx.jit(static_argnums=(0, 1, 2, 3, 4, 5))
+def _create(model_spec, rules, optimizer, lr, decay, seed):
     model = family_for(model_spec, rules).build(model_spec, lambda name, *axes: rules.spec(name, axes), nnx.Rngs(seed))
     return model, make_optimizer(optimizer, model, lr, decay)
 

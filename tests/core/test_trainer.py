@@ -3,6 +3,7 @@
 import re
 import threading
 
+import jax
 import numpy as np
 import pytest
 
@@ -49,6 +50,15 @@ def test_a_second_trainer_continues_from_the_trained_state():
     second = Trainer(lab, steps=300).run()
     assert lab.steps_done == 600
     assert second.final_loss < first.losses[:100].mean()
+
+
+def test_a_lab_built_after_jax_forgets_its_traces_trains_with_the_chunk_compiled_before():
+    """The server's warm-up clears JAX's caches while Labs and their cached chunks live on: the state a retrace
+    builds must have the pytree the chunk's out_shardings were built from (Flax keeps variable metadata in it)."""
+    before = Trainer(Lab(LabConfig()), steps=3, chunk=3).run()
+    jax.clear_caches()
+    after = Trainer(Lab(LabConfig()), steps=3, chunk=3).run()
+    assert after.losses.tolist() == before.losses.tolist()
 
 
 @pytest.mark.parametrize("optimizer,lr", [("seed-sgd", 100.0), ("sgd", 100.0), ("adamw", 1e6)])
