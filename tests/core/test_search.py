@@ -8,6 +8,7 @@ import io
 import json
 import threading
 
+import jax
 import pytest
 
 from sharding_lab import search
@@ -132,11 +133,14 @@ def test_the_layer_extension_matches_a_full_compile(planned):
     # compiled at 1 and 2 layers and extended; 3 too where a search before this one (the candidate cache is
     # shared) already compiled its best whole
     assert check["layers"] == 3 and check["full_depth"] and planned["compiled_layers"] in ([1, 2], [1, 2, 3])
-    # FLOPs, bytes and collectives within 1%; the TPU compiler's peak within 5%: on a 3.4 MB program it is not
+    # FLOPs and collectives within 1%; the TPU compiler's peak within 5%: on a 3.4 MB program it is not
     # linear in the layers (76 kB off at 3 layers once its activations are bf16, the model's compute dtype)
     errors = check["relative_error"]
-    assert max(abs(e) for k, e in errors.items() if k != "hbm_needed") < 0.01, check
+    assert max(abs(e) for k, e in errors.items() if k not in ("hbm_needed", "hbm_bytes")) < 0.01, check
     assert abs(errors["hbm_needed"]) < 0.05, check
+    # HBM bytes: 0.02% off on JAX 0.10.2 (libtpu 0.0.42.1); JAX 0.12.1's (libtpu 0.0.52) 3-layer program reads
+    # 1.04% fewer than its 1 and 2 layers put on a line (27.0 MB against 27.3 MB: docs/versions.md)
+    assert abs(errors["hbm_bytes"]) < (0.01 if jax.__version_info__ < (0, 12) else 0.015), check
     # and independently: FLOPs of 1, 2 and 3 layers from the compiler, on a line
     base = small_base()
     config = search.Candidate((2, 4), ("data", "model"), "tp", "none").config(base)
