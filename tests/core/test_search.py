@@ -238,14 +238,17 @@ def test_stop_ends_the_search_between_candidates_and_progress_is_reported():
     stop, seen = threading.Event(), []
 
     def progress(done, total, result):
-        seen.append((done, total))
+        seen.append((done, total, result.candidate))
         if len(seen) == 2:
             stop.set()
 
     found = search.search(small_base(), "mixed", ("dp", "fsdp", "tp"), ("none",), progress, stop)
     # one total from start to stop (the candidates skipped before compiling counted in it, and in done)
     assert found.stopped and len(seen) == 2 and seen[0][1] == seen[1][1] and seen[1][0] == seen[0][0] + 1
-    assert len([r for r in found.results if r.candidate.preset != "-"]) == 2
+    # the answer holds what was reported and nothing after the stop: the three-axis meshes' row (reported first,
+    # so the bar starts at 1) and one layout
+    assert [r.candidate for r in found.results] == [candidate for _, _, candidate in seen]
+    assert [r.candidate.preset for r in found.results] == ["-", "dp"]
 
 
 def test_a_scanned_remat_full_step_is_costed_per_layer():
