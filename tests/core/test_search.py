@@ -101,6 +101,9 @@ def test_a_dense_models_search_tries_no_expert_preset_and_no_pipeline_unless_ask
     assert "preset ep splits the experts, and this model's MLP is dense (Experts (--experts) 0)" in err
 
 
+# the module's search (the fixture) compiles in this test's time: 67 s at load 10 on 2 cores, 222 s when two such
+# runs share them — past the suite's 300 s under a whole suite's load (load 30), without anything hanging
+@pytest.mark.timeout(600)
 def test_skips_match_a_hand_count(planned):
     # batch 128 tokens / seq 32 = 4 rows: an 8-way data axis cannot split them (dp, fsdp on the 1-axis mesh);
     # tp on the 1-axis mesh is 8 ways for 4 heads; one 3-axis mesh (2x2x2) has no third role to play.
@@ -277,6 +280,7 @@ def test_a_scanned_remat_full_step_is_costed_per_layer():
     assert "loop of 4" in looped.loop_note
 
 
+@pytest.mark.timeout(600)  # two workers start JAX and compile: 219 s at load 10 on 2 cores
 def test_the_search_compiles_in_worker_processes_with_the_same_figures(planned, monkeypatch):
     """--workers 2: the candidates compiled in two processes come back with the figures of one process."""
     monkeypatch.setattr(search.costing, "_results", {})  # nothing cached here: every candidate goes to a worker
