@@ -292,14 +292,30 @@ def _explicit_refusal(config, rules, mesh, what, path, name, logical, shape, req
     return _replicate_or_resize(
         config,
         rules,
-        f"{what}. With Explicit axes JAX refuses to make such an array ({refusal}); Auto axes "
-        f"would silently replicate that dimension instead",
+        f"{what}. With Explicit axes JAX refuses to make such an array ({refusal}); "
+        f"{_what_auto_axes_do(mesh, shape, requested)}",
         name,
         logical,
         dim,
         ways,
         sizes,
     )
+
+
+def _what_auto_axes_do(mesh, shape, requested) -> str:
+    """What JAX itself does with the same array on the same mesh with Auto axes, asked of the running JAX (it
+    changed: 0.10 left the dimension unsplit or split it over the axes that divide it; 0.12 may split it partway
+    and keep copies of each block)."""
+    auto = jax.sharding.Mesh(
+        mesh.devices, mesh.axis_names, axis_types=(jax.sharding.AxisType.Auto,) * mesh.devices.ndim
+    )
+    spec = realized_spec(auto, shape, requested)
+    if spec is None:
+        return (
+            f"with Auto axes JAX {jax.__version__} would split it into fewer blocks and keep copies of each, a "
+            "layout no PartitionSpec names"
+        )
+    return f"with Auto axes JAX {jax.__version__} would silently lay it out as {_fmt(spec)} instead"
 
 
 def _unnamed_layout_refusal(config, rules, what, name, logical, dim, ways, sizes):

@@ -59,6 +59,28 @@ def test_explicit_refusal_carries_a_fix_that_plans():
     }
 
 
+def test_explicit_refusal_says_what_auto_axes_do_on_this_jax():
+    """What the refusal says Auto axes would do is what this JAX's compiled program does with the same array on the
+    same mesh with Auto axes (JAX 0.10.2 replicates a width of 30 on a 4-way axis; 0.12.1 splits it partway with
+    copies, a GSPMDSharding) — it once said "replicate" on every version."""
+    import jax
+    import jax.numpy as jnp
+    from jax.sharding import NamedSharding, PartitionSpec
+
+    config = dataclasses.replace(explicit(sl.LabConfig(preset="seed")), model=sl.MLPSpec(dmid=30))
+    with pytest.raises(sl.ConfigError) as refused:
+        sl.plan(config)
+    mesh = jax.make_mesh((2, 4), ("data", "model"), axis_types=(jax.sharding.AxisType.Auto,) * 2)
+    want = NamedSharding(mesh, PartitionSpec(None, "model"))
+    compiled = jax.jit(lambda: jax.lax.with_sharding_constraint(jnp.zeros((1, 30)), want)).lower().compile()
+    sharding = compiled.output_shardings
+    said = str(refused.value)
+    if isinstance(sharding, NamedSharding) and all(axis is None for axis in sharding.spec):
+        assert f"with Auto axes JAX {jax.__version__} would silently lay it out as P() (replicated)" in said
+    else:
+        assert f"with Auto axes JAX {jax.__version__} would split it into fewer blocks and keep copies" in said
+
+
 def test_lesson_on_fsdp_shows_jax_errors_and_fixes():
     steps = {s.op: s for s in lesson(sl.LabConfig(preset="fsdp")).steps}
     assert steps["with_sharding_constraint(batch)"].refused
