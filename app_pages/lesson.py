@@ -449,7 +449,8 @@ else:
                 st.error("JAX refuses: " + messages.plain(lesson.refusal), icon=":material/block:")
                 st.success(
                     f"Instead: {lesson.walked_with.lower()} — a per-parameter override. The walk below uses "
-                    "it, and so would Auto axes, silently.",
+                    "it (what Auto axes would do instead depends on the JAX version: the refusal above says it "
+                    "for this one).",
                     icon=":material/build:",
                 )
         for s in lesson.steps:
