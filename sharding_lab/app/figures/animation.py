@@ -112,17 +112,7 @@ def ring_animation(op: str, group: list[int], block_bytes: int) -> go.Figure:
         )
 
     def trace(step):
-        xs, ys, colors, texts, hovers = _cells(step.held, group, op)
-        return go.Scatter(
-            x=xs,
-            y=ys,
-            mode="markers+text",
-            text=texts,
-            hovertext=hovers,
-            hoverinfo="text",
-            marker=dict(symbol="square", size=46, color=colors, line=dict(color="#999", width=1)),
-            textfont=dict(color="white", size=12),
-        )
+        return _blocks(*_cells(step.held, group, op), size=46)
 
     frames = [
         go.Frame(data=[trace(step)], name=str(i), layout=go.Layout(annotations=_arrows(step), title_text=titles[i]))
@@ -234,18 +224,7 @@ def permute_figure(chains: list[Chain], block: str, block_bytes: int) -> go.Figu
     for s, t in target.items():
         back = row[t] < row[s]  # the pair that closes a cycle runs upwards
         arrows.append(arrow((0.22, row[s]), (0.78, row[t]), faint=back))
-    fig = go.Figure(
-        go.Scatter(
-            x=xs,
-            y=ys,
-            mode="markers+text",
-            text=texts,
-            hovertext=hovers,
-            hoverinfo="text",
-            textfont=dict(color="white", size=12),
-            marker=dict(symbol="square", size=40, color=colors, line=dict(color="#999", width=1)),
-        )
-    )
+    fig = go.Figure(_blocks(xs, ys, colors, texts, hovers, size=40))
     fig.update_layout(
         annotations=arrows,
         height=140 + 48 * len(rows),
@@ -300,3 +279,17 @@ def pairs_figure(op: str, group: list[int]) -> go.Figure:
         plot_bgcolor="rgba(0,0,0,0)",
     )
     return fig
+
+
+def _blocks(xs, ys, colors, texts, hovers, size: int) -> go.Scatter:
+    """Devices' blocks as labelled squares (a ring step's and a pair picture's), their hover saying what each holds."""
+    return go.Scatter(
+        x=xs,
+        y=ys,
+        mode="markers+text",
+        text=texts,
+        hovertext=hovers,
+        hoverinfo="text",
+        marker=dict(symbol="square", size=size, color=colors, line=dict(color="#999", width=1)),
+        textfont=dict(color="white", size=12),
+    )
