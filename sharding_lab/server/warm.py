@@ -376,10 +376,11 @@ def _release() -> None:
     process by ~15 MB per MLP layout (measured: 119 layouts from a full cache, 0.54 → 1.91 GB; released
     every 20, flat at 0.86 GB).
 
-    Only between layouts of the command: in a server a Lab built before a release cannot train with a
-    program built after it (JAX: "different pytree metadata" in its out_shardings — measured), so the
-    background warm-up beside students does not release; after the warm command it warms the default layout
-    only (:func:`_default_configs`)."""
+    Only between layouts of the command: the background warm-up beside students does not release, and after the
+    warm command it warms the default layout only (:func:`_default_configs`). That rule was made when a Lab built
+    before a release could not train with a program built after it (JAX: "different pytree metadata" in its
+    out_shardings); the cause — the parameters' creation stamps in the state — is gone (``training.step.create``
+    drops them), so the rule could be loosened, once measured in a server."""
     import gc
 
     import jax
