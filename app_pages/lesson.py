@@ -12,6 +12,7 @@ from sharding_lab.export.source import source_of
 from sharding_lab.lessons import third_way, today
 from sharding_lab.lessons.explicit import lesson as explicit_lesson
 from sharding_lab.program.communication import CommReport, analyze
+from sharding_lab.program.moves import in_the_pass
 from sharding_lab.program.textbook import compare as textbook_compare
 from sharding_lab.sharding.layout import describe, format_spec
 from sharding_lab.sharding.mesh import device_ids, mesh_coords
@@ -324,7 +325,8 @@ def transformer_chapter(config: sl.LabConfig) -> None:
     if fsdp_report is not None:
         by_op: dict[str, int] = {}
         for c in fsdp_report.collectives:
-            by_op[f"{c.op} ({c.phase})"] = by_op.get(f"{c.op} ({c.phase})", 0) + c.count
+            key = f"{c.op}{in_the_pass(c.phase)}"  # no "(unknown)" where the program names no pass
+            by_op[key] = by_op.get(key, 0) + c.count
         st.markdown(
             "Measured: " + ", ".join(f"{n} × {k}" for k, n in by_op.items()) + ". The compiler, not "
             "the preset, decides how the pieces meet."

@@ -79,6 +79,9 @@ def test_lesson_chapter_reports_what_was_compiled():
     assert not at.exception and not at.error
     measured = " ".join(m.value for m in at.markdown if m.value.startswith("Measured"))
     assert "all-reduces of the residual stream [32, 32, 64]" in measured and "reduce-scatter" in measured
+    # FSDP's count names each collective's pass in words where the program says it, never "all-gather (unknown)"
+    fsdp = next(m.value for m in at.markdown if m.value.startswith("Measured: ") and " × all-gather" in m.value)
+    assert "(" not in fsdp.split(". The compiler")[0], fsdp
     against = [m.value for m in at.markdown if m.value.startswith("Against the textbook")]
     assert len(against) == 3  # tp, sp, fsdp: each compiled step held against its strategy on paper
     assert "✓ As the textbook:" in against[0] and "activations over `model` in the forward pass" in against[0]
