@@ -1,5 +1,6 @@
 """The compile target in the app: the sidebar's picker, the link, the pages that compile for it."""
 
+import jax
 import pytest
 from streamlit.testing.v1 import AppTest
 
@@ -147,8 +148,12 @@ def test_a_challenge_s_solution_keeps_the_target_where_it_holds_there_and_says_w
         return at, notice
 
     at, notice = solve("no-activation-allreduce")
-    assert at.session_state["target"] == "v5e-8" and "simulated host" not in notice
     assert at.session_state["challenge_results"]["no-activation-allreduce"]["solved"]
+    if jax.__version__.startswith("0.10."):  # libtpu 0.0.42: FSDP's step all-reduces gradients only
+        assert at.session_state["target"] == "v5e-8" and "simulated host" not in notice
+    else:  # libtpu 0.0.52 (JAX 0.12.1) all-reduces one activation too: the solution goes back to the host, said why
+        assert at.session_state["target"] == "cpu"
+        assert "On v5e-8 it does not" in notice and "activations" in notice
     at, notice = solve("quiet-forward")
     assert at.session_state["target"] == "cpu"
     assert "On v5e-8 it does not" in notice and "loss" in notice

@@ -98,7 +98,7 @@ def test_two_threads_compile_two_layouts_at_once_each_with_its_own_context(tmp_p
 def test_two_threads_trace_two_real_layouts_of_the_training_step_at_once(monkeypatch):
     """The trainer's own step for two presets of one small transformer, lowered on two threads whose activation
     rules are entered together; each lowered module's sharding constraints are those of its plan traced alone."""
-    spec = family("transformer").Spec(layers=1, embed_dim=16, heads=2, head_dim=8, mlp_dim=32, vocab=16, seq=8)
+    spec = family("transformer").Spec(layers=1, embed_dim=16, heads=4, head_dim=4, mlp_dim=32, vocab=16, seq=8)
     mesh = sl.MeshSpec((2, 4), ("data", "model"))
     plans = {
         side: make_plan(sl.LabConfig(model=spec, mesh=mesh, preset=preset, batch_size=8))
