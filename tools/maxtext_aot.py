@@ -155,8 +155,8 @@ def compile_maxtext(layout: Layout, name: str, out: Path, python: str) -> None:
 
 def compile_lab(layout: Layout, name: str, out: Path, whole: bool = True) -> None:
     """The lab's ``cost`` of ``layout`` (mixed precision, as every recipe row), its looped program kept. ``whole``
-    False: only the looped program's compile (:func:`sharding_lab.cost.compiled.compile_once`; ``cost`` also
-    compiles the loop unrolled by 2 to count collectives per block, which neither memory nor FLOPs need)."""
+    False: only the looped program's compile (:func:`sharding_lab.cost.compiled.compile_once`, without the loop
+    note ``cost`` adds)."""
     import importlib.metadata as meta
 
     import jax

@@ -4,8 +4,8 @@ global batch, compiled for its slice without the chips, and the predicted MFU be
     python -m tools.recipes_check [--only 16b] [--json out.json] [--hlo DIR]
     python -m tools.recipes_check --reprice DIR        # the kept programs priced again, no compile
 
-Each compile takes 15–30 minutes on a loaded 2-core machine (256 devices; a remat step compiles its loop once, and
-again unrolled by 2 to count its collectives per block), so this is run by hand, not by the suite;
+Each compile takes 15–30 minutes on a loaded 2-core machine (256 devices; a remat step compiles its loop once, read
+with its trip count), so this is run by hand, not by the suite;
 docs/plan-physics.md has what it printed. With ``--hlo DIR`` each recipe's looped program (the one the calibrated
 model prices) is kept as ``DIR/<recipe>.hlo.gz`` beside ``DIR/<recipe>.json`` (its prediction, its tally and the
 figures the step is made of), so that a changed chip model can price it again in seconds (``--reprice DIR``).

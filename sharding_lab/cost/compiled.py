@@ -107,23 +107,26 @@ _DEF = re.compile(r"^\s*(?:ROOT\s+)?%?([\w.\-]+)\s*=\s*([a-z]+[0-9]*)\[([0-9,]*)
 _DOT = re.compile(r"=\s*[a-z]+[0-9]*\[([0-9,]*)\][^=]*?\s(?:dot|convolution)\(%?([\w.\-]+),\s*%?([\w.\-]+)\)")
 
 
-def matmul_traffic(hlo_text: str, itemsize: int) -> float:
+def matmul_traffic(hlo_text: str, itemsize: int, runs: dict[str, int] | None = None) -> float:
     """Bytes the matrix products of an HLO module read and write, at ``itemsize`` bytes an element:
     for every dot, both operands read once and the result written once (what a fused program on an
-    accelerator must move for its matmuls; elementwise work fuses into them)."""
+    accelerator must move for its matmuls; elementwise work fuses into them) — each as often as the step runs
+    its computation, given ``runs`` (:func:`~.hlo_ops.runs`: a loop's body once a trip), else once."""
     shapes = {}
     for line in hlo_text.splitlines():
         match = _DEF.match(line)
         if match:
             shapes[match.group(1)] = [int(d) for d in match.group(3).split(",") if d]
-    total = 0
+    total, times = 0, 1
     for line in hlo_text.splitlines():
+        if runs is not None and (computation := hlo_ops.computation_named(line)):
+            times = runs.get(computation, 1)
         match = _DOT.search(line)
         if not match:
             continue
         out = [int(d) for d in match.group(1).split(",") if d]
         lhs, rhs = shapes.get(match.group(2)), shapes.get(match.group(3))
-        total += sum(math.prod(s) for s in (out, lhs or [], rhs or []))
+        total += times * sum(math.prod(s) for s in (out, lhs or [], rhs or []))
     return float(total * itemsize)
 
 
@@ -143,71 +146,25 @@ def compile_step(config: LabConfig, dtype: str = "bf16") -> Compiled:
     allocated; :func:`sharding_lab.training.step.compile_train_step`). A step the target's compiler refuses for
     memory comes back with ``refused`` set to the compiler's sentence instead of raising.
 
-    **A loop over layers counted as many times as it runs.** XLA's cost analysis and the program text
-    count a ``while`` loop's body once, whatever its trip count (a scanned 1-, 2- and 4-layer step report
-    the same FLOPs). A step whose blocks run as a loop (:func:`loop_layers`: the transformer with
-    ``remat=full``) is therefore compiled twice: as it runs (a loop of one block: its memory is the
-    program's, remat's saving included) and with the loop unrolled by 2 (a body of two blocks). Their
-    difference is one block's FLOPs, HBM traffic and collectives, and each figure is
-    ``f = f₁ + (L − 1)·(f₂ − f₁)/(1 + L mod 2)`` (an odd L leaves one more block outside the 2-block loop).
-    HBM needed stays the real program's."""
-    from ..models.remat import unrolled_scan
-
-    layers = loop_layers(config)
+    **A loop over layers counted as many times as it runs.** XLA's cost analysis counts a ``while`` loop's body
+    once, whatever its trip count (a scanned 1-, 2- and 4-layer step report the same FLOPs). A step whose blocks
+    run as a loop (:func:`loop_layers`: the transformer with ``remat=full``) is compiled once, as it runs (its
+    memory is the program's, remat's saving included), and read with each loop's trip count
+    (:func:`compile_once`: the products and kernels op by op, the collectives and matmul bytes line by line,
+    :func:`~.hlo_ops.runs`). A second compile with the loop unrolled by 2 once counted the body's collectives; the
+    trips give the same figures from the one program (tests/core/test_flops_add_up.py) at half the compiles."""
     one = compile_once(config, dtype)
+    layers = loop_layers(config)
     if not layers or one.refused:
         return one
-    with unrolled_scan(2):
-        two = compile_once(config, dtype)
-    return loop_figures(one, two, layers)
-
-
-def loop_figures(one: Compiled, two: Compiled, layers: int) -> Compiled:
-    """:func:`compile_step`'s answer from its two compiles: the loop as it runs (``one``) and unrolled by 2
-    (``two``) — one block counted ``layers`` times (:func:`extend_loop`), or, when the compiler refused the
-    2-block body, ``one``'s figures with a note saying so."""
-    if two.refused:  # the two-block loop body does not fit: the looped program's own op-by-op count stands
-        return dataclasses.replace(
-            one,
-            compile_s=one.compile_s + two.compile_s,
-            loop_note=f"the blocks run as a loop of {layers}: FLOPs and HBM traffic are the looped program's, read "
-            "op by op with the loop's trip count (cost.hlo_ops); its collectives count one block (the compiler "
-            "refused the loop unrolled by 2, which would have counted them per block)",
-        )
-    return extend_loop(one, two, layers)
-
-
-def extend_loop(one: Compiled, two: Compiled, layers: int) -> Compiled:
-    """The figures of a step whose loop of ``layers`` blocks XLA counted once, from its compiles with the
-    loop unrolled by 1 (``one``) and by 2 (``two``): one block = (two − one)/(1 + layers mod 2) — for what the
-    program's text counts once (its collectives; XLA:CPU's bytes). FLOPs, and a TPU program's HBM traffic, are
-    already counted with the loop's trips (:func:`compile_once`): the looped program's own."""
-    k = (layers - 1) / (1 + layers % 2)
-
-    def line(a, b):
-        return a + k * (b - a)
-
-    counts: dict[Collective, list[int]] = {}
-    for i, run in enumerate((one, two)):
-        for c in run.collectives:
-            counts.setdefault(dataclasses.replace(c, count=1), [0, 0])[i] += c.count
-    collectives = tuple(
-        dataclasses.replace(c, count=n) for c, (a, b) in counts.items() if (n := int(round(line(a, b)))) > 0
-    )
     return dataclasses.replace(
         one,
-        flops=one.product_flops + line(one.other_flops_once, two.other_flops_once) if one.product_flops else one.flops,
-        hbm_bytes=line(one.hbm_bytes, two.hbm_bytes) if one.target == "cpu" else one.hbm_bytes,
-        collectives=collectives,
-        cpu_bytes_accessed=line(one.cpu_bytes_accessed, two.cpu_bytes_accessed),
-        compile_s=one.compile_s + two.compile_s,
-        optimal_seconds=None
-        if one.optimal_seconds is None or two.optimal_seconds is None
-        else line(one.optimal_seconds, two.optimal_seconds),
-        loop_note=f"the blocks run as a loop of {layers}: FLOPs are the looped program's, read op by op with the "
-        "loop's trip count (cost.hlo_ops); the program text shows a loop body once, so it was also compiled with "
-        f"the loop unrolled by 2 and its collectives count the body {layers} times (f₁ + (L − 1)·(f₂ − f₁)); HBM "
-        "needed is the looped program's own",
+        # the TPU compiler's own estimate counts the loop's body once: not the step's (left out, said in the note)
+        optimal_seconds=None,
+        loop_note=f"the blocks run as a loop of {layers}: the program is read with the loop's trip count — FLOPs "
+        "op by op (cost.hlo_ops; XLA's other FLOPs scaled by the elements the trips make), the collectives and "
+        f"matmul bytes once a trip, each block's {layers} times; HBM needed is the looped program's own; the TPU "
+        "compiler's own step estimate counts the body once and is left out",
     )
 
 
@@ -243,11 +200,12 @@ def compile_once(config: LabConfig, dtype: str) -> Compiled:
     if PROGRAMS is not None:
         PROGRAMS.append((config.target, hlo))
     on_cpu = config.target == "cpu"
-    collectives = parse_collectives(hlo, config.mesh.shape, config.mesh.axes) + _between_slices(hlo, config)
+    runs = hlo_ops.runs(hlo)  # each collective and product as often as the step runs it: a loop's body once a trip
+    collectives = parse_collectives(hlo, config.mesh.shape, config.mesh.axes, runs) + _between_slices(hlo, config, runs)
     if on_cpu:  # XLA:CPU computes bf16 in f32: count float collectives at the compute dtype's size
         collectives = [recount(c, dtype) for c in collectives]
     itemsize = np.dtype(DTYPES[dtype]).itemsize
-    fused = memory.argument_size_in_bytes + memory.output_size_in_bytes + matmul_traffic(hlo, itemsize)
+    fused = memory.argument_size_in_bytes + memory.output_size_in_bytes + matmul_traffic(hlo, itemsize, runs)
     accessed = float(cost.get("bytes accessed", 0.0))
     # HBM traffic. On the simulated host, of a fused program: the step reads its arguments and writes
     # its outputs once (memory_analysis, already in dtype) and every matmul reads its operands and
@@ -331,9 +289,10 @@ def read_flops(hlo: str, xla_flops: float) -> ReadFlops:
     found, once = hlo_ops.ops(hlo), hlo_ops.ops(hlo, count_loops=False)
     counted, counted_once = hlo_ops.summary(found), hlo_ops.summary(once)
     # XLA's FLOPs beyond the products (elementwise, reductions) scale with the loops as their results' elements do
-    # (extend_loop counts them exactly from the loop unrolled by 2, where it has that compile).
+    # (within 2% of the whole program unrolled: tests/core/test_flops_add_up.py).
     others_once = max(0.0, xla_flops - counted_once["product_flops"])
-    scale = counted["other_elements"] / counted_once["other_elements"] if counted_once["other_elements"] else 1.0
+    elements, elements_once = hlo_ops.elementwise_elements(hlo)
+    scale = elements / elements_once if elements_once else 1.0
     products = counted["product_flops"] + counted["kernel_flops"]
     return ReadFlops(products + others_once * scale, products, others_once, found, counted, counted_once)
 
@@ -344,7 +303,7 @@ def _calibration(target: str):
     return calibration.for_chip(on.chip) if on.kind == "tpu" else None
 
 
-def _between_slices(hlo: str, config: LabConfig) -> list[Collective]:
+def _between_slices(hlo: str, config: LabConfig, runs: dict[str, int]) -> list[Collective]:
     """On a multi-slice target, the collectives the compiler hands to the data-centre network's runtime
     (:mod:`sharding_lab.program.megascale`), over the mesh axis that crosses slices."""
     on = parse_target(config.target)
@@ -353,7 +312,7 @@ def _between_slices(hlo: str, config: LabConfig) -> list[Collective]:
     from ..program.megascale import parse_megascale
 
     axis = config.mesh.axes[targets_slice_axis(on, tuple(config.mesh.shape))]
-    return parse_megascale(hlo, axis, on.slices)
+    return parse_megascale(hlo, axis, on.slices, runs)
 
 
 def hbm_needed(memory, target: str) -> float:

@@ -303,6 +303,77 @@ def ops(hlo_text: str, count_loops: bool = True) -> list[Op]:
     return found
 
 
+def runs(hlo_text: str, count_loops: bool = True) -> dict[str, int]:
+    """How many times a step runs each computation of the program: the entry once, a ``while`` body as often as
+    its loop runs (:func:`_trips`, inside the loops around it), and whatever an instruction calls (a fusion, a
+    ``call``, an async op's computation, a branch) as often as that instruction runs. What reads the program line
+    by line (the collectives, :func:`sharding_lab.program.communication.parse_collectives`) counts a line this
+    many times: one compile of a loop over layers then counts its body once a layer (``count_loops`` False: each
+    loop's body once, as XLA's ``cost_analysis()`` counts it)."""
+    computations, entry = parse(hlo_text)
+    out: dict[str, int] = {}
+    if entry is None:
+        return out
+
+    def visit(name: str, times: int, seen: frozenset) -> None:
+        out[name] = out.get(name, 0) + times
+        for i in computations.get(name, []):
+            if i.opcode == "while":
+                body = _attr(i.attributes, "body")
+                if body and body not in seen:
+                    visit(body, times * (_trips(i, computations, name) if count_loops else 1), seen | {body})
+                continue
+            for called in _called(i.attributes):
+                if called not in seen and called in computations:
+                    visit(called, times, seen | {called})
+
+    visit(entry, 1, frozenset({entry}))
+    return out
+
+
+def elementwise_elements(hlo_text: str) -> tuple[float, float]:
+    """The elements the program's elementwise work computes — every op other than a product, a kernel and the
+    bookkeeping, inside fusions too (a reduction by its input) — with the loops counted as they run, and with
+    each loop's body once. XLA's ``cost_analysis()`` counts such an op's FLOPs by its elements, a loop's body once:
+    the ratio of the two scales XLA's figure to the step's (:func:`sharding_lab.cost.compiled.read_flops`)."""
+    computations, _ = parse(hlo_text)
+    shapes = {i.name: i.shape for body in computations.values() for i in body}
+    per = {}
+    for name, body in computations.items():
+        total = 0
+        for i in body:
+            if (
+                i.opcode in FREE
+                or i.opcode in ("fusion", "dot", "convolution", "custom-call")
+                or i.opcode.endswith(("-start", "-done"))
+            ):
+                continue
+            if i.opcode.startswith(COLLECTIVES):
+                continue
+            source = shapes.get(i.operands[0], "") if i.opcode == "reduce" and i.operands else i.shape
+            total += sum(math.prod(d) for _, d in arrays(source))
+        per[name] = total
+    counted, once = runs(hlo_text), runs(hlo_text, count_loops=False)
+    return (
+        float(sum(per.get(c, 0) * n for c, n in counted.items())),
+        float(sum(per.get(c, 0) * n for c, n in once.items())),
+    )
+
+
+def computation_named(line: str) -> str | None:
+    """The computation a line of the program text opens (its header), else None."""
+    header = None if line[:1].isspace() else _HEADER.match(line)
+    return header.group(2) if header else None
+
+
+def _called(attributes: str) -> list[str]:
+    """The computations an instruction calls: ``calls=``, ``to_apply=``, and every one of ``branch_computations``."""
+    out = re.findall(r"\b(?:calls|to_apply)=%?([\w.\-]+)", attributes)
+    for branches in re.findall(r"\bbranch_computations=\{([^}]*)\}", attributes):
+        out += re.findall(r"%?([\w.\-]+)", branches)
+    return out
+
+
 ASYNC_COLLECTIVE_TARGETS = ("AsyncCollectiveStart", "AsyncCollectiveDone")
 
 

@@ -391,7 +391,7 @@ def loop_note(config: LabConfig) -> list[str]:
         f"remat=full runs the {layers} blocks as a loop (lax.scan): the program text shows the loop's body "
         f"once, so each collective inside it runs {layers} times per step, not once. HBM needed is the real "
         "program's (remat's saving included); `cost` and `plan` count the body "
-        f"{layers} times (compiled twice: the loop as it runs and unrolled by 2)."
+        f"{layers} times (the loop's own trip count, read from the program)."
     ]
 
 

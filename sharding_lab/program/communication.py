@@ -212,7 +212,7 @@ def _op_name(line: str, names: dict[str, str]) -> str | None:
 
 
 _INSTRUCTION = re.compile(r"^\s*(?:ROOT\s+)?%?([\w.\-]+)\s*=\s*([a-z]+[0-9]*)\[([0-9,]*)\]\S*\s+([\w\-]+)\(([^)]*)\)")
-_COMPUTATION = re.compile(r"^(?:ENTRY\s+)?%?([\w.\-]+)\s+\(.*\)\s*->\s*.*\{\s*$")
+COMPUTATION_HEADER = re.compile(r"^(?:ENTRY\s+)?%?([\w.\-]+)\s+\(.*\)\s*->\s*.*\{\s*$")
 _FLATTENING = ("bitcast", "reshape", "copy")  # ops that change an array's shape, not its values
 
 
@@ -224,7 +224,7 @@ def _concatenated_parts(lines: list[str], names: dict[str, str]) -> dict[str, li
     table showing the one all-reduce); its parts are the gradients, each with its autodiff name."""
     ending, computation = set(), None
     for line in lines:
-        header = _COMPUTATION.match(line)
+        header = COMPUTATION_HEADER.match(line)
         if header:
             computation = header.group(1)
         elif computation and line.lstrip().startswith("ROOT") and " concatenate(" in line:
@@ -304,9 +304,14 @@ def _async_fused_channels(lines: list[str]) -> set[str]:
     return channels
 
 
-def parse_collectives(hlo_text: str, mesh_shape: tuple[int, ...], axis_names: tuple[str, ...]) -> list[Collective]:
-    """Every collective op in ``hlo_text`` (``-done`` halves skipped), identical ones counted."""
+def parse_collectives(
+    hlo_text: str, mesh_shape: tuple[int, ...], axis_names: tuple[str, ...], runs: dict[str, int] | None = None
+) -> list[Collective]:
+    """Every collective op in ``hlo_text`` (``-done`` halves skipped), identical ones counted: once each as the
+    text writes it, or, given ``runs`` (computation name → times a step runs it: :func:`sharding_lab.cost.hlo_ops.
+    runs`), as often as the step runs it — a loop over layers' body once a layer."""
     found: dict[Collective, int] = {}
+    computation = None
     names: dict[Collective, list[str]] = {}
     defined = {}  # every instruction's op_name, for collectives that lack their own
     lines = hlo_text.splitlines()
@@ -318,6 +323,8 @@ def parse_collectives(hlo_text: str, mesh_shape: tuple[int, ...], axis_names: tu
     fused_async, seen_channels = _async_fused_channels(lines), set()
     users = None  # who reads what: only read for a collective named after an input (first_use)
     for line in lines:
+        if runs is not None and not line[:1].isspace() and (header := COMPUTATION_HEADER.match(line)):
+            computation = header.group(1)
         match = _OP.search(line)
         if not match or match.group("suffix") == "-done":
             continue
@@ -355,7 +362,7 @@ def parse_collectives(hlo_text: str, mesh_shape: tuple[int, ...], axis_names: tu
             if groups and match.group("op") != "collective-permute"
             else math.prod(mesh_shape),
         )
-        found[collective] = found.get(collective, 0) + 1
+        found[collective] = found.get(collective, 0) + (1 if runs is None else runs.get(computation, 1))
         names.setdefault(collective, []).append(op_name or "")
     return [dataclasses.replace(c, count=n, op_names=tuple(names[c])) for c, n in found.items()]
 

@@ -16,7 +16,7 @@ import dataclasses
 import math
 import re
 
-from .communication import DTYPE_BYTES, Collective
+from .communication import COMPUTATION_HEADER, DTYPE_BYTES, Collective
 
 _SEND = re.compile(r"=\s*\((?P<type>[a-z]+[0-9]*)\[(?P<dims>[0-9,]*)\][^=]*?\ssend\(")
 _ATTR = re.compile(r'(_xla_[a-z_]+)="([^"]*)"')
@@ -29,14 +29,20 @@ OPS = {
 }
 
 
-def parse_megascale(hlo_text: str, slice_axis: str, slices: int) -> list[Collective]:
+def parse_megascale(
+    hlo_text: str, slice_axis: str, slices: int, runs: dict[str, int] | None = None
+) -> list[Collective]:
     """Every cross-slice transfer of ``hlo_text`` as a collective over ``slice_axis`` among ``slices`` devices
     (each chip with its counterparts in the other slices); identical ones counted. The send carries what one
     device contributes: an all-reduce's result is the same size, an all-gather's ``slices`` times it, a
-    reduce-scatter's 1/``slices``. Other transfer types count as point-to-point sends (collective-permute)."""
+    reduce-scatter's 1/``slices``. Other transfer types count as point-to-point sends (collective-permute) — each
+    once, or as often as the step runs its computation, given ``runs`` (as :func:`.communication.parse_collectives`)."""
     found: dict[Collective, int] = {}
     seen: set[str] = set()
+    computation = None
     for line in hlo_text.splitlines():
+        if runs is not None and not line[:1].isspace() and (header := COMPUTATION_HEADER.match(line)):
+            computation = header.group(1)
         if "xla_megascale_runtime" not in line:
             continue
         match = _SEND.search(line)
@@ -63,7 +69,7 @@ def parse_megascale(hlo_text: str, slice_axis: str, slices: int) -> list[Collect
             group_size=slices,
             scope="dcn",
         )
-        found[collective] = found.get(collective, 0) + 1
+        found[collective] = found.get(collective, 0) + (1 if runs is None else runs.get(computation, 1))
     return [dataclasses.replace(c, count=n) for c, n in found.items()]
 
 

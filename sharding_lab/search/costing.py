@@ -49,7 +49,7 @@ def extend(one, two, layers: int):
 
 def full_depth(config: LabConfig, dtype: str):
     """The step of ``config`` compiled whole, as ``cost`` compiles it (:func:`~sharding_lab.cost.compiled.
-    compile_step`: a loop over layers compiled as it runs and unrolled by 2, its body counted per layer)."""
+    compile_step`: a loop over layers compiled as it runs, its body counted by the loop's trips)."""
     from ..cost.compiled import canonical, compile_step
 
     return compile_step(canonical(config), dtype)
@@ -153,27 +153,21 @@ def cost_candidate(candidate: Candidate, base: LabConfig, dtype: str) -> Result:
 
 
 def compile_job(kind: str, config: LabConfig, dtype: str):
-    """One of a candidate's compiles, as a worker runs it (:mod:`sharding_lab.search.pool`): ``whole`` as
-    ``cost`` compiles it; ``looped`` / ``looped2`` a remat-full step's loop as it runs / unrolled by 2 (the
-    two halves of :func:`~sharding_lab.cost.compiled.compile_step`); ``probe`` full depth, unrolled (watched
-    only to its memory check); ``layers1`` / ``layers2`` 1 and 2 layers, unrolled, to extend."""
-    from ..cost.compiled import canonical, compile_once
-    from ..models.remat import unrolled_scan
-
-    if kind == "whole":
+    """One of a candidate's compiles, as a worker runs it (:mod:`sharding_lab.search.pool`): ``whole`` or
+    ``looped`` (a remat-full step's loop as it runs, counted by its trips) as ``cost`` compiles it; ``probe`` full
+    depth, unrolled (watched only to its memory check); ``layers1`` / ``layers2`` 1 and 2 layers, unrolled, to
+    extend."""
+    if kind in ("whole", "looped"):
         return full_depth(config, dtype)
-    if kind in ("probe", "layers1", "layers2"):
-        return compiled_figures(config if kind == "probe" else at_layers(config, int(kind[-1])), dtype)
-    with unrolled_scan(2 if kind == "looped2" else 1):
-        return compile_once(canonical(config), dtype)
+    return compiled_figures(config if kind == "probe" else at_layers(config, int(kind[-1])), dtype)
 
 
 def first_jobs(config: LabConfig) -> tuple[str, ...]:
-    """The compiles a candidate starts with: its loop as it runs and unrolled by 2 (remat), a probe of its full
-    depth (more than 2 layers, unrolled), or the step as ``cost`` compiles it."""
+    """The compiles a candidate starts with: its loop as it runs (remat), a probe of its full depth (more than 2
+    layers, unrolled), or the step as ``cost`` compiles it."""
     from ..cost.compiled import loop_layers
 
     layers = getattr(config.model, "layers", None)
     if loop_layers(config):
-        return ("looped", "looped2")
+        return ("looped",)
     return ("probe",) if layers is not None and layers > 2 else ("whole",)

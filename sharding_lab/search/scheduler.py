@@ -68,13 +68,11 @@ EARLY_START_WORKERS = 4  # from this many workers, an idle one compiles a deferr
 def run_pool(queue, base, dtype, stop, results, progress, workers: int, activity: Activity | None = None) -> bool:
     """The queue compiled by ``workers`` processes (:mod:`sharding_lab.search.pool`), each candidate
     screened here first (a skip never leaves this process). Each compile is watched to the compiler's memory
-    check: a looped step's two compiles (the loop as it runs, and unrolled by 2) start together — for a layout's
-    leanest step, whose layout may not fit, the second on a worker nothing else needs or once the first passed
-    the check; a full-depth
+    check: a looped step (remat full) is compiled once, as it runs; a full-depth
     probe of a step without remat that passes it is abandoned (its worker replaced) for 1 and 2 layers,
     extended — a refusal is the compiler's own answer at full depth. A candidate starts once its leaner twins
     have passed that check (:func:`waits_for`), and is stopped — its compiles killed — when one of them turns
-    out not to fit, or when its answer is in while a compile of it still runs (a refused loop). libtpu in
+    out not to fit, or when its answer is in while a compile of it still runs (a refused 1-layer compile). libtpu in
     several processes at once: :func:`sharding_lab.hardware.targets.quiet_libtpu` allows it.
 
     With :data:`EARLY_START_WORKERS` workers or more, a worker with nothing to do compiles a deferred candidate
@@ -82,7 +80,6 @@ def run_pool(queue, base, dtype, stop, results, progress, workers: int, activity
     chain of compiles one after the other while most cores waited. The turn still decides — the bound is held
     against the answers it would have met — so the answer is the one the search gives in turn; with fewer workers
     (the 2-core machine) every core already has a compile, and an early one would only slow those."""
-    from ..cost.compiled import loop_figures
     from ..hardware.chips import chip as get_chip
     from . import pool as sw
 
@@ -101,9 +98,6 @@ def run_pool(queue, base, dtype, stop, results, progress, workers: int, activity
     count = 0
     searched = set(queue)
     ranks: dict[Candidate, int] = {}
-    # a leanest step's 2-block compile (its layout may not fit) on a worker nothing else needs, those of the
-    # fewest tokens per chip first (the likeliest to fit), else once its loop passes the memory check
-    spare: list = []
     early: set = set()  # deferred candidates an idle worker compiles before their turn (many workers only)
     held: dict = {}  # their answers, kept until their turn: (runs, depths)
 
@@ -145,21 +139,13 @@ def run_pool(queue, base, dtype, stop, results, progress, workers: int, activity
         got = parts.setdefault(candidate, {})
         got[kind] = compiled
         layers = getattr(base.model, "layers", None)
-        if kind == "whole" or (kind == "probe" and (compiled.refused or compiled.hbm_needed > capacity)):
+        if kind == "looped":
+            passed_check[candidate] = not compiled.refused
+        if kind in ("whole", "looped") or (kind == "probe" and (compiled.refused or compiled.hbm_needed > capacity)):
             finish(candidate, [compiled], (layers,) if layers else ())
         elif kind == "probe":  # compiled whole before its memory check was seen (a small model): it fits, so
             enqueue(candidate, "layers1", urgent=True)  # extended as when the check is seen (and as in one process)
             enqueue(candidate, "layers2", urgent=True)
-        elif kind == "looped":
-            passed_check[candidate] = not compiled.refused
-            if compiled.refused:
-                finish(candidate, [compiled], (layers,))
-            elif "looped2" in got:
-                finish(candidate, [loop_figures(compiled, got["looped2"], layers)], (layers,))
-            else:
-                hurry(candidate)
-        elif kind == "looped2" and "looped" in got:
-            finish(candidate, [loop_figures(got["looped"], compiled, layers)], (layers,))
         elif kind == "layers1" and compiled.refused:
             finish(candidate, [compiled], (1,))
         elif kind in ("layers1", "layers2") and {"layers1", "layers2"} <= set(got):
@@ -173,9 +159,8 @@ def run_pool(queue, base, dtype, stop, results, progress, workers: int, activity
             pool[index] = sw.Worker(context)
             enqueue(candidate, "layers1", urgent=True)
             enqueue(candidate, "layers2", urgent=True)
-        else:  # the loop as it runs fits: its 2-block twin now, if no spare worker took it yet
+        else:  # the loop as it runs fits: the candidates waiting for it may start
             passed_check[candidate] = True
-            hurry(candidate)
 
     def turn(candidate) -> bool:
         """Whether every candidate deferred less than ``candidate`` is answered (bound.defer's order)."""
@@ -197,11 +182,6 @@ def run_pool(queue, base, dtype, stop, results, progress, workers: int, activity
             early.discard(candidate)
             if candidate in held:
                 finish(candidate, *held.pop(candidate))
-
-    def hurry(candidate):
-        for entry in [t for t in spare if t[1] == candidate]:
-            spare.remove(entry)
-            enqueue(candidate, "looped2", urgent=True)
 
     try:
         while waiting or pending:
@@ -240,19 +220,9 @@ def run_pool(queue, base, dtype, stop, results, progress, workers: int, activity
                     record(candidate, result)
                     continue
                 pending[candidate] = result
-                leanest = not any(t in searched for t in leaner(candidate))
                 for kind in first_jobs(candidate.config(base)):
-                    if kind == "looped2" and leanest:
-                        spare.append((result.per_chip_tokens or 0, candidate))
-                        spare.sort(key=lambda t: t[0])
-                    else:
-                        enqueue(candidate, kind)
+                    enqueue(candidate, kind)
             for worker in pool:
-                if worker.job is None and not jobs:
-                    while spare and not jobs:
-                        _, candidate = spare.pop(0)
-                        if candidate in pending:
-                            enqueue(candidate, "looped2")
                 while worker.job is None and jobs:
                     job = jobs.popleft()
                     if job.key[0] in pending:

@@ -31,11 +31,11 @@ cost?" — answered by enumerating and letting the compiler decide:
 
 **Depth.** A step with remat full runs its blocks as a ``lax.scan``: its compile takes the same time at
 any depth (the loop's body is one block), so it is compiled at full depth exactly as ``cost`` compiles it
-(the loop as it runs, and unrolled by 2 to count the body: :func:`sharding_lab.cost.compiled.compile_step`;
-the two compiles in parallel). A step without remat is unrolled, and compiling a real depth unrolled takes
-minutes: it is probed at full depth only to the compiler's memory check (a refusal or a total over HBM is
-exact and ends it), and, should it fit, compiled with 1 and 2 layers and every figure — FLOPs, HBM traffic,
-HBM needed, each collective's bytes and count — extended linearly: ``f(L) = f(1) + (L − 1)·(f(2) − f(1))``
+(the loop as it runs, once, read with its trip count: :func:`sharding_lab.cost.compiled.compile_step`). A
+step without remat is unrolled, and compiling a real depth unrolled takes minutes: it is probed at full depth
+only to the compiler's memory check (a refusal or a total over HBM is exact and ends it), and, should it fit,
+compiled with 1 and 2 layers and every figure — FLOPs, HBM traffic, HBM needed, each collective's bytes and
+count — extended linearly: ``f(L) = f(1) + (L − 1)·(f(2) − f(1))``
 (in one process, ``workers=1``, it is not probed). :func:`~sharding_lab.search.depth.check_extension`
 compiles an extended best at full depth as ``cost`` does and reports each figure's relative error; the best
 then carries the full-depth figures — ``cost``'s own — and, should it no longer fit or lead, the next is

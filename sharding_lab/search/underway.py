@@ -17,7 +17,6 @@ import time
 KIND_WORDS = {
     "whole": "as `cost` compiles it",
     "looped": "its loop of blocks as it runs",
-    "looped2": "its loop unrolled by 2",
     "probe": "at full depth, to the compiler's memory check",
     "layers1": "at 1 layer",
     "layers2": "at 2 layers",

@@ -255,8 +255,8 @@ def test_stop_ends_the_search_between_candidates_and_progress_is_reported():
 
 
 def test_a_scanned_remat_full_step_is_costed_per_layer():
-    """remat=full runs the blocks as a loop, whose body XLA counts once. cost (compile_step) reads the body from
-    a second compile unrolled by 2: its FLOPs and collectives match the same step compiled unrolled (4 layers,
+    """remat=full runs the blocks as a loop, whose body XLA counts once. cost (compile_step) counts the body by
+    the loop's trip count: its FLOPs and collectives match the same step compiled unrolled (4 layers,
     v5e-8) within 1%, and they are the unrematerialised step's plus the recomputed forward (about 4/3 on the
     blocks). HBM needed stays the looped program's own."""
     from sharding_lab.cost.compiled import canonical, compile_once, compile_step

@@ -17,8 +17,8 @@ def test_the_prior_passes_through_its_two_measured_searches_and_their_geometric_
     assert eta.prior_candidate_s(n0) == pytest.approx(s0)
     assert eta.prior_candidate_s(n1) == pytest.approx(s1)
     # by hand: halfway on the logarithmic scale of parameters, halfway on the logarithmic scale of seconds —
-    # sqrt(103,000 × 8.03e9) = 2.876e7 parameters, sqrt(2.5 × 113) = 16.81 s
-    assert eta.prior_candidate_s(round(math.sqrt(103_000 * 8_030_000_000))) == pytest.approx(16.81, abs=0.01)
+    # sqrt(103,000 × 8.03e9) = 2.876e7 parameters, sqrt(2.5 × 48) = 10.95 s
+    assert eta.prior_candidate_s(round(math.sqrt(103_000 * 8_030_000_000))) == pytest.approx(10.95, abs=0.01)
     assert eta.prior_candidate_s(10) == pytest.approx(s0)  # below the smaller anchor: no less than its time
 
 
@@ -29,16 +29,16 @@ def test_the_candidates_to_compile_come_from_the_screens_then_the_first_ranking_
 
 
 def test_the_time_left_is_a_candidates_seconds_times_those_left_over_the_workers():
-    # llama3-8b before any compile, 14 to compile, 2 workers on 2 cores: 113 s × 14 ÷ 2 = 791 s
+    # llama3-8b before any compile, 14 to compile, 2 workers on 2 cores: 48 s × 14 ÷ 2 = 336 s
     before = eta.Progress(8_030_000_000, 14, workers=2, cores=2)
-    assert before.seconds_left == pytest.approx(791.0)
+    assert before.seconds_left == pytest.approx(336.0)
     assert before.basis == "the model's size (8,030.0M parameters)"
     # two candidates compiled in 300 s between them: 150 s each, 12 left, 2 at once: 900 s
     seen = eta.Progress(8_030_000_000, 14, compiled=2, compile_s=300.0, workers=2, cores=2)
     assert seen.seconds_left == pytest.approx(900.0) and seen.basis.startswith("150 s a candidate over 2 compiled")
-    # 13 workers on 13 cores: 113 × 14 ÷ 13 = 121.7 s; more workers than cores count as the cores
-    assert eta.Progress(8_030_000_000, 14, workers=13, cores=13).seconds_left == pytest.approx(121.69, abs=0.01)
-    assert eta.Progress(8_030_000_000, 14, workers=4, cores=2).seconds_left == pytest.approx(791.0)
+    # 13 workers on 13 cores: 48 × 14 ÷ 13 = 51.7 s; more workers than cores count as the cores
+    assert eta.Progress(8_030_000_000, 14, workers=13, cores=13).seconds_left == pytest.approx(51.69, abs=0.01)
+    assert eta.Progress(8_030_000_000, 14, workers=4, cores=2).seconds_left == pytest.approx(336.0)
     assert eta.Progress(8_030_000_000, 14, compiled=20, compile_s=1.0).seconds_left == 0.0  # never below zero
     assert eta.format_seconds_left(119) == "119 s" and eta.format_seconds_left(791) == "13 min"
 
