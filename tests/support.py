@@ -51,3 +51,17 @@ def all_slots_held():
     finally:
         for _ in held:
             slots.release_slot()
+
+
+def made_prediction(chip: str = "h100", compute_s=0.0, memory_s=0.0, collectives=()):
+    """A :class:`sharding_lab.cost.Prediction` with the given terms (seconds) on ``chip`` and ``collectives`` (rows
+    of count, bytes, seconds, latency_s), for a sentence or a figure that reads one: the terms are the class's own
+    properties, so the figures drawn are what a compiled step's would be."""
+    from sharding_lab.cost import Prediction
+    from sharding_lab.hardware.chips import chip as get_chip
+
+    on = get_chip(chip)
+    one = {"op": "all-reduce", "axes": ("data",), "group_size": 8, "link": "ICI", "bytes_per_s": 1e11}
+    comm = [one | {"wire_bytes": row.get("bytes", 0.0), "seconds": 0.0, "latency_s": 0.0} | row for row in collectives]
+    flops, hbm_bytes = compute_s * on.flops("bf16")[0], memory_s * on.hbm_bytes_per_s
+    return Prediction(on, "bf16", (8,), ("data",), flops, hbm_bytes, 0.0, {}, comm, [(8,)], False, [])

@@ -100,7 +100,7 @@ def within(out: dict) -> None:
 def reprice(folder: str) -> list[dict]:
     """The recipes kept under ``folder`` (``--hlo``) priced again at today's chip model: each program read op by
     op afresh (:mod:`sharding_lab.cost.hlo_ops`), priced at its chip's calibration, the step composed as
-    :class:`sharding_lab.cost.roofline.Prediction` composes it (collectives as kept, the roofline a floor)."""
+    :class:`sharding_lab.cost.prediction.Prediction` composes it (collectives as kept, the roofline a floor)."""
     from sharding_lab.hardware.chips import chip as get_chip
     from sharding_lab.hardware.targets import parse as parse_target
 

@@ -3,6 +3,7 @@ compiled program, per device.
 
 - :mod:`.compiled` — the trainer's step compiled for a compute dtype; FLOPs, HBM traffic, HBM
   needed and the collectives, per device;
+- :mod:`.prediction` — the step's figures on a chip and every reading of them (:class:`Prediction`);
 - :mod:`.roofline` — those figures on a chip (:mod:`sharding_lab.hardware.chips`): compute, memory and
   communication time, the step time with and without overlap, the bound, MFU and HFU, whether it fits;
 - :mod:`.collectives` — each collective's time on where its devices lie (the scaling book's count);
@@ -17,7 +18,8 @@ from .collectives import comm_rows
 from .compiled import DTYPES, Compiled, compile_step, matmul_traffic
 from .extrapolation import extrapolate, fit, probe_meshes
 from .report import describe, print_cost
-from .roofline import Prediction, default_dtype, parse_target, predict
+from .prediction import Prediction
+from .roofline import default_dtype, parse_target, predict
 from .sweep import batch_sweep, critical_batch
 
 __all__ = [

@@ -11,7 +11,7 @@ class InconsistentCost(ConfigError):
 
 
 def check_utilisation(p) -> None:
-    """A :class:`~.roofline.Prediction`'s MFU ≤ HFU ≤ 1, for the roofline and the calibrated step: the model's
+    """A :class:`~.prediction.Prediction`'s MFU ≤ HFU ≤ 1, for the roofline and the calibrated step: the model's
     FLOPs are part of what the program computes, and no step computes faster than the chip's peak. A violation is
     an error, not a figure."""
     if p.refused:

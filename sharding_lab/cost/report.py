@@ -11,7 +11,8 @@ from ..program import buffers
 from ..training.config import LabConfig
 from ..units import format_seconds
 from .compiled import dtype_name
-from .roofline import Prediction, default_dtype, parse_target, predict, target_chip
+from .prediction import Prediction
+from .roofline import default_dtype, parse_target, predict, target_chip
 
 
 def describe(p: Prediction) -> str:
@@ -87,13 +88,8 @@ def describe(p: Prediction) -> str:
     return "\n".join(lines)
 
 
-def largest_buffers(p: Prediction) -> list[dict]:
-    """The compiled step's largest buffers, named in the model's terms (:mod:`sharding_lab.program.buffers`)."""
-    return list((p.memory or {}).get("largest_buffers", []))
-
-
 def largest_lines(p: Prediction) -> list[str]:
-    found = largest_buffers(p)
+    found = p.largest_buffers
     if not found:
         return []
     head = "  the largest buffers " + ("the compiler's refusal lists:" if p.refused else "live at the step's peak:")
@@ -125,7 +121,7 @@ def print_cost(
         prediction = predict(config, chip_id, dtype, parse_target(target_text))
     run = maxtext_of(config, dtype, parse_target(target_text), source)  # the same layout as MaxText's overrides
     if as_json:
-        print(json.dumps({**prediction.to_json(), **run.to_json(), "largest_buffers": largest_buffers(prediction)}))
+        print(json.dumps({**prediction.to_json(), **run.to_json(), "largest_buffers": prediction.largest_buffers}))
     else:
         print(describe(prediction))
         print(maxtext_line(run))

@@ -115,10 +115,11 @@ def test_batch_sweep_axis_reads_in_time_units_and_every_line_is_named():
 def test_the_latency_caveat_cites_the_chip_s_own_links():
     """A TPU's step was told about NVLink, NCCL and the 8×H100 all-reduce; each chip now gets its own α."""
     from sharding_lab.app.panels.cost_view import latency_caveat
+    from tests.support import made_prediction
 
-    small = [{"count": 3, "bytes": 3000.0, "latency_s": 1e-6}]
-    tpu = latency_caveat({"chip": {"kind": "tpu"}, "collectives": small, "latency_s": 3e-6})
-    gpu = latency_caveat({"chip": {"kind": "gpu"}, "collectives": small, "latency_s": 1e-5})
+    small = [{"count": 3, "bytes": 3000.0, "latency_s": 3e-6}]
+    tpu = latency_caveat(made_prediction("tpu-v5e", collectives=small))
+    gpu = latency_caveat(made_prediction("h100", collectives=small))
     assert "TPU ICI" in tpu and "NVLink" not in tpu and "H100" not in tpu and "3 collectives" in tpu
     assert "NVLink 3.5 µs" in gpu and "TPU ICI" not in gpu and "8×H100 all-reduce" in gpu
 

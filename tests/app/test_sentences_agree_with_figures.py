@@ -3,7 +3,7 @@ failed on the code before its fix)."""
 
 from sharding_lab.app.panels import cost_view, pipeline_view
 from sharding_lab.hardware import targets
-from tests.support import app_test
+from tests.support import app_test, made_prediction
 
 
 def test_a_one_chip_slice_is_one_chip():
@@ -29,22 +29,18 @@ def test_the_1f1b_sentence_follows_the_held_table():
     assert "2 under 1F1B, 8 under GPipe" in more and "less activation memory" in more
 
 
-PREDICTION = {
-    "compute_s": 10.8e-9,
-    "memory_s": 168e-9,
-    "comm_s": 1e-9,
-    "latency_s": 16e-6,
-    "step_s": 16.001e-6,
-    "step_s_no_overlap": 16.169e-6,
-}
+def _prediction(latency_s=16e-6, chip="h100", collectives=None):
+    """168 ns of HBM traffic, 10.8 ns of compute, 1 ns of communication and ``latency_s`` of latency."""
+    rows = collectives or [{"count": 2, "bytes": 1e3, "seconds": 1e-9, "latency_s": latency_s}]
+    return made_prediction(chip, compute_s=10.8e-9, memory_s=168e-9, collectives=rows)
 
 
 def test_the_step_says_which_term_it_is_and_its_two_labels_do_not_overlap():
     """'max of the three' was said of a step that was the latency term (16 µs beside 168 ns and 10.8 ns), and
     the full-overlap and no-overlap labels were drawn on top of each other."""
-    assert cost_view.step_terms(PREDICTION).startswith("communication + latency (")
-    assert cost_view.step_terms({**PREDICTION, "latency_s": 0.0}).startswith("HBM traffic (168 ns)")
-    figure = cost_view.breakdown_figure(cost_view._FromJson(PREDICTION))
+    assert cost_view.step_terms(_prediction()).startswith("communication + latency (")
+    assert cost_view.step_terms(_prediction(latency_s=0.0)).startswith("HBM traffic (168 ns)")
+    figure = cost_view.breakdown_figure(_prediction())
     positions = [a.xanchor for a in figure.layout.annotations]
     assert len(set(positions)) == 2, positions
     # above the plot: grey text drawn on the top bar (latency's red, here) could not be read
@@ -53,11 +49,11 @@ def test_the_step_says_which_term_it_is_and_its_two_labels_do_not_overlap():
 
 def test_compare_s_latency_note_counts_each_strategy_s_collectives():
     """It counted the slowest strategy's (2) beside a table of 20 (fsdp) and 5 (tp)."""
-    fsdp = {**PREDICTION, "chip": {"kind": "tpu"}, "collectives": [{"count": 20, "bytes": 1e3, "latency_s": 1e-6}]}
-    tp = {**PREDICTION, "chip": {"kind": "tpu"}, "collectives": [{"count": 5, "bytes": 1e3, "latency_s": 1e-6}]}
+    fsdp = _prediction(chip="tpu-v5e", collectives=[{"count": 20, "bytes": 1e3, "latency_s": 1e-6}])
+    tp = _prediction(chip="tpu-v5e", collectives=[{"count": 5, "bytes": 1e3, "latency_s": 1e-6}])
     text = cost_view.latency_caveat(tp, {"fsdp": fsdp, "tp": tp})
     assert "fsdp 20 collectives" in text and "tp 5 collectives" in text
-    gpu = {**tp, "chip": {"kind": "gpu"}}  # which of the strategies "this step" is, when several are named
+    gpu = _prediction(collectives=[{"count": 5, "bytes": 1e3, "latency_s": 1e-6}])  # which "this step" is
     assert "tp's largest collective moves 200 bytes" in cost_view.latency_caveat(gpu, {"fsdp": fsdp, "tp": gpu})
 
 
@@ -179,3 +175,17 @@ def test_hbm_per_chip_is_one_named_figure_of_the_compiled_memory_analysis():
         else:
             (metric,) = [m for m in at.metric if m.label == "HBM per chip"]
             assert metric.value == format_bytes(needed)
+
+
+def test_the_cost_panel_s_cache_keeps_the_prediction_itself():
+    """The panels read a Prediction's properties, and st.cache_data keeps what it caches pickled: a calibrated
+    prediction (its chip, calibration and priced ops) comes back from pickle with the same figures."""
+    import pickle
+
+    from sharding_lab.cost import calibration
+
+    p = _prediction(chip="tpu-v5e")
+    p.priced, p.calibration = calibration.Priced(20e-6, 1e-6, 0.0, 3e-6, 0.5), calibration.for_chip("tpu-v5e")
+    back = pickle.loads(pickle.dumps(p))
+    assert back.to_json() == p.to_json() and back.calibrated_step_s == p.calibrated_step_s > p.step_s
+    assert back.calibration.matmul_rate("bf16") == p.calibration.matmul_rate("bf16")

@@ -126,8 +126,8 @@ def sweep_figure(rows: list[dict], critical: dict | None = None) -> go.Figure:
 
 
 @st.cache_data(show_spinner=False, max_entries=32)
-def _predict(config, chip_id: str, dtype: str, target):
-    return cost.predict(config, chip_id, dtype, target).to_json()
+def _predict(config, chip_id: str, dtype: str, target) -> cost.Prediction:
+    return cost.predict(config, chip_id, dtype, target)
 
 
 @st.cache_data(show_spinner=False, max_entries=16)
@@ -160,35 +160,29 @@ def chip_pickers(chip_col, dtype_col, key: str, target: str = "cpu") -> tuple[st
     return chip_id, dtype
 
 
-def refused_notice(p: dict, where=st) -> bool:
+def refused_notice(p: cost.Prediction, where=st) -> bool:
     """The target's compiler refused the step for memory: its own sentence (True when it did)."""
-    if not p.get("refused"):
+    if not p.refused:
         return False
     where.error(
-        f"**Does not fit on {p['target']}** — {p['compiler']} refused to compile it "
-        f"({p['compile_s']:.1f} s): {p['refused']}",
+        f"**Does not fit on {p.target}** — {p.compiler} refused to compile it ({p.compile_s:.1f} s): {p.refused}",
         icon=":material/memory:",
     )
-    largest = (p.get("compiled_memory") or {}).get("largest_buffers")
-    if largest:  # what to shrink: the buffers the compiler held at its peak, named (memory_view)
-        where.caption("The largest buffers at the peak: " + "; ".join(b["sentence"] for b in largest) + ".")
+    if p.largest_buffers:  # what to shrink: the buffers the compiler held at its peak, named (memory_view)
+        where.caption("The largest buffers at the peak: " + "; ".join(b["sentence"] for b in p.largest_buffers) + ".")
     return True
 
 
-def compiler_line(p: dict) -> str:
+def compiler_line(p: cost.Prediction) -> str:
     """Which compiler made the program the figures come from, how long it took, and the TPU compiler's own
     estimate of the step beside the roofline."""
-    if p.get("target", "cpu") == "cpu":
+    if p.target == "cpu":
         return ""
-    text = (
-        f"Compiled by {p['compiler']} for **{p['target']}** in {p['compile_s']:.1f} s "
-        "(abstract inputs, nothing allocated)."
-    )
-    if p.get("compiler_optimal_seconds"):
+    text = f"Compiled by {p.compiler} for **{p.target}** in {p.compile_s:.1f} s (abstract inputs, nothing allocated)."
+    if p.compiler_ratio is not None:
         text += (
             f" The TPU compiler's own estimate of the step (`cost_analysis()['optimal_seconds']`): "
-            f"{cost.format_seconds(p['compiler_optimal_seconds'])} — the roofline is "
-            f"{p['roofline_vs_compiler']:.2f}× it."
+            f"{cost.format_seconds(p.optimal_seconds)} — the roofline is {p.compiler_ratio:.2f}× it."
         )
     return text
 
@@ -208,18 +202,7 @@ def cost_panel(plan: Plan, key: str = "cost") -> None:
     )
     c1, c2, c3 = st.columns(3)
     chip_id, dtype = chip_pickers(c1, c2, key, config.target)
-    target_text = (
-        ""
-        if config.target != "cpu"
-        else c3.text_input(
-            "On a bigger mesh (optional)",
-            "",
-            key=f"{key}_target",
-            placeholder="e.g. 16x16",
-            help="Compiled on smaller meshes with the same axes, then extrapolated: the figures say so. (Or choose "
-            "a TPU slice or GPU node under Compile for: its own compiler compiles the whole of it.)",
-        )
-    )
+    target_text = "" if config.target != "cpu" else _bigger_mesh_box(c3, key)
     try:
         target = parse_mesh_shape(target_text) if target_text.strip() else None
         with st.spinner("Compiling the step" + (" on several smaller meshes" if target else "") + "…"):
@@ -230,54 +213,78 @@ def cost_panel(plan: Plan, key: str = "cost") -> None:
     if refused_notice(p):
         return
     cost_metrics.headline(p, step_terms(p))
-    st.plotly_chart(breakdown_figure(_FromJson(p)), key=f"{key}_bars")
-    if p.get("compiled_memory") and not p["extrapolated"]:  # which memory figure HBM per chip is
-        st.caption(memory_view.account(p["compiled_memory"], p["target"], p["dtype"]))
-    mesh = "x".join(map(str, p["mesh"]["shape"]))
-    st.caption(
-        (
-            "**Extrapolated** to "
-            + mesh
-            + " from compiles on "
-            + ", ".join("x".join(map(str, m_)) for m_ in p["compiled_on"])
-            if p["extrapolated"]
-            else "**Compiled** on " + mesh
-        )
-        + f". {CHIPS[chip_id].name}: "
-        + f"{format_flops(p['chip']['peak_flops_by_dtype'].get(dtype) or p['chip']['peak_flops'])}, "
-        f"{format_rate(p['chip']['hbm_bytes_per_s'])} HBM. " + compiler_line(p)
-    )
-    st.dataframe(
-        pd.DataFrame(
-            [
-                {"axis": a, "link": v["link"], "bandwidth": format_rate(v["bytes_per_s"]), "why": v["why"]}
-                for a, v in p["axis_links"].items()
-            ]
-        ),
-        hide_index=True,
-    )
-    if p["collectives"]:
-        st.dataframe(
-            pd.DataFrame(
-                [
-                    {
-                        "op": r["op"],
-                        "over": "+".join(r["axes"]),
-                        "n": r["group_size"],
-                        "count": r["count"],
-                        "bytes": r["bytes"],
-                        "wire bytes": r["wire_bytes"],
-                        "link": r["link"],
-                        "time": cost.format_seconds(r["seconds"]),
-                    }
-                    for r in p["collectives"]
-                ]
-            ),
-            hide_index=True,
-        )
-    for note in p["notes"]:
+    st.plotly_chart(breakdown_figure(p), key=f"{key}_bars")
+    if p.memory and not p.extrapolated:  # which memory figure HBM per chip is
+        st.caption(memory_view.account(p.memory, p.target, p.dtype))
+    st.caption(where_compiled(p, dtype) + compiler_line(p))
+    st.dataframe(pd.DataFrame(links_rows(p)), hide_index=True)
+    if p.comm:
+        st.dataframe(pd.DataFrame(collective_rows(p)), hide_index=True)
+    for note in p.notes:
         st.caption("Note: " + note)
     st.caption(latency_caveat(p))
+    _sweep_on_request(config, chip_id, dtype, key)
+    with st.expander("The chips and their sources"):
+        st.dataframe(pd.DataFrame(chip_rows()), hide_index=True)
+
+
+def _bigger_mesh_box(column, key: str) -> str:
+    """The mesh to extrapolate to, typed ('' for the mesh itself): a step compiled on the simulated host only."""
+    return column.text_input(
+        "On a bigger mesh (optional)",
+        "",
+        key=f"{key}_target",
+        placeholder="e.g. 16x16",
+        help="Compiled on smaller meshes with the same axes, then extrapolated: the figures say so. (Or choose "
+        "a TPU slice or GPU node under Compile for: its own compiler compiles the whole of it.)",
+    )
+
+
+def where_compiled(p: cost.Prediction, dtype: str) -> str:
+    """'**Compiled** on 2x4. NVIDIA H100 SXM: 989 TFLOP/s, 3.35 TB/s HBM. ' (or which meshes it was extrapolated
+    from), with the chip's peak for ``dtype`` and its HBM bandwidth."""
+    mesh = "x".join(map(str, p.mesh))
+    compiled = (
+        "**Extrapolated** to " + mesh + " from compiles on " + ", ".join("x".join(map(str, m)) for m in p.compiled_on)
+        if p.extrapolated
+        else "**Compiled** on " + mesh
+    )
+    peak = p.chip.peak_flops.get(dtype) or p.chip.peak_flops.get("bf16")
+    return f"{compiled}. {p.chip.name}: {format_flops(peak)}, {format_rate(p.chip.hbm_bytes_per_s)} HBM. "
+
+
+def links_rows(p: cost.Prediction) -> list[dict]:
+    """One row per mesh axis: the link its collectives run over, its bandwidth ('—': no link) and why."""
+    return [
+        {"axis": axis, "link": link.name, "bandwidth": format_rate(_finite_or_none(link.bytes_per_s)), "why": link.why}
+        for axis, link in p.links.items()
+    ]
+
+
+def _finite_or_none(bytes_per_s: float) -> float | None:
+    """An axis of size 1 has no link: its infinite bandwidth is said '—', as the JSON's null."""
+    return bytes_per_s if math.isfinite(bytes_per_s) else None
+
+
+def collective_rows(p: cost.Prediction) -> list[dict]:
+    """One row per collective kind the step runs (op, mesh axes): its group, count, bytes, link and time."""
+    return [
+        {
+            "op": r["op"],
+            "over": "+".join(r["axes"]),
+            "n": r["group_size"],
+            "count": r["count"],
+            "bytes": r["bytes"],
+            "wire bytes": r["wire_bytes"],
+            "link": r["link"],
+            "time": cost.format_seconds(r["seconds"]),
+        }
+        for r in p.comm
+    ]
+
+
+def _sweep_on_request(config, chip_id: str, dtype: str, key: str) -> None:
+    """The batch sweep (DP and FSDP, about 12 compiles) in an expander, run when its button is pressed."""
     with st.expander("Where data parallelism turns communication-bound (batch sweep)"):
         st.caption(
             "Each point compiles the step for DP and FSDP at that many batch rows per device. Left of "
@@ -288,64 +295,56 @@ def cost_panel(plan: Plan, key: str = "cost") -> None:
             strategies = tuple(s for s in ("dp", "fsdp") if s in config.family.presets)
             rows = _sweep(config, chip_id, dtype, strategies)
             st.plotly_chart(sweep_figure(rows, cost.critical_batch(chip_id, config, dtype)), key=f"{key}_sweep_fig")
-    with st.expander("The chips and their sources"):
-        st.dataframe(
-            pd.DataFrame(
-                [
-                    {
-                        "chip": c.name,
-                        "bf16 peak": format_flops(c.peak_flops["bf16"]),
-                        "HBM bandwidth": format_rate(c.hbm_bytes_per_s),
-                        "HBM": format_bytes(c.hbm_bytes),
-                        "link (one way)": format_rate(c.ici_link_bytes_per_s or c.nvlink_bytes_per_s),
-                        "sources": "; ".join(c.sources.values()),
-                    }
-                    for c in CHIPS.values()
-                ]
-            ),
-            hide_index=True,
-        )
 
 
-def step_terms(p: dict) -> str:
+def chip_rows() -> list[dict]:
+    """Every chip the lab knows: its published peak, HBM bandwidth and size, link, and where each figure is from."""
+    return [
+        {
+            "chip": c.name,
+            "bf16 peak": format_flops(c.peak_flops["bf16"]),
+            "HBM bandwidth": format_rate(c.hbm_bytes_per_s),
+            "HBM": format_bytes(c.hbm_bytes),
+            "link (one way)": format_rate(c.ici_link_bytes_per_s or c.nvlink_bytes_per_s),
+            "sources": "; ".join(c.sources.values()),
+        }
+        for c in CHIPS.values()
+    ]
+
+
+def step_terms(p: cost.Prediction) -> str:
     """Which term the predicted step is, in words with its value: 'communication + latency (168 ns + 16 µs)'."""
     fmt = cost.format_seconds
     terms = {
-        "compute": fmt(p["compute_s"]),
-        "HBM traffic": fmt(p["memory_s"]),
-        f"communication + latency ({fmt(p['comm_s'])} + {fmt(p.get('latency_s') or 0.0)})": None,
+        "compute": fmt(p.compute_s),
+        "HBM traffic": fmt(p.memory_s),
+        f"communication + latency ({fmt(p.comm_s)} + {fmt(p.latency_s)})": None,
     }
-    values = {"compute": p["compute_s"], "HBM traffic": p["memory_s"]}
-    comm = p["comm_s"] + (p.get("latency_s") or 0.0)
-    if comm >= max(values.values()):
+    values = {"compute": p.compute_s, "HBM traffic": p.memory_s}
+    if p.comm_s + p.latency_s >= max(values.values()):
         return next(k for k, v in terms.items() if v is None)
     name = max(values, key=values.get)
     return f"{name} ({terms[name]})"
 
 
-def strategies_figure(names: list[str], predictions: list[dict]) -> go.Figure:
+def strategies_figure(names: list[str], predictions: list[cost.Prediction]) -> go.Figure:
     """Per strategy, the three roofline terms side by side and the predicted step as a marker."""
-    unit, scale = cost.time_unit(max([p["step_s_no_overlap"] for p in predictions] + [1e-15]))
+    unit, scale = cost.time_unit(max([p.step_s_no_overlap for p in predictions] + [1e-15]))
     fig = go.Figure()
-    for term, label in (
-        ("compute_s", "compute"),
-        ("memory_s", "memory"),
-        ("comm_s", "communication"),
-        ("latency_s", "latency"),
-    ):
+    for label in ("compute", "memory", "communication", "latency"):
         fig.add_bar(
             x=names,
-            y=[p[term] / scale for p in predictions],
+            y=[_term(p, label) / scale for p in predictions],
             name=label,
             marker_color=COLORS[label],
             meta={"term": label},
         )
     fig.add_scatter(
         x=names,
-        y=[p["step_s"] / scale for p in predictions],
+        y=[p.step_s / scale for p in predictions],
         mode="markers+text",
         marker=dict(symbol="line-ew-open", size=40, color="black", line=dict(width=3, color="black")),
-        text=[cost.format_seconds(p["step_s"]) for p in predictions],
+        text=[cost.format_seconds(p.step_s) for p in predictions],
         textposition="top center",
         name="predicted step (full overlap)",
         meta={"term": "step"},
@@ -361,6 +360,11 @@ def strategies_figure(names: list[str], predictions: list[dict]) -> go.Figure:
     return fig
 
 
+def _term(p: cost.Prediction, label: str) -> float:
+    """The roofline term a bar of ``label`` (compute, memory, communication, latency) draws."""
+    return {"compute": p.compute_s, "memory": p.memory_s, "communication": p.comm_s, "latency": p.latency_s}[label]
+
+
 def strategies_cost_panel(configs: dict, key: str = "compare_cost") -> None:
     """The predicted step of each strategy (name → LabConfig) on one chip, side by side, and which
     is fastest — every figure from that strategy's own compiled step."""
@@ -372,7 +376,20 @@ def strategies_cost_panel(configs: dict, key: str = "compare_cost") -> None:
     c1, c2, _ = st.columns(3)
     target = next(iter(configs.values())).target if configs else "cpu"
     chip_id, dtype = chip_pickers(c1, c2, key, target)
-    names, predictions = [], []
+    named = _ranked_predictions(configs, chip_id, dtype)
+    if not named:
+        return
+    names, predictions = list(named), list(named.values())
+    st.dataframe(pd.DataFrame([strategy_row(n, p) for n, p in named.items()]), hide_index=True, key=f"{key}_table")
+    st.plotly_chart(strategies_figure(names, predictions), key=f"{key}_bars")
+    st.markdown(fastest_sentence(named, chip_id, dtype))
+    # Each strategy's own count: one strategy's (the slowest's) was said beside a table of them all.
+    st.caption(latency_caveat(max(predictions, key=lambda p: p.step_s), named))
+
+
+def _ranked_predictions(configs: dict, chip_id: str, dtype: str) -> dict[str, cost.Prediction]:
+    """name → the prediction of each strategy that compiled and fits; a refusal or a bad layout is said instead."""
+    named = {}
     with st.spinner(f"Compiling each strategy's step in {dtype}…"):
         for name, config in configs.items():
             try:
@@ -381,58 +398,52 @@ def strategies_cost_panel(configs: dict, key: str = "compare_cost") -> None:
                 st.warning(f"**{name}**: {in_app(error)}", icon=":material/block:")
                 continue
             if not refused_notice(p):  # a strategy that does not fit is said so, not ranked
-                predictions.append(p)
-                names.append(name)
-    if not predictions:
-        return
-    st.dataframe(
-        pd.DataFrame(
-            [
-                {
-                    "strategy": n,
-                    "predicted step": cost.format_seconds(p["step_s"]),
-                    "no overlap": cost.format_seconds(p["step_s_no_overlap"]),
-                    "bound": p["bound"],
-                    "MFU": f"{p['mfu']:.1%}" if p.get("mfu") is not None else "-",
-                    "HFU": f"{p['hfu']:.1%}",
-                    "compute": cost.format_seconds(p["compute_s"]),
-                    "memory": cost.format_seconds(p["memory_s"]),
-                    "communication": cost.format_seconds(p["comm_s"]),
-                    "HBM per chip": format_bytes(p["hbm_needed"]),
-                    "fits": "yes" if p["fits"] else "no",
-                }
-                for n, p in zip(names, predictions)
-            ]
-        ),
-        hide_index=True,
-        key=f"{key}_table",
-    )
-    st.plotly_chart(strategies_figure(names, predictions), key=f"{key}_bars")
-    order = sorted(range(len(names)), key=lambda i: predictions[i]["step_s"])
+                named[name] = p
+    return named
+
+
+def strategy_row(name: str, p: cost.Prediction) -> dict:
+    """One strategy's row of the comparison table: its step with and without overlap, bound, MFU, HFU, terms, HBM."""
+    return {
+        "strategy": name,
+        "predicted step": cost.format_seconds(p.step_s),
+        "no overlap": cost.format_seconds(p.step_s_no_overlap),
+        "bound": p.bound,
+        "MFU": f"{p.mfu:.1%}" if p.mfu is not None else "-",
+        "HFU": f"{p.hfu:.1%}",
+        "compute": cost.format_seconds(p.compute_s),
+        "memory": cost.format_seconds(p.memory_s),
+        "communication": cost.format_seconds(p.comm_s),
+        "HBM per chip": format_bytes(p.hbm_needed),
+        "fits": "yes" if p.fits else "no",
+    }
+
+
+def fastest_sentence(named: dict[str, cost.Prediction], chip_id: str, dtype: str) -> str:
+    """Which strategy is predicted fastest on the chip, and how much longer the slowest takes."""
+    order = sorted(named, key=lambda n: named[n].step_s)
     best, worst = order[0], order[-1]
     sentence = (
-        f"On {CHIPS[chip_id].name} ({dtype}), **{names[best]}** is predicted fastest: "
-        f"{cost.format_seconds(predictions[best]['step_s'])} per step, {predictions[best]['bound']}-bound."
+        f"On {CHIPS[chip_id].name} ({dtype}), **{best}** is predicted fastest: "
+        f"{cost.format_seconds(named[best].step_s)} per step, {named[best].bound}-bound."
     )
-    if len(order) > 1 and predictions[best]["step_s"] > 0:
-        ratio = predictions[worst]["step_s"] / predictions[best]["step_s"]
-        sentence += f" **{names[worst]}** is the slowest, {ratio:,.1f}× longer ({predictions[worst]['bound']}-bound)."
-    st.markdown(sentence)
-    # Each strategy's own count: one strategy's (the slowest's) was said beside a table of them all.
-    st.caption(latency_caveat(max(predictions, key=lambda p: p["step_s"]), dict(zip(names, predictions))))
+    if len(order) > 1 and named[best].step_s > 0:
+        ratio = named[worst].step_s / named[best].step_s
+        sentence += f" **{worst}** is the slowest, {ratio:,.1f}× longer ({named[worst].bound}-bound)."
+    return sentence
 
 
-def latency_count(p: dict) -> str:
+def latency_count(p: cost.Prediction) -> str:
     """'20 collectives, 28 µs in all': the collectives a step's latency term counts (each costs its link's α)."""
-    count = sum(r["count"] for r in p["collectives"] if r.get("latency_s"))
-    return f"{count} collective{'s' if count != 1 else ''}, {cost.format_seconds(p.get('latency_s') or 0.0)} in all"
+    count = p.latency_collectives
+    return f"{count} collective{'s' if count != 1 else ''}, {cost.format_seconds(p.latency_s)} in all"
 
 
-def latency_caveat(p: dict, named: dict[str, dict] | None = None) -> str:
+def latency_caveat(p: cost.Prediction, named: dict[str, cost.Prediction] | None = None) -> str:
     """What the latency term is, and what the bound still leaves out, said with this layout's own sizes (with
     ``named``, each strategy's: name → its prediction)."""
     here = "; ".join(f"{name} {latency_count(q)}" for name, q in named.items()) if named else latency_count(p)
-    tpu = p.get("chip", {}).get("kind") == "tpu"
+    tpu = p.chip.kind == "tpu"
     alpha = (
         "TPU ICI 1 µs per hop (the scaling book's latency-bound AllGather)"
         if tpu
@@ -444,7 +455,7 @@ def latency_caveat(p: dict, named: dict[str, dict] | None = None) -> str:
         f"{here}. α: {alpha}. Still left "
         "out: kernel launches and the step's own fixed overhead."
     )
-    largest = max((r["bytes"] / max(r["count"], 1) for r in p["collectives"]), default=0.0)
+    largest = p.largest_collective_bytes
     if 0 < largest < SMALL_COLLECTIVE_BYTES and not tpu:  # a GPU measurement; whose, when several are named
         whose = next((name + "'s" for name, q in (named or {}).items() if q is p), "This step's")
         text += (
@@ -452,12 +463,3 @@ def latency_caveat(p: dict, named: dict[str, dict] | None = None) -> str:
             "which the scaling book's 8×H100 all-reduce nears its NVLink bandwidth."
         )
     return text
-
-
-class _FromJson:
-    """The few Prediction attributes :func:`breakdown_figure` reads, from a cached JSON dict."""
-
-    def __init__(self, data: dict):
-        self.compute_s, self.memory_s, self.comm_s = data["compute_s"], data["memory_s"], data["comm_s"]
-        self.latency_s = data.get("latency_s", 0.0)
-        self.step_s, self.step_s_no_overlap = data["step_s"], data["step_s_no_overlap"]
