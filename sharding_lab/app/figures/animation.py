@@ -88,28 +88,7 @@ def ring_animation(op: str, group: list[int], block_bytes: int) -> go.Figure:
         raise ValueError(f"{op} has no ring animation")
     steps = schedule(op, len(group))
     n = len(group)
-    titles = []
-    for i, step in enumerate(steps):
-        if i == 0:
-            titles.append(
-                "start: "
-                + (
-                    "each device holds its own block"
-                    if op == "all-gather"
-                    else "each device holds its own partial sum of every block"
-                )
-            )
-        else:
-            titles.append(
-                f"step {i}/{len(steps) - 1} ({step.phase}): every device sends one block "
-                f"({block_bytes:,} bytes) to the next"
-            )
-    if len(steps) > 1:
-        titles[-1] += "<br>done: " + (
-            "every device holds every block"
-            if op != "reduce-scatter"
-            else "each device holds its block, summed over all"
-        )
+    titles = _step_titles(op, steps, block_bytes)
 
     def trace(step):
         return _blocks(*_cells(step.held, group, op), size=46)
@@ -143,49 +122,72 @@ def ring_animation(op: str, group: list[int], block_bytes: int) -> go.Figure:
         ),
         plot_bgcolor="rgba(0,0,0,0)",
         showlegend=False,
-        updatemenus=[
-            dict(
-                type="buttons",
-                direction="left",
-                x=0,
-                y=below(50),
-                xanchor="left",
-                yanchor="top",
-                buttons=[
-                    dict(
-                        label="▶ play",
-                        method="animate",
-                        args=[None, dict(frame=dict(duration=900, redraw=True), fromcurrent=True)],
-                    ),
-                    dict(
-                        label="❚❚ pause",
-                        method="animate",
-                        args=[[None], dict(mode="immediate", frame=dict(duration=0))],
-                    ),
-                ],
-            )
-        ],
-        sliders=[
-            dict(
-                active=0,
-                x=0,
-                y=below(90),
-                len=1,
-                xanchor="left",
-                yanchor="top",
-                currentvalue=dict(prefix="step ", xanchor="right"),
-                steps=[
-                    dict(
-                        label=str(i),
-                        method="animate",
-                        args=[[str(i)], dict(mode="immediate", frame=dict(duration=0, redraw=True))],
-                    )
-                    for i in range(len(steps))
-                ],
-            )
-        ],
+        updatemenus=[_play_pause(below(50))],
+        sliders=[_step_slider(len(steps), below(90))],
     )
     return fig
+
+
+def _step_titles(op: str, steps: list, block_bytes: int) -> list[str]:
+    """Each frame's title: what every device holds at the start, what each step sends, and what the last leaves."""
+    start = (
+        "each device holds its own block"
+        if op == "all-gather"
+        else "each device holds its own partial sum of every block"
+    )
+    titles = ["start: " + start] + [
+        f"step {i}/{len(steps) - 1} ({step.phase}): every device sends one block ({block_bytes:,} bytes) to the next"
+        for i, step in enumerate(steps)
+        if i > 0
+    ]
+    if len(steps) > 1:
+        titles[-1] += "<br>done: " + (
+            "every device holds every block"
+            if op != "reduce-scatter"
+            else "each device holds its block, summed over all"
+        )
+    return titles
+
+
+def _play_pause(y: float) -> dict:
+    """▶ play and ❚❚ pause, side by side at ``y`` (paper fraction) under the plot."""
+    return dict(
+        type="buttons",
+        direction="left",
+        x=0,
+        y=y,
+        xanchor="left",
+        yanchor="top",
+        buttons=[
+            dict(
+                label="▶ play",
+                method="animate",
+                args=[None, dict(frame=dict(duration=900, redraw=True), fromcurrent=True)],
+            ),
+            dict(label="❚❚ pause", method="animate", args=[[None], dict(mode="immediate", frame=dict(duration=0))]),
+        ],
+    )
+
+
+def _step_slider(count: int, y: float) -> dict:
+    """A slider over the ``count`` frames at ``y`` (paper fraction), its 'step N' on the right."""
+    return dict(
+        active=0,
+        x=0,
+        y=y,
+        len=1,
+        xanchor="left",
+        yanchor="top",
+        currentvalue=dict(prefix="step ", xanchor="right"),
+        steps=[
+            dict(
+                label=str(i),
+                method="animate",
+                args=[[str(i)], dict(mode="immediate", frame=dict(duration=0, redraw=True))],
+            )
+            for i in range(count)
+        ],
+    )
 
 
 # How the app draws these figures: no modebar (zoom and pan mean nothing here, and it covered the title).

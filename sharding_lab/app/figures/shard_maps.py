@@ -357,60 +357,94 @@ def shard_map_figure(
     facets = sorted({key[0] for key in blocks})[:MAX_FACETS]
     panels = _Panels(len(facets), 0.04, [_facet_title(f) for f in facets] if len(facets) > 1 else None)
     per_facet = {f: sum(1 for key in blocks if key[0] == f) for f in facets}
-    shard = layout.shard_shape
-    for (facet, (r0, r1), (c0, c1)), group in blocks.items():
+    for (facet, rows_of, cols_of), group in blocks.items():
         if facet not in facets:
             continue
         panel = facets.index(facet)
-        full_ranges = layout.devices[group[0]]
-        where = ", ".join(f"{a}:{b}" for a, b in full_ranges) or "the scalar"
-        width = (c1 - c0) / len(group)
-        stripes = []
-        for i, device in enumerate(group):
-            shared = f"<br>replicated on devices {_device_list(group)}" if len(group) > 1 else ""
-            hover = (
-                f"<b>device {device}</b> mesh coords {dict(zip(axes, coords.get(device, ())))}"
-                f"<br>holds [{where}]<br>shard shape {shard}, {layout.bytes_per_device:,} bytes{shared}"
-            )
-            meta = {"device": device, "ranges": [list(r) for r in full_ranges], "shared_with": group}
-            if owners is not None and device in owners:
-                hover += f"<br>owned by process {owners[device]}: only it can address this shard"
-                meta["process"] = owners[device]
-            panels.box(
-                panel,
-                c0 + i * width,
-                c0 + (i + 1) * width,
-                r0,
-                r1,
-                device_color(device),
-                None,
-                hover,
-                name=f"device {device}",
-                meta=meta,
-                opacity=0.12 if highlight is not None and device not in highlight else 0.9,
-            )
-            stripes.append(hover)
-        label = ("dev " if len(group) == 1 else "devs ") + _device_list(group)
+        block = _Block(layout, group, rows_of, cols_of)
+        stripes = [_stripe(panels, panel, block, i, coords, axes, owners, highlight) for i in range(len(group))]
         if per_facet[facet] <= MAX_LABELLED_BLOCKS:  # past that, labels overlap into a smear: hover instead
-            panels.label(panel, (c0 + c1) / 2, (r0 + r1) / 2, label, bgcolor="rgba(0,0,0,0.35)")
-        # The whole block is the click target, not only its centre: a grid of markers about 25 px
-        # apart on a typical map (24 across the array's width, 6 down its height), each carrying
-        # the hover of the stripe under it. The devices as "0,1,2,3": Streamlit hands a nested
-        # list back as a dict.
-        nx, ny = max(2, math.ceil(24 * (c1 - c0) / cols)), max(2, math.ceil(6 * (r1 - r0) / rows))
-        xs = [c0 + (c1 - c0) * (k + 0.5) / nx for k in range(nx)]
-        ys = [r0 + (r1 - r0) * (k + 0.5) / ny for k in range(ny)]
-        grid = [(x, y) for y in ys for x in xs]
-        panels.targets(
-            panel,
-            [x for x, _ in grid],
-            [y for _, y in grid],
-            [[layout.path, ",".join(map(str, group)), where]] * len(grid),
-            size=24,
-            hovers=[stripes[min(len(group) - 1, int((x - c0) / width))] for x, _ in grid],
-        )
-    many = len(facets) > 2  # narrow panels: fewer ticks, axis titles once (else they overlap)
-    for f in range(len(facets)):
+            label = ("dev " if len(group) == 1 else "devs ") + _device_list(group)
+            panels.label(panel, (block.c0 + block.c1) / 2, (block.r0 + block.r1) / 2, label, bgcolor="rgba(0,0,0,0.35)")
+        _click_targets(panels, panel, block, stripes, rows, cols)
+    _map_axes(panels, layout, len(facets), rows, cols)
+    if len(facets) > 1:  # the panel titles: which slice of the leading dimensions each shows
+        for annotation in panels.annotations[: len(facets)]:
+            annotation["font"] = dict(size=10)
+    return panels.figure(
+        title=dict(text=title or layout.path, font=dict(size=14)),
+        showlegend=False,
+        height=height,
+        margin=dict(l=10, r=10, t=40, b=10),
+        plot_bgcolor="rgba(0,0,0,0.04)",
+    )
+
+
+class _Block:
+    """One block of the array on the map: the devices holding it (one stripe each, side by side), its rows
+    ``r0:r1`` and columns ``c0:c1`` in the drawn two dimensions, and its ranges in every dimension."""
+
+    def __init__(self, layout: ArrayLayout, group: list[int], rows_of: tuple, cols_of: tuple):
+        self.layout, self.group = layout, group
+        (self.r0, self.r1), (self.c0, self.c1) = rows_of, cols_of
+        self.ranges = layout.devices[group[0]]
+        self.where = ", ".join(f"{a}:{b}" for a, b in self.ranges) or "the scalar"
+        self.width = (self.c1 - self.c0) / len(group)  # one stripe's
+
+
+def _stripe(panels, panel: int, block: _Block, i: int, coords, axes, owners, highlight) -> str:
+    """The ``i``-th holder's stripe of ``block`` in its device's colour (dimmed where ``highlight`` leaves it
+    out), with what it holds and, with ``owners``, which process owns it; returns its hover text."""
+    group, layout, device = block.group, block.layout, block.group[i]
+    shared = f"<br>replicated on devices {_device_list(group)}" if len(group) > 1 else ""
+    hover = (
+        f"<b>device {device}</b> mesh coords {dict(zip(axes, coords.get(device, ())))}"
+        f"<br>holds [{block.where}]<br>shard shape {layout.shard_shape}, {layout.bytes_per_device:,} bytes{shared}"
+    )
+    meta = {"device": device, "ranges": [list(r) for r in block.ranges], "shared_with": group}
+    if owners is not None and device in owners:
+        hover += f"<br>owned by process {owners[device]}: only it can address this shard"
+        meta["process"] = owners[device]
+    panels.box(
+        panel,
+        block.c0 + i * block.width,
+        block.c0 + (i + 1) * block.width,
+        block.r0,
+        block.r1,
+        device_color(device),
+        None,
+        hover,
+        name=f"device {device}",
+        meta=meta,
+        opacity=0.12 if highlight is not None and device not in highlight else 0.9,
+    )
+    return hover
+
+
+def _click_targets(panels, panel: int, block: _Block, stripes: list[str], rows: int, cols: int) -> None:
+    """The whole block is the click target, not only its centre: a grid of markers about 25 px apart on a typical
+    map (24 across the array's width, 6 down its height), each carrying the hover of the stripe under it. The
+    devices as "0,1,2,3": Streamlit hands a nested list back as a dict."""
+    c0, c1, r0, r1 = block.c0, block.c1, block.r0, block.r1
+    nx, ny = max(2, math.ceil(24 * (c1 - c0) / cols)), max(2, math.ceil(6 * (r1 - r0) / rows))
+    xs = [c0 + (c1 - c0) * (k + 0.5) / nx for k in range(nx)]
+    ys = [r0 + (r1 - r0) * (k + 0.5) / ny for k in range(ny)]
+    grid = [(x, y) for y in ys for x in xs]
+    panels.targets(
+        panel,
+        [x for x, _ in grid],
+        [y for _, y in grid],
+        [[block.layout.path, ",".join(map(str, block.group)), block.where]] * len(grid),
+        size=24,
+        hovers=[stripes[min(len(block.group) - 1, int((x - c0) / block.width))] for x, _ in grid],
+    )
+
+
+def _map_axes(panels, layout: ArrayLayout, facets: int, rows: int, cols: int) -> None:
+    """Each panel's axes in array coordinates: columns across, rows down; with many (narrow) panels, fewer ticks
+    and the axis titles once (else they overlap)."""
+    many = facets > 2
+    for f in range(facets):
         x_title = f"dim {len(layout.shape) - 1} (size {cols})" if layout.shape else ""
         panels.axes(
             f,
@@ -433,16 +467,6 @@ def shard_map_figure(
                 showticklabels=len(layout.shape) > 1 and (f == 0 or not many),
             ),
         )
-    if len(facets) > 1:  # the panel titles: which slice of the leading dimensions each shows
-        for annotation in panels.annotations[: len(facets)]:
-            annotation["font"] = dict(size=10)
-    return panels.figure(
-        title=dict(text=title or layout.path, font=dict(size=14)),
-        showlegend=False,
-        height=height,
-        margin=dict(l=10, r=10, t=40, b=10),
-        plot_bgcolor="rgba(0,0,0,0.04)",
-    )
 
 
 def _facet_title(ranges: tuple) -> str:

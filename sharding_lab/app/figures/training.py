@@ -125,24 +125,7 @@ def sequence_figure(x: np.ndarray, y: np.ndarray, prediction: np.ndarray | None,
             f"right guesses per position ({len(x)} sequences)",
         ],
     )
-    if prediction is None:
-        guess = None
-        z = np.where(guessed[:shown], np.nan, 0.5)
-        text = np.where(guessed[:shown], "", x[:shown].astype(str))
-    else:
-        guess = np.full_like(x, -1)
-        guess[:, 1:] = np.asarray(prediction).astype(int)[:, :-1]
-        right = guess == x
-        z = np.where(guessed[:shown], right[:shown].astype(float), 0.5)
-        text = np.where(guessed[:shown], guess[:shown].astype(str), x[:shown].astype(str))
-    hover = [
-        [
-            f"sequence {r}, position {t}: token {x[r, t]}"
-            + ("" if not guessed[r, t] else " (to guess)" if guess is None else f"<br>model guessed {guess[r, t]}")
-            for t in range(seq)
-        ]
-        for r in range(shown)
-    ]
+    guess, z, text, hover = _sequence_cells(x, guessed, shown, prediction)
     fig.add_trace(
         go.Heatmap(
             z=z,
@@ -163,20 +146,8 @@ def sequence_figure(x: np.ndarray, y: np.ndarray, prediction: np.ndarray | None,
         col=1,
     )
     fig.update_yaxes(autorange="reversed", title_text="sequence", row=1, col=1)
-    positions = np.flatnonzero(guessed.any(axis=0))
-    if guess is not None and len(positions):
-        accuracy = [float(np.mean(guess[guessed[:, t], t] == x[guessed[:, t], t])) for t in positions]
-        fig.add_trace(
-            go.Bar(
-                x=positions,
-                y=accuracy,
-                marker_color="#4C78A8",
-                name="accuracy",
-                hovertemplate="position %{x}: %{y:.0%} right<extra></extra>",
-            ),
-            row=2,
-            col=1,
-        )
+    if guess is not None:
+        _accuracy_bars(fig, x, guess, guessed)
     fig.update_yaxes(range=[0, 1], tickformat=".0%", row=2, col=1)
     fig.update_xaxes(range=[-0.5, seq - 0.5], row=1, col=1)
     fig.update_xaxes(title_text="position", range=[-0.5, seq - 0.5], row=2, col=1)
@@ -189,3 +160,46 @@ def sequence_figure(x: np.ndarray, y: np.ndarray, prediction: np.ndarray | None,
         title=dict(text="Task: repeat the sequence reversed", font=dict(size=14)),
     )
     return fig
+
+
+def _sequence_cells(x: np.ndarray, guessed: np.ndarray, shown: int, prediction: np.ndarray | None):
+    """(guess per position or None, colour value, text, hover) of the first ``shown`` sequences' cells: a given
+    token grey (0.5), a guess green (1) when right, red (0) when wrong — blank before a model has guessed."""
+    if prediction is None:
+        guess = None
+        z = np.where(guessed[:shown], np.nan, 0.5)
+        text = np.where(guessed[:shown], "", x[:shown].astype(str))
+    else:
+        guess = np.full_like(x, -1)
+        guess[:, 1:] = np.asarray(prediction).astype(int)[:, :-1]
+        right = guess == x
+        z = np.where(guessed[:shown], right[:shown].astype(float), 0.5)
+        text = np.where(guessed[:shown], guess[:shown].astype(str), x[:shown].astype(str))
+    hover = [
+        [
+            f"sequence {r}, position {t}: token {x[r, t]}"
+            + ("" if not guessed[r, t] else " (to guess)" if guess is None else f"<br>model guessed {guess[r, t]}")
+            for t in range(x.shape[1])
+        ]
+        for r in range(shown)
+    ]
+    return guess, z, text, hover
+
+
+def _accuracy_bars(fig: go.Figure, x: np.ndarray, guess: np.ndarray, guessed: np.ndarray) -> None:
+    """Under the cells: per guessed position, the share of all probed sequences guessed right."""
+    positions = np.flatnonzero(guessed.any(axis=0))
+    if not len(positions):
+        return
+    accuracy = [float(np.mean(guess[guessed[:, t], t] == x[guessed[:, t], t])) for t in positions]
+    fig.add_trace(
+        go.Bar(
+            x=positions,
+            y=accuracy,
+            marker_color="#4C78A8",
+            name="accuracy",
+            hovertemplate="position %{x}: %{y:.0%} right<extra></extra>",
+        ),
+        row=2,
+        col=1,
+    )
