@@ -92,10 +92,6 @@ def make_pipelined_step(plan, graphdef):
     signature ``(state, x, y) → (state, loss)``, the same loss and gradients."""
     config, mesh = plan.config, plan.mesh
     family, axis, m = config.family, config.stage_axis, config.microbatches
-    p = mesh.shape[axis]
-    table = schedule_of(config)
-    cells = {name: jnp.asarray(values) for name, values in tables(table).items()}
-    n_act, n_grad = table.slot_count("act"), table.slot_count("grad")
     batch_axes = plan.spec("batch/x")[0] if len(plan.spec("batch/x")) else None
     data_axes = tuple(a for a in axis_names(batch_axes) if a != axis)
     manual = (axis, *data_axes)  # the axes shard_map hands to us; the others stay with the compiler
@@ -105,82 +101,7 @@ def make_pipelined_step(plan, graphdef):
     # class warm-up). A sum over one device is the value itself: skip those sums, and JAX's check that
     # asks for them (`check_vma`).
     alone = all(mesh.shape[a] == 1 for a in manual)
-    psum = (lambda value, axes: value) if alone else jax.lax.psum
-
-    def run(blocks, rest, xm, ym, count, model_def):
-        """The body under shard_map: this stage's blocks, every other weight, all microbatches."""
-        s = jax.lax.axis_index(axis)
-        first, last = s == 0, s == p - 1
-        varying = lambda a, axes=manual: jax.lax.pcast(a, axes, to="varying")  # noqa: E731
-        # The other weights are the same on every stage and data shard; the blocks the same on every
-        # data shard. Marked as varying here, outside any derivative: else the vjp of a backward tick
-        # would sum their gradients over those axes right there (the transpose of the cast) — once
-        # per microbatch, and over the stages inside one stage's branch, which the other stages
-        # never join. Summed once, after the last tick, below.
-        rest = jax.tree.map(varying, rest)
-        blocks = jax.tree.map(lambda a: varying(a, data_axes), blocks) if data_axes else blocks
-        # What one stage hands the next for one microbatch: the shape of the embedded tokens.
-        act = jax.eval_shape(lambda r, t: nnx.merge(model_def, _join(blocks, r)).embed(t), rest, xm[0])
-        store = varying(jnp.zeros((n_act, *act.shape), act.dtype))
-        inbox = varying(jnp.zeros((n_grad, *act.shape), act.dtype))
-        nothing = varying(jnp.zeros(act.shape, act.dtype))
-        grads = (jax.tree.map(jnp.zeros_like, blocks), jax.tree.map(jnp.zeros_like, rest))
-        loss = varying(jnp.zeros((), jnp.float32))
-
-        def stage_input(model, kept, tokens):
-            """The first stage embeds the tokens; the others take the input that arrived."""
-            return jnp.where(first, model.embed(tokens), kept)
-
-        def stage(blocks, rest, kept, tokens, targets):
-            """This stage on one microbatch: (its blocks' output, its loss share — nonzero on the last)."""
-            model = nnx.merge(model_def, _join(blocks, rest))
-            h = model.blocks.apply({n: blocks[n][...] for n in model.blocks.names}, stage_input(model, kept, tokens))
-            return h, jnp.where(last, family.partial_loss(model, h, targets, count), 0.0)
-
-        def idle(carry, k, a, g):
-            return carry, nothing, nothing
-
-        @jax.named_scope(FORWARD_SCOPE)  # what the compiler adds inside (tensor parallelism) is forward
-        def forward(carry, k, a, g):
-            store, inbox, grads, loss = carry
-            model = nnx.merge(model_def, _join(blocks, rest))
-            x_in = stage_input(model, store[a], xm[k])
-            h = model.blocks.apply({n: blocks[n][...] for n in model.blocks.names}, x_in)
-            return (store.at[a].set(x_in), inbox, grads, loss), h, nothing
-
-        @jax.named_scope(BACKWARD_SCOPE)  # the recomputed forward included: it runs in the backward pass
-        def backward(carry, k, a, g):
-            store, inbox, grads, loss = carry
-            (h, share), pull = jax.vjp(lambda b, r, x: stage(b, r, x, xm[k], ym[k]), blocks, rest, store[a])
-            d_blocks, d_rest, d_x = pull((jnp.where(last, jnp.zeros_like(h), inbox[g]), jnp.ones_like(share)))
-            grads = (jax.tree.map(jnp.add, grads[0], d_blocks), jax.tree.map(jnp.add, grads[1], d_rest))
-            return (store, inbox, grads, loss + share), nothing, d_x
-
-        kinds, carry = cells["kind"], (store, inbox, grads, loss)
-        for t in range(table.ticks):
-            k, a, g = cells["mb"][t][s], cells["act"][t][s], cells["grad"][t][s]
-            carry, send_act, send_grad = jax.lax.switch(kinds[t][s], [idle, forward, backward], carry, k, a, g)
-            store, inbox, grads, loss = carry
-            row = table.grid[t]
-            forward_pairs = [(i, i + 1) for i in range(p - 1) if row[i] is not None and row[i].kind == "F"]
-            backward_pairs = [(i, i - 1) for i in range(1, p) if row[i] is not None and row[i].kind == "B"]
-            if forward_pairs:
-                with jax.named_scope(FORWARD_SCOPE):
-                    arrived = jax.lax.ppermute(send_act, axis, forward_pairs)
-                slot = cells["recv_act"][t][s]
-                store = jnp.where(slot >= 0, store.at[jnp.maximum(slot, 0)].set(arrived), store)
-            if backward_pairs:
-                with jax.named_scope(BACKWARD_SCOPE):
-                    arrived = jax.lax.ppermute(send_grad, axis, backward_pairs)
-                slot = cells["recv_grad"][t][s]
-                inbox = jnp.where(slot >= 0, inbox.at[jnp.maximum(slot, 0)].set(arrived), inbox)
-            carry = (store, inbox, grads, loss)
-        _, _, (d_blocks, d_rest), loss = carry
-        with jax.named_scope(GRADIENT_SCOPE):
-            # Each data shard's gradients summed once per step (data parallelism's all-reduce); the
-            # other weights' gradients also over the stages (only the first and last have any).
-            d_blocks = psum(d_blocks, data_axes) if data_axes else d_blocks
-            return d_blocks, psum(d_rest, manual), psum(loss, manual)
+    run = _stages(plan, data_axes, manual, alone)
 
     def train_step(state, x, y):
         model, optimizer = nnx.merge(graphdef, state)
@@ -206,3 +127,112 @@ def make_pipelined_step(plan, graphdef):
         return nnx.state((model, optimizer)), loss
 
     return train_step
+
+
+def _stages(plan, data_axes: tuple, manual: tuple, alone: bool):
+    """The body under shard_map, ``run(blocks, rest, xm, ym, count, model_def)``: this stage's blocks, every other
+    weight and all microbatches in; the table run tick by tick; the summed gradients and loss out."""
+    config, mesh = plan.config, plan.mesh
+    axis = config.stage_axis
+    p = mesh.shape[axis]
+    table = schedule_of(config)
+    cells = {name: jnp.asarray(values) for name, values in tables(table).items()}
+    n_act, n_grad = table.slot_count("act"), table.slot_count("grad")
+    psum = (lambda value, axes: value) if alone else jax.lax.psum
+
+    def run(blocks, rest, xm, ym, count, model_def):
+        s = jax.lax.axis_index(axis)
+        varying = lambda a, axes=manual: jax.lax.pcast(a, axes, to="varying")  # noqa: E731
+        # The other weights are the same on every stage and data shard; the blocks the same on every
+        # data shard. Marked as varying here, outside any derivative: else the vjp of a backward tick
+        # would sum their gradients over those axes right there (the transpose of the cast) — once
+        # per microbatch, and over the stages inside one stage's branch, which the other stages
+        # never join. Summed once, after the last tick, below.
+        rest = jax.tree.map(varying, rest)
+        blocks = jax.tree.map(lambda a: varying(a, data_axes), blocks) if data_axes else blocks
+        # What one stage hands the next for one microbatch: the shape of the embedded tokens.
+        act = jax.eval_shape(lambda r, t: nnx.merge(model_def, _join(blocks, r)).embed(t), rest, xm[0])
+        store = varying(jnp.zeros((n_act, *act.shape), act.dtype))
+        inbox = varying(jnp.zeros((n_grad, *act.shape), act.dtype))
+        nothing = varying(jnp.zeros(act.shape, act.dtype))
+        grads = (jax.tree.map(jnp.zeros_like, blocks), jax.tree.map(jnp.zeros_like, rest))
+        loss = varying(jnp.zeros((), jnp.float32))
+        work = _Work(config.family, model_def, blocks, rest, xm, ym, count, s == 0, s == p - 1, nothing)
+        branches = [work.idle, work.forward, work.backward]
+        kinds, carry = cells["kind"], (store, inbox, grads, loss)
+        for t in range(table.ticks):
+            k, a, g = cells["mb"][t][s], cells["act"][t][s], cells["grad"][t][s]
+            carry, send_act, send_grad = jax.lax.switch(kinds[t][s], branches, carry, k, a, g)
+            store, inbox, grads, loss = carry
+            store, inbox = _exchange(table.grid[t], p, axis, (cells, t, s), (send_act, send_grad), store, inbox)
+            carry = (store, inbox, grads, loss)
+        _, _, (d_blocks, d_rest), loss = carry
+        with jax.named_scope(GRADIENT_SCOPE):
+            # Each data shard's gradients summed once per step (data parallelism's all-reduce); the
+            # other weights' gradients also over the stages (only the first and last have any).
+            d_blocks = psum(d_blocks, data_axes) if data_axes else d_blocks
+            return d_blocks, psum(d_rest, manual), psum(loss, manual)
+
+    return run
+
+
+class _Work:
+    """What a stage does in one tick, as the three branches of its ``lax.switch`` (each ``(carry, k, a, g) →
+    (carry, activation sent on, gradient sent back)`` for microbatch ``k``, activation slot ``a``, gradient
+    slot ``g``): idle, forward, backward."""
+
+    def __init__(self, family, model_def, blocks, rest, xm, ym, count, first, last, nothing):
+        self.family, self.model_def, self.blocks, self.rest = family, model_def, blocks, rest
+        self.xm, self.ym, self.count, self.first, self.last, self.nothing = xm, ym, count, first, last, nothing
+
+    def stage_input(self, model, kept, tokens):
+        """The first stage embeds the tokens; the others take the input that arrived."""
+        return jnp.where(self.first, model.embed(tokens), kept)
+
+    def stage(self, blocks, rest, kept, tokens, targets):
+        """This stage on one microbatch: (its blocks' output, its loss share — nonzero on the last)."""
+        model = nnx.merge(self.model_def, _join(blocks, rest))
+        h = model.blocks.apply({n: blocks[n][...] for n in model.blocks.names}, self.stage_input(model, kept, tokens))
+        return h, jnp.where(self.last, self.family.partial_loss(model, h, targets, self.count), 0.0)
+
+    def idle(self, carry, k, a, g):
+        return carry, self.nothing, self.nothing
+
+    @jax.named_scope(FORWARD_SCOPE)  # what the compiler adds inside (tensor parallelism) is forward
+    def forward(self, carry, k, a, g):
+        store, inbox, grads, loss = carry
+        blocks = self.blocks
+        model = nnx.merge(self.model_def, _join(blocks, self.rest))
+        x_in = self.stage_input(model, store[a], self.xm[k])
+        h = model.blocks.apply({n: blocks[n][...] for n in model.blocks.names}, x_in)
+        return (store.at[a].set(x_in), inbox, grads, loss), h, self.nothing
+
+    @jax.named_scope(BACKWARD_SCOPE)  # the recomputed forward included: it runs in the backward pass
+    def backward(self, carry, k, a, g):
+        store, inbox, grads, loss = carry
+        xm, ym = self.xm, self.ym
+        (h, share), pull = jax.vjp(lambda b, r, x: self.stage(b, r, x, xm[k], ym[k]), self.blocks, self.rest, store[a])
+        d_blocks, d_rest, d_x = pull((jnp.where(self.last, jnp.zeros_like(h), inbox[g]), jnp.ones_like(share)))
+        grads = (jax.tree.map(jnp.add, grads[0], d_blocks), jax.tree.map(jnp.add, grads[1], d_rest))
+        return (store, inbox, grads, loss + share), self.nothing, d_x
+
+
+def _exchange(row, p: int, axis: str, at: tuple, sends: tuple, store, inbox):
+    """The tick's sends (``row`` of the table): one ppermute forward between exactly the stages that ran a forward,
+    one backward likewise (none when no stage sends); what arrives goes to the slot the table names for it
+    (``at``: the cells, the tick and this stage). Returns the stage's (store, inbox)."""
+    cells, t, s = at
+    send_act, send_grad = sends
+    forward_pairs = [(i, i + 1) for i in range(p - 1) if row[i] is not None and row[i].kind == "F"]
+    backward_pairs = [(i, i - 1) for i in range(1, p) if row[i] is not None and row[i].kind == "B"]
+    if forward_pairs:
+        with jax.named_scope(FORWARD_SCOPE):
+            arrived = jax.lax.ppermute(send_act, axis, forward_pairs)
+        slot = cells["recv_act"][t][s]
+        store = jnp.where(slot >= 0, store.at[jnp.maximum(slot, 0)].set(arrived), store)
+    if backward_pairs:
+        with jax.named_scope(BACKWARD_SCOPE):
+            arrived = jax.lax.ppermute(send_grad, axis, backward_pairs)
+        slot = cells["recv_grad"][t][s]
+        inbox = jnp.where(slot >= 0, inbox.at[jnp.maximum(slot, 0)].set(arrived), inbox)
+    return store, inbox
