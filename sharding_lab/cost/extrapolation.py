@@ -132,6 +132,35 @@ def extrapolate(config: LabConfig, dtype: str, target: tuple[int, ...], max_devi
     named = {a for array in planned.arrays.values() for dim in array.spec for a in axis_names(dim)}
     used = tuple(a in named for a in axes)
     _check_batch_divides(planned, target)
+    compiled = _probe_compiles(config, dtype, target, max_devices, used)
+    fitter = _Fitter(axes, target, used)
+    fitted = {
+        name: fitter.one(name, [(c.mesh, getattr(c, name)) for c in compiled])
+        for name in ("flops", "hbm_bytes", "hbm_needed")
+    }
+    fitted["collectives"] = _fit_collectives(compiled, axes, fitter)
+    # the compiled figures shown beside the extrapolation: the biggest mesh, most axes split
+    largest = max(compiled, key=lambda c: (math.prod(c.mesh), min(c.mesh)))
+    notes = fitter.notes
+    idle = [a for a, u in zip(axes, used) if not u]
+    if idle:
+        notes.insert(
+            0,
+            f"no layout rule uses {', '.join(idle)}: compiled at size 1 there (every device along "
+            "it repeats the same work)",
+        )
+    notes.insert(
+        0,
+        f"compiled on {len(compiled)} meshes ({', '.join('x'.join(map(str, c.mesh)) for c in compiled)}); "
+        f"every figure for {'x'.join(map(str, target))} is extrapolated with q(n) = Σ c_A / Π n_a",
+    )
+    fitted["checks"] = fitter.checks
+    return fitted, [c.mesh for c in compiled], notes, largest
+
+
+def _probe_compiles(config: LabConfig, dtype: str, target, max_devices: int, used) -> list[Compiled]:
+    """The step compiled on each probe mesh (:func:`probe_meshes`) that accepts the layout; refuses when none does."""
+    axes = tuple(config.mesh.axes)
     probes = probe_meshes(target, max_devices, used)
     if not probes:
         raise ConfigError(_no_probe(axes, target, used, max_devices), "mesh")
@@ -150,43 +179,57 @@ def extrapolate(config: LabConfig, dtype: str, target: tuple[int, ...], max_devi
             f"{max_devices} devices, accepts this layout: check the batch size divides the data axis",
             "mesh",
         )
-    notes: list[str] = []
-    checks: dict[str, float] = {}
+    return compiled
 
-    def one(name: str, points):
+
+class _Fitter:
+    """Fits one figure at a time to the target (:func:`fit`), collecting what to say of the fits (``notes``) and
+    each held-out check's relative error (``checks``: figure → error)."""
+
+    def __init__(self, axes: tuple[str, ...], target: tuple[int, ...], used: tuple[bool, ...]):
+        self.axes, self.target, self.used = axes, target, used
+        self.notes: list[str] = []
+        self.checks: dict[str, float] = {}
+
+    def one(self, name: str, points) -> float:
+        """The figure ``name`` at the target from its compiled ``points`` ((mesh, value), …)."""
+        target, used = self.target, self.used
         value, residual, dropped = fit(points, target, used)
         if dropped and name == "flops":  # said once: the compiled meshes could not fit these terms
-            notes.append(
+            self.notes.append(
                 f"only {len(points)} compiled mesh{'es' if len(points) != 1 else ''} split every axis "
-                f"{_shape(target)} splits: the terms in {', '.join(_term_name(axes, t) for t in dropped)} "
+                f"{_shape(target)} splits: the terms in {', '.join(_term_name(self.axes, t) for t in dropped)} "
                 "could not be fitted: treat the figures as rough (each is held between what the compiled meshes "
                 "allow: no more than on the smallest, no less than its share of the work)"
             )
         if len(points) - 1 >= max(3, len(_terms(target, used))):
-            # held-out check: fit without the biggest compiled mesh and predict it. XLA may pick a
-            # different strategy at another mesh size, which no smooth form can follow.
-            held = max(points, key=lambda p: (math.prod(p[0]), min(p[0])))
-            guess = fit([p for p in points if p is not held], held[0], used)[0]
-            error = abs(guess - held[1]) / max(abs(held[1]), 1.0)
-            checks[name] = error
-            if error > 0.10:
-                notes.append(
-                    f"{name}: fitted without the {'x'.join(map(str, held[0]))} compile it predicts "
-                    f"{guess:,.0f} against the compiled {held[1]:,.0f} ({error:.0%} off) — XLA changes "
-                    "strategy with the mesh size here: treat this figure as rough"
-                )
+            self._held_out(name, points)
         if residual > 0.02:
-            notes.append(
+            self.notes.append(
                 f"{name}: the form Σ c_A/Π n_a misses the compiled values by up to {residual:.0%} "
                 "(XLA changes strategy between mesh sizes): treat this figure as rough"
             )
         return value
 
-    fitted = {
-        name: one(name, [(c.mesh, getattr(c, name)) for c in compiled]) for name in ("flops", "hbm_bytes", "hbm_needed")
-    }
+    def _held_out(self, name: str, points) -> None:
+        """Fit without the biggest compiled mesh and predict it. XLA may pick a different strategy at another mesh
+        size, which no smooth form can follow: said when it misses by more than 10%."""
+        held = max(points, key=lambda p: (math.prod(p[0]), min(p[0])))
+        guess = fit([p for p in points if p is not held], held[0], self.used)[0]
+        error = abs(guess - held[1]) / max(abs(held[1]), 1.0)
+        self.checks[name] = error
+        if error > 0.10:
+            self.notes.append(
+                f"{name}: fitted without the {'x'.join(map(str, held[0]))} compile it predicts "
+                f"{guess:,.0f} against the compiled {held[1]:,.0f} ({error:.0%} off) — XLA changes "
+                "strategy with the mesh size here: treat this figure as rough"
+            )
+
+
+def _fit_collectives(compiled: list[Compiled], axes: tuple[str, ...], fitter: _Fitter) -> dict:
+    """(op, mesh axes) → the collective's bytes fitted to the target, its largest count and an example."""
+    fitted = {}
     keys = {key for c in compiled for key in c.by_key()}
-    fitted["collectives"] = {}
     for op, group_axes in sorted(keys):
         index = [axes.index(a) for a in group_axes]
         # a collective over axes that are all split can occur only on meshes where they are > 1
@@ -194,27 +237,12 @@ def extrapolate(config: LabConfig, dtype: str, target: tuple[int, ...], max_devi
         rows = [c.by_key().get((op, group_axes)) for c in usable]
         example = next(r["example"] for r in rows if r)
         count = max(r["count"] for r in rows if r)
-        value = one(
+        value = fitter.one(
             f"{op} over {'+'.join(group_axes) or 'none'}",
             [(c.mesh, r["bytes"] if r else 0.0) for c, r in zip(usable, rows)],
         )
-        fitted["collectives"][(op, group_axes)] = {"bytes": value, "count": count, "example": example}
-    # the compiled figures shown beside the extrapolation: the biggest mesh, most axes split
-    largest = max(compiled, key=lambda c: (math.prod(c.mesh), min(c.mesh)))
-    idle = [a for a, u in zip(axes, used) if not u]
-    if idle:
-        notes.insert(
-            0,
-            f"no layout rule uses {', '.join(idle)}: compiled at size 1 there (every device along "
-            "it repeats the same work)",
-        )
-    notes.insert(
-        0,
-        f"compiled on {len(compiled)} meshes ({', '.join('x'.join(map(str, c.mesh)) for c in compiled)}); "
-        f"every figure for {'x'.join(map(str, target))} is extrapolated with q(n) = Σ c_A / Π n_a",
-    )
-    fitted["checks"] = checks
-    return fitted, [c.mesh for c in compiled], notes, largest
+        fitted[(op, group_axes)] = {"bytes": value, "count": count, "example": example}
+    return fitted
 
 
 def _shape(mesh) -> str:
