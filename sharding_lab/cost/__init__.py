@@ -17,8 +17,8 @@ from ..units import format_seconds, time_unit
 from .collectives import comm_rows
 from .compiled import DTYPES, Compiled, compile_step, matmul_traffic
 from .extrapolation import extrapolate, fit, probe_meshes
-from .report import describe, print_cost
 from .prediction import Prediction
+from .report import describe, print_cost
 from .roofline import default_dtype, parse_target, predict
 from .sweep import batch_sweep, critical_batch
 
