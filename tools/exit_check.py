@@ -5,7 +5,7 @@
 What a server stopped mid-class, or a script that ran the app, does: it ends while the background warm-up may
 still be compiling and a training run is still training. Before :mod:`sharding_lab.server.background` such a
 process aborted at exit (SIGABRT 134 or SIGSEGV 139: daemon threads torn down inside XLA).
-tests/app/test_exit.py runs it 10 times (on one compilation cache). Prints the pages it rendered and the
+tests/app/test_exit.py runs it 3 times (on one compilation cache). Prints the pages it rendered and the
 background threads alive at the end of the script (the ones interpreter exit has to stop and join).
 """
 
