@@ -26,4 +26,45 @@ os.environ.setdefault("SHARDING_LAB_TRACEBACKS", "on")
 if "xla_backend_optimization_level" not in os.environ.get("XLA_FLAGS", ""):
     os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " --xla_backend_optimization_level=0").strip()
 
+import pytest  # noqa: E402
+
 import sharding_lab  # noqa: E402,F401  (forces the host devices before any test touches JAX)
+from tests import second_stack  # noqa: E402
+
+second_stack.listen()
+_LOWERED_BEFORE = pytest.StashKey[int]()
+
+
+def pytest_collection_modifyitems(config, items):
+    """CI's second run (tests/core on Python 3.11, SHARDING_LAB_SECOND_STACK=1) leaves out what cannot differ
+    between the stacks (tests/second_stack.py says what and why)."""
+    if not second_stack.SECOND_STACK:
+        return
+    dropped = [item for item in items if second_stack.left_out(item.nodeid)]
+    if dropped:
+        config.hook.pytest_deselected(items=dropped)
+        items[:] = [item for item in items if not second_stack.left_out(item.nodeid)]
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_setup(item):
+    item.stash[_LOWERED_BEFORE] = second_stack.lowered()
+    yield
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    """A test of a file tests/second_stack.py runs on one stack only, as handing JAX nothing to lower, fails if it
+    lowered a program after all (its fixtures included): the list would hide a difference between the stacks."""
+    outcome = yield
+    report = outcome.get_result()
+    path = item.nodeid.partition("::")[0]
+    if call.when != "teardown" or path not in second_stack.NO_JAX or report.failed:
+        return
+    count = second_stack.lowered() - item.stash.get(_LOWERED_BEFORE, second_stack.lowered())
+    if count:
+        report.outcome = "failed"
+        report.longrepr = (
+            f"{item.nodeid} lowered {count} JAX program(s), but tests/second_stack.py lists {path} as handing JAX "
+            "nothing (NO_JAX): CI's Python 3.11 run leaves it out. Move it out of NO_JAX, or the compile out of it."
+        )
