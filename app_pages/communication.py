@@ -221,7 +221,7 @@ memory = report.memory
 # Full width: half a page hid its last columns (donated, the TPU peak, HBM per chip) behind a scroll bar.
 st.dataframe(
     pd.DataFrame(
-        [{"source": f"compiled step (memory_analysis, {report.dtype})", **memory_view.table_row(memory, report.target)}]
+        [{"source": f"compiled step (memory_analysis, {report.dtype})", **memory_view.table_row(memory, plan.on)}]
     ),
     hide_index=True,
     key="comm_memory",
@@ -242,8 +242,7 @@ st.columns(2)[0].dataframe(
 st.caption(
     explain_memory(memory, report.target, report.dtype)
     + " Temporaries are activations and gradients inside the step; outputs are "
-    "the updated parameters and optimizer state plus the loss. "
-    + memory_view.account(memory, report.target, report.dtype)
+    "the updated parameters and optimizer state plus the loss. " + memory_view.account(memory, plan.on, report.dtype)
 )
 if report.target == "cpu":
     st.toggle(

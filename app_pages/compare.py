@@ -62,7 +62,7 @@ steps = c3.number_input(
 steps = steps if on_host else 0
 go = c3.button("Compare", type="primary", key="compare_go")
 
-target = sl.hardware.targets.parse(plan.config.target)
+target = plan.on
 if target.compile_only:
     st.info(
         f"Every strategy is compiled by **{target.compiler}** for **{target.label()}** (abstract inputs, nothing "

@@ -94,7 +94,7 @@ with left:
         on_select=explore.on_mesh_click,
         selection_mode="points",
     )
-    target = targets.parse(plan.config.target)
+    target = plan.on
     if target.kind == "tpu":
         torus_view(plan, target, lit)
     unused = 0 if target.compile_only else sl.device_info().count - plan.config.mesh.size

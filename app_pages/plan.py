@@ -65,8 +65,8 @@ def _on_load_button() -> None:
 
 ui.sidebar()
 fam = sl.family("transformer")
-tpu_targets = [n for n in targets.TARGET_NAMES if targets.parse(n).kind == "tpu"]
-ok, why_not = targets.availability(targets.parse("v5e-8"))
+tpu_targets = [n for n, on in targets.OFFERED.items() if on.kind == "tpu"]
+ok, why_not = targets.availability(targets.OFFERED["v5e-8"])
 if not ok:
     st.info(f"The search compiles for TPU slices: {why_not}")
     st.stop()

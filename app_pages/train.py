@@ -11,6 +11,7 @@ from sharding_lab.app.panels import experts_view, memory_view, pipeline_view
 from sharding_lab.app.runtime import page_errors
 from sharding_lab.app.state import session
 from sharding_lab.distributed import process_choices, process_table
+from sharding_lab.hardware.targets import CPU_TARGET
 from sharding_lab.program.communication import analyze
 from sharding_lab.server import admission, precompile
 from sharding_lab.server.jobs import DistributedJob, TrainingJob
@@ -106,7 +107,7 @@ def xla_memory_caption(plan: sl.Plan) -> None:
         f"{format_bytes(memory['argument'])} of arguments, {format_bytes(memory['output'])} of "
         f"outputs and {format_bytes(memory['temp'])} of temporaries, less {format_bytes(memory['alias'])} "
         f"donated (outputs written into their arguments, counted in both) — "
-        f"{format_bytes(memory_view.needed(memory, 'cpu') * plan.config.mesh.size)} across the "
+        f"{format_bytes(memory_view.needed(memory, CPU_TARGET) * plan.config.mesh.size)} across the "
         f"{plan.config.mesh.size} simulated devices."
     )
 

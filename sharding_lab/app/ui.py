@@ -88,7 +88,7 @@ def target_widget() -> None:
     reasons = targets.available_names()
 
     def label(name: str) -> str:
-        text = targets.parse(name).label()
+        text = targets.OFFERED[name].label()
         return text + ("  — compiler not installed" if reasons.get(name) else "")
 
     st.selectbox(

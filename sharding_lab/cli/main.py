@@ -264,7 +264,6 @@ def _print_layout(plan: Plan, as_json: bool) -> int:
 
 
 def _print_comm(plan: Plan, dtype: str | None, as_json: bool) -> int:
-    from ..hardware.targets import parse
     from ..program.communication import analyze, explain_memory
     from ..program.compilers import compare_compilers
     from ..program.textbook import compare, needs_crossover, weight_gather_batch
@@ -294,7 +293,7 @@ def _print_comm(plan: Plan, dtype: str | None, as_json: bool) -> int:
         )
         return 0
     axes = plan.config.mesh.axes
-    target = parse(plan.config.target)
+    target = plan.on
     print(
         f"one training step on {plan.config.mesh.label()}, compiled by {target.compiler} for {target.label()} "
         f"in {report.dtype}: {len(report.collectives)} kinds of collective, "

@@ -19,7 +19,7 @@ from .compiled import DTYPES, Compiled, compile_step, matmul_traffic
 from .extrapolation import extrapolate, fit, probe_meshes
 from .prediction import Prediction
 from .report import describe, print_cost
-from .roofline import default_dtype, parse_target, predict
+from .roofline import default_dtype, parse_target_mesh, predict
 from .sweep import batch_sweep, critical_batch
 
 __all__ = [
@@ -37,7 +37,7 @@ __all__ = [
     "fit",
     "format_seconds",
     "time_unit",
-    "parse_target",
+    "parse_target_mesh",
     "predict",
     "print_cost",
     "probe_meshes",

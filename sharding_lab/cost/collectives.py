@@ -27,9 +27,9 @@ import dataclasses
 import math
 
 from ..hardware import placement as placing
-from ..hardware import targets
 from ..hardware.chips import LATENCY, Chip, Link, axis_links, group_link
 from ..hardware.chips import chip as get_chip
+from ..hardware.targets import CPU_TARGET, Target
 from ..program.communication import Collective
 
 # What a collective sends per device on a ring, as a multiple of the op's result bytes N for a group of n (the
@@ -97,20 +97,20 @@ def collective_time(chip: Chip, where: placing.Placement, op: str, result_bytes:
     return CollectiveTime(op, ici_wire, ici_bandwidth, dcn_wire, chip.dcn_bytes_per_s or 1.0, hops, latency)
 
 
-def links_for(chip: Chip, mesh: tuple[int, ...], axes: tuple[str, ...], target: str = "cpu") -> dict[str, Link]:
+def links_for(chip: Chip, mesh: tuple[int, ...], axes: tuple[str, ...], on: Target = CPU_TARGET) -> dict[str, Link]:
     """Mesh axis → its link: on a TPU target from where its devices lie (:func:`placing.link`), else
     :func:`~sharding_lab.hardware.chips.axis_links` (GPU nodes; an idealised pod for a layout priced from the
     host)."""
-    if targets.parse(target).kind != "tpu":
+    if on.kind != "tpu":
         return axis_links(chip, mesh, axes)
-    return {a: placing.link(chip, placing.group_placement(target, mesh, axes, (a,))) for a in axes}
+    return {a: placing.link(chip, placing.group_placement(on.name, mesh, axes, (a,))) for a in axes}
 
 
-def rows(chip: Chip, mesh: tuple[int, ...], axes: tuple[str, ...], keyed: dict, target: str = "cpu") -> list[dict]:
+def rows(chip: Chip, mesh: tuple[int, ...], axes: tuple[str, ...], keyed: dict, on: Target = CPU_TARGET) -> list[dict]:
     """One row per (op, axes) of ``keyed`` (:meth:`Compiled.by_key <sharding_lab.cost.compiled.Compiled.by_key>`):
     its bytes, count, wire bytes, link, seconds of bandwidth and of latency."""
-    if targets.parse(target).kind == "tpu":
-        return placed_rows(chip, mesh, axes, keyed, target)
+    if on.kind == "tpu":
+        return placed_rows(chip, mesh, axes, keyed, on.name)
     return _idealised_rows(chip, mesh, axes, keyed)
 
 
@@ -190,19 +190,18 @@ def comm_rows(
     axes: tuple[str, ...],
     collectives: list[Collective],
     dtype: str = "bf16",
-    target: str = "cpu",
+    on: Target = CPU_TARGET,
 ) -> list[dict]:
     """Time on ``chip_id`` of collectives parsed from any compiled program (one row per op and axes); on a TPU
-    ``target``, on where the mesh's devices lie there."""
+    target ``on``, on where the mesh's devices lie there."""
     from .compiled import Compiled, dtype_name, recount
 
     dtype = dtype_name(dtype)
     compiled = Compiled(tuple(mesh_shape), 0.0, 0.0, 0.0, tuple(recount(c, dtype) for c in collectives))
     chip = get_chip(chip_id)
-    on = targets.parse(target)
     if on.kind == "tpu":
         chip = dataclasses.replace(chip, torus=on.torus)
-    return rows(chip, tuple(mesh_shape), tuple(axes), compiled.by_key(), on.name)
+    return rows(chip, tuple(mesh_shape), tuple(axes), compiled.by_key(), on)
 
 
 __all__ = ["CollectiveTime", "WIRE", "collective_time", "comm_rows", "links_for", "placed_rows", "rows"]

@@ -35,7 +35,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from ..errors import ConfigError
-from ..hardware.targets import parse as parse_target
+from ..hardware.targets import Target
 from ..hardware.targets import slice_axis as targets_slice_axis
 from ..models.attention import kernel_figures
 from ..program import buffers
@@ -177,7 +177,7 @@ def compile_once(config: LabConfig, dtype: str) -> Compiled:
     started = time.perf_counter()
     lowered = lower_train_step(plan, dtype)
     try:
-        with buffers.recording(plan, config.target) as record:  # the largest buffers, named (program.buffers)
+        with buffers.recording(plan) as record:  # the largest buffers, named (program.buffers)
             compiled = compile_lowered(lowered, config.target)
     except CompileRefused as refused:
         return Compiled(
@@ -195,7 +195,7 @@ def compile_once(config: LabConfig, dtype: str) -> Compiled:
     cost = compiled.cost_analysis()
     cost = (cost[0] if isinstance(cost, (list, tuple)) else cost) or {}
     memory = compiled.memory_analysis()
-    needed = hbm_needed(memory, config.target)
+    needed = hbm_needed(memory, plan.on)
     hlo = compiled.as_text()
     if PROGRAMS is not None:
         PROGRAMS.append((config.target, hlo))
@@ -232,12 +232,12 @@ def compile_once(config: LabConfig, dtype: str) -> Compiled:
             f"({counted['kernel_flops']:.3g} a step) and the K/V and Q/dO bytes it streams come from the kernel's "
             "formula (sharding_lab.models.attention.kernel_figures), added to the compiler's figures"
         )
-    chip_calibration = _calibration(config.target)
+    chip_calibration = _calibration(plan.on)
     priced = None
     if chip_calibration:
         from ..hardware.chips import chip as get_chip
 
-        host_link = get_chip(parse_target(config.target).chip).host_bytes_per_s
+        host_link = get_chip(plan.on.chip).host_bytes_per_s
         priced = calibration.price(found, chip_calibration, host_link, program=hlo)
     extra = {k: float(cost[k]) for k in ("optimal_seconds", "utilization operand 0 {}") if k in cost}
     return Compiled(
@@ -297,16 +297,15 @@ def read_flops(hlo: str, xla_flops: float) -> ReadFlops:
     return ReadFlops(products + others_once * scale, products, others_once, found, counted, counted_once)
 
 
-def _calibration(target: str):
+def _calibration(on: Target):
     """The shipped calibration of a TPU target's chip (:mod:`.calibration`), None elsewhere."""
-    on = parse_target(target)
     return calibration.for_chip(on.chip) if on.kind == "tpu" else None
 
 
 def _between_slices(hlo: str, config: LabConfig, runs: dict[str, int]) -> list[Collective]:
     """On a multi-slice target, the collectives the compiler hands to the data-centre network's runtime
     (:mod:`sharding_lab.program.megascale`), over the mesh axis that crosses slices."""
-    on = parse_target(config.target)
+    on = config.on
     if on.slices <= 1:
         return []
     from ..program.megascale import parse_megascale
@@ -315,9 +314,9 @@ def _between_slices(hlo: str, config: LabConfig, runs: dict[str, int]) -> list[C
     return parse_megascale(hlo, axis, on.slices, runs)
 
 
-def hbm_needed(memory, target: str) -> float:
+def hbm_needed(memory, on: Target) -> float:
     """Bytes of device memory the compiled step needs, from ``memory_analysis()``: arguments + outputs +
-    temporaries − aliased (donated) bytes — except on a TPU target, where it is the compiler's own
+    temporaries − aliased (donated) bytes — except on a TPU target ``on``, where it is the compiler's own
     ``peak_memory_in_bytes``. There ``temp_size_in_bytes`` counts the heap's fragmentation twice (measured
     with libtpu 0.0.42.1: temp = the compiler's "HLO temp" + its "fragmentation", of which HLO temp already
     holds the fragmentation; GPT-2 small, remat full, 56×1024 tokens on v5e-1: temp 16.47 GB, HLO temp 13.28
@@ -330,7 +329,7 @@ def hbm_needed(memory, target: str) -> float:
         - memory.alias_size_in_bytes
     )
     peak = getattr(memory, "peak_memory_in_bytes", 0) or 0
-    return float(peak) if peak > 0 and parse_target(target).kind == "tpu" else float(total)
+    return float(peak) if peak > 0 and on.kind == "tpu" else float(total)
 
 
 def _lowered_flops(lowered) -> float:

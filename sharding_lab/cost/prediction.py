@@ -11,6 +11,7 @@ import dataclasses
 import math
 
 from ..hardware.chips import Chip, Link
+from ..hardware.targets import CPU_TARGET, Target
 from .consistency import check_utilisation
 
 
@@ -33,7 +34,7 @@ class Prediction:
     compiled: dict | None = None  # the largest compiled mesh's own figures, when extrapolated
     checks: dict | None = None  # extrapolated quantity → held-out relative error
     cpu_bytes_accessed: float | None = None  # XLA:CPU's own count (reference; not used)
-    target: str = "cpu"  # which compiler made the program (sharding_lab.hardware.targets)
+    on: Target = CPU_TARGET  # what the program was compiled for (sharding_lab.hardware.targets), parsed
     compile_s: float = 0.0  # how long the compile took here
     refused: str | None = None  # the target's compiler refused the step (out of HBM): its own sentence
     optimal_seconds: float | None = None  # the TPU compiler's own estimate of the step
@@ -130,11 +131,14 @@ class Prediction:
         return self.refused is None and self.hbm_needed <= self.chip.capacity
 
     @property
+    def target(self) -> str:
+        """The target's name: 'cpu', 'v5e-8' …"""
+        return self.on.name
+
+    @property
     def compiler(self) -> str:
         """The compiler that made the program: 'XLA:CPU (this machine)', 'the TPU compiler (libtpu)' …"""
-        from ..hardware.targets import parse
-
-        return parse(self.target).compiler
+        return self.on.compiler
 
     @property
     def compiler_ratio(self) -> float | None:

@@ -5,21 +5,20 @@ from __future__ import annotations
 
 import math
 
-from ..hardware import targets
 from ..hardware.chips import chip as get_chip
 from ..program import buffers
 from ..training.config import LabConfig
 from ..units import format_seconds
 from .compiled import dtype_name
 from .prediction import Prediction
-from .roofline import default_dtype, parse_target, predict, target_chip
+from .roofline import default_dtype, parse_target_mesh, predict, target_chip
 
 
 def describe(p: Prediction) -> str:
     """The prediction as the command line prints it."""
     mesh = "x".join(map(str, p.mesh))
     if p.target != "cpu":
-        compiler = targets.parse(p.target).compiler
+        compiler = p.compiler
         source = f"compiled here by {compiler} for {p.target} in {p.compile_s:.1f} s (abstract inputs)"
     elif p.extrapolated:
         source = f"extrapolated from compiles on {', '.join('x'.join(map(str, m)) for m in p.compiled_on)}"
@@ -79,7 +78,7 @@ def describe(p: Prediction) -> str:
             f"  model FLOPs {p.model_flops_detail['total']:,.4g} a step = {p.model_flops_detail['formula']}; "
             f"÷ {math.prod(p.mesh)} devices = {p.model_flops:,.4g} each"
         )
-    if targets.parse(p.target).kind == "tpu":
+    if p.on.kind == "tpu":
         lines.append(
             "  whose figures: FLOPs, HBM traffic, HBM needed and the collectives are the compiler's; each "
             "collective's time is the scaling book's count on where its devices lie (hardware.placement)"
@@ -118,8 +117,8 @@ def print_cost(
     dtype = default_dtype(config.target) if dtype is None else dtype
     get_chip(chip_id), dtype_name(dtype)  # refuse before compiling anything
     with buffers.everywhere():  # on the simulated host too (program.buffers.everywhere)
-        prediction = predict(config, chip_id, dtype, parse_target(target_text))
-    run = maxtext_of(config, dtype, parse_target(target_text), source)  # the same layout as MaxText's overrides
+        prediction = predict(config, chip_id, dtype, parse_target_mesh(target_text))
+    run = maxtext_of(config, dtype, parse_target_mesh(target_text), source)  # the same layout as MaxText's overrides
     if as_json:
         print(json.dumps({**prediction.to_json(), **run.to_json(), "largest_buffers": prediction.largest_buffers}))
     else:

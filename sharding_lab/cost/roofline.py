@@ -30,7 +30,6 @@ import dataclasses
 import math
 
 from ..errors import ConfigError, Named
-from ..hardware import targets
 from ..hardware.chips import chip as get_chip
 from ..training.config import LabConfig
 from .collectives import links_for, rows
@@ -56,12 +55,12 @@ def keyed_prediction(
     """The roofline on ``config``'s TPU target of a step's ``totals`` (FLOPs, HBM traffic, HBM needed) and its
     collectives ``keyed`` by (op, axes) as ``Compiled.by_key`` gives them — from one compile or several extended
     to the model's depth (:mod:`sharding_lab.search.costing`). The chip's peak note first, then ``notes``."""
-    on = targets.parse(config.target)
+    on = config.on
     chip = dataclasses.replace(get_chip(on.chip), torus=on.torus)
     mesh, axes = tuple(config.mesh.shape), tuple(config.mesh.axes)
     notes = [n for n in [chip.flops(dtype)[1]] if n] + list(notes)
-    links, timed = links_for(chip, mesh, axes, on.name), rows(chip, mesh, axes, keyed, on.name)
-    at = {"target": on.name, "compile_s": compile_s, "refused": refused, **model_flops_fields(config, mesh)}
+    links, timed = links_for(chip, mesh, axes, on), rows(chip, mesh, axes, keyed, on)
+    at = {"on": on, "compile_s": compile_s, "refused": refused, **model_flops_fields(config, mesh)}
     at |= {"priced": priced, "calibration": calibration}
     notes += [calibration.note()] if calibration else []
     return Prediction(chip, dtype, mesh, axes, *totals, links, timed, [mesh], False, notes, **at)
@@ -77,7 +76,7 @@ def predict(
     """The roofline of ``config``'s step on ``chip_id``; with ``target`` (a mesh shape with the
     same number of axes, e.g. (16, 16)) on that bigger mesh, extrapolated from smaller compiles."""
     dtype = dtype_name(dtype)
-    on = targets.parse(config.target)
+    on = config.on
     if on.compile_only:
         return _predict_on_target(config, on, chip_id, dtype, target)
     chip = get_chip(target_chip(config, chip_id))
@@ -183,7 +182,7 @@ def loop_note(config: LabConfig) -> list[str]:
 
 def target_chip(config: LabConfig, chip_id: str | None) -> str:
     """The chip a prediction uses: a TPU/GPU target's own; ``chip_id`` must then agree (or be None)."""
-    on = targets.parse(config.target)
+    on = config.on
     if not on.compile_only:
         return chip_id or "h100"
     if chip_id and get_chip(chip_id).id != on.chip:
@@ -233,7 +232,7 @@ def _predict_on_target(config: LabConfig, on, chip_id: str | None, dtype: str, t
             "the GPU compiler reports no FLOPs: these are XLA:CPU's for the same layout"
             + ("" if fits_here else ", extrapolated past the simulated devices")
         )
-    links = links_for(chip, mesh, axes, on.name)
+    links = links_for(chip, mesh, axes, on)
     return Prediction(
         chip,
         dtype,
@@ -243,11 +242,11 @@ def _predict_on_target(config: LabConfig, on, chip_id: str | None, dtype: str, t
         compiled.hbm_bytes,
         compiled.hbm_needed,
         links,
-        rows(chip, mesh, axes, compiled.by_key(), on.name),
+        rows(chip, mesh, axes, compiled.by_key(), on),
         [mesh],
         False,
         notes,
-        target=on.name,
+        on=on,
         compile_s=compiled.compile_s,
         refused=compiled.refused,
         optimal_seconds=compiled.optimal_seconds,
@@ -258,7 +257,7 @@ def _predict_on_target(config: LabConfig, on, chip_id: str | None, dtype: str, t
     )
 
 
-def parse_target(text: str | None) -> tuple[int, ...] | None:
+def parse_target_mesh(text: str | None) -> tuple[int, ...] | None:
     """'16x16' → (16, 16); empty → None."""
     if not text:
         return None

@@ -5,7 +5,6 @@ from __future__ import annotations
 import dataclasses
 
 from ..errors import ConfigError
-from ..hardware import targets
 from ..hardware.chips import chip as get_chip
 from ..training.config import LabConfig
 from .collectives import links_for
@@ -19,12 +18,12 @@ def critical_batch(chip_id: str, config: LabConfig, dtype: str = "bf16", axis: s
     W the bandwidth of the link the data axis runs over: on a TPU target where its devices lie (both
     directions on each dimension it closes a ring on, :mod:`sharding_lab.hardware.placement`)."""
     chip = get_chip(chip_id)
-    on = targets.parse(config.target)
+    on = config.on
     if on.kind == "tpu":
         chip = dataclasses.replace(chip, torus=on.torus)
     axes = tuple(config.mesh.axes)
     axis = axis or axes[0]
-    link = links_for(chip, tuple(config.mesh.shape), axes, on.name)[axis]
+    link = links_for(chip, tuple(config.mesh.shape), axes, on)[axis]
     peak = chip.flops(dtype_name(dtype))[0]
     return {
         "axis": axis,

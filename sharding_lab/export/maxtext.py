@@ -138,7 +138,7 @@ def maxtext(config: LabConfig, dtype: str = "mixed", size: str | None = None, hf
             "remat save_dots (every matmul without batch dimensions, found by shape) is MaxText's minimal by name: "
             "the same projections are kept"
         )
-    target = targets.parse(config.target)
+    target = config.on
     if target.kind != "tpu":
         notes.append(
             f"the lab compiled this for {target.name}; MaxText's loader checked the command on TPU slices (run it "
@@ -182,7 +182,7 @@ def _mesh(config: LabConfig) -> tuple[list | None, list[str]]:
         return None, [NO_EQUIVALENT[preset]]
     kinds = PRESET_KINDS[preset]
     roles = preset_roles(config.mesh)
-    target = targets.parse(config.target)
+    target = config.on
     across = targets.slice_axis(target, config.mesh.shape) if target.slices > 1 else None
     ici: dict[str, int] = {}
     dcn: dict[str, int] = {}

@@ -119,6 +119,9 @@ class Target:
         }
 
 
+CPU_TARGET = Target(CPU, CPU)  # the simulated host: what a configuration is compiled for unless told
+
+
 def _names() -> list[str]:
     names = [CPU]
     for family in ("v5e", "v6e"):
@@ -188,6 +191,9 @@ def parse(name: str | None) -> Target:
             "target",
         )
     return Target(text, "gpu", GPU_FAMILIES[family], n, (n // GPU_NODE, GPU_NODE))
+
+
+OFFERED = {name: parse(name) for name in TARGET_NAMES}  # every target the sidebar offers, parsed once
 
 
 # --- is its compiler here? ----------------------------------------------------------------------

@@ -389,11 +389,10 @@ def everywhere():
         _everywhere.reset(token)
 
 
-def wanted(target: str) -> bool:
-    """Whether a compile for ``target`` names its buffers (see :func:`everywhere`)."""
-    from ..hardware.targets import parse
-
-    return _everywhere.get() or parse(target).kind != "cpu"
+def wanted(on) -> bool:
+    """Whether a compile for the target ``on`` (a :class:`~sharding_lab.hardware.targets.Target`) names its buffers
+    (see :func:`everywhere`)."""
+    return _everywhere.get() or on.kind != "cpu"
 
 
 @dataclasses.dataclass
@@ -407,7 +406,7 @@ class Record:
 
 
 @contextlib.contextmanager
-def recording(plan, target: str):
+def recording(plan):
     """Compiles inside (:func:`sharding_lab.training.step.compile_lowered`) dump their buffer assignment —
     into the folder the search's workers already watch, else a temporary one — and the :class:`Record`
     yielded holds the largest buffers of the program once the block ends; when the compiler refuses the
@@ -415,7 +414,7 @@ def recording(plan, target: str):
     from ..training.step import CompileRefused, compiler_options, current_compiler_options
 
     record = Record()
-    if not wanted(target):
+    if not wanted(plan.on):
         yield record
         return
     options = current_compiler_options()

@@ -409,7 +409,7 @@ def _analyze(config, dtype: str, named: bool = False) -> CommReport:
 
     plan = make_plan(config)
     with buffers.everywhere() if named else contextlib.nullcontext():
-        with buffers.recording(plan, config.target) as record:
+        with buffers.recording(plan) as record:
             compiled = compile_train_step(plan, dtype)
     hlo = compiled.as_text()
     stats = compiled.memory_analysis()

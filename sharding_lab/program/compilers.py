@@ -14,8 +14,8 @@ import dataclasses
 from collections import Counter
 
 from ..errors import ConfigError
-from ..hardware import targets
 from ..hardware.devices import available_count
+from ..hardware.targets import Target
 from ..training.config import Plan
 from ..training.config import plan as make_plan
 from .communication import CommReport, analyze, default_dtype
@@ -87,10 +87,10 @@ def _ops(ops: Counter) -> str:
     )
 
 
-def differences(cpu: CommReport, compiled: CommReport, target: str) -> list[str]:
+def differences(cpu: CommReport, compiled: CommReport, on: Target) -> list[str]:
     """One sentence per kind of array (gradients, weights, activations, loss, …) and pass whose
-    collectives differ between the two programs, the target's first."""
-    who = targets.parse(target).short
+    collectives differ between the two programs, the target's (``on``) first."""
+    who = on.short
     left, right = _what_moves(cpu), _what_moves(compiled)
     sentences = []
     for key in sorted(set(left) | set(right)):
@@ -101,7 +101,7 @@ def differences(cpu: CommReport, compiled: CommReport, target: str) -> list[str]
         arrays = group_paths(larrays | rarrays) or "parameters"
         when = in_the_pass(phase)
         sentences.append(
-            f"{KINDS[kind].format(arrays=arrays)}{when}: {who} on {target} {_ops(rops)}; XLA:CPU {_ops(lops)}."
+            f"{KINDS[kind].format(arrays=arrays)}{when}: {who} on {on.name} {_ops(rops)}; XLA:CPU {_ops(lops)}."
         )
     return sentences
 
@@ -135,4 +135,4 @@ def compare_compilers(plan: Plan, dtype: str | None = None) -> CompilerDiff:
             config.target, dtype, None, compiled, [], f"XLA:CPU cannot compile this same step to compare: {why}"
         )
     cpu = analyze(cpu_plan, dtype)
-    return CompilerDiff(config.target, dtype, cpu, compiled, differences(cpu, compiled, config.target))
+    return CompilerDiff(config.target, dtype, cpu, compiled, differences(cpu, compiled, config.on))

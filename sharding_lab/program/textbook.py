@@ -67,7 +67,7 @@ def _counts(found: list[Collective]) -> str:
 
 def _who(plan: Plan) -> str:
     """Which compiler made the program a sentence is about: XLA:CPU (the simulated host), XLA:TPU, XLA:GPU."""
-    return targets.parse(plan.config.target).short
+    return plan.on.short
 
 
 def _shape(c: Collective) -> str:

@@ -51,14 +51,13 @@ def xla_attention_excess(config: LabConfig, dtype: str) -> float | None:
     """Seconds of compute per chip that ``config``'s step with XLA's attention does at least beyond its splash
     twin's, by the count above (negative where the kernel's formula counts more); None where there is no
     attention to count (no scores layout, or no peak)."""
-    from ..hardware import targets
     from ..hardware.chips import chip as get_chip
     from ..models.attention import SPLASH_MATMULS, causal_blocks, splash_block
     from ..training.config import plan as make_plan
 
     layouts = make_plan(config).layouts()
     scores, out = layouts.get("act/attn_scores"), layouts.get("act/attn_out")
-    peak, _ = get_chip(targets.parse(config.target).chip).flops(dtype)
+    peak, _ = get_chip(config.on.chip).flops(dtype)
     if scores is None or out is None or not peak:
         return None
     spec = config.model
@@ -90,14 +89,13 @@ def repeated_ways(config: LabConfig) -> int:
 def repeated_work_bound(config: LabConfig, dtype: str) -> float | None:
     """Seconds of compute per chip at least, where devices repeat each other's work (module docstring): the
     model's weight FLOPs × the repeated ways ÷ (chips × peak); None where no axis repeats, or for experts."""
-    from ..hardware import targets
     from ..hardware.chips import chip as get_chip
 
     ways = repeated_ways(config)
     if ways <= 1 or getattr(config.model, "experts", 0):
         return None
     counted = config.family.model_flops(config.model, config.batch_size)
-    on = targets.parse(config.target)
+    on = config.on
     peak, _ = get_chip(on.chip).flops(dtype)
     if counted is None or not peak:
         return None

@@ -248,7 +248,7 @@ def candidates(
 ) -> list[Candidate]:
     """Meshes × presets × remat × attention (None: the model's own only), in that order; ``presets`` None: the
     model's :func:`default_presets`."""
-    on = targets.parse(base.target)
+    on = base.on
     presets = tuple(presets or default_presets(base.family, base.model))
     options = base.family.step_only_fields  # the step options the model family declares
     remats = tuple(remats or (REMATS if "remat" in options else ("none",)))
@@ -373,7 +373,7 @@ def _screen(candidate: Candidate, base: LabConfig, dtype: str) -> Result:
     need = state_bytes_per_chip(plan)
     if dtype == "bf16":
         need //= 2
-    hbm = get_chip(targets.parse(base.target).chip).capacity
+    hbm = get_chip(base.on.chip).capacity
     if need > hbm:
         result.skipped, result.hbm_per_chip, result.fits = SKIP_MEMORY, float(need), False
         result.detail = (

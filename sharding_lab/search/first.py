@@ -28,7 +28,7 @@ from __future__ import annotations
 import math
 
 from ..cost.collectives import collective_time
-from ..hardware import placement, targets
+from ..hardware import placement
 from ..hardware.chips import chip as get_chip
 from ..sharding.rules import axis_names
 
@@ -42,7 +42,7 @@ def book_estimate(plan, dtype: str) -> dict | None:
     counted = config.family.model_flops(config.model, config.batch_size)
     if counted is None:
         return None
-    on = targets.parse(config.target)
+    on = config.on
     chip = get_chip(on.chip)
     peak, _ = chip.flops(dtype)
     from ..cost.calibration import for_chip

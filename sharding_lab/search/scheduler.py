@@ -84,7 +84,7 @@ def run_pool(queue, base, dtype, stop, results, progress, workers: int, activity
     from . import pool as sw
 
     targets.quiet_libtpu()
-    capacity = get_chip(targets.parse(base.target).chip).capacity
+    capacity = get_chip(base.on.chip).capacity
     context = sw.context()
     pool = [sw.Worker(context) for _ in range(workers)]
     done: dict[Candidate, Result] = {}

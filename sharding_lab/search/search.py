@@ -56,7 +56,6 @@ import threading
 import time
 from typing import Callable
 
-from ..hardware import targets
 from ..training.config import LabConfig
 from .candidates import (
     SKIP_NO_REMAT,
@@ -160,7 +159,7 @@ def search(
     dtype = dtype_name(dtype)
     started = time.perf_counter()
     todo = candidates(base, presets, remats, attentions)
-    on = targets.parse(base.target)
+    on = base.on
     results = [
         Result(Candidate((0,), (), "-", "-"), skipped=SKIP_THREE_AXES)
         for _ in range(three_axis_count(on.devices, on.slices))

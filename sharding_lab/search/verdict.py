@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import math
 
-from ..hardware import targets
 from .candidates import Result, gb, label
 
 
@@ -92,7 +91,7 @@ def _critical_sentence(s, best: Result) -> str:
             f"Its batch is not split (all {best.per_chip_tokens:,} tokens on every chip), so there is no "
             "data-parallel critical batch to hold it against."
         )
-    chip = targets.parse(s.base.target).chip
+    chip = s.base.on.chip
     critical = critical_batch(chip, config, s.dtype, "data")
     rows = critical["rows_per_device"]
     if not rows:

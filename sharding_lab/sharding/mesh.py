@@ -143,15 +143,15 @@ def default_axes(ndim: int) -> tuple[str, ...]:
 
 
 @functools.lru_cache(maxsize=64)
-def build_mesh(spec: MeshSpec, target: str = "cpu") -> jax.sharding.Mesh:
-    """The JAX mesh for ``spec`` on ``target`` (:mod:`sharding_lab.hardware.targets`). On the simulated host
+def build_mesh(spec: MeshSpec, on=None) -> jax.sharding.Mesh:
+    """The JAX mesh for ``spec`` on the target ``on`` (a :class:`~sharding_lab.hardware.targets.Target`; None: the
+    simulated host). On the simulated host
     (``cpu``): devices 0..size-1 laid row-major, so device ids read in order. On a TPU slice or GPU
     node: every device of the target, in the order its topology suggests (:func:`targets.device_grid`)."""
-    from ..hardware import targets
     from ..hardware.devices import available_count, devices_for
 
-    if targets.parse(target).compile_only:
-        grid = device_grid(spec, target)[0]
+    if on is not None and on.compile_only:
+        grid = device_grid(spec, on)[0]
     else:
         spec.validate(available_count())
         grid = np.array(devices_for(spec.size)[: spec.size], dtype=object).reshape(spec.shape)
@@ -159,15 +159,14 @@ def build_mesh(spec: MeshSpec, target: str = "cpu") -> jax.sharding.Mesh:
 
 
 @functools.lru_cache(maxsize=64)
-def device_grid(spec: MeshSpec, target: str):
+def device_grid(spec: MeshSpec, on):
     """(devices of a compile-only target laid on ``spec``'s grid, a note when an axis splits a torus
     dimension or None), after checking the mesh uses exactly the target's devices."""
     from ..hardware import targets
 
-    chosen = targets.parse(target)
-    spec.validate(chosen.devices)
-    targets.check_mesh_size(chosen, spec.size)
-    return targets.device_grid(target, spec.shape)
+    spec.validate(on.devices)
+    targets.check_mesh_size(on, spec.size)
+    return targets.device_grid(on.name, spec.shape)
 
 
 def device_ids(mesh: jax.sharding.Mesh) -> list:

@@ -62,6 +62,11 @@ class LabConfig:
         return _family(self.model, self.preset, self.rules, self.mesh)
 
     @property
+    def on(self) -> targets.Target:
+        """``target`` parsed: its kind, chips, devices and compiler (a plan carries it parsed: ``Plan.on``)."""
+        return targets.parse(self.target)
+
+    @property
     def stage_axis(self) -> str | None:
         """The mesh axis of the pipeline stages (None: not pipelined)."""
         try:
@@ -145,6 +150,7 @@ class Plan:
     mesh: jax.sharding.Mesh
     arrays: dict[str, ArrayPlan]
     warnings: list[str]
+    on: targets.Target  # what the step is compiled for, parsed once (at plan()) from ``config.target``
 
     def layouts(self) -> dict[str, ArrayLayout]:
         return {
@@ -208,11 +214,11 @@ def _check_numbers(config: LabConfig) -> None:
 
 def plan(config: LabConfig) -> Plan:
     """Validate ``config`` and lay out every array; raises ConfigError with the fix."""
-    target = targets.parse(config.target)
-    if target.compile_only:
-        targets.check(target)  # its compiler is installed, else how to install it
-        config.mesh.validate(target.devices)
-        targets.check_mesh_size(target, config.mesh.size)
+    on = config.on  # the target parsed once: the plan carries it (Plan.on)
+    if on.compile_only:
+        targets.check(on)  # its compiler is installed, else how to install it
+        config.mesh.validate(on.devices)
+        targets.check_mesh_size(on, config.mesh.size)
     else:
         config.mesh.validate(available_count())
     config.model.validate()
@@ -228,13 +234,13 @@ def plan(config: LabConfig) -> Plan:
         {name: logical for path, (_, logical, name, _) in arrays.items() if not path.startswith("opt/")},
         tuple(config.family.logical_axes),
     )
-    mesh = build_mesh(config.mesh, config.target)
+    mesh = build_mesh(config.mesh, on)
     refusal = config.family.refusal(config.model, mesh.devices.flat[0].platform, stage_axis(rules) is not None)
     if refusal:  # what the model cannot compile for these devices (a TPU kernel on the host, say)
         raise ConfigError(refusal, "model")
     explicit = config.mesh.axis_type == "explicit"
     warnings, planned = [], {}
-    split_note = device_grid(config.mesh, config.target)[1] if target.compile_only else None
+    split_note = device_grid(config.mesh, on)[1] if on.compile_only else None
     if split_note:  # an axis splits a torus dimension
         warnings.append(split_note)
     if stage_axis(rules) is None and (config.microbatches != 1 or config.schedule != "gpipe"):
@@ -276,7 +282,7 @@ def plan(config: LabConfig) -> Plan:
                     f"{_fmt(requested)}; sizes that divide: {sizes}"
                 )
         planned[path] = ArrayPlan(path, shape, logical, requested, spec, dtype)
-    return Plan(config, rules, mesh, {path: planned[path] for path in arrays}, warnings)
+    return Plan(config, rules, mesh, {path: planned[path] for path in arrays}, warnings, on)
 
 
 def _explicit_refusal(config, rules, mesh, what, path, name, logical, shape, requested, dim, ways, sizes):

@@ -16,6 +16,7 @@ from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
 import sharding_lab as sl
+from sharding_lab.hardware.targets import CPU_TARGET
 from sharding_lab.models import activation_layout, activation_rules, constrain, family, recording_activations
 from sharding_lab.models.remat import unrolled_scan
 from sharding_lab.program import buffers
@@ -65,7 +66,7 @@ def test_two_threads_compile_two_layouts_at_once_each_with_its_own_context(tmp_p
                 seen["layout"] = activation_layout("h")[1]
                 seen["recording"] = recording_activations()
                 seen["unroll"] = unrolled_scan.factor()
-                seen["named"] = buffers.wanted("cpu")
+                seen["named"] = buffers.wanted(CPU_TARGET)
                 seen["options"] = current_compiler_options()
                 return constrain(x * (step + 2.0), "h")  # a new constant each round: never a cached program
 

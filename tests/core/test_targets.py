@@ -439,7 +439,7 @@ def test_cost_on_a_target_uses_its_chip_and_its_compiler(capsys):
 
 @needs_tpu
 def test_a_16x16_mesh_on_v5e_256_runs_each_axis_around_a_closed_ring():
-    mesh = sl.build_mesh(MeshSpec((16, 16), ("data", "model")), "v5e-256")
+    mesh = sl.build_mesh(MeshSpec((16, 16), ("data", "model")), targets.parse("v5e-256"))
     place = placement.axis_placements("v5e-256", (16, 16), ("data", "model"))
     for axis in ("data", "model"):
         (dim,) = place[axis].dims
@@ -553,7 +553,8 @@ def test_on_a_tpu_target_hbm_needed_is_the_compilers_peak_not_the_sum_that_count
         - memory.alias_size_in_bytes
     )
     assert memory.peak_memory_in_bytes > 0 and memory.peak_memory_in_bytes != total
-    assert hbm_needed(memory, "v5e-8") == memory.peak_memory_in_bytes and hbm_needed(memory, "cpu") == total
+    assert hbm_needed(memory, targets.parse("v5e-8")) == memory.peak_memory_in_bytes
+    assert hbm_needed(memory, targets.CPU_TARGET) == total
     assert compile_once(config, "mixed").hbm_needed == memory.peak_memory_in_bytes  # what cost and plan use
     # what the app says of it (issue 36: "HBM per chip" beside temporaries, unexplained): each figure named
     from sharding_lab.app.panels import memory_view
@@ -561,10 +562,10 @@ def test_on_a_tpu_target_hbm_needed_is_the_compilers_peak_not_the_sum_that_count
     said = {"argument": memory.argument_size_in_bytes, "output": memory.output_size_in_bytes}
     said |= {"temp": memory.temp_size_in_bytes, "alias": memory.alias_size_in_bytes}
     said |= {"peak": memory.peak_memory_in_bytes}
-    row = memory_view.table_row(said, "v5e-8")
+    row = memory_view.table_row(said, targets.parse("v5e-8"))
     assert row["HBM per chip"] == row["TPU compiler's peak"] == memory.peak_memory_in_bytes
     assert row["temporaries"] == memory.temp_size_in_bytes
-    assert "the TPU compiler's own peak" in memory_view.account(said, "v5e-8", "mixed")
+    assert "the TPU compiler's own peak" in memory_view.account(said, targets.parse("v5e-8"), "mixed")
 
 
 @needs_gpu

@@ -135,10 +135,9 @@ def _sweep(config, chip_id: str, dtype: str, strategies: tuple[str, ...]):
     return cost.batch_sweep(config, chip_id, dtype, strategies=strategies)
 
 
-def chip_pickers(chip_col, dtype_col, key: str, target: str = "cpu") -> tuple[str, str]:
-    """The chip (H100 by default) and the compute dtype, as two widgets. On a TPU or GPU target the chip
+def chip_pickers(chip_col, dtype_col, key: str, on: targets.Target = targets.CPU_TARGET) -> tuple[str, str]:
+    """The chip (H100 by default) and the compute dtype, as two widgets. On a TPU or GPU target ``on`` the chip
     is the target's own (its compiler made the program) and the dtype starts at mixed precision."""
-    on = targets.parse(target)
     dtypes = list(cost.DTYPES)
     if on.compile_only:
         chip_id = on.chip
@@ -147,7 +146,7 @@ def chip_pickers(chip_col, dtype_col, key: str, target: str = "cpu") -> tuple[st
         chip_id = chip_col.selectbox(
             "Chip", list(CHIPS), index=list(CHIPS).index("h100"), key=f"{key}_chip", format_func=lambda c: CHIPS[c].name
         )
-    default = dtypes.index(cost.default_dtype(target))
+    default = dtypes.index(cost.default_dtype(on.name))
     dtype = dtype_col.radio(
         "Compute dtype",
         dtypes,
@@ -197,11 +196,11 @@ def cost_panel(plan: Plan, key: str = "cost") -> None:
     st.caption(
         "A roofline from the compiled step: FLOPs ÷ peak, HBM traffic ÷ bandwidth, each collective's ring "
         "wire bytes ÷ the link its mesh axes run over. Chip figures are published ones (sources in "
-        f"the table below); the step is compiled by {targets.parse(config.target).compiler}"
+        f"the table below); the step is compiled by {plan.on.compiler}"
         + (" on this machine." if config.target == "cpu" else f" for {config.target}, without the chips.")
     )
     c1, c2, c3 = st.columns(3)
-    chip_id, dtype = chip_pickers(c1, c2, key, config.target)
+    chip_id, dtype = chip_pickers(c1, c2, key, plan.on)
     target_text = "" if config.target != "cpu" else _bigger_mesh_box(c3, key)
     try:
         target = parse_mesh_shape(target_text) if target_text.strip() else None
@@ -215,7 +214,7 @@ def cost_panel(plan: Plan, key: str = "cost") -> None:
     cost_metrics.headline(p, step_terms(p))
     st.plotly_chart(breakdown_figure(p), key=f"{key}_bars")
     if p.memory and not p.extrapolated:  # which memory figure HBM per chip is
-        st.caption(memory_view.account(p.memory, p.target, p.dtype))
+        st.caption(memory_view.account(p.memory, p.on, p.dtype))
     st.caption(where_compiled(p, dtype) + compiler_line(p))
     st.dataframe(pd.DataFrame(links_rows(p)), hide_index=True)
     if p.comm:
@@ -374,8 +373,8 @@ def strategies_cost_panel(configs: dict, key: str = "compare_cost") -> None:
         "wire bytes ÷ link), as on the Communication page, for the model compared above."
     )
     c1, c2, _ = st.columns(3)
-    target = next(iter(configs.values())).target if configs else "cpu"
-    chip_id, dtype = chip_pickers(c1, c2, key, target)
+    on = next(iter(configs.values())).on if configs else targets.CPU_TARGET
+    chip_id, dtype = chip_pickers(c1, c2, key, on)
     named = _ranked_predictions(configs, chip_id, dtype)
     if not named:
         return

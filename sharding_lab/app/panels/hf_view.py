@@ -141,11 +141,10 @@ def cost_panel_command(plan, key: str = "cost") -> None:
     priced, in the compute dtype its radio names, as MaxText's command — on the bigger mesh when it extrapolated
     to one."""
     from sharding_lab.cost import default_dtype
-    from sharding_lab.hardware import targets
     from sharding_lab.sharding.mesh import parse_mesh_shape
 
     state, config = st.session_state, plan.config
-    dtype = state.get(f"{key}_dtype_{targets.parse(config.target).kind}") or default_dtype(config.target)
+    dtype = state.get(f"{key}_dtype_{config.on.kind}") or default_dtype(config.target)
     try:
         bigger = (
             parse_mesh_shape(state.get(f"{key}_target") or "") if (state.get(f"{key}_target") or "").strip() else None

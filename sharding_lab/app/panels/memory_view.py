@@ -15,11 +15,11 @@ from __future__ import annotations
 import types
 
 from sharding_lab.cost.compiled import hbm_needed
-from sharding_lab.hardware import targets
+from sharding_lab.hardware.targets import CPU_TARGET, Target
 from sharding_lab.units import format_bytes
 
 
-def needed(memory: dict, target: str) -> float:
+def needed(memory: dict, on: Target) -> float:
     """HBM per chip from ``memory`` (keys argument, output, temp, alias, peak: a step's memory_analysis())."""
     analysis = types.SimpleNamespace(
         argument_size_in_bytes=memory["argument"],
@@ -28,15 +28,15 @@ def needed(memory: dict, target: str) -> float:
         alias_size_in_bytes=memory.get("alias", 0),
         peak_memory_in_bytes=memory.get("peak", 0),
     )
-    return hbm_needed(analysis, target)
+    return hbm_needed(analysis, on)
 
 
-def uses_peak(memory: dict, target: str) -> bool:
-    """Whether HBM per chip is the TPU compiler's peak rather than the sum of the parts."""
-    return memory.get("peak", 0) > 0 and targets.parse(target).kind == "tpu"
+def uses_peak(memory: dict, on: Target) -> bool:
+    """Whether HBM per chip is the TPU compiler's peak rather than the sum of the parts (on a TPU target ``on``)."""
+    return memory.get("peak", 0) > 0 and on.kind == "tpu"
 
 
-def table_row(memory: dict, target: str) -> dict:
+def table_row(memory: dict, on: Target) -> dict:
     """One row for a table, in bytes per chip: each figure of memory_analysis() under its name, then HBM per
     chip (a TPU target's row also shows the compiler's peak it is)."""
     row = {
@@ -45,13 +45,13 @@ def table_row(memory: dict, target: str) -> dict:
         "temporaries": memory["temp"],
         "donated (in both)": memory.get("alias", 0),
     }
-    if uses_peak(memory, target):
+    if uses_peak(memory, on):
         row["TPU compiler's peak"] = memory["peak"]
-    row["HBM per chip"] = int(needed(memory, target))
+    row["HBM per chip"] = int(needed(memory, on))
     return row
 
 
-def account(memory: dict, target: str, dtype: str) -> str:
+def account(memory: dict, on: Target, dtype: str) -> str:
     """How HBM per chip follows from the step's memory figures, in one sentence with this step's bytes."""
     parts = (
         f"arguments {format_bytes(memory['argument'])}, outputs {format_bytes(memory['output'])}, temporaries "
@@ -59,8 +59,8 @@ def account(memory: dict, target: str, dtype: str) -> str:
         "their arguments' buffers, counted in both)"
     )
     head = f"**HBM per chip**, from the compiled step's `memory_analysis()` in {dtype}: "
-    if uses_peak(memory, target):
-        total = needed(memory, "cpu")  # the sum of the parts, as a target without a peak counts it
+    if uses_peak(memory, on):
+        total = needed(memory, CPU_TARGET)  # the sum of the parts, as a target without a peak counts it
         return (
             head + f"{format_bytes(memory['peak'])}, the TPU compiler's own peak (`peak_memory_in_bytes`: the most "
             f"the program holds at once). Its parts: {parts}. The TPU compiler's temporaries are no part to add "
@@ -69,7 +69,7 @@ def account(memory: dict, target: str, dtype: str) -> str:
             "The peak decides whether it fits: a step whose sum was over a v5e's HBM and whose peak was under "
             "it ran on the chip (tools/tpu_check.py)."
         )
-    total = needed(memory, target)
+    total = needed(memory, on)
     return head + f"{format_bytes(total)} = arguments + outputs + temporaries − donated. Its parts: {parts}."
 
 

@@ -17,7 +17,6 @@ import plotly.graph_objects as go
 import sharding_lab as sl
 from sharding_lab import search
 from sharding_lab.app.state import config_state
-from sharding_lab.hardware import targets
 from sharding_lab.search import eta
 from sharding_lab.search.search import compile_workers
 from sharding_lab.server.page_compiles import waiting_sentence
@@ -34,7 +33,7 @@ SMALL_REMATS = ("none",)
 def counted(base: sl.LabConfig, presets, remats) -> int:
     """How many candidates the search reports for this question (its progress total, its result's count): the
     meshes × presets × remats, the three-axis meshes it counts as skipped, and the remats a family lacks."""
-    on = targets.parse(base.target)
+    on = base.on
     lacking = 0 if "remat" in base.family.step_only_fields or not remats else len(set(remats) - {"none"})
     return len(search.candidates(base, presets, remats)) + search.three_axis_count(on.devices, on.slices) + lacking
 
@@ -305,7 +304,7 @@ def pareto_figure(found: search.Search) -> go.Figure:
     from sharding_lab.hardware.chips import chip as get_chip
 
     groups = points(found)
-    hbm = get_chip(targets.parse(found.base.target).chip).capacity / 1e9
+    hbm = get_chip(found.base.on.chip).capacity / 1e9
     best = found.best
     fig = go.Figure()
     fig.add_trace(

@@ -12,7 +12,6 @@ import dataclasses
 import pandas as pd
 import streamlit as st
 
-from sharding_lab.errors import ConfigError
 from sharding_lab.hardware import targets
 from sharding_lab.program.communication import CommReport, analyze
 from sharding_lab.program.compilers import compare_compilers, summary
@@ -25,11 +24,8 @@ def peers(size: int) -> list[str]:
     names = [f"v5e-{size}", f"h100-{size}"]
     out = []
     for name in names:
-        try:
-            target = targets.parse(name)
-        except ConfigError:
-            continue
-        if targets.availability(target)[0]:
+        target = targets.OFFERED.get(name)  # None: no such slice or node
+        if target is not None and targets.availability(target)[0]:
             out.append(name)
     return out
 
@@ -38,8 +34,8 @@ def compiler_rows(plan: Plan, dtype: str) -> list[dict]:
     """The layout compiled by XLA:CPU and by each peer target's compiler, in ``dtype``: one row each."""
     rows = []
     for name in ["cpu"] + peers(plan.config.mesh.size):
-        report = analyze(make_plan(dataclasses.replace(plan.config, target=name)), dtype)
-        target = targets.parse(name)
+        peer = make_plan(dataclasses.replace(plan.config, target=name))
+        report, target = analyze(peer, dtype), peer.on
         rows.append(
             {
                 "compiler": target.short,
@@ -54,7 +50,7 @@ def compiler_rows(plan: Plan, dtype: str) -> list[dict]:
 
 def compiler_panel(plan: Plan, report: CommReport) -> None:
     """Name the compiler; on a TPU/GPU target, say where XLA:CPU's program differs; on cpu, offer the others."""
-    target = targets.parse(plan.config.target)
+    target = plan.on
     if target.compile_only:
         st.info(
             f"Compiled by **{target.compiler}** for **{target.label()}** in **{report.dtype}** — abstract "
