@@ -13,7 +13,9 @@ either stack, saying to move it out of the list.
 
 from __future__ import annotations
 
+import collections
 import os
+import threading
 
 SECOND_STACK = bool(os.environ.get("SHARDING_LAB_SECOND_STACK"))
 
@@ -59,15 +61,16 @@ def left_out(nodeid: str) -> bool:
     return path in NO_JAX or f"{path}::{name.split('[', 1)[0]}" in PLUMBING
 
 
-# JAX reports each program it lowers (jaxpr to StableHLO) to jax.monitoring's listeners, on both stacks; a cached
-# program is not lowered again, but each test here builds its own functions.
-LOWERED = [0]
+# JAX reports each program it lowers (jaxpr to StableHLO) to jax.monitoring's listeners, on both stacks, in the
+# thread that lowers it; a cached program is not lowered again, but each test here builds its own functions. Counted
+# per thread: a run or a warm-up another test left going in this process lowers in threads of its own.
 LOWERING_EVENT = "/jax/core/compile/jaxpr_to_mlir_module_duration"
+_LOWERED: collections.Counter = collections.Counter()
 
 
 def _count(event: str, duration: float, **kwargs) -> None:
     if event == LOWERING_EVENT:
-        LOWERED[0] += 1
+        _LOWERED[threading.get_ident()] += 1
 
 
 def listen() -> None:
@@ -77,5 +80,5 @@ def listen() -> None:
 
 
 def lowered() -> int:
-    """How many programs JAX has lowered in this process so far."""
-    return LOWERED[0]
+    """How many programs JAX has lowered in this thread so far."""
+    return _LOWERED[threading.get_ident()]

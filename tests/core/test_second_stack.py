@@ -3,6 +3,7 @@ both stacks for what JAX decides on its path; and the guard that fails a file sa
 lowers a program, hears JAX's lowerings on this stack."""
 
 import ast
+import threading
 
 import jax
 import jax.numpy as jnp
@@ -40,9 +41,16 @@ def test_the_second_run_leaves_out_what_is_named_and_nothing_else():
 
 def test_a_lowered_program_is_counted():
     """The guard's ear: JAX 0.10.2 and 0.12.1 both report each lowering under the same event name (a jitted
-    function's, and one per inner jaxpr it lowers), and nothing while nothing is lowered."""
+    function's, and one per inner jaxpr it lowers), in the thread that lowers, and nothing while nothing is
+    lowered."""
     x = jnp.ones(3)
     before = second_stack.lowered()
     assert np.asarray(x).tolist() == [1.0] * 3 and second_stack.lowered() == before  # a read lowers nothing
     jax.jit(lambda x: x * 7 + 1).lower(x)
     assert second_stack.lowered() > before
+    # in another thread (a run another test left going): not this test's
+    before = second_stack.lowered()
+    other = threading.Thread(target=lambda: jax.jit(lambda x: x * 5 - 1).lower(x))
+    other.start()
+    other.join()
+    assert second_stack.lowered() == before
