@@ -180,17 +180,7 @@ def compile_once(config: LabConfig, dtype: str) -> Compiled:
         with buffers.recording(plan) as record:  # the largest buffers, named (program.buffers)
             compiled = compile_lowered(lowered, config.target)
     except CompileRefused as refused:
-        return Compiled(
-            tuple(config.mesh.shape),
-            0.0,
-            0.0,
-            float("nan"),
-            (),
-            refused=refused.reason,
-            compile_s=time.perf_counter() - started,
-            target=config.target,
-            memory={"largest_buffers": record.to_json()} if record.buffers else None,
-        )
+        return _refused(config, refused.reason, time.perf_counter() - started, record)
     compile_s = time.perf_counter() - started
     cost = compiled.cost_analysis()
     cost = (cost[0] if isinstance(cost, (list, tuple)) else cost) or {}
@@ -223,15 +213,6 @@ def compile_once(config: LabConfig, dtype: str) -> Compiled:
     # its operands. The splash attention kernel's come from its formula, added here and said so.
     kernel = kernel_figures(hlo, itemsize)
     traffic += kernel["hbm_bytes"] * (counted["kernel_calls"] / max(1, counted_once["kernel_calls"]))
-    kernel_note = None
-    if kernel["calls"]:
-        calls = ", ".join(f"{n} {kind}" for kind, n in sorted(kernel["calls"].items()))
-        kernel_note = (
-            f"attention runs in the Pallas splash kernel ({calls} calls in the program text, "
-            f"{counted['kernel_calls']} a step with its loops): XLA does not count a custom kernel, so its FLOPs "
-            f"({counted['kernel_flops']:.3g} a step) and the K/V and Q/dO bytes it streams come from the kernel's "
-            "formula (sharding_lab.models.attention.kernel_figures), added to the compiler's figures"
-        )
     chip_calibration = _calibration(plan.on)
     priced = None
     if chip_calibration:
@@ -250,22 +231,55 @@ def compile_once(config: LabConfig, dtype: str) -> Compiled:
         compile_s=compile_s,
         target=config.target,
         optimal_seconds=extra.get("optimal_seconds"),
-        kernel_note=kernel_note,
+        kernel_note=_kernel_note(kernel["calls"], counted),
         priced=priced,
         calibration=chip_calibration,
         xla_flops=xla_flops,
         other_flops_once=others_once,
         product_flops=products,
-        memory={
-            "argument": int(memory.argument_size_in_bytes),
-            "output": int(memory.output_size_in_bytes),
-            "temp": int(memory.temp_size_in_bytes),
-            "alias": int(memory.alias_size_in_bytes),
-            "peak": int(getattr(memory, "peak_memory_in_bytes", 0) or 0),
-            "generated_code": int(getattr(memory, "generated_code_size_in_bytes", 0)),
-            "largest_buffers": record.to_json(),
-        },
+        memory=_memory_figures(memory, record),
     )
+
+
+def _refused(config: LabConfig, reason: str, compile_s: float, record) -> Compiled:
+    """A step the target's compiler refused for memory: its sentence, how long it took, the buffers it listed."""
+    return Compiled(
+        tuple(config.mesh.shape),
+        0.0,
+        0.0,
+        float("nan"),
+        (),
+        refused=reason,
+        compile_s=compile_s,
+        target=config.target,
+        memory={"largest_buffers": record.to_json()} if record.buffers else None,
+    )
+
+
+def _kernel_note(calls: dict, counted: dict) -> str | None:
+    """What a step whose attention runs in the splash kernel says of its count (None: no kernel call)."""
+    if not calls:
+        return None
+    named = ", ".join(f"{n} {kind}" for kind, n in sorted(calls.items()))
+    return (
+        f"attention runs in the Pallas splash kernel ({named} calls in the program text, "
+        f"{counted['kernel_calls']} a step with its loops): XLA does not count a custom kernel, so its FLOPs "
+        f"({counted['kernel_flops']:.3g} a step) and the K/V and Q/dO bytes it streams come from the kernel's "
+        "formula (sharding_lab.models.attention.kernel_figures), added to the compiler's figures"
+    )
+
+
+def _memory_figures(memory, record) -> dict:
+    """The compiled step's ``memory_analysis()`` in bytes per device, and its largest buffers (program.buffers)."""
+    return {
+        "argument": int(memory.argument_size_in_bytes),
+        "output": int(memory.output_size_in_bytes),
+        "temp": int(memory.temp_size_in_bytes),
+        "alias": int(memory.alias_size_in_bytes),
+        "peak": int(getattr(memory, "peak_memory_in_bytes", 0) or 0),
+        "generated_code": int(getattr(memory, "generated_code_size_in_bytes", 0)),
+        "largest_buffers": record.to_json(),
+    }
 
 
 @dataclasses.dataclass(frozen=True)
