@@ -22,6 +22,8 @@ import dataclasses
 import math
 import re
 
+from .hlo_loops import attr, trips
+
 ITEMSIZE = {"pred": 1, "s8": 1, "u8": 1, "bf16": 2, "f16": 2, "s16": 2, "u16": 2, "f32": 4, "s32": 4, "u32": 4}
 ITEMSIZE |= {"f64": 8, "s64": 8, "u64": 8, "s4": 1, "u4": 1, "f8e4m3fn": 1, "f8e5m2": 1}
 _ARRAY = re.compile(r"\b([a-z]+[0-9]*[a-z0-9]*)\[([0-9,]*)\]")
@@ -151,11 +153,6 @@ def _logical_lines(hlo_text: str) -> list[str]:
     return out
 
 
-def _attr(attributes: str, key: str) -> str | None:
-    match = re.search(rf"\b{key}=%?([^\s,]+)", attributes)
-    return match.group(1) if match else None
-
-
 def product(instruction: Instruction, shapes: dict[str, str]) -> Product | None:
     """A ``convolution`` or ``dot`` as a matrix product (m, k, n), or None when its operands are unknown."""
     out = arrays(instruction.shape)
@@ -184,7 +181,7 @@ def product(instruction: Instruction, shapes: dict[str, str]) -> Product | None:
     pads = [tuple(int(p) for p in part.split("_")) for part in pad_text.group(1).split("x")] if pad_text else []
     dilate_text = re.search(r"lhs_dilate=([0-9x]+)", window.group(1)) if window else None
     dilation = [int(d) for d in dilate_text.group(1).split("x")] if dilate_text else []
-    groups = int(_attr(instruction.attributes, "feature_group_count") or 1)
+    groups = int(attr(instruction.attributes, "feature_group_count") or 1)
     k = lhs[lhs_l.index("f")] // groups
     m = result[out_l.index("b")]
     n = result[out_l.index("f")]
@@ -216,25 +213,13 @@ def ops(hlo_text: str, count_loops: bool = True) -> list[Op]:
     shapes = {i.name: i.shape for body in computations.values() for i in body}
     found: list[Op] = []
 
-    def inner_products(name: str, seen: frozenset) -> list[Product]:
-        out = []
-        for i in computations.get(name, []):
-            if i.opcode in ("convolution", "dot"):
-                p = product(i, shapes)
-                if p is not None:
-                    out.append(p)
-            for called in re.findall(r"(?:calls|to_apply|body)=%?([\w.\-]+)", i.attributes):
-                if called not in seen:
-                    out += inner_products(called, seen | {called})
-        return out
-
     def walk(name: str, times: int, seen: frozenset) -> None:
         for i in computations.get(name, []):
             if i.opcode == "while":
-                body = _attr(i.attributes, "body")
-                trips = _trips(i, computations, name) if count_loops else 1
+                body = attr(i.attributes, "body")
+                loop_trips = trips(i, computations, name) if count_loops else 1
                 if body and body not in seen:
-                    walk(body, times * trips, seen | {body})
+                    walk(body, times * loop_trips, seen | {body})
                 continue
             if i.opcode in ("call", "conditional", "async-start"):
                 called = [
@@ -256,60 +241,82 @@ def ops(hlo_text: str, count_loops: bool = True) -> list[Op]:
                 continue
             if i.opcode in FREE or i.opcode.endswith("-done"):
                 continue
-            if i.opcode == "fusion" and (fused := async_collective(computations, _attr(i.attributes, "calls"))):
+            if i.opcode == "fusion" and (fused := async_collective(computations, attr(i.attributes, "calls"))):
                 # The TPU compiler's async collective fusion: a start fusion (the collective begins; the compute
                 # after it runs while it moves) and a done fusion (it is waited for). One asynchronous collective.
                 if fused == "AsyncCollectiveStart":
                     found.append(Op(i.name, "async-start", times, 0.0, asynchronous=True))
                 continue
-            moved = _moved(i, shapes, computations)
-            products: list[Product] = []
-            if i.opcode in ("convolution", "dot"):
-                p = product(i, shapes)
-                products = [p] if p else []
-            elif i.opcode == "fusion":
-                called = _attr(i.attributes, "calls")
-                products = inner_products(called, frozenset({called})) if called else []
-            kernel = shape = None
-            if i.opcode == "custom-call":
-                target = re.search(r'custom_call_target="([^"]+)"', i.attributes)
-                kernel = _kernel_name(i.name) if target and target.group(1) == "tpu_custom_call" else None
-                dims = [d for _, d in arrays(i.shape) if len(d) >= 3]
-                shape = max(dims, key=math.prod) if dims else ()
-            collective = any(i.opcode.startswith(c) for c in COLLECTIVES)
-            found.append(
-                Op(
-                    i.name,
-                    i.opcode,
-                    times,
-                    moved,
-                    tuple(products),
-                    kernel,
-                    tuple(shape or ()),
-                    asynchronous=collective and i.opcode.endswith("-start"),
-                    elements=sum(math.prod(d) for _, d in arrays(i.shape)),
-                )
-            )
+            found.append(_op(i, times, shapes, computations))
 
     walk(entry, 1, frozenset({entry}))
-    # A dkv call's results are K and V shaped (fewer heads under grouped-query attention): every splash call is
-    # counted on the program's query shape, the largest of its forward and dq calls' (as kernel_figures does).
+    _on_the_query_shape(found)
+    return found
+
+
+def _op(i: Instruction, times: int, shapes: dict[str, str], computations) -> Op:
+    """One top-level op that computes or moves data, run ``times`` a step: its bytes, its products (a fusion's
+    those inside it), and for a Pallas kernel its name and largest result shape."""
+    moved = _moved(i, shapes, computations)
+    products: list[Product] = []
+    if i.opcode in ("convolution", "dot"):
+        p = product(i, shapes)
+        products = [p] if p else []
+    elif i.opcode == "fusion":
+        called = attr(i.attributes, "calls")
+        products = _inner_products(called, frozenset({called}), computations, shapes) if called else []
+    kernel = shape = None
+    if i.opcode == "custom-call":
+        target = re.search(r'custom_call_target="([^"]+)"', i.attributes)
+        kernel = _kernel_name(i.name) if target and target.group(1) == "tpu_custom_call" else None
+        dims = [d for _, d in arrays(i.shape) if len(d) >= 3]
+        shape = max(dims, key=math.prod) if dims else ()
+    collective = any(i.opcode.startswith(c) for c in COLLECTIVES)
+    return Op(
+        i.name,
+        i.opcode,
+        times,
+        moved,
+        tuple(products),
+        kernel,
+        tuple(shape or ()),
+        asynchronous=collective and i.opcode.endswith("-start"),
+        elements=sum(math.prod(d) for _, d in arrays(i.shape)),
+    )
+
+
+def _inner_products(name: str, seen: frozenset, computations, shapes: dict[str, str]) -> list[Product]:
+    """The matrix products inside computation ``name`` and whatever it calls (a fusion's products)."""
+    out = []
+    for i in computations.get(name, []):
+        if i.opcode in ("convolution", "dot"):
+            p = product(i, shapes)
+            if p is not None:
+                out.append(p)
+        for called in re.findall(r"(?:calls|to_apply|body)=%?([\w.\-]+)", i.attributes):
+            if called not in seen:
+                out += _inner_products(called, seen | {called}, computations, shapes)
+    return out
+
+
+def _on_the_query_shape(found: list[Op]) -> None:
+    """A dkv call's results are K and V shaped (fewer heads under grouped-query attention): every splash call is
+    counted on the program's query shape, the largest of its forward and dq calls' (as kernel_figures does)."""
     queries = [o.kernel_shape for o in found if o.kernel in ("splash_mha_fwd", "splash_mha_dq") and o.kernel_shape]
     if queries:
         query = max(queries, key=math.prod)
         for o in found:
             if o.kernel and o.kernel.startswith("splash"):
                 o.kernel_shape = query
-    return found
 
 
 def runs(hlo_text: str, count_loops: bool = True) -> dict[str, int]:
     """How many times a step runs each computation of the program: the entry once, a ``while`` body as often as
-    its loop runs (:func:`_trips`, inside the loops around it), and whatever an instruction calls (a fusion, a
-    ``call``, an async op's computation, a branch) as often as that instruction runs. What reads the program line
-    by line (the collectives, :func:`sharding_lab.program.communication.parse_collectives`) counts a line this
-    many times: one compile of a loop over layers then counts its body once a layer (``count_loops`` False: each
-    loop's body once, as XLA's ``cost_analysis()`` counts it)."""
+    its loop runs (:func:`~.hlo_loops.trips`, inside the loops around it), and whatever an instruction calls (a
+    fusion, a ``call``, an async op's computation, a branch) as often as that instruction runs. What reads the
+    program line by line (the collectives, :func:`sharding_lab.program.communication.parse_collectives`) counts a
+    line this many times: one compile of a loop over layers then counts its body once a layer (``count_loops``
+    False: each loop's body once, as XLA's ``cost_analysis()`` counts it)."""
     computations, entry = parse(hlo_text)
     out: dict[str, int] = {}
     if entry is None:
@@ -319,9 +326,9 @@ def runs(hlo_text: str, count_loops: bool = True) -> dict[str, int]:
         out[name] = out.get(name, 0) + times
         for i in computations.get(name, []):
             if i.opcode == "while":
-                body = _attr(i.attributes, "body")
+                body = attr(i.attributes, "body")
                 if body and body not in seen:
-                    visit(body, times * (_trips(i, computations, name) if count_loops else 1), seen | {body})
+                    visit(body, times * (trips(i, computations, name) if count_loops else 1), seen | {body})
                 continue
             for called in _called(i.attributes):
                 if called not in seen and called in computations:
@@ -400,7 +407,7 @@ def _moved(i: Instruction, shapes: dict[str, str], computations) -> float:
         return 2 * nbytes(shapes.get(i.operands[1], "")) if len(i.operands) > 1 else nbytes(i.shape)
     operands = [nbytes(shapes.get(o, "")) for o in i.operands]
     written = nbytes(i.shape)
-    called = computations.get(_attr(i.attributes, "calls") or "", []) if i.opcode == "fusion" else []
+    called = computations.get(attr(i.attributes, "calls") or "", []) if i.opcode == "fusion" else []
     if called:
         params = {}
         for inner in called:
@@ -428,92 +435,6 @@ def _moved(i: Instruction, shapes: dict[str, str], computations) -> float:
 def _kernel_name(name: str) -> str | None:
     match = re.match(r"(splash_m[hq]a_(?:fwd|dq|dkv))", name)
     return match.group(1) if match else name.split(".")[0]
-
-
-def _trips(instruction: Instruction, computations: dict[str, list[Instruction]], home: str) -> int:
-    """How many times a ``while`` (in computation ``home``) runs its body: the backend's ``known_trip_count``,
-    else its counted-loop form — the condition compares a counter (an element of the loop's tuple) with a
-    constant bound, the counter starts at a constant in the tuple the loop is given, and the body adds a
-    constant step to it. The TPU compiler's collective matmuls (``windowed_dot_general`` loops: a sharded
-    weight's pieces passed round the ring while each is multiplied) count in ``u32`` by 2 — two pieces a trip,
-    one from each direction — so a bound of 4 is 2 trips. A loop in another form counts once."""
-    known = re.search(r'"known_trip_count":\{"n":"(\d+)"', instruction.attributes)
-    if known:
-        return int(known.group(1))
-    condition, body = (_scope(computations, _attr(instruction.attributes, key)) for key in ("condition", "body"))
-    compares = [i for i in condition.values() if i.opcode == "compare" and len(i.operands) == 2]
-    root = next((i for i in compares if i.root), compares[-1] if compares else None)
-    if root is None:
-        return 1
-    direction = _attr(root.attributes, "direction")
-    counters = [_tuple_index(o, condition) for o in root.operands]
-    bounds = [_constant(o, condition) for o in root.operands]
-    if counters[0] is not None and bounds[1] is not None and direction in ("LT", "LE"):
-        index, bound, inclusive = counters[0], bounds[1], direction == "LE"
-    elif counters[1] is not None and bounds[0] is not None and direction in ("GT", "GE"):
-        index, bound, inclusive = counters[1], bounds[0], direction == "GE"
-    else:
-        return 1
-    start = _loop_start(instruction, index, _scope(computations, home))
-    step = _loop_step(body, index)
-    span = bound - start + (1 if inclusive else 0)
-    return max(1, -(-span // step)) if step > 0 else 1
-
-
-def _scope(computations: dict[str, list[Instruction]], name: str | None) -> dict[str, Instruction]:
-    return {i.name: i for i in computations.get(name or "", [])}
-
-
-def _resolve(name: str, scope: dict[str, Instruction]) -> Instruction | None:
-    """The instruction of ``scope`` that ``name`` stands for, through copies, conversions and bitcasts."""
-    for _ in range(16):
-        i = scope.get(name)
-        if i is None or i.opcode not in ("copy", "convert", "bitcast", "reshape") or not i.operands:
-            return i
-        name = i.operands[0]
-    return None
-
-
-def _constant(name: str, scope: dict[str, Instruction]) -> int | None:
-    """The value of an integer scalar constant (signed or unsigned: the collective matmuls count in ``u32``)."""
-    i = _resolve(name, scope)
-    if i is None or i.opcode != "constant" or not re.match(r"[su](8|16|32|64)\[\]", i.shape):
-        return None
-    return int(i.operand_text) if re.fullmatch(r"-?\d+", i.operand_text.strip()) else None
-
-
-def _tuple_index(name: str, scope: dict[str, Instruction]) -> int | None:
-    """The element of the loop's tuple that ``name`` reads (a ``get-tuple-element`` of the parameter), if any."""
-    i = _resolve(name, scope)
-    if i is None or i.opcode != "get-tuple-element":
-        return None
-    index = _attr(i.attributes, "index")
-    return int(index) if index and index.isdigit() else None
-
-
-def _loop_start(loop: Instruction, index: int, home: dict[str, Instruction]) -> int:
-    """The counter's first value: element ``index`` of the tuple the loop is given, when it is a constant (else 0)."""
-    given = _resolve(loop.operands[0], home) if loop.operands else None
-    if given is None or given.opcode != "tuple" or index >= len(given.operands):
-        return 0
-    value = _constant(given.operands[index], home)
-    return value if value is not None else 0
-
-
-def _loop_step(body: dict[str, Instruction], index: int) -> int:
-    """What the body adds to the counter each trip: element ``index`` of its result is ``counter + constant``
-    (else 1)."""
-    result = next((i for i in body.values() if i.root), None)
-    if result is None or result.opcode != "tuple" or index >= len(result.operands):
-        return 1
-    update = _resolve(result.operands[index], body)
-    if update is None or update.opcode != "add" or len(update.operands) != 2:
-        return 1
-    for counter, step in (update.operands, update.operands[::-1]):
-        value = _constant(step, body)
-        if _tuple_index(counter, body) == index and value is not None:
-            return value
-    return 1
 
 
 def summary(found: list[Op]) -> dict:
