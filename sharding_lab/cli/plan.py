@@ -18,13 +18,54 @@ def print_plan(args) -> int:
     """``python -m sharding_lab plan``: the search (:mod:`sharding_lab.search.search`), as a table or JSON."""
     from .. import search
     from ..cost.compiled import dtype_name
-    from ..search.candidates import offered_presets
 
     dtype = dtype_name(args.dtype)
     config = config_from_args(args)
     say_hf_config(args, config)
     source = model_source(args)
     base = search.base_config(config.model, config.target, args.batch_tokens, config.optimizer, config.lr)
+    presets, remats = _presets(args, base), _remats(args, base)
+    attentions = _attentions(args, base)
+    activity = search.Activity()
+    reporter = _Reporter(args, Left(base, args.workers, presets, remats))
+    if args.check_layers is not None and args.check_layers <= 2:
+        raise ConfigError(
+            f"--check-layers must be more than 2 (the extension starts from 1 and 2), not {args.check_layers}", "model"
+        )
+    if args.workers is not None and args.workers < 1:
+        raise ConfigError(f"--workers must be at least 1, not {args.workers}", "workers")
+    if not args.json:
+        print(f"searching: {reporter.left.sentence()}", file=sys.stderr, flush=True)
+        reporter.voice = Voice(activity)
+    try:
+        found = search.search(
+            base,
+            dtype,
+            presets,
+            remats,
+            reporter.progress,
+            check=not args.no_check,
+            check_layers=args.check_layers,
+            workers=args.workers,
+            attentions=attentions,
+            first=reporter.first,
+            activity=activity,
+        )
+    finally:
+        if reporter.voice is not None:
+            reporter.voice.close()
+    out = _with_commands(found, base, dtype, source)
+    if args.json:
+        print(json.dumps(out))
+        return 0
+    _print_found(found, out, base, dtype, source)
+    return 0
+
+
+def _presets(args, base) -> tuple[str, ...] | None:
+    """The presets ``--presets`` names (None: every one the family offers), each checked."""
+    from ..search.candidates import offered_presets
+
     presets = tuple(p.strip() for p in args.presets.split(",")) if args.presets else None
     for name in presets or ():
         if name not in base.family.presets:
@@ -38,79 +79,72 @@ def print_plan(args) -> int:
                 ),
                 "rules",
             )
+    return presets
+
+
+def _remats(args, base) -> tuple[str, ...] | None:
+    """The remat choices ``--remats`` names (None: the search's own), each checked against the family's."""
+    from .. import search
+
     remats = tuple(r.strip() for r in args.remats.split(",")) if args.remats else None
     remat_field = base.family.size_fields.get("remat")
     known = remat_field.choices if remat_field is not None else search.REMATS
     for name in remats or ():
         if name not in known:
             raise ConfigError(f"unknown remat {name!r}: choose among {', '.join(known)}", "model")
+    return remats
 
-    attentions = _attentions(args, base)
-    activity = search.Activity()
-    voice = None
-    left = Left(base, args.workers, presets, remats)
 
-    last = [0]
+class _Reporter:
+    """What the search says on stderr while it runs (nothing with --json): the first ranking, then a progress bar
+    with each candidate's answer and what is left; each answer also tells the voice that the search is alive."""
 
-    def progress(done, total, result):
-        many, last[0] = done - last[0], done
-        if voice is not None:
-            voice.spoke()
-        left.answered(result)
-        if not args.json:
-            filled = round(20 * done / total) if total else 20
-            # candidates counted without a layout (a three-axis mesh): reported together, before the queue
-            what = (
-                f"{many} candidate{'s' * (many > 1)} without a layout to plan"
-                if result.candidate.preset == "-"
-                else search.label(result.candidate)
+    def __init__(self, args, left: Left):
+        self.args, self.left = args, left
+        self.voice = None  # set once the search starts (not with --json)
+        self.last = 0
+
+    def progress(self, done, total, result) -> None:
+        from .. import search
+
+        many, self.last = done - self.last, done
+        if self.voice is not None:
+            self.voice.spoke()
+        self.left.answered(result)
+        if self.args.json:
+            return
+        filled = round(20 * done / total) if total else 20
+        # candidates counted without a layout (a three-axis mesh): reported together, before the queue
+        what = (
+            f"{many} candidate{'s' * (many > 1)} without a layout to plan"
+            if result.candidate.preset == "-"
+            else search.label(result.candidate)
+        )
+        print(
+            f"[{'#' * filled}{'.' * (20 - filled)}] {done}/{total} {what}: "
+            + (
+                f"skipped ({result.skipped})"
+                if result.skipped
+                else f"{'fits' if result.fits else 'does not fit'}, compiled in {result.compile_s:.1f} s"
             )
-            print(
-                f"[{'#' * filled}{'.' * (20 - filled)}] {done}/{total} {what}: "
-                + (
-                    f"skipped ({result.skipped})"
-                    if result.skipped
-                    else f"{'fits' if result.fits else 'does not fit'}, compiled in {result.compile_s:.1f} s"
-                )
-                + f" — {left.sentence()}",
-                file=sys.stderr,
-                flush=True,
-            )
+            + f" — {self.left.sentence()}",
+            file=sys.stderr,
+            flush=True,
+        )
 
-    def first(ranked, seconds):
-        if voice is not None:
-            voice.spoke()
-        left.ranked = len(ranked)
-        if not args.json:
+    def first(self, ranked, seconds) -> None:
+        from .. import search
+
+        if self.voice is not None:
+            self.voice.spoke()
+        self.left.ranked = len(ranked)
+        if not self.args.json:
             print(search.first_table(ranked, seconds), file=sys.stderr, flush=True)
-            print(left.sentence(), file=sys.stderr, flush=True)
+            print(self.left.sentence(), file=sys.stderr, flush=True)
 
-    if args.check_layers is not None and args.check_layers <= 2:
-        raise ConfigError(
-            f"--check-layers must be more than 2 (the extension starts from 1 and 2), not {args.check_layers}", "model"
-        )
-    if args.workers is not None and args.workers < 1:
-        raise ConfigError(f"--workers must be at least 1, not {args.workers}", "workers")
-    if not args.json:
-        print(f"searching: {left.sentence()}", file=sys.stderr, flush=True)
-        voice = Voice(activity)
-    try:
-        found = search.search(
-            base,
-            dtype,
-            presets,
-            remats,
-            progress,
-            check=not args.no_check,
-            check_layers=args.check_layers,
-            workers=args.workers,
-            attentions=attentions,
-            first=first,
-            activity=activity,
-        )
-    finally:
-        if voice is not None:
-            voice.close()
+
+def _with_commands(found, base, dtype: str, source: dict) -> dict:
+    """The search's JSON, each costed row and the best with the `cost` command that re-runs it and MaxText's."""
     out = found.to_json()
     for row, result in zip(out["candidates"], found.costed):
         row["cost_args"] = config_to_args(result.candidate.config(base)) + ["--dtype", dtype]
@@ -118,9 +152,14 @@ def print_plan(args) -> int:
     if out["best"] is not None:
         out["best"]["cost_args"] = config_to_args(found.best.candidate.config(base)) + ["--dtype", dtype]
         out["best"].update(maxtext(found.best.candidate.config(base), dtype, **source).to_json())
-    if args.json:
-        print(json.dumps(out))
-        return 0
+    return out
+
+
+def _print_found(found, out: dict, base, dtype: str, source: dict) -> None:
+    """The search's answer as text: the table, why the best is best, how the layer extension was checked, and the
+    commands that re-run the best."""
+    from .. import search
+
     print(
         f"{base.family.name} on {base.target}, batch {found.batch_tokens:,} tokens ({base.batch_size} × "
         f"{base.model.seq}), {base.optimizer}, {dtype}: {len(found.results)} candidates in {found.elapsed_s:.0f} s"
@@ -146,7 +185,6 @@ def print_plan(args) -> int:
     if found.best is not None:
         print("re-run the best: python -m sharding_lab cost " + " ".join(out["best"]["cost_args"]))
         print(maxtext_line(maxtext(found.best.candidate.config(base), dtype, **source)))
-    return 0
 
 
 def _attentions(args, base) -> tuple[str, ...] | None:
