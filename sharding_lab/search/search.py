@@ -159,31 +159,8 @@ def search(
     dtype = dtype_name(dtype)
     started = time.perf_counter()
     todo = candidates(base, presets, remats, attentions)
-    on = base.on
-    results = [
-        Result(Candidate((0,), (), "-", "-"), skipped=SKIP_THREE_AXES)
-        for _ in range(three_axis_count(on.devices, on.slices))
-    ]
-    if "remat" not in base.family.step_only_fields and remats and set(remats) - {"none"}:
-        results += [Result(Candidate((0,), (), "-", r), skipped=SKIP_NO_REMAT) for r in set(remats) - {"none"}]
-    stopped = False
-    # Each layout's leanest step first (remat full, then a selective policy, then none): when one does not fit,
-    # the same layout's steps that keep more are skipped instead of compiled. XLA's attention after every
-    # splash step: its splash twin then bounds it (scheduler.bounded), and when that twin does not fit neither
-    # does it (it materialises the scores).
-    layout_at: dict[tuple, int] = {}
-    searched = set(todo)
-    for i, c in enumerate(todo):
-        layout_at.setdefault((c.mesh, c.axes, c.preset), i)
-    order = sorted(
-        range(len(todo)),
-        key=lambda i: (
-            splash_twin(todo[i]) in searched,
-            layout_at[todo[i].mesh, todo[i].axes, todo[i].preset],
-            remat_rank(todo[i].remat),
-        ),
-    )
-    queue = [todo[i] for i in order]
+    results = _skipped_before(base, remats)
+    queue = _leanest_first(todo)
     ranked = first_ranking(queue, base, dtype, stop, activity)
     first_s = time.perf_counter() - started
     if first is not None:
@@ -192,16 +169,8 @@ def search(
     step = functools.partial(run_serial, activity=activity)
     if workers > 1:
         step = functools.partial(run_pool, workers=workers, activity=activity)
-    counted = len(results)  # skipped before the queue: progress counts them, as the result does
-    if progress is not None and counted:
-        # ... and reports them first, one report a reason (the three-axis meshes, the remats a family lacks): the
-        # count starts where the progress does (it started at 2/7 after one three-axis mesh, never reported)
-        reasons = collections.Counter(r.skipped for r in results)
-        reported = 0
-        for reason, n in reasons.items():
-            reported += n
-            progress(reported, counted + len(queue), next(r for r in results if r.skipped == reason))
-        progress = functools.partial(_counting, progress, counted)
+    if progress is not None and results:
+        progress = _report_skipped(progress, results, len(queue))
     stopped = step(queue, base, dtype, stop, results, progress)
     for r in results:  # each compile's times, from the search's start
         if r.timeline:
@@ -222,6 +191,52 @@ def search(
         adopt_full_depth(out, check_layers)
     out.elapsed_s = time.perf_counter() - started
     return out
+
+
+def _skipped_before(base: LabConfig, remats: tuple[str, ...] | None) -> list[Result]:
+    """What is skipped before the queue, with its reason: the three-axis meshes of the target's chips, and the remat
+    choices a family without the option was asked for."""
+    on = base.on
+    results = [
+        Result(Candidate((0,), (), "-", "-"), skipped=SKIP_THREE_AXES)
+        for _ in range(three_axis_count(on.devices, on.slices))
+    ]
+    if "remat" not in base.family.step_only_fields and remats and set(remats) - {"none"}:
+        results += [Result(Candidate((0,), (), "-", r), skipped=SKIP_NO_REMAT) for r in set(remats) - {"none"}]
+    return results
+
+
+def _leanest_first(todo: list[Candidate]) -> list[Candidate]:
+    """The queue. Each layout's leanest step first (remat full, then a selective policy, then none): when one does
+    not fit, the same layout's steps that keep more are skipped instead of compiled. XLA's attention after every
+    splash step: its splash twin then bounds it (scheduler.bounded), and when that twin does not fit neither does it
+    (it materialises the scores)."""
+    layout_at: dict[tuple, int] = {}
+    searched = set(todo)
+    for i, c in enumerate(todo):
+        layout_at.setdefault((c.mesh, c.axes, c.preset), i)
+    order = sorted(
+        range(len(todo)),
+        key=lambda i: (
+            splash_twin(todo[i]) in searched,
+            layout_at[todo[i].mesh, todo[i].axes, todo[i].preset],
+            remat_rank(todo[i].remat),
+        ),
+    )
+    return [todo[i] for i in order]
+
+
+def _report_skipped(progress: Callable, results: list[Result], queued: int) -> Callable:
+    """Skipped before the queue: progress counts them, as the result does, and reports them first, one report a
+    reason (the three-axis meshes, the remats a family lacks) — the count starts where the progress does (it started
+    at 2/7 after one three-axis mesh, never reported). Returns the progress the queue's answers are told to."""
+    counted = len(results)
+    reasons = collections.Counter(r.skipped for r in results)
+    reported = 0
+    for reason, n in reasons.items():
+        reported += n
+        progress(reported, counted + queued, next(r for r in results if r.skipped == reason))
+    return functools.partial(_counting, progress, counted)
 
 
 FIRST_FIELDS = ("mesh", "axes", "preset", "remat", "attention", "across_slices", "per_chip_tokens", "book")
