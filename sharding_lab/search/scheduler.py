@@ -76,8 +76,10 @@ def run_pool(queue, base, dtype, stop, results, progress, workers: int, activity
     several processes at once: :func:`sharding_lab.hardware.targets.quiet_libtpu` allows it.
 
     With :data:`EARLY_START_WORKERS` workers or more, a worker with nothing to do compiles a deferred candidate
-    (:func:`~sharding_lab.search.bound.defer`) before its turn: on 13 cores the deferred candidates' turns were a
-    chain of compiles one after the other while most cores waited. The turn still decides — the bound is held
+    (:func:`~sharding_lab.search.bound.defer`) before its turn, or a candidate before its leaner twins passed the
+    memory check (stopped, as above, should one of them not fit): on 13 cores the deferred candidates' turns and
+    the twins' checks were chains of compiles one after the other while most cores waited (the llama3-8b question:
+    6.2 of 13 cores busy on average). The turn still decides — the bound is held
     against the answers it would have met — so the answer is the one the search gives in turn; with fewer workers
     (the 2-core machine) every core already has a compile, and an early one would only slow those."""
     from ..hardware.chips import chip as get_chip
@@ -200,13 +202,16 @@ def run_pool(queue, base, dtype, stop, results, progress, workers: int, activity
                     pool[index] = sw.Worker(context)
             free = sum(worker.job is None for worker in pool) - len(jobs) if workers >= EARLY_START_WORKERS else 0
             for candidate in list(waiting):
-                if any(t in queue and t not in done and t not in passed_check for t in waits_for(candidate)):
-                    continue  # its leaner twins' fit first
+                blocked = any(t in queue and t not in done and t not in passed_check for t in waits_for(candidate))
+                if blocked and free <= 0:
+                    continue  # its leaner twins' fit first — unless a worker idles (many workers): pruned() stops it
                 # deferred (bound.defer): the compiled candidates its bound is held against first
                 if not turn(candidate):
                     if free <= 0 or pruned(candidate, base, dtype, done) or bounded(candidate, base, dtype, done):
                         continue  # no idle worker, or already ruled out (a bound only tightens as results come)
                     early.add(candidate)  # an idle worker compiles it now; its turn decides (decide_early)
+                    free -= len(first_jobs(candidate.config(base)))
+                elif blocked:
                     free -= len(first_jobs(candidate.config(base)))
                 waiting.remove(candidate)
                 earlier = cached(candidate, base, dtype)

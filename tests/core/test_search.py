@@ -590,10 +590,11 @@ def test_with_many_workers_a_deferred_candidate_compiles_early_and_the_answer_is
     """From scheduler.EARLY_START_WORKERS workers, an idle worker compiles a deferred candidate (bound.defer: a layout
     whose devices repeat each other's work) before its turn; its turn still decides it — the bound held against the
     same answers — so every row is the one-process search's (issue 56: 13 cores sat idle while the deferred
-    candidates waited)."""
+    candidates waited). An idle worker also starts a step without remat before its remat-full twin passed the memory
+    check (it is stopped should the twin not fit), and the rows stay the one-process search's."""
     spec = family("transformer").Spec(layers=2, embed_dim=64, heads=4, head_dim=16, mlp_dim=128, vocab=64, seq=256)
     base = search.base_config(spec, "v5e-8", 256 * 32)
-    question = (base, "mixed", ("dp",), ("none",))
+    question = (base, "mixed", ("dp",), ("full", "none"))
     serial = search.search(*question, check=False, workers=1, attentions=("splash",))
     search.costing._results.clear()  # nothing cached: the workers compile every candidate again
     assert search.scheduler.EARLY_START_WORKERS <= 4
@@ -602,5 +603,8 @@ def test_with_many_workers_a_deferred_candidate_compiles_early_and_the_answer_is
     assert {r.candidate: (r.skipped, r.fits, r.step_s, r.hbm_per_chip) for r in pooled.results} == rows
     assert pooled.best.candidate == serial.best.candidate == search.Candidate((8,), ("data",), "dp", "none", "splash")
     first = next(r for r in pooled.results if r.candidate == pooled.best.candidate).timeline["whole"]
-    deferred = [r.timeline["whole"] for r in pooled.results if r.timeline and r.candidate.mesh != (8,)]
-    assert deferred and all(sent < first[2] for sent, _, _ in deferred)  # sent before the undeferred one answered
+    deferred = [t for r in pooled.results if r.timeline and r.candidate.mesh != (8,) for t in r.timeline.values()]
+    assert any(sent < first[2] for sent, _, _ in deferred)  # sent before the undeferred one answered (4 workers:
+    # not every deferred compile fits beside the undeferred ones)
+    twin = next(r for r in pooled.results if r.candidate == search.Candidate((8,), ("data",), "dp", "full", "splash"))
+    assert first[0] < twin.timeline["looped"][2]  # the step without remat sent before its remat-full twin's answer
