@@ -82,173 +82,211 @@ def run_pool(queue, base, dtype, stop, results, progress, workers: int, activity
     6.2 of 13 cores busy on average). The turn still decides — the bound is held
     against the answers it would have met — so the answer is the one the search gives in turn; with fewer workers
     (the 2-core machine) every core already has a compile, and an early one would only slow those."""
-    from ..hardware.chips import chip as get_chip
-    from . import pool as sw
-
     targets.quiet_libtpu()
-    capacity = get_chip(base.on.chip).capacity
-    context = sw.context()
-    pool = [sw.Worker(context) for _ in range(workers)]
-    done: dict[Candidate, Result] = {}
-    passed_check: dict[Candidate, bool] = {}  # a leaner twin that passed the compiler's memory check
-    pending: dict[Candidate, Result] = {}
-    parts: dict[Candidate, dict] = {}
-    checked: set = set()
-    jobs: collections.deque = collections.deque()
-    timeline: dict[Candidate, dict] = {}  # kind → [sent, memory check passed, answered] (perf_counter seconds)
-    waiting = list(queue)
-    count = 0
-    searched = set(queue)
-    ranks: dict[Candidate, int] = {}
-    early: set = set()  # deferred candidates an idle worker compiles before their turn (many workers only)
-    held: dict = {}  # their answers, kept until their turn: (runs, depths)
-
-    def later(candidate) -> int:
-        if candidate not in ranks:
-            ranks[candidate] = defer(candidate, base, dtype, searched)
-        return ranks[candidate]
-
-    def record(candidate, result):
-        nonlocal count
-        early.discard(candidate)
-        held.pop(candidate, None)
-        done[candidate] = result
-        results.append(result)
-        count += 1
-        if progress:
-            progress(count, len(queue), result)
-
-    def enqueue(candidate, kind, urgent=False):
-        job = sw.Job((candidate, kind), compile_job, (kind, candidate.config(base), dtype))
-        jobs.appendleft(job) if urgent else jobs.append(job)
-
-    def finish(candidate, runs, depths):
-        if candidate in early:  # compiled before its turn: its answer waits for the turn's bound (decide_early)
-            held[candidate] = (runs, depths)
-            return
-        result = pending.pop(candidate)
-        parts.pop(candidate, None)
-        fill(result, prediction_of(candidate.config(base), dtype, runs))
-        result.compiled_layers = depths
-        result.timeline = timeline.pop(candidate, None)
-        remember(candidate, base, dtype, result)
-        record(candidate, result)
-
-    def on_result(candidate, kind, compiled):
-        timeline.setdefault(candidate, {}).setdefault(kind, [None, None, None])[2] = time.perf_counter()
-        if candidate not in pending:
-            return  # its answer came from another compile (a refused 1-layer compile ends it)
-        got = parts.setdefault(candidate, {})
-        got[kind] = compiled
-        layers = getattr(base.model, "layers", None)
-        if kind == "looped":
-            passed_check[candidate] = not compiled.refused
-        if kind in ("whole", "looped") or (kind == "probe" and (compiled.refused or compiled.hbm_needed > capacity)):
-            finish(candidate, [compiled], (layers,) if layers else ())
-        elif kind == "probe":  # compiled whole before its memory check was seen (a small model): it fits, so
-            enqueue(candidate, "layers1", urgent=True)  # extended as when the check is seen (and as in one process)
-            enqueue(candidate, "layers2", urgent=True)
-        elif kind == "layers1" and compiled.refused:
-            finish(candidate, [compiled], (1,))
-        elif kind in ("layers1", "layers2") and {"layers1", "layers2"} <= set(got):
-            finish(candidate, [got["layers1"], got["layers2"]], (1, 2))
-
-    def on_memory_check(index, candidate, kind):
-        checked.add((candidate, kind))
-        timeline.setdefault(candidate, {}).setdefault(kind, [None, None, None])[1] = time.perf_counter()
-        if kind == "probe":  # it fits at full depth: abandon the unrolled program before code generation,
-            pool[index].kill()  # and compile 1 and 2 layers to extend
-            pool[index] = sw.Worker(context)
-            enqueue(candidate, "layers1", urgent=True)
-            enqueue(candidate, "layers2", urgent=True)
-        else:  # the loop as it runs fits: the candidates waiting for it may start
-            passed_check[candidate] = True
-
-    def turn(candidate) -> bool:
-        """Whether every candidate deferred less than ``candidate`` is answered (bound.defer's order)."""
-        return not (later(candidate) and any(later(c) < later(candidate) for c in (*waiting, *pending)))
-
-    def decide_early():
-        """Candidates compiled before their turn, decided when it comes as if started then: the bound is held against
-        the same answers (all of them first, so that one's answer does not bound another of the same turn), and a
-        candidate it rules out is skipped — its compiles killed, its figures never used."""
-        due = [c for c in early if c in pending and turn(c)]
-        verdicts = {c: bounded(c, base, dtype, done) for c in due}
-        for candidate, skipped in verdicts.items():
-            if skipped is not None:
-                pending.pop(candidate)
-                parts.pop(candidate, None)
-                timeline.pop(candidate, None)
-                record(candidate, skipped)
-                continue
-            early.discard(candidate)
-            if candidate in held:
-                finish(candidate, *held.pop(candidate))
-
+    state = _Pool(queue, base, dtype, results, progress, workers)
     try:
-        while waiting or pending:
+        while state.waiting or state.pending:
             if stop is not None and stop.is_set():
                 return True
-            for candidate in list(pending):  # a leaner twin found not to fit after it started: it stops here
-                result = pruned(candidate, base, dtype, done)
-                if result is not None:
-                    pending.pop(candidate)
-                    parts.pop(candidate, None)
-                    record(candidate, result)
-            decide_early()
-            for index, worker in enumerate(pool):  # a compile whose candidate is answered is not needed any more
-                if worker.job is not None and (worker.job.key[0] not in pending or worker.job.key[0] in held):
-                    worker.kill()
-                    pool[index] = sw.Worker(context)
-            free = sum(worker.job is None for worker in pool) - len(jobs) if workers >= EARLY_START_WORKERS else 0
-            for candidate in list(waiting):
-                blocked = any(t in queue and t not in done and t not in passed_check for t in waits_for(candidate))
-                if blocked and free <= 0:
-                    continue  # its leaner twins' fit first — unless a worker idles (many workers): pruned() stops it
-                # deferred (bound.defer): the compiled candidates its bound is held against first
-                if not turn(candidate):
-                    if free <= 0 or pruned(candidate, base, dtype, done) or bounded(candidate, base, dtype, done):
-                        continue  # no idle worker, or already ruled out (a bound only tightens as results come)
-                    early.add(candidate)  # an idle worker compiles it now; its turn decides (decide_early)
-                    free -= len(first_jobs(candidate.config(base)))
-                elif blocked:
-                    free -= len(first_jobs(candidate.config(base)))
-                waiting.remove(candidate)
-                earlier = cached(candidate, base, dtype)
-                result = (
-                    earlier
-                    or pruned(candidate, base, dtype, done)
-                    or bounded(candidate, base, dtype, done)
-                    or screen(candidate, base, dtype)
-                )
-                if earlier or result.skipped is not None:
-                    record(candidate, result)
-                    continue
-                pending[candidate] = result
-                for kind in first_jobs(candidate.config(base)):
-                    enqueue(candidate, kind)
-            for worker in pool:
-                while worker.job is None and jobs:
-                    job = jobs.popleft()
-                    if job.key[0] in pending:
-                        worker.send(job)
-                        timeline.setdefault(job.key[0], {})[job.key[1]] = [time.perf_counter(), None, None]
-            for index, worker in enumerate(pool):
-                if worker.job is None:
-                    continue
-                candidate, kind = worker.job.key
-                compiled = worker.result()
-                if compiled is not None:
-                    on_result(candidate, kind, compiled)
-                elif kind in ("looped", "probe") and (candidate, kind) not in checked and worker.memory_checked():
-                    on_memory_check(index, candidate, kind)
+            state.prune_pending()
+            state.decide_early()
+            state.kill_unneeded()
+            state.start_waiting()
+            state.send_jobs()
+            state.collect()
             if activity is not None:
-                activity.compiling(in_flight(pool, timeline))
+                activity.compiling(in_flight(state.pool, state.timeline))
             time.sleep(0.1)
         return False
     finally:  # a worker only compiles: nothing to flush, and stopping each politely took ~1 s apiece
-        for worker in pool:
+        for worker in state.pool:
             worker.kill()
+
+
+class _Pool:
+    """:func:`run_pool`'s state — the workers, the candidates waiting, started (``pending``) and answered
+    (``done``), the compile jobs queued, each compile's timeline — and what it does at each turn of its loop."""
+
+    def __init__(self, queue, base, dtype, results, progress, workers: int):
+        from ..hardware.chips import chip as get_chip
+        from . import pool as sw
+
+        self.queue, self.base, self.dtype, self.results, self.progress = queue, base, dtype, results, progress
+        self.workers, self.sw = workers, sw
+        self.capacity = get_chip(base.on.chip).capacity
+        self.context = sw.context()
+        self.pool = [sw.Worker(self.context) for _ in range(workers)]
+        self.done: dict[Candidate, Result] = {}
+        self.passed_check: dict[Candidate, bool] = {}  # a leaner twin that passed the compiler's memory check
+        self.pending: dict[Candidate, Result] = {}
+        self.parts: dict[Candidate, dict] = {}
+        self.checked: set = set()
+        self.jobs: collections.deque = collections.deque()
+        # kind → [sent, memory check passed, answered] (perf_counter seconds)
+        self.timeline: dict[Candidate, dict] = {}
+        self.waiting = list(queue)
+        self.count = 0
+        self.searched = set(queue)
+        self.ranks: dict[Candidate, int] = {}
+        self.early: set = set()  # deferred candidates an idle worker compiles before their turn (many workers only)
+        self.held: dict = {}  # their answers, kept until their turn: (runs, depths)
+
+    def later(self, candidate) -> int:
+        if candidate not in self.ranks:
+            self.ranks[candidate] = defer(candidate, self.base, self.dtype, self.searched)
+        return self.ranks[candidate]
+
+    def record(self, candidate, result) -> None:
+        self.early.discard(candidate)
+        self.held.pop(candidate, None)
+        self.done[candidate] = result
+        self.results.append(result)
+        self.count += 1
+        if self.progress:
+            self.progress(self.count, len(self.queue), result)
+
+    def enqueue(self, candidate, kind, urgent=False) -> None:
+        job = self.sw.Job((candidate, kind), compile_job, (kind, candidate.config(self.base), self.dtype))
+        self.jobs.appendleft(job) if urgent else self.jobs.append(job)
+
+    def finish(self, candidate, runs, depths) -> None:
+        if candidate in self.early:  # compiled before its turn: its answer waits for the turn's bound (decide_early)
+            self.held[candidate] = (runs, depths)
+            return
+        result = self.pending.pop(candidate)
+        self.parts.pop(candidate, None)
+        fill(result, prediction_of(candidate.config(self.base), self.dtype, runs))
+        result.compiled_layers = depths
+        result.timeline = self.timeline.pop(candidate, None)
+        remember(candidate, self.base, self.dtype, result)
+        self.record(candidate, result)
+
+    def on_result(self, candidate, kind, compiled) -> None:
+        self.timeline.setdefault(candidate, {}).setdefault(kind, [None, None, None])[2] = time.perf_counter()
+        if candidate not in self.pending:
+            return  # its answer came from another compile (a refused 1-layer compile ends it)
+        got = self.parts.setdefault(candidate, {})
+        got[kind] = compiled
+        layers = getattr(self.base.model, "layers", None)
+        if kind == "looped":
+            self.passed_check[candidate] = not compiled.refused
+        too_big = kind == "probe" and (compiled.refused or compiled.hbm_needed > self.capacity)
+        if kind in ("whole", "looped") or too_big:
+            self.finish(candidate, [compiled], (layers,) if layers else ())
+        elif kind == "probe":  # compiled whole before its memory check was seen (a small model): it fits, so
+            self.enqueue(candidate, "layers1", urgent=True)  # extended as when the check is seen (and in one process)
+            self.enqueue(candidate, "layers2", urgent=True)
+        elif kind == "layers1" and compiled.refused:
+            self.finish(candidate, [compiled], (1,))
+        elif kind in ("layers1", "layers2") and {"layers1", "layers2"} <= set(got):
+            self.finish(candidate, [got["layers1"], got["layers2"]], (1, 2))
+
+    def on_memory_check(self, index, candidate, kind) -> None:
+        self.checked.add((candidate, kind))
+        self.timeline.setdefault(candidate, {}).setdefault(kind, [None, None, None])[1] = time.perf_counter()
+        if kind == "probe":  # it fits at full depth: abandon the unrolled program before code generation,
+            self.pool[index].kill()  # and compile 1 and 2 layers to extend
+            self.pool[index] = self.sw.Worker(self.context)
+            self.enqueue(candidate, "layers1", urgent=True)
+            self.enqueue(candidate, "layers2", urgent=True)
+        else:  # the loop as it runs fits: the candidates waiting for it may start
+            self.passed_check[candidate] = True
+
+    def turn(self, candidate) -> bool:
+        """Whether every candidate deferred less than ``candidate`` is answered (bound.defer's order)."""
+        later = self.later
+        return not (later(candidate) and any(later(c) < later(candidate) for c in (*self.waiting, *self.pending)))
+
+    def decide_early(self) -> None:
+        """Candidates compiled before their turn, decided when it comes as if started then: the bound is held against
+        the same answers (all of them first, so that one's answer does not bound another of the same turn), and a
+        candidate it rules out is skipped — its compiles killed, its figures never used."""
+        due = [c for c in self.early if c in self.pending and self.turn(c)]
+        verdicts = {c: bounded(c, self.base, self.dtype, self.done) for c in due}
+        for candidate, skipped in verdicts.items():
+            if skipped is not None:
+                self.pending.pop(candidate)
+                self.parts.pop(candidate, None)
+                self.timeline.pop(candidate, None)
+                self.record(candidate, skipped)
+                continue
+            self.early.discard(candidate)
+            if candidate in self.held:
+                self.finish(candidate, *self.held.pop(candidate))
+
+    def prune_pending(self) -> None:
+        """A started candidate whose leaner twin was found not to fit after it started: it stops here."""
+        for candidate in list(self.pending):
+            result = pruned(candidate, self.base, self.dtype, self.done)
+            if result is not None:
+                self.pending.pop(candidate)
+                self.parts.pop(candidate, None)
+                self.record(candidate, result)
+
+    def kill_unneeded(self) -> None:
+        """A compile whose candidate is answered (or held until its turn) is not needed any more: its worker
+        replaced."""
+        for index, worker in enumerate(self.pool):
+            if worker.job is not None and (worker.job.key[0] not in self.pending or worker.job.key[0] in self.held):
+                worker.kill()
+                self.pool[index] = self.sw.Worker(self.context)
+
+    def start_waiting(self) -> None:
+        """Each waiting candidate whose leaner twins' fit is known and whose turn has come (or, with an idle worker,
+        one before its twins' check or a deferred one early): answered from the cache or a skip, else its first
+        compiles queued."""
+        base, dtype, done, checked = self.base, self.dtype, self.done, self.passed_check
+        free = 0
+        if self.workers >= EARLY_START_WORKERS:
+            free = sum(worker.job is None for worker in self.pool) - len(self.jobs)
+        for candidate in list(self.waiting):
+            blocked = any(t in self.queue and t not in done and t not in checked for t in waits_for(candidate))
+            if blocked and free <= 0:
+                continue  # its leaner twins' fit first — unless a worker idles (many workers): pruned() stops it
+            # deferred (bound.defer): the compiled candidates its bound is held against first
+            if not self.turn(candidate):
+                if free <= 0 or pruned(candidate, base, dtype, done) or bounded(candidate, base, dtype, done):
+                    continue  # no idle worker, or already ruled out (a bound only tightens as results come)
+                self.early.add(candidate)  # an idle worker compiles it now; its turn decides (decide_early)
+                free -= len(first_jobs(candidate.config(base)))
+            elif blocked:
+                free -= len(first_jobs(candidate.config(base)))
+            self.waiting.remove(candidate)
+            earlier = cached(candidate, base, dtype)
+            result = (
+                earlier
+                or pruned(candidate, base, dtype, done)
+                or bounded(candidate, base, dtype, done)
+                or screen(candidate, base, dtype)
+            )
+            if earlier or result.skipped is not None:
+                self.record(candidate, result)
+                continue
+            self.pending[candidate] = result
+            for kind in first_jobs(candidate.config(base)):
+                self.enqueue(candidate, kind)
+
+    def send_jobs(self) -> None:
+        """Each idle worker gets the next queued compile whose candidate is still to answer."""
+        for worker in self.pool:
+            while worker.job is None and self.jobs:
+                job = self.jobs.popleft()
+                if job.key[0] in self.pending:
+                    worker.send(job)
+                    self.timeline.setdefault(job.key[0], {})[job.key[1]] = [time.perf_counter(), None, None]
+
+    def collect(self) -> None:
+        """Each worker's compile that has answered, or that passed the compiler's memory check (a looped step, a
+        full-depth probe)."""
+        for index, worker in enumerate(self.pool):
+            if worker.job is None:
+                continue
+            candidate, kind = worker.job.key
+            compiled = worker.result()
+            if compiled is not None:
+                self.on_result(candidate, kind, compiled)
+            elif kind in ("looped", "probe") and (candidate, kind) not in self.checked and worker.memory_checked():
+                self.on_memory_check(index, candidate, kind)
 
 
 def in_flight(pool, timeline: dict) -> list[tuple[str, float]]:
