@@ -60,7 +60,7 @@ def prediction(config: LabConfig, dtype: str):
     ``cost`` does (≤ 2 layers: :func:`full_depth`) or extended from 1 and 2 layers, unrolled (the
     rematerialised blocks too:
     :class:`~sharding_lab.models.remat.unrolled_scan`), the 2-layer compile skipped when the compiler
-    refuses the 1-layer one (more layers need more memory). A :class:`~sharding_lab.cost.roofline.Prediction`
+    refuses the 1-layer one (more layers need more memory). A :class:`~sharding_lab.cost.prediction.Prediction`
     (refused when the compiler refused either) and the depths: ``(L,)`` compiled whole, ``(1, 2)`` extended."""
     from ..cost.compiled import loop_layers
 
