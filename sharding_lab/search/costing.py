@@ -152,22 +152,38 @@ def cost_candidate(candidate: Candidate, base: LabConfig, dtype: str) -> Result:
     return result
 
 
+SHORT_PROBE_FROM = 8  # layers from which a step without remat is first probed at a quarter of its depth
+
+
+def short_probe_layers(layers: int) -> int:
+    """The depth of a deep step's first probe: a quarter of its layers. A step the compiler refuses at fewer
+    layers it refuses at more (they keep more), and the unrolled program's passes up to the memory check take
+    time in proportion to its layers (llama3-8b without remat on v5e-256: 100–270 s at 32 layers, every one
+    refused)."""
+    return max(1, layers // 4)
+
+
 def compile_job(kind: str, config: LabConfig, dtype: str):
     """One of a candidate's compiles, as a worker runs it (:mod:`sharding_lab.search.pool`): ``whole`` or
     ``looped`` (a remat-full step's loop as it runs, counted by its trips) as ``cost`` compiles it; ``probe`` full
-    depth, unrolled (watched only to its memory check); ``layers1`` / ``layers2`` 1 and 2 layers, unrolled, to
-    extend."""
+    depth, unrolled (watched only to its memory check), ``probe_short`` the same at :func:`short_probe_layers`;
+    ``layers1`` / ``layers2`` 1 and 2 layers, unrolled, to extend."""
     if kind in ("whole", "looped"):
         return full_depth(config, dtype)
+    if kind == "probe_short":
+        return compiled_figures(at_layers(config, short_probe_layers(config.model.layers)), dtype)
     return compiled_figures(config if kind == "probe" else at_layers(config, int(kind[-1])), dtype)
 
 
 def first_jobs(config: LabConfig) -> tuple[str, ...]:
     """The compiles a candidate starts with: its loop as it runs (remat), a probe of its full depth (more than 2
-    layers, unrolled), or the step as ``cost`` compiles it."""
+    layers, unrolled; from :data:`SHORT_PROBE_FROM` layers, first at a quarter of it), or the step as ``cost``
+    compiles it."""
     from ..cost.compiled import loop_layers
 
     layers = getattr(config.model, "layers", None)
     if loop_layers(config):
         return ("looped",)
+    if layers is not None and layers >= SHORT_PROBE_FROM:
+        return ("probe_short",)
     return ("probe",) if layers is not None and layers > 2 else ("whole",)

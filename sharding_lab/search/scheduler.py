@@ -13,7 +13,7 @@ from ..hardware import targets
 from ..training.config import LabConfig
 from .bound import bounded, defer
 from .candidates import SKIP_MEMORY_INPUTS, SKIP_REMAT_FULL_REFUSED, Candidate, Result, gb, label, leaner, screen
-from .costing import cached, compile_job, cost_candidate, fill, first_jobs, prediction_of, remember
+from .costing import cached, compile_job, cost_candidate, fill, first_jobs, prediction_of, remember, short_probe_layers
 from .underway import Activity, compile_words
 
 
@@ -171,7 +171,11 @@ class _Pool:
         if kind == "looped":
             self.passed_check[candidate] = not compiled.refused
         too_big = kind == "probe" and (compiled.refused or compiled.hbm_needed > self.capacity)
-        if kind in ("whole", "looped") or too_big:
+        if kind == "probe_short" and compiled.refused:  # refused at a quarter of its layers: at all of them too
+            self.finish(candidate, [compiled], (short_probe_layers(layers),))
+        elif kind == "probe_short":  # compiled before its memory check was seen (a small model): the full depth's
+            self.enqueue(candidate, "probe", urgent=True)
+        elif kind in ("whole", "looped") or too_big:
             self.finish(candidate, [compiled], (layers,) if layers else ())
         elif kind == "probe":  # compiled whole before its memory check was seen (a small model): it fits, so
             self.enqueue(candidate, "layers1", urgent=True)  # extended as when the check is seen (and in one process)
@@ -184,7 +188,11 @@ class _Pool:
     def on_memory_check(self, index, candidate, kind) -> None:
         self.checked.add((candidate, kind))
         self.timeline.setdefault(candidate, {}).setdefault(kind, [None, None, None])[1] = time.perf_counter()
-        if kind == "probe":  # it fits at full depth: abandon the unrolled program before code generation,
+        if kind == "probe_short":  # it passed at a quarter of its layers: abandon it for the full depth's probe
+            self.pool[index].kill()
+            self.pool[index] = self.sw.Worker(self.context)
+            self.enqueue(candidate, "probe", urgent=True)
+        elif kind == "probe":  # it fits at full depth: abandon the unrolled program before code generation,
             self.pool[index].kill()  # and compile 1 and 2 layers to extend
             self.pool[index] = self.sw.Worker(self.context)
             self.enqueue(candidate, "layers1", urgent=True)
@@ -285,7 +293,11 @@ class _Pool:
             compiled = worker.result()
             if compiled is not None:
                 self.on_result(candidate, kind, compiled)
-            elif kind in ("looped", "probe") and (candidate, kind) not in self.checked and worker.memory_checked():
+            elif (
+                kind in ("looped", "probe", "probe_short")
+                and (candidate, kind) not in self.checked
+                and worker.memory_checked()
+            ):
                 self.on_memory_check(index, candidate, kind)
 
 

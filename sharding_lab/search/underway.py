@@ -18,6 +18,7 @@ KIND_WORDS = {
     "whole": "as `cost` compiles it",
     "looped": "its loop of blocks as it runs",
     "probe": "at full depth, to the compiler's memory check",
+    "probe_short": "at a quarter of its depth, to the compiler's memory check",
     "layers1": "at 1 layer",
     "layers2": "at 2 layers",
 }

@@ -312,14 +312,19 @@ def test_in_workers_a_step_without_remat_is_probed_at_full_depth():
     """Workers probe a remat-none candidate at full depth, unrolled, only to the compiler's memory check: one
     the compiler refuses there is reported with the compiler's own sentence for all its layers (here 3:
     64 sequences of 2,048 tokens per chip, logits over 65,536 tokens: 17 GB in bf16 — 32 fit since the logits
-    are no longer float32), not extended from 1 and 2."""
-    spec = family("transformer").Spec(layers=3, embed_dim=64, heads=4, head_dim=16, mlp_dim=128, vocab=65536, seq=2048)
-    base = search.base_config(spec, "v5e-8", 2048 * 8 * 64)
-    found = search.search(base, "mixed", ("dp",), ("none",), check=False, workers=2)
-    rows = [r for r in found.results if r.candidate.mesh == (8,)]
-    assert len(rows) == 1 and rows[0].skipped is None, rows
-    assert rows[0].fits is False and rows[0].compiled_layers == (3,)
-    assert rows[0].refused.startswith("RESOURCE_EXHAUSTED") and "exceeds available HBM" in rows[0].refused
+    are no longer float32), not extended from 1 and 2. From 8 layers the first probe is at a quarter of them: a
+    step refused there is refused at every depth (more layers keep more), its full-depth probe never compiled."""
+    for layers, probed in ((3, (3,)), (8, (2,))):
+        spec = family("transformer").Spec(
+            layers=layers, embed_dim=64, heads=4, head_dim=16, mlp_dim=128, vocab=65536, seq=2048
+        )
+        base = search.base_config(spec, "v5e-8", 2048 * 8 * 64)
+        found = search.search(base, "mixed", ("dp",), ("none",), check=False, workers=2)
+        rows = [r for r in found.results if r.candidate.mesh == (8,)]
+        assert len(rows) == 1 and rows[0].skipped is None, rows
+        assert rows[0].fits is False and rows[0].compiled_layers == probed
+        assert rows[0].refused.startswith("RESOURCE_EXHAUSTED") and "exceeds available HBM" in rows[0].refused
+        assert set(rows[0].timeline) == ({"probe"} if layers == 3 else {"probe_short"})
 
 
 def test_a_compile_worker_that_dies_is_one_sentence_not_a_hang():
