@@ -88,13 +88,15 @@ def main(argv=None) -> int:
     def estimate(label: str) -> None:
         """The search's own estimate of its whole time (search.eta), as the CLI and the Plan page give it."""
         ranked = seen["ranked"] if seen["ranked"] is not None else layouts
-        left = eta.Progress(parameters, eta.to_compile(None, ranked, 0), seen["compiled"], seen["compile_s"], at_once)
+        to_compile = eta.to_compile(None, ranked, 0, variants=variants)
+        left = eta.Progress(parameters, to_compile, seen["compiled"], seen["compile_s"], at_once)
         elapsed = time.perf_counter() - started
         print(
             f"estimate_{label}_s={elapsed + left.seconds_left:.0f} (at {elapsed:.0f} s, from {left.basis})", flush=True
         )
 
-    layouts = eta.layouts(base, presets, remats)
+    attentions = tuple(args.attentions.split(",")) if args.attentions else None
+    layouts, variants = eta.question(base, presets, remats, attentions)
     estimate("start")
 
     def progress(done, total, result):
@@ -118,7 +120,6 @@ def main(argv=None) -> int:
             flush=True,
         )
 
-    attentions = tuple(args.attentions.split(",")) if args.attentions else None
     stop = threading.Event()
 
     def first(ranked, seconds):

@@ -27,7 +27,7 @@ def print_plan(args) -> int:
     presets, remats = _presets(args, base), _remats(args, base)
     attentions = _attentions(args, base)
     activity = search.Activity()
-    reporter = _Reporter(args, Left(base, args.workers, presets, remats))
+    reporter = _Reporter(args, Left(base, args.workers, presets, remats, attentions))
     if args.check_layers is not None and args.check_layers <= 2:
         raise ConfigError(
             f"--check-layers must be more than 2 (the extension starts from 1 and 2), not {args.check_layers}", "model"
@@ -244,14 +244,15 @@ class Left:
     """The time left as the command says it (:mod:`sharding_lab.search.eta`): from the model's size and the cores
     at the start, from the first ranking's layouts once it is out, from the compiles seen once they are in."""
 
-    def __init__(self, base, workers, presets, remats):
+    def __init__(self, base, workers, presets, remats, attentions=None):
         from ..search import eta
         from ..search.search import compile_workers
 
         self.eta = eta
         self.parameters = base.family.parameter_count(base.model)
         self.workers = compile_workers(base, workers)
-        self.ranked = eta.layouts(base, presets, remats)  # until the first ranking says how many pass the screens
+        # the layouts until the first ranking says how many pass the screens
+        self.ranked, self.variants = eta.question(base, presets, remats, attentions)
         self.compiled, self.compile_s = 0, 0.0
 
     def answered(self, result) -> None:
@@ -261,6 +262,10 @@ class Left:
 
     def sentence(self) -> str:
         left = self.eta.Progress(
-            self.parameters, self.eta.to_compile(None, self.ranked, 0), self.compiled, self.compile_s, self.workers
+            self.parameters,
+            self.eta.to_compile(None, self.ranked, 0, variants=self.variants),
+            self.compiled,
+            self.compile_s,
+            self.workers,
         )
         return f"about {self.eta.format_seconds_left(left.seconds_left)} of compiles left (from {left.basis})"

@@ -8,10 +8,16 @@ arithmetic is one rule, used by the command line and the Plan page alike:
     seconds left = seconds a candidate × candidates still to compile ÷ candidates compiled at once
 
 - **seconds a candidate**: before any compile, :func:`prior_candidate_s` — a power law in the model's parameters
-  through two measured searches (the lab's small transformer and llama3-8b, :data:`ANCHORS`); once compiles are
-  seen, their mean (each compile's own wall time, as the workers saw it: the machine's load included);
-- **candidates still to compile**: those the screens pass (:func:`to_compile`), less those compiled;
-- **at once**: the workers, no more than the cores.
+  through two measured compiles alone (the lab's small transformer and llama3-8b, :data:`ANCHORS`), slowed by the
+  compiles beside it (× √ of those at once: compiles share the memory bus — llama3-8b's 50 s alone took 138 s
+  with 8.5 at once on the TPU machine's 13 cores); once compiles are seen, their mean (each compile's own wall
+  time, as the workers saw it: the machine's load and the other compiles included);
+- **candidates still to compile**: those the screens pass (:func:`to_compile`): each variant (remat × attention) of
+  each layout the first ranking keeps, :data:`COMPILED_SHARE` of them — less those compiled;
+- **at once**: :data:`IN_FLIGHT_SHARE` of the workers (no more than the cores), the share a search keeps busy.
+
+Measured on 2026-12-07 (docs/search.md, "How long it takes"): the llama3-8b question on 13 cores took 340 s;
+after the first ranking (3 s) the rule says 364 s (1.07×), after the first compile (157 s) 486 s (1.43×).
 """
 
 from __future__ import annotations
@@ -20,13 +26,16 @@ import dataclasses
 import math
 import os
 
-# (parameters, seconds one candidate's compiles took in a search, on one core of the 2-core machine): the lab's
-# small transformer (2 layers, 64 wide; the Plan page's question on v5e-8: 10 compiles in 25 s) and llama3-8b on
-# v5e-256 (remat full: its loop as it runs, compiled once, 48 s alone on the idle machine).
-ANCHORS = ((103_000, 2.5), (8_030_000_000, 48.0))
-# Candidates compiled per layout the first ranking keeps: its leanest variant, about once (the others are pruned when
-# it does not fit, bounded when they cannot win, or compiled beside it; the lab's small question: 6 of 6).
-COMPILED_SHARE = 1.0
+# (parameters, seconds one candidate's compiles take alone): the lab's small transformer (2 layers, 64 wide; the Plan
+# page's question on v5e-8: 10 compiles in 25 s on the 2-core machine) and llama3-8b on v5e-256 (remat full: its
+# loop as it runs, compiled once: 2,092 s of CPU for 21 compiles on the TPU machine, about 50 s a compile alone).
+ANCHORS = ((103_000, 2.5), (8_030_000_000, 50.0))
+# Of each ranked layout's variants (remat × attention), the share compiled: the others are pruned when a leaner one
+# does not fit or bounded when they cannot win (llama3-8b on v5e-256: 21 of 10 layouts × 3 remats).
+COMPILED_SHARE = 0.7
+# Of the workers, the share compiling on average over a search: a twin's memory check, a deferred turn and the last
+# compiles leave some idle (llama3-8b on 13 cores: 2,905 s of compiles in 340 s, 8.5 at once).
+IN_FLIGHT_SHARE = 0.65
 
 
 def prior_candidate_s(parameters: int) -> float:
@@ -38,20 +47,23 @@ def prior_candidate_s(parameters: int) -> float:
     return s0 * (n / n0) ** p
 
 
-def layouts(base, presets=None, remats=None) -> int:
-    """How many layouts (mesh × preset) a question holds: the first ranking ranks at most that many."""
+def question(base, presets=None, remats=None, attentions=None) -> tuple[int, int]:
+    """How many layouts (mesh × preset) a question holds — the first ranking ranks at most that many — and how many
+    variants (remat × attention) of each it searches."""
     from .candidates import candidates
 
-    return len({(c.mesh, c.axes, c.preset) for c in candidates(base, presets, remats)})
+    todo = candidates(base, presets, remats, attentions)
+    return len({(c.mesh, c.axes, c.preset) for c in todo}), max(1, len({(c.remat, c.attention) for c in todo}))
 
 
-def to_compile(screened: int | None, ranked: int | None, total: int, done: int = 0) -> int:
+def to_compile(screened: int | None, ranked: int | None, total: int, done: int = 0, variants: int = 1) -> int:
     """Candidates the search will compile: counted by the screens before Run where they were (a small model),
-    else :data:`COMPILED_SHARE` for each of the first ranking's layouts, else every one not yet answered."""
+    else :data:`COMPILED_SHARE` of the ``variants`` of each of the first ranking's layouts, else every one not yet
+    answered."""
     if screened:
         return screened
     if ranked:
-        return max(1, math.ceil(ranked * COMPILED_SHARE))
+        return max(1, math.ceil(ranked * variants * COMPILED_SHARE))
     return max(0, total - done)
 
 
@@ -71,13 +83,21 @@ class Progress:
         return max(1, min(self.workers, self.cores))
 
     @property
+    def in_flight(self) -> float:
+        """Compiles under way on average: :data:`IN_FLIGHT_SHARE` of those at once (one process: 1)."""
+        return max(1.0, IN_FLIGHT_SHARE * self.at_once)
+
+    @property
     def candidate_s(self) -> float:
-        """Seconds one candidate's compiles take: the mean of those seen, else the prior."""
-        return self.compile_s / self.compiled if self.compiled else prior_candidate_s(self.parameters)
+        """Seconds one candidate's compiles take: the mean of those seen, else the prior slowed by the compiles
+        beside it (× √ of those in flight)."""
+        if self.compiled:
+            return self.compile_s / self.compiled
+        return prior_candidate_s(self.parameters) * math.sqrt(self.in_flight)
 
     @property
     def seconds_left(self) -> float:
-        return self.candidate_s * max(0, self.to_compile - self.compiled) / self.at_once
+        return self.candidate_s * max(0, self.to_compile - self.compiled) / self.in_flight
 
     @property
     def basis(self) -> str:

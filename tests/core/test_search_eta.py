@@ -12,33 +12,39 @@ from sharding_lab.search import eta
 from sharding_lab.search.underway import Activity
 
 
-def test_the_prior_passes_through_its_two_measured_searches_and_their_geometric_mean():
+def test_the_prior_passes_through_its_two_measured_compiles_and_their_geometric_mean():
     (n0, s0), (n1, s1) = eta.ANCHORS
     assert eta.prior_candidate_s(n0) == pytest.approx(s0)
     assert eta.prior_candidate_s(n1) == pytest.approx(s1)
     # by hand: halfway on the logarithmic scale of parameters, halfway on the logarithmic scale of seconds —
-    # sqrt(103,000 × 8.03e9) = 2.876e7 parameters, sqrt(2.5 × 48) = 10.95 s
-    assert eta.prior_candidate_s(round(math.sqrt(103_000 * 8_030_000_000))) == pytest.approx(10.95, abs=0.01)
+    # sqrt(103,000 × 8.03e9) = 2.876e7 parameters, sqrt(2.5 × 50) = 11.18 s
+    assert eta.prior_candidate_s(round(math.sqrt(103_000 * 8_030_000_000))) == pytest.approx(11.18, abs=0.01)
     assert eta.prior_candidate_s(10) == pytest.approx(s0)  # below the smaller anchor: no less than its time
 
 
 def test_the_candidates_to_compile_come_from_the_screens_then_the_first_ranking_then_what_is_left():
     assert eta.to_compile(10, 28, 197) == 10  # screened before Run: exactly those
-    assert eta.to_compile(None, 28, 197) == 28  # one for each of the first ranking's 28 layouts
+    assert eta.to_compile(None, 28, 197) == 20  # 0.7 of the first ranking's 28 layouts, one variant each
+    assert eta.to_compile(None, 10, 165, variants=3) == 21  # llama3-8b: 10 layouts × 3 remats × 0.7 (21 compiled)
     assert eta.to_compile(None, None, 12, done=3) == 9  # nothing ranked yet: every candidate not yet answered
 
 
-def test_the_time_left_is_a_candidates_seconds_times_those_left_over_the_workers():
-    # llama3-8b before any compile, 14 to compile, 2 workers on 2 cores: 48 s × 14 ÷ 2 = 336 s
+def test_the_time_left_is_a_candidates_seconds_times_those_left_over_the_compiles_in_flight():
+    # llama3-8b on the TPU machine's 13 cores after its first ranking: 21 to compile, 0.65 × 13 = 8.45 in flight,
+    # 50 s alone × sqrt(8.45) = 145.3 s each beside the others, × 21 ÷ 8.45 = 361.2 s (the search took 340 s)
+    on_13 = eta.Progress(8_030_000_000, 21, workers=13, cores=13)
+    assert on_13.in_flight == pytest.approx(8.45) and on_13.seconds_left == pytest.approx(361.2, abs=0.1)
+    assert on_13.basis == "the model's size (8,030.0M parameters)"
+    # 2 workers on 2 cores: 1.3 in flight, 50 × sqrt(1.3) = 57.0 s each, 14 to compile: 57.0 × 14 ÷ 1.3 = 613.9 s
     before = eta.Progress(8_030_000_000, 14, workers=2, cores=2)
-    assert before.seconds_left == pytest.approx(336.0)
-    assert before.basis == "the model's size (8,030.0M parameters)"
-    # two candidates compiled in 300 s between them: 150 s each, 12 left, 2 at once: 900 s
+    assert before.seconds_left == pytest.approx(613.9, abs=0.1)
+    # two candidates compiled in 300 s between them: 150 s each, 12 left, 1.3 in flight: 1,384.6 s
     seen = eta.Progress(8_030_000_000, 14, compiled=2, compile_s=300.0, workers=2, cores=2)
-    assert seen.seconds_left == pytest.approx(900.0) and seen.basis.startswith("150 s a candidate over 2 compiled")
-    # 13 workers on 13 cores: 48 × 14 ÷ 13 = 51.7 s; more workers than cores count as the cores
-    assert eta.Progress(8_030_000_000, 14, workers=13, cores=13).seconds_left == pytest.approx(51.69, abs=0.01)
-    assert eta.Progress(8_030_000_000, 14, workers=4, cores=2).seconds_left == pytest.approx(336.0)
+    assert seen.seconds_left == pytest.approx(1384.6, abs=0.1)
+    assert seen.basis.startswith("150 s a candidate over 2 compiled")
+    # more workers than cores count as the cores; one process compiles one at a time
+    assert eta.Progress(8_030_000_000, 14, workers=4, cores=2).seconds_left == pytest.approx(613.9, abs=0.1)
+    assert eta.Progress(8_030_000_000, 14, workers=1, cores=2).seconds_left == pytest.approx(50 * 14)
     assert eta.Progress(8_030_000_000, 14, compiled=20, compile_s=1.0).seconds_left == 0.0  # never below zero
     assert eta.format_seconds_left(119) == "119 s" and eta.format_seconds_left(791) == "13 min"
 

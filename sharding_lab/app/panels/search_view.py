@@ -65,13 +65,12 @@ def estimate(base: sl.LabConfig, dtype: str, presets, remats, compile_one: bool 
     parameters = base.family.parameter_count(base.model)
     if parameters >= search.SMALL_MODEL:
         workers = compile_workers(base, None)
+        layouts, variants = eta.question(base, presets, remats)
         return Estimate(
             total,
             None,
             None,
-            prior=eta.Progress(
-                parameters, eta.to_compile(None, eta.layouts(base, presets, remats), total), workers=workers
-            ),
+            prior=eta.Progress(parameters, eta.to_compile(None, layouts, total, variants=variants), workers=workers),
         )
     todo = [c for c in search.candidates(base, presets, remats) if search.screen(c, base, dtype).skipped is None]
     timed = search.cost_candidate(todo[0], base, dtype) if todo and compile_one else None
@@ -184,10 +183,11 @@ def time_left(found: SharedSearch, elapsed: float) -> str:
 def progress_of(found: SharedSearch) -> eta.Progress:
     """The estimate's view of a running search: screened before Run (a small model), else the first ranking's
     layouts, else the question's layouts (before the first ranking is out)."""
-    ranked = len(found.first) if found.first is not None else eta.layouts(found.base, found.presets, found.remats)
+    layouts, variants = eta.question(found.base, found.presets, found.remats)
+    ranked = len(found.first) if found.first is not None else layouts
     return eta.Progress(
         found.base.family.parameter_count(found.base.model),
-        eta.to_compile(found.to_compile, ranked, found.total, found.done),
+        eta.to_compile(found.to_compile, ranked, found.total, found.done, variants),
         found.compiled,
         found.compile_s,
         found.workers,
