@@ -152,7 +152,10 @@ def cost_candidate(candidate: Candidate, base: LabConfig, dtype: str) -> Result:
     return result
 
 
-SHORT_PROBE_FROM = 8  # layers from which a step without remat is first probed at a quarter of its depth
+# Layers from which a step without remat is first probed at a quarter of its depth: a deep step's full-depth probe is
+# the costly one (llama3-8b's 32 layers: 70–270 s to a refusal), and one that fits pays the short probe on top
+# (gpt2-small's 12 layers on v5e-8 fit: its 3-layer probe only added a compile).
+SHORT_PROBE_FROM = 16
 
 
 def short_probe_layers(layers: int) -> int:

@@ -12,8 +12,8 @@ arithmetic is one rule, used by the command line and the Plan page alike:
   compiles beside it (× √ of those at once: compiles share the memory bus — llama3-8b's 50 s alone took 138 s
   with 8.5 at once on the TPU machine's 13 cores); once compiles are seen, their mean (each compile's own wall
   time, as the workers saw it: the machine's load and the other compiles included);
-- **candidates still to compile**: those the screens pass (:func:`to_compile`): each variant (remat × attention) of
-  each layout the first ranking keeps, :data:`COMPILED_SHARE` of them — less those compiled;
+- **candidates still to compile**: those the screens pass (:func:`to_compile`): each layout the first ranking keeps,
+  its leanest variant (remat × attention) and :data:`COMPILED_SHARE` of the others — less those compiled;
 - **at once**: :data:`IN_FLIGHT_SHARE` of the workers (no more than the cores), the share a search keeps busy.
 
 Measured (docs/search.md, "How long it takes"): the llama3-8b question on 13 cores took 340 s;
@@ -30,9 +30,10 @@ import os
 # page's question on v5e-8: 10 compiles in 25 s on the 2-core machine) and llama3-8b on v5e-256 (remat full: its
 # loop as it runs, compiled once: 2,092 s of CPU for 21 compiles on the TPU machine, about 50 s a compile alone).
 ANCHORS = ((103_000, 2.5), (8_030_000_000, 50.0))
-# Of each ranked layout's variants (remat × attention), the share compiled: the others are pruned when a leaner one
-# does not fit or bounded when they cannot win (llama3-8b on v5e-256: 21 of 10 layouts × 3 remats).
-COMPILED_SHARE = 0.7
+# Of each ranked layout's variants (remat × attention) beyond its leanest (always compiled), the share compiled: the
+# others are pruned when a leaner one does not fit or bounded when they cannot win (llama3-8b on v5e-256: 21 compiles
+# for 10 layouts × 3 remats, 11 of the 20 others).
+COMPILED_SHARE = 0.55
 # Of the workers, the share compiling on average over a search: a twin's memory check, a deferred turn and the last
 # compiles leave some idle (llama3-8b on 13 cores: 2,905 s of compiles in 340 s, 8.5 at once).
 IN_FLIGHT_SHARE = 0.65
@@ -58,12 +59,12 @@ def question(base, presets=None, remats=None, attentions=None) -> tuple[int, int
 
 def to_compile(screened: int | None, ranked: int | None, total: int, done: int = 0, variants: int = 1) -> int:
     """Candidates the search will compile: counted by the screens before Run where they were (a small model),
-    else :data:`COMPILED_SHARE` of the ``variants`` of each of the first ranking's layouts, else every one not yet
-    answered."""
+    else for each of the first ranking's layouts its leanest variant and :data:`COMPILED_SHARE` of its other
+    ``variants``, else every one not yet answered."""
     if screened:
         return screened
     if ranked:
-        return max(1, math.ceil(ranked * variants * COMPILED_SHARE))
+        return max(1, math.ceil(ranked * (1 + (variants - 1) * COMPILED_SHARE)))
     return max(0, total - done)
 
 

@@ -312,9 +312,9 @@ def test_in_workers_a_step_without_remat_is_probed_at_full_depth():
     """Workers probe a remat-none candidate at full depth, unrolled, only to the compiler's memory check: one
     the compiler refuses there is reported with the compiler's own sentence for all its layers (here 3:
     64 sequences of 2,048 tokens per chip, logits over 65,536 tokens: 17 GB in bf16 — 32 fit since the logits
-    are no longer float32), not extended from 1 and 2. From 8 layers the first probe is at a quarter of them: a
+    are no longer float32), not extended from 1 and 2. From 16 layers the first probe is at a quarter of them: a
     step refused there is refused at every depth (more layers keep more), its full-depth probe never compiled."""
-    for layers, probed in ((3, (3,)), (8, (2,))):
+    for layers, probed in ((3, (3,)), (16, (4,))):
         spec = family("transformer").Spec(
             layers=layers, embed_dim=64, heads=4, head_dim=16, mlp_dim=128, vocab=65536, seq=2048
         )

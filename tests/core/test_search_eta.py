@@ -24,8 +24,8 @@ def test_the_prior_passes_through_its_two_measured_compiles_and_their_geometric_
 
 def test_the_candidates_to_compile_come_from_the_screens_then_the_first_ranking_then_what_is_left():
     assert eta.to_compile(10, 28, 197) == 10  # screened before Run: exactly those
-    assert eta.to_compile(None, 28, 197) == 20  # 0.7 of the first ranking's 28 layouts, one variant each
-    assert eta.to_compile(None, 10, 165, variants=3) == 21  # llama3-8b: 10 layouts × 3 remats × 0.7 (21 compiled)
+    assert eta.to_compile(None, 28, 197) == 28  # the first ranking's 28 layouts, one variant each: each compiled
+    assert eta.to_compile(None, 10, 165, variants=3) == 21  # llama3-8b: 10 layouts × (1 + 2 × 0.55) (21 compiled)
     assert eta.to_compile(None, None, 12, done=3) == 9  # nothing ranked yet: every candidate not yet answered
 
 
