@@ -23,8 +23,10 @@ Measured (the default command): before any speed-up (every candidate at 1 and 2 
 0.062 candidates/s; with the screens, the twin rule and 2 workers 398.5 s (2026-12-04, shared machine); with
 remat full compiled at full depth and every compile watched to the compiler's memory check
 (``sharding_lab.search.pool``) the ``plan --json`` run took 414.5 s, 0.475 candidates/s, on the idle
-machine (2026-12-05; the same run before it: 842 s). What is left is code generation of the programs that
-pass the compiler's memory check (see the README's "How long it takes").
+machine (2026-12-05; the same run before it: 842 s). With a loop over layers compiled once (no second compile
+unrolled by 2) the default question took 358.1 s on the TPU machine's 13 cores, 339.6 s once idle workers start
+steps before their twins' checks (docs/measurements.md): what is left is code generation of the programs that
+pass the compiler's memory check, 2–3 times slower each with 13 side by side.
 """
 
 from __future__ import annotations

@@ -16,7 +16,7 @@ arithmetic is one rule, used by the command line and the Plan page alike:
   its leanest variant (remat × attention) and :data:`COMPILED_SHARE` of the others — less those compiled;
 - **at once**: :data:`IN_FLIGHT_SHARE` of the workers (no more than the cores), the share a search keeps busy.
 
-Measured (docs/search.md, "How long it takes"): the llama3-8b question on 13 cores took 340 s;
+Measured (docs/measurements.md, "the search compiles less"): the llama3-8b question on 13 cores took 340 s;
 after the first ranking (3 s) the rule says 364 s (1.07×), after the first compile (157 s) 486 s (1.43×).
 """
 
