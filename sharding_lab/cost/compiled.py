@@ -39,7 +39,7 @@ from ..hardware.targets import Target
 from ..hardware.targets import slice_axis as targets_slice_axis
 from ..models.attention import kernel_figures
 from ..program import buffers
-from ..program.communication import Collective, parse_collectives
+from ..program.communication import Collective, computation_opened, parse_collectives
 from ..training.config import LabConfig
 from ..training.config import plan as make_plan
 from . import calibration, hlo_ops
@@ -119,7 +119,7 @@ def matmul_traffic(hlo_text: str, itemsize: int, runs: dict[str, int] | None = N
             shapes[match.group(1)] = [int(d) for d in match.group(3).split(",") if d]
     total, times = 0, 1
     for line in hlo_text.splitlines():
-        if runs is not None and (computation := hlo_ops.computation_named(line)):
+        if runs is not None and (computation := computation_opened(line)):
             times = runs.get(computation, 1)
         match = _DOT.search(line)
         if not match:

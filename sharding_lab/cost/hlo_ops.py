@@ -317,7 +317,10 @@ def runs(hlo_text: str, count_loops: bool = True) -> dict[str, int]:
     program line by line (the collectives, :func:`sharding_lab.program.communication.parse_collectives`) counts a
     line this many times: one compile of a loop over layers then counts its body once a layer (``count_loops``
     False: each loop's body once, as XLA's ``cost_analysis()`` counts it)."""
-    computations, entry = parse(hlo_text)
+    return _runs(*parse(hlo_text), count_loops)
+
+
+def _runs(computations: dict[str, list[Instruction]], entry: str | None, count_loops: bool) -> dict[str, int]:
     out: dict[str, int] = {}
     if entry is None:
         return out
@@ -343,7 +346,7 @@ def elementwise_elements(hlo_text: str) -> tuple[float, float]:
     bookkeeping, inside fusions too (a reduction by its input) — with the loops counted as they run, and with
     each loop's body once. XLA's ``cost_analysis()`` counts such an op's FLOPs by its elements, a loop's body once:
     the ratio of the two scales XLA's figure to the step's (:func:`sharding_lab.cost.compiled.read_flops`)."""
-    computations, _ = parse(hlo_text)
+    computations, entry = parse(hlo_text)
     shapes = {i.name: i.shape for body in computations.values() for i in body}
     per = {}
     for name, body in computations.items():
@@ -360,17 +363,11 @@ def elementwise_elements(hlo_text: str) -> tuple[float, float]:
             source = shapes.get(i.operands[0], "") if i.opcode == "reduce" and i.operands else i.shape
             total += sum(math.prod(d) for _, d in arrays(source))
         per[name] = total
-    counted, once = runs(hlo_text), runs(hlo_text, count_loops=False)
+    counted, once = _runs(computations, entry, True), _runs(computations, entry, False)
     return (
         float(sum(per.get(c, 0) * n for c, n in counted.items())),
         float(sum(per.get(c, 0) * n for c, n in once.items())),
     )
-
-
-def computation_named(line: str) -> str | None:
-    """The computation a line of the program text opens (its header), else None."""
-    header = None if line[:1].isspace() else _HEADER.match(line)
-    return header.group(2) if header else None
 
 
 def _called(attributes: str) -> list[str]:

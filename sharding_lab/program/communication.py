@@ -213,7 +213,13 @@ def _op_name(line: str, names: dict[str, str]) -> str | None:
 
 _INSTRUCTION = re.compile(r"^\s*(?:ROOT\s+)?%?([\w.\-]+)\s*=\s*([a-z]+[0-9]*)\[([0-9,]*)\]\S*\s+([\w\-]+)\(([^)]*)\)")
 COMPUTATION_HEADER = re.compile(r"^(?:ENTRY\s+)?%?([\w.\-]+)\s+\(.*\)\s*->\s*.*\{\s*$")
-_FLATTENING = ("bitcast", "reshape", "copy")  # ops that change an array's shape, not its values
+_FLATTENING = ("bitcast", "reshape", "copy")
+
+
+def computation_opened(line: str) -> str | None:
+    """The computation a line of the program text opens (its header, unindented), else None."""
+    header = None if line[:1].isspace() else COMPUTATION_HEADER.match(line)
+    return header.group(1) if header else None  # ops that change an array's shape, not its values
 
 
 def _concatenated_parts(lines: list[str], names: dict[str, str]) -> dict[str, list[tuple[str, tuple, str | None]]]:
@@ -323,8 +329,8 @@ def parse_collectives(
     fused_async, seen_channels = _async_fused_channels(lines), set()
     users = None  # who reads what: only read for a collective named after an input (first_use)
     for line in lines:
-        if runs is not None and not line[:1].isspace() and (header := COMPUTATION_HEADER.match(line)):
-            computation = header.group(1)
+        if runs is not None and (opened := computation_opened(line)):
+            computation = opened
         match = _OP.search(line)
         if not match or match.group("suffix") == "-done":
             continue

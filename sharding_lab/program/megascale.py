@@ -16,7 +16,7 @@ import dataclasses
 import math
 import re
 
-from .communication import COMPUTATION_HEADER, DTYPE_BYTES, Collective
+from .communication import DTYPE_BYTES, Collective, computation_opened
 
 _SEND = re.compile(r"=\s*\((?P<type>[a-z]+[0-9]*)\[(?P<dims>[0-9,]*)\][^=]*?\ssend\(")
 _ATTR = re.compile(r'(_xla_[a-z_]+)="([^"]*)"')
@@ -41,8 +41,8 @@ def parse_megascale(
     seen: set[str] = set()
     computation = None
     for line in hlo_text.splitlines():
-        if runs is not None and not line[:1].isspace() and (header := COMPUTATION_HEADER.match(line)):
-            computation = header.group(1)
+        if runs is not None and (opened := computation_opened(line)):
+            computation = opened
         if "xla_megascale_runtime" not in line:
             continue
         match = _SEND.search(line)
