@@ -106,8 +106,7 @@ def main(argv=None) -> int:
         if result.skipped is None:
             seen["compiled"] += 1
             seen["compile_s"] += result.compile_s
-            if seen["compiled"] == 1:
-                estimate("first_compile")
+            estimate("first_compile" if seen["compiled"] == 1 else f"after_compile_{seen['compiled']}")
         depth = "+".join(map(str, result.compiled_layers))
         what = (
             f"skipped: {result.skipped}"

@@ -38,10 +38,14 @@ def test_the_time_left_is_a_candidates_seconds_times_those_left_over_the_compile
     # 2 workers on 2 cores: 1.3 in flight, 50 × sqrt(1.3) = 57.0 s each, 14 to compile: 57.0 × 14 ÷ 1.3 = 613.9 s
     before = eta.Progress(8_030_000_000, 14, workers=2, cores=2)
     assert before.seconds_left == pytest.approx(613.9, abs=0.1)
-    # two candidates compiled in 300 s between them: 150 s each, 12 left, 1.3 in flight: 1,384.6 s
+    # two candidates compiled in 300 s between them, the prior (57.0 s) counted as 1.3 compiles of its own:
+    # (57.0 × 1.3 + 300) ÷ 3.3 = 113.4 s each, 12 left, 1.3 in flight: 1,046.5 s
     seen = eta.Progress(8_030_000_000, 14, compiled=2, compile_s=300.0, workers=2, cores=2)
-    assert seen.seconds_left == pytest.approx(1384.6, abs=0.1)
-    assert seen.basis.startswith("150 s a candidate over 2 compiled")
+    assert seen.candidate_s == pytest.approx((50 * 1.3**0.5 * 1.3 + 300) / 3.3)
+    assert seen.seconds_left == pytest.approx(1046.5, abs=0.1)
+    assert seen.basis == "2 compiled, 150 s each, and the model's size (8,030.0M parameters)"
+    # many compiles seen outweigh the prior: 40 of 150 s each → within 2% of 150 s
+    assert eta.Progress(8_030_000_000, 50, 40, 6000.0, workers=2, cores=2).candidate_s == pytest.approx(150, rel=0.02)
     # more workers than cores count as the cores; one process compiles one at a time
     assert eta.Progress(8_030_000_000, 14, workers=4, cores=2).seconds_left == pytest.approx(613.9, abs=0.1)
     assert eta.Progress(8_030_000_000, 14, workers=1, cores=2).seconds_left == pytest.approx(50 * 14)

@@ -1,0 +1,125 @@
+"""Benchmark: the search's time estimate (:mod:`sharding_lab.search.eta`) against the time each question took.
+
+    python -m tools.eta_bench                 # the five questions below, one after the other
+    python -m tools.eta_bench small gpt2-v5e8 # some of them, by name
+    python -m tools.eta_bench --timeout 300   # each question stopped after 300 s (its row then says so)
+    python -m tools.eta_bench --keep DIR      # each question's whole output kept in DIR/<name>.txt
+
+Each question runs as ``python -m tools.plan_bench`` (the search as the command line runs it, the default workers:
+one per core) in its own process, and this prints, for each: the time it took; the estimate of the whole time the
+search gave at its start, after its first ranking (the screens: the estimate the command line and the Plan page show
+first) and after its first compile; and the worst ratio of any estimate given once the first ranking was out to the
+time taken. A benchmark, not a test: it measures the estimate on this machine and prints what it found.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+
+QUESTIONS = {
+    "small": "--model transformer --target v5e-8 --batch-tokens 1024 --presets dp,fsdp,tp,fsdp_tp --remats none",
+    "8layers": (
+        "--model transformer --layers 8 --embed 256 --heads 4 --head-dim 64 --mlp-dim 1024 --seq 1024 "
+        "--target v5e-8 --batch-tokens 32768 --presets dp,fsdp,fsdp_tp --remats full,none"
+    ),
+    "gpt2-v5e16": (
+        "--model transformer --size gpt2-small --target v5e-16 --batch-tokens 16384 --presets fsdp,fsdp_tp "
+        "--remats full,save_qkv_proj"
+    ),
+    "gpt2-v5e8": (
+        "--model transformer --size gpt2-small --target v5e-8 --batch-tokens 8192 --presets dp,fsdp --remats full,none"
+    ),
+    "llama3-8b": (
+        "--model transformer --size llama3-8b --seq 4096 --target v5e-256 --batch-tokens 1048576 --optimizer adamw"
+    ),
+}
+
+ESTIMATE = re.compile(r"^estimate_(\w+?)_s=(\d+) \(at (\d+) s")
+
+
+def run(name: str, timeout: float, keep: str | None = None) -> dict:
+    """One question through ``tools.plan_bench``: its estimates (label → (seconds at, whole time said)) and the time
+    it took (or None: stopped at ``timeout``)."""
+    started = time.perf_counter()
+    # its own process group: a question stopped at the timeout takes its compiling workers with it
+    process = subprocess.Popen(
+        [sys.executable, "-m", "tools.plan_bench", *QUESTIONS[name].split()],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    try:
+        out, err = process.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(process.pid, signal.SIGKILL)
+        out, err = process.communicate()
+    if keep:  # the whole output, for replaying another rule over the same compiles
+        with open(os.path.join(keep, f"{name}.txt"), "w") as f:
+            f.write(out)
+    if process.returncode not in (0, -signal.SIGKILL):
+        print(f"{name}: plan_bench failed ({process.returncode}): {err.strip()[-1500:]}", file=sys.stderr)
+    return parse(name, out, time.perf_counter() - started)
+
+
+def parse(name: str, out: str, wall: float) -> dict:
+    """What ``tools.plan_bench`` printed: the time it took (None: stopped), its estimates (label → (seconds at,
+    whole time said)) and how many candidates it compiled."""
+    found = re.search(r"elapsed_s=([\d.]+)", out)
+    estimates = {}
+    for line in out.splitlines():
+        m = ESTIMATE.match(line)
+        if m:
+            estimates[m.group(1)] = (float(m.group(3)), float(m.group(2)))
+    return {
+        "name": name,
+        "took": float(found.group(1)) if found else None,
+        "wall": wall,
+        "estimates": estimates,
+        "compiled": len(re.findall(r": compiled in ", out)),
+    }
+
+
+def ratio(estimate: float | None, took: float | None) -> str:
+    if estimate is None or not took:
+        return "—"
+    return f"{estimate:.0f} s ({estimate / took:.2f}×)"
+
+
+def row(found: dict) -> str:
+    took, e = found["took"], found["estimates"]
+    said = {k: v[1] for k, v in e.items()}
+    after_ranking = [v for k, (at, v) in e.items() if k != "start"]
+    worst = max(after_ranking, key=lambda v: max(v / took, took / v)) if took and after_ranking else None
+    took_text = f"{took:.1f} s" if took else f"stopped at {found['wall']:.0f} s"
+    return (
+        f"| {found['name']} | {took_text} | {found['compiled']} | {ratio(said.get('start'), took)} | "
+        f"{ratio(said.get('first_ranking'), took)} | {ratio(said.get('first_compile'), took)} | "
+        f"{ratio(worst, took)} |"
+    )
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m tools.eta_bench", description=__doc__.splitlines()[0])
+    parser.add_argument("names", nargs="*", help=f"questions to run (default all): {', '.join(QUESTIONS)}")
+    parser.add_argument("--timeout", type=float, default=900, help="seconds a question may run (default 900)")
+    parser.add_argument("--keep", metavar="DIR", help="write each question's plan_bench output to DIR/<name>.txt")
+    args = parser.parse_args(argv)
+    unknown = [n for n in args.names if n not in QUESTIONS]
+    if unknown:
+        parser.error(f"no question named {', '.join(unknown)}: choose from {', '.join(QUESTIONS)}")
+    print("| question | took | compiled | at the start | after the first ranking | after the first compile | worst |")
+    print("| --- | ---: | ---: | ---: | ---: | ---: | ---: |", flush=True)
+    for name in args.names or QUESTIONS:
+        print(row(run(name, args.timeout, args.keep)), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
