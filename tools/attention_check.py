@@ -40,9 +40,10 @@ def main() -> None:
     args = parser.parse_args()
     argv = STEP + ["--attention", args.attention, "--remat", args.remat] + (["--seq", "256"] if args.quick else [])
     config = config_of(argv)
-    predicted = cost.predict(dataclasses.replace(config, target="v5e-1"), None, "mixed")
-    use_platform(args.platform)
     from sharding_lab import plan as make_plan
+
+    predicted = cost.predict(make_plan(dataclasses.replace(config, target="v5e-1")), None, "mixed")
+    use_platform(args.platform)
     from sharding_lab.training.step import step_program
 
     plan = make_plan(config)

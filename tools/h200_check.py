@@ -134,7 +134,7 @@ def main() -> None:
     use_platform("cpu")
     predicted = {}
     for label, argv, dtype in configs:
-        predicted[(label, dtype)] = cost.predict(config_of(argv), args.chip, dtype)
+        predicted[(label, dtype)] = cost.predict(sl.plan(config_of(argv)), args.chip, dtype)
     use_platform(measure_on)
     rows = []
     for label, argv, dtype in configs:

@@ -162,19 +162,21 @@ def compile_lab(layout: Layout, name: str, out: Path, whole: bool = True) -> Non
     import jax
 
     from sharding_lab import cost
+    from sharding_lab import plan as make_plan
     from sharding_lab.cost import compiled
     from sharding_lab.export.maxtext import maxtext
     from tools.measure import config_of
 
     config = config_of(shlex.split(layout.lab))
+    plan = make_plan(config)
     compiled.PROGRAMS = []
     try:
         if whole:
-            p = cost.predict(config, None, "mixed")
-            step = compiled.compile_step(compiled.canonical(config), "mixed")  # predict's own compile (cached)
+            p = cost.predict(plan, None, "mixed")
+            step = compiled.compile_step(plan, "mixed")  # predict's own compile (cached)
             refused, model_flops = p.refused, p.model_flops
         else:
-            step = compiled.compile_once(compiled.canonical(config), "mixed")
+            step = compiled.compile_once(plan, "mixed")
             refused, model_flops = step.refused, None
     finally:
         programs, compiled.PROGRAMS = compiled.PROGRAMS, None

@@ -19,6 +19,7 @@ import json
 from pathlib import Path
 
 from sharding_lab import cost
+from sharding_lab import plan as make_plan
 from sharding_lab.cost import calibration, compiled, hlo_ops
 from tools.measure import config_of
 
@@ -52,7 +53,7 @@ def check(name: str, keep: str | None = None) -> dict:
     config = config_of((COMMON + " " + args).split())
     compiled.PROGRAMS = [] if keep else None
     try:
-        p = cost.predict(config, None, "mixed")
+        p = cost.predict(make_plan(config), None, "mixed")
     finally:
         programs, compiled.PROGRAMS = compiled.PROGRAMS, None
     out = {

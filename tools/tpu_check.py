@@ -153,9 +153,9 @@ def measured_beside_predicted(report: Report, configs, repeats: int, laptop: set
         config = config_of(argv)
         try:
             use_platform("cpu")
-            a = cost.predict(config, "tpu-v5e", dtype) if label in laptop else None
+            a = cost.predict(sl.plan(config), "tpu-v5e", dtype) if label in laptop else None
             use_platform(REAL)
-            b = cost.predict(on_target(config), None, dtype)
+            b = cost.predict(sl.plan(on_target(config)), None, dtype)
             compiled, seconds, failed = real_step(config, dtype, repeats)
             ours = b.memory or {}
             if compiled is None:

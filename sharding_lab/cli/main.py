@@ -235,7 +235,7 @@ def _run(args) -> int:
         if args.command == "cost":
             from ..cost import print_cost
 
-            return print_cost(config, args.chip, args.dtype, args.target_mesh, args.json, model_source(args))
+            return print_cost(plan, args.chip, args.dtype, args.target_mesh, args.json, model_source(args))
         if args.command == "export":
             from ..export.script import export_script
 

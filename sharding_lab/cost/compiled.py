@@ -40,8 +40,7 @@ from ..hardware.targets import slice_axis as targets_slice_axis
 from ..models.attention import kernel_figures
 from ..program import buffers
 from ..program.communication import Collective, computation_opened, parse_collectives
-from ..training.config import LabConfig
-from ..training.config import plan as make_plan
+from ..training.config import LabConfig, Plan
 from . import calibration, hlo_ops
 
 # A tool that re-prices programs offline (tools/recipes_check.py --hlo) sets a list here: each compile's
@@ -140,11 +139,11 @@ def loop_layers(config: LabConfig) -> int:
     return 0 if config.stage_axis is not None else layers
 
 
-@functools.lru_cache(maxsize=128)
-def compile_step(config: LabConfig, dtype: str = "bf16") -> Compiled:
-    """Compile the trainer's step for ``config`` on its target in ``dtype`` (abstract inputs: nothing
+def compile_step(plan: Plan, dtype: str = "bf16") -> Compiled:
+    """Compile the trainer's step for ``plan`` on its target in ``dtype`` (abstract inputs: nothing
     allocated; :func:`sharding_lab.training.step.compile_train_step`). A step the target's compiler refuses for
-    memory comes back with ``refused`` set to the compiler's sentence instead of raising.
+    memory comes back with ``refused`` set to the compiler's sentence instead of raising. Cached by the plan's
+    configuration (:class:`_ByConfig`).
 
     **A loop over layers counted as many times as it runs.** XLA's cost analysis counts a ``while`` loop's body
     once, whatever its trip count (a scanned 1-, 2- and 4-layer step report the same FLOPs). A step whose blocks
@@ -153,8 +152,29 @@ def compile_step(config: LabConfig, dtype: str = "bf16") -> Compiled:
     (:func:`compile_once`: the products and kernels op by op, the collectives and matmul bytes line by line,
     :func:`~.hlo_ops.runs`). A second compile with the loop unrolled by 2 once counted the body's collectives; the
     trips give the same figures from the one program (tests/core/test_flops_add_up.py) at half the compiles."""
-    one = compile_once(config, dtype)
-    layers = loop_layers(config)
+    return _compile_step(_ByConfig(plan), dtype)
+
+
+class _ByConfig:
+    """A plan as a cache key: its configuration, with the parts a compiled step does not depend on fixed
+    (:func:`canonical`). A :class:`~sharding_lab.training.config.Plan` holds a JAX mesh and a dict of arrays, so it
+    cannot be hashed itself; the same configuration plans the same way."""
+
+    def __init__(self, plan: Plan):
+        self.plan, self.key = plan, canonical(plan.config)
+
+    def __hash__(self) -> int:
+        return hash(self.key)
+
+    def __eq__(self, other) -> bool:
+        return isinstance(other, _ByConfig) and self.key == other.key
+
+
+@functools.lru_cache(maxsize=128)
+def _compile_step(planned: _ByConfig, dtype: str) -> Compiled:
+    """:func:`compile_step`, once per configuration and dtype."""
+    one = compile_once(planned.plan, dtype)
+    layers = loop_layers(planned.plan.config)
     if not layers or one.refused:
         return one
     return dataclasses.replace(
@@ -168,12 +188,12 @@ def compile_step(config: LabConfig, dtype: str = "bf16") -> Compiled:
     )
 
 
-def compile_once(config: LabConfig, dtype: str) -> Compiled:
-    """One compile of the step, its figures as the compiler reports them."""
+def compile_once(plan: Plan, dtype: str) -> Compiled:
+    """One compile of ``plan``'s step, its figures as the compiler reports them."""
     from ..training.step import CompileRefused, compile_lowered, lower_train_step
 
     dtype = dtype_name(dtype)
-    plan = make_plan(config)
+    config = plan.config
     started = time.perf_counter()
     lowered = lower_train_step(plan, dtype)
     try:
@@ -191,7 +211,7 @@ def compile_once(config: LabConfig, dtype: str) -> Compiled:
         PROGRAMS.append((config.target, hlo))
     on_cpu = config.target == "cpu"
     runs = hlo_ops.runs(hlo)  # each collective and product as often as the step runs it: a loop's body once a trip
-    collectives = parse_collectives(hlo, config.mesh.shape, config.mesh.axes, runs) + _between_slices(hlo, config, runs)
+    collectives = parse_collectives(hlo, config.mesh.shape, config.mesh.axes, runs) + _between_slices(hlo, plan, runs)
     if on_cpu:  # XLA:CPU computes bf16 in f32: count float collectives at the compute dtype's size
         collectives = [recount(c, dtype) for c in collectives]
     itemsize = np.dtype(DTYPES[dtype]).itemsize
@@ -316,10 +336,10 @@ def _calibration(on: Target):
     return calibration.for_chip(on.chip) if on.kind == "tpu" else None
 
 
-def _between_slices(hlo: str, config: LabConfig, runs: dict[str, int]) -> list[Collective]:
+def _between_slices(hlo: str, plan: Plan, runs: dict[str, int]) -> list[Collective]:
     """On a multi-slice target, the collectives the compiler hands to the data-centre network's runtime
     (:mod:`sharding_lab.program.megascale`), over the mesh axis that crosses slices."""
-    on = config.on
+    on, config = plan.on, plan.config
     if on.slices <= 1:
         return []
     from ..program.megascale import parse_megascale

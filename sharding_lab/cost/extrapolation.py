@@ -25,7 +25,7 @@ import math
 import numpy as np
 
 from ..errors import ConfigError
-from ..training.config import LabConfig
+from ..training.config import LabConfig, Plan
 from ..training.config import plan as make_plan
 from .compiled import Compiled, axis_names, canonical, compile_step
 
@@ -120,19 +120,18 @@ def _within_the_form(value: float, points, target: tuple[int, ...], used: tuple[
     return min(max(value, max(v * share for v, share in below)), min(v for v, _ in below))
 
 
-def extrapolate(config: LabConfig, dtype: str, target: tuple[int, ...], max_devices: int | None = None):
-    """Compile on the probe meshes and extrapolate every per-device count to ``target``."""
+def extrapolate(plan: Plan, dtype: str, target: tuple[int, ...], max_devices: int | None = None):
+    """Compile ``plan``'s step on the probe meshes and extrapolate every per-device count to ``target``."""
     from ..hardware.devices import available_count
 
     max_devices = max_devices or available_count()
-    axes = tuple(config.mesh.axes)
+    axes = tuple(plan.config.mesh.axes)
     # axes no array's layout uses are compiled at size 1: along them every device repeats the same
     # work (with Auto axes XLA may otherwise spread work over an idle axis differently at every size)
-    planned = make_plan(config)
-    named = {a for array in planned.arrays.values() for dim in array.spec for a in axis_names(dim)}
+    named = {a for array in plan.arrays.values() for dim in array.spec for a in axis_names(dim)}
     used = tuple(a in named for a in axes)
-    _check_batch_divides(planned, target)
-    compiled = _probe_compiles(config, dtype, target, max_devices, used)
+    _check_batch_divides(plan, target)
+    compiled = _probe_compiles(plan.config, dtype, target, max_devices, used)
     fitter = _Fitter(axes, target, used)
     fitted = {
         name: fitter.one(name, [(c.mesh, getattr(c, name)) for c in compiled])
@@ -159,7 +158,8 @@ def extrapolate(config: LabConfig, dtype: str, target: tuple[int, ...], max_devi
 
 
 def _probe_compiles(config: LabConfig, dtype: str, target, max_devices: int, used) -> list[Compiled]:
-    """The step compiled on each probe mesh (:func:`probe_meshes`) that accepts the layout; refuses when none does."""
+    """The step compiled on each probe mesh (:func:`probe_meshes`) that accepts the layout, each probe planned once;
+    refuses when none does."""
     axes = tuple(config.mesh.axes)
     probes = probe_meshes(target, max_devices, used)
     if not probes:
@@ -170,7 +170,7 @@ def _probe_compiles(config: LabConfig, dtype: str, target, max_devices: int, use
         if probe.preset is None and probe.rules is None:
             probe = dataclasses.replace(probe, rules=config.resolved_rules())
         try:
-            compiled.append(compile_step(probe, dtype))
+            compiled.append(compile_step(make_plan(probe), dtype))
         except ConfigError:
             continue  # e.g. a batch this mesh's data axis does not divide: fewer points
     if not compiled:

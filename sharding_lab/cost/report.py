@@ -7,7 +7,7 @@ import math
 
 from ..hardware.chips import chip as get_chip
 from ..program import buffers
-from ..training.config import LabConfig
+from ..training.config import LabConfig, Plan
 from ..units import format_seconds
 from .compiled import dtype_name
 from .prediction import Prediction
@@ -102,22 +102,24 @@ def utilisation(p: Prediction) -> str:
 
 
 def print_cost(
-    config: LabConfig,
+    plan: Plan,
     chip_id: str | None,
     dtype: str | None,
     target_text: str | None,
     as_json: bool,
     source: dict | None = None,
 ) -> int:
-    """``python -m sharding_lab cost``: raises ConfigError (→ exit 2) for a bad chip, dtype or target. ``source``: the
-    model as the user named it, for MaxText's command (:func:`sharding_lab.training.options.model_source`)."""
+    """``python -m sharding_lab cost`` of ``plan``: raises ConfigError (→ exit 2) for a bad chip, dtype or target.
+    ``source``: the model as the user named it, for MaxText's command
+    (:func:`sharding_lab.training.options.model_source`)."""
     import json
 
-    chip_id = target_chip(config, chip_id)
+    config = plan.config
+    chip_id = target_chip(plan.on, chip_id)
     dtype = default_dtype(config.target) if dtype is None else dtype
     get_chip(chip_id), dtype_name(dtype)  # refuse before compiling anything
     with buffers.everywhere():  # on the simulated host too (program.buffers.everywhere)
-        prediction = predict(config, chip_id, dtype, parse_target_mesh(target_text))
+        prediction = predict(plan, chip_id, dtype, parse_target_mesh(target_text))
     run = maxtext_of(config, dtype, parse_target_mesh(target_text), source)  # the same layout as MaxText's overrides
     if as_json:
         print(json.dumps({**prediction.to_json(), **run.to_json(), "largest_buffers": prediction.largest_buffers}))

@@ -31,7 +31,9 @@ import math
 
 from ..errors import ConfigError, Named
 from ..hardware.chips import chip as get_chip
-from ..training.config import LabConfig
+from ..hardware.targets import Target
+from ..training.config import LabConfig, Plan
+from ..training.config import plan as make_plan
 from .collectives import links_for, rows
 from .compiled import canonical, compile_step, dtype_name
 from .extrapolation import check_target, extrapolate
@@ -67,26 +69,26 @@ def keyed_prediction(
 
 
 def predict(
-    config: LabConfig,
+    plan: Plan,
     chip_id: str | None = "h100",
     dtype: str = "bf16",
     target: tuple[int, ...] | None = None,
     max_devices: int | None = None,
 ) -> Prediction:
-    """The roofline of ``config``'s step on ``chip_id``; with ``target`` (a mesh shape with the
+    """The roofline of ``plan``'s step on ``chip_id``; with ``target`` (a mesh shape with the
     same number of axes, e.g. (16, 16)) on that bigger mesh, extrapolated from smaller compiles."""
     dtype = dtype_name(dtype)
-    on = config.on
+    config, on = plan.config, plan.on
     if on.compile_only:
-        return _predict_on_target(config, on, chip_id, dtype, target)
-    chip = get_chip(target_chip(config, chip_id))
+        return _predict_on_target(plan, chip_id, dtype, target)
+    chip = get_chip(target_chip(on, chip_id))
     axes = tuple(config.mesh.axes)
     notes = []
     peak_note = chip.flops(dtype)[1]
     if peak_note:
         notes.append(peak_note)
     if target is None or tuple(target) == tuple(config.mesh.shape):
-        compiled = compile_step(canonical(config), dtype)
+        compiled = compile_step(plan, dtype)
         notes += [compiled.loop_note] if compiled.loop_note else []
         mesh = tuple(config.mesh.shape)
         links = links_for(chip, mesh, axes)
@@ -108,7 +110,7 @@ def predict(
             **model_flops_fields(config, mesh),
         )
     target = check_target(config, target)
-    fitted, probes, fit_notes, largest = extrapolate(config, dtype, target, max_devices)
+    fitted, probes, fit_notes, largest = extrapolate(plan, dtype, target, max_devices)
     notes += [largest.loop_note] if largest is not None and largest.loop_note else []
     links = links_for(chip, target, axes)
     keyed = {
@@ -180,9 +182,9 @@ def loop_note(config: LabConfig) -> list[str]:
     ]
 
 
-def target_chip(config: LabConfig, chip_id: str | None) -> str:
-    """The chip a prediction uses: a TPU/GPU target's own; ``chip_id`` must then agree (or be None)."""
-    on = config.on
+def target_chip(on: Target, chip_id: str | None) -> str:
+    """The chip a prediction uses on the target ``on``: a TPU/GPU target's own; ``chip_id`` must then agree (or be
+    None)."""
     if not on.compile_only:
         return chip_id or "h100"
     if chip_id and get_chip(chip_id).id != on.chip:
@@ -198,12 +200,13 @@ def target_chip(config: LabConfig, chip_id: str | None) -> str:
     return on.chip
 
 
-def _predict_on_target(config: LabConfig, on, chip_id: str | None, dtype: str, target_mesh) -> Prediction:
+def _predict_on_target(plan: Plan, chip_id: str | None, dtype: str, target_mesh) -> Prediction:
     """The roofline of the program the target's own compiler made for its whole slice or node: nothing
     extrapolated. FLOPs and HBM traffic are the TPU compiler's ``cost_analysis()``; the GPU compiler reports
     none, so there the FLOPs are XLA:CPU's for the same layout (compiled, or extrapolated past the
     simulated devices) and the traffic the fused count of :func:`compile_step`. A step the compiler refuses
     for memory comes back with ``refused`` (fits: false) and no times."""
+    config, on = plan.config, plan.on
     if target_mesh is not None:
         raise ConfigError(
             (
@@ -214,11 +217,11 @@ def _predict_on_target(config: LabConfig, on, chip_id: str | None, dtype: str, t
             ),
             "target",
         )
-    chip = get_chip(target_chip(config, chip_id))
+    chip = get_chip(target_chip(on, chip_id))
     if on.kind == "tpu":  # the slice's own torus: wraparound only where the slice has one
         chip = dataclasses.replace(chip, torus=on.torus)
     mesh, axes = tuple(config.mesh.shape), tuple(config.mesh.axes)
-    compiled = compile_step(canonical(config), dtype)
+    compiled = compile_step(plan, dtype)
     notes = [n for n in [chip.flops(dtype)[1], compiled.loop_note, compiled.kernel_note] if n]
     notes += [compiled.calibration.note()] if compiled.calibration else []
     flops = compiled.flops
@@ -227,7 +230,7 @@ def _predict_on_target(config: LabConfig, on, chip_id: str | None, dtype: str, t
         from ..hardware.devices import available_count
 
         fits_here = config.mesh.size <= available_count()
-        flops = predict(host, "h100", dtype, None if fits_here else mesh).flops
+        flops = predict(make_plan(host), "h100", dtype, None if fits_here else mesh).flops
         notes.append(
             "the GPU compiler reports no FLOPs: these are XLA:CPU's for the same layout"
             + ("" if fits_here else ", extrapolated past the simulated devices")

@@ -6,7 +6,8 @@ import dataclasses
 
 from ..errors import ConfigError
 from ..hardware.chips import chip as get_chip
-from ..training.config import LabConfig
+from ..training.config import LabConfig, Plan
+from ..training.config import plan as make_plan
 from .collectives import links_for
 from .compiled import axis_names, dtype_name
 from .roofline import predict
@@ -35,7 +36,7 @@ def critical_batch(chip_id: str, config: LabConfig, dtype: str = "bf16", axis: s
 
 
 def batch_sweep(
-    config: LabConfig,
+    plan: Plan,
     chip_id: str,
     dtype: str = "bf16",
     per_device: tuple[int, ...] = (8, 32, 128, 512, 2048, 8192),
@@ -44,9 +45,11 @@ def batch_sweep(
 ) -> list[dict]:
     """Predicted compute / memory / communication time per step against the batch rows each
     device holds, for each strategy (presets of the model family): every point is a compiled
-    step (or, with ``target``, an extrapolated one)."""
+    step (or, with ``target``, an extrapolated one) of ``plan``'s configuration at that strategy and batch, each
+    planned once."""
     from ..training.run_settings import VALUES
 
+    config = plan.config
     mesh = tuple(target) if target else tuple(config.mesh.shape)
     rows = []
     for strategy in strategies:
@@ -64,7 +67,7 @@ def batch_sweep(
             if batch > VALUES["batch_size"].most:
                 continue
             try:
-                p = predict(dataclasses.replace(probe, batch_size=batch), chip_id, dtype, target)
+                p = predict(make_plan(dataclasses.replace(probe, batch_size=batch)), chip_id, dtype, target)
             except ConfigError:
                 continue
             rows.append(

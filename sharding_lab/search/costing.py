@@ -9,6 +9,7 @@ import functools
 import threading
 
 from ..training.config import LabConfig
+from ..training.config import plan as make_plan
 from .candidates import Candidate, Result, screen
 
 
@@ -20,7 +21,7 @@ def compiled_figures(config: LabConfig, dtype: str):
     from ..models.remat import unrolled_scan
 
     with unrolled_scan():
-        return compile_once(canonical(config), dtype)
+        return compile_once(make_plan(canonical(config)), dtype)
 
 
 def at_layers(config: LabConfig, layers: int) -> LabConfig:
@@ -52,7 +53,7 @@ def full_depth(config: LabConfig, dtype: str):
     compile_step`: a loop over layers compiled as it runs, its body counted by the loop's trips)."""
     from ..cost.compiled import canonical, compile_step
 
-    return compile_step(canonical(config), dtype)
+    return compile_step(make_plan(canonical(config)), dtype)
 
 
 def prediction(config: LabConfig, dtype: str):

@@ -309,7 +309,9 @@ def test_compare_page_predicts_each_strategy_s_step_on_the_chosen_chip():
     base = sl.LabConfig(
         mesh=sl.MeshSpec((2, 4), ("data", "model")), model=sl.MLPSpec(1, 1024, 1, 2), steps=1, seed=0, chunk=1
     )
-    want = {name: cost.predict(dataclasses.replace(base, preset=name), "tpu-v5e", "bf16") for name in table.index}
+    want = {
+        name: cost.predict(sl.plan(dataclasses.replace(base, preset=name)), "tpu-v5e", "bf16") for name in table.index
+    }
     for name, p in want.items():
         assert table.loc[name, "predicted step"] == cost.format_seconds(p.step_s)
         assert table.loc[name, "bound"] == p.bound

@@ -50,8 +50,8 @@ def test_the_causal_block_count_by_hand():
 def test_splash_compiles_for_v5e_8_flops_by_its_formula_and_less_hbm_than_xla():
     from sharding_lab import cost
 
-    xla = cost.predict(config(BLOCK), None, "mixed")
-    splash = cost.predict(config(dataclasses.replace(BLOCK, attention="splash")), None, "mixed")
+    xla = cost.predict(sl.plan(config(BLOCK)), None, "mixed")
+    splash = cost.predict(sl.plan(config(dataclasses.replace(BLOCK, attention="splash"))), None, "mixed")
     note = next(n for n in splash.notes if "splash kernel" in n)
     assert "1 dkv, 1 dq, 1 fwd" in note
     # The kernel's formula by hand, per chip: batch 8 over data 4, heads 4 over model 2 → 2 × 2; 1,024 tokens in

@@ -23,7 +23,7 @@ CONFIG = sl.LabConfig(mesh=MeshSpec((8,), ("data",)), preset="dp", model=SPEC, o
 @pytest.fixture(scope="module")
 def named():
     with buffers.everywhere():
-        return compile_once(CONFIG, "f32").memory["largest_buffers"]
+        return compile_once(sl.plan(CONFIG), "f32").memory["largest_buffers"]
 
 
 def test_the_largest_buffers_are_the_mlp_hidden_units_sized_by_hand(named):
@@ -92,7 +92,8 @@ def test_what_remat_keeps_of_every_layer_is_named_by_what_the_loop_writes_into_i
     the wide MLP, the largest are the MLP's gate and up-projection of every layer: bf16, 2 sequences × 64 × 2,048
     a layer, stacked 3 deep — they were 'what the loop over layers keeps', which cannot be told apart."""
     spec = dataclasses.replace(SPEC, layers=3, remat="minimal")
-    found = compile_once(dataclasses.replace(CONFIG, model=spec, target="v5e-8"), "mixed").memory["largest_buffers"]
+    found = compile_once(sl.plan(dataclasses.replace(CONFIG, model=spec, target="v5e-8")), "mixed")
+    found = found.memory["largest_buffers"]
     kept = {b["what"].split(" of every layer")[0]: b for b in found if "kept for the backward pass" in b["what"]}
     assert {"MLP gate (mlp_gate)", "MLP up-projection (mlp_in)"} <= set(kept), [b["what"] for b in found]
     for b in kept.values():

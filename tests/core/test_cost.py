@@ -32,7 +32,7 @@ def dp(model=WIDE, batch=256, mesh=(8,), axes=("data",)):
 
 def test_dp_flops_are_six_rows_params_per_device():
     """Forward 2·rows·P, backward 4·rows·P: 6·rows·P per device for the matmul parameters P."""
-    p = cost.predict(dp(), "h100", "f32")
+    p = cost.predict(sl.plan(dp()), "h100", "f32")
     rows, matmul_params = 256 // 8, 256 * 1024 + 1024 * 256
     textbook = 6 * rows * matmul_params
     # the first layer needs no gradient w.r.t. the input x, so XLA does 5/6 of the textbook's
@@ -43,7 +43,7 @@ def test_dp_flops_are_six_rows_params_per_device():
 
 def test_dp_gradient_all_reduce_time_is_ring_bytes_over_nvlink():
     """One all-reduce of every gradient (and the loss) over 8 GPUs of one node: 2(n−1)/n · N / 450 GB/s."""
-    p = cost.predict(dp(), "h100", "bf16")
+    p = cost.predict(sl.plan(dp()), "h100", "bf16")
     elements = 256 * 1024 + 1024 + 1024 * 256 + 1  # w1, b1, w2 and the scalar loss
     wire = 2 * (8 - 1) / 8 * elements * BF16
     assert p.links["data"].name == "NVLink"
@@ -88,9 +88,9 @@ def test_scaling_book_critical_batch_for_data_parallelism_on_v5p():
 
 
 def test_compute_bound_and_communication_bound_are_recognised():
-    big = cost.predict(dp(sl.MLPSpec(2048, 2048, 2048), batch=8 * 4096), "h100")
+    big = cost.predict(sl.plan(dp(sl.MLPSpec(2048, 2048, 2048), batch=8 * 4096)), "h100")
     assert big.bound == "compute" and big.compute_s > 2 * big.comm_s and 0.3 < big.mfu <= 1
-    small = cost.predict(dp(), "tpu-v5e")
+    small = cost.predict(sl.plan(dp()), "tpu-v5e")
     assert small.bound == "communication" and small.comm_s > small.memory_s > small.compute_s
     # α–β: each all-reduce over the 8-chip `data` ring (a v5e axis of 8 has no wraparound) is a
     # reduce-scatter then an all-gather, 7 one-way hops each, 1 µs a hop (the scaling book)
@@ -103,7 +103,7 @@ def test_compute_bound_and_communication_bound_are_recognised():
 def test_a_tiny_step_is_latency_bound():
     """The seed's step on an H100 moves ~200 bytes: its 4 collectives, all inside one NVLink node, cost
     4 × 3.5 µs of latency (NCCL issue 1984) and picoseconds of bandwidth."""
-    p = cost.predict(sl.LabConfig(), "h100")
+    p = cost.predict(sl.plan(sl.LabConfig()), "h100")
     assert sum(r["count"] for r in p.comm) == 4 and {r["link"] for r in p.comm} == {"NVLink"}
     assert p.latency_s == pytest.approx(4 * 3.5e-6) and p.comm_s < 1e-9
     assert p.bound == "latency" and p.step_s == pytest.approx(p.comm_s + 14e-6)
@@ -120,8 +120,8 @@ def test_gpu_mesh_mapping_nvlink_inside_a_node_network_across():
 def test_extrapolation_matches_the_compile_it_did_not_see():
     """Extrapolate 2×4 from meshes of at most 4 devices; the real 2×4 compile agrees."""
     config = dp(mesh=(2, 4), axes=("data", "model"))
-    real = cost.predict(config, "tpu-v5e")
-    guess = cost.predict(dataclass_mesh(config, (1, 1)), "tpu-v5e", target=(2, 4), max_devices=4)
+    real = cost.predict(sl.plan(config), "tpu-v5e")
+    guess = cost.predict(sl.plan(dataclass_mesh(config, (1, 1))), "tpu-v5e", target=(2, 4), max_devices=4)
     assert guess.extrapolated and (2, 4) not in guess.compiled_on and guess.compiled_on
     assert guess.flops == pytest.approx(real.flops, rel=0.02)
     assert guess.wire_bytes == pytest.approx(real.wire_bytes, rel=0.02)
@@ -224,7 +224,9 @@ def test_a_loop_over_layers_is_counted_as_many_times_as_it_runs():
     def predicted(layers, remat):
         model = dataclasses.replace(sl.family("transformer").Spec(), layers=layers, remat=remat)
         return cost.predict(
-            sl.LabConfig(mesh=sl.MeshSpec((2, 4), ("data", "model")), preset="tp", model=model, optimizer="adamw"),
+            sl.plan(
+                sl.LabConfig(mesh=sl.MeshSpec((2, 4), ("data", "model")), preset="tp", model=model, optimizer="adamw")
+            ),
             "h100",
             "f32",
         )

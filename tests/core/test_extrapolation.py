@@ -17,13 +17,13 @@ ON_2X4 = sl.LabConfig()  # the default MLP, seed preset, on 2x4 (data, model)
 
 @pytest.fixture(scope="module")
 def compiled_2x4():
-    return cost.predict(ON_2X4, "tpu-v5e")
+    return cost.predict(sl.plan(ON_2X4), "tpu-v5e")
 
 
 @pytest.mark.parametrize("target", [(3, 5), (3, 8)])
 def test_meshes_the_issue_named_are_never_predicted_faster_than_2x4(compiled_2x4, target):
     try:
-        guess = cost.predict(ON_2X4, "tpu-v5e", target=target, max_devices=8)
+        guess = cost.predict(sl.plan(ON_2X4), "tpu-v5e", target=target, max_devices=8)
     except sl.ConfigError as refusal:
         assert "batch (32 rows) would be split 3 ways over data" in str(refusal)  # 32 rows do not split 3 ways
     else:
@@ -32,7 +32,7 @@ def test_meshes_the_issue_named_are_never_predicted_faster_than_2x4(compiled_2x4
 
 @pytest.mark.parametrize("target", [(4, 4), (4, 8)])
 def test_a_bigger_mesh_is_never_faster_by_more_than_its_compute_share(compiled_2x4, target):
-    guess = cost.predict(ON_2X4, "tpu-v5e", target=target, max_devices=8)
+    guess = cost.predict(sl.plan(ON_2X4), "tpu-v5e", target=target, max_devices=8)
     share = 8 / math.prod(target)
     assert guess.extrapolated and all(min(m) > 1 for m in guess.compiled_on)  # only meshes that split both axes
     assert guess.flops >= compiled_2x4.flops * share * (1 - 1e-9)
@@ -43,7 +43,7 @@ def test_a_bigger_mesh_is_never_faster_by_more_than_its_compute_share(compiled_2
 def test_a_target_no_simulated_mesh_can_stand_for_is_refused_with_a_sentence():
     config = dataclasses.replace(ON_2X4, batch_size=48)  # 3 divides it: the batch is not what refuses
     with pytest.raises(sl.ConfigError, match="smallest such mesh, 3x5, needs 15 devices and 8 are simulated"):
-        cost.predict(config, "tpu-v5e", target=(3, 5), max_devices=8)
+        cost.predict(sl.plan(config), "tpu-v5e", target=(3, 5), max_devices=8)
 
 
 def test_probes_split_every_axis_the_target_splits():

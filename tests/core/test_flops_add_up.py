@@ -9,6 +9,7 @@ The defect it guards: `cost` of a scanned step (remat) took one block's FLOPs wh
 
 import pytest
 
+from sharding_lab import plan
 from sharding_lab.cost import compiled as compiled_module
 from sharding_lab.cost import hlo_ops, roofline
 from sharding_lab.hardware import targets
@@ -93,7 +94,7 @@ def test_a_looped_step_is_compiled_once_and_its_elementwise_flops_scale_with_the
     whole program unrolled on this tiny block, where elementwise work is a fifth of the FLOPs (measured 2.6%; the
     deeper steps above, within 1%; with one block's elementwise FLOPs they were about a third of the 4 layers')."""
     c = config("mha", "full", "xla", 4)
-    looped = compiled_module.compile_step(c, "mixed")
+    looped = compiled_module.compile_step(plan(c), "mixed")
     whole = costing.compiled_figures(c, "mixed")
     assert looped.product_flops == pytest.approx(whole.product_flops, rel=1e-6)
     assert looped.flops == pytest.approx(whole.flops, rel=0.03)
@@ -156,7 +157,7 @@ def test_fsdp_collective_matmuls_count_as_one_chip_at_its_share_of_the_batch():
     common += ["--layers", "2", "--axes", "data"]
     fsdp = config_of(common + ["--target", "v5e-8", "--mesh", "8", "--preset", "fsdp", "--batch", "8"])
     chip = config_of(common + ["--target", "v5e-1", "--mesh", "1", "--preset", "dp", "--batch", "1"])
-    on_eight, on_one = (compiled_module.compile_once(compiled_module.canonical(c), "mixed") for c in (fsdp, chip))
+    on_eight, on_one = (compiled_module.compile_once(plan(compiled_module.canonical(c)), "mixed") for c in (fsdp, chip))
     assert on_eight.collectives and not on_one.collectives
     # products and splash kernels, each as often as its loops run it (loops over layers and collective matmuls)
     assert on_eight.product_flops == pytest.approx(on_one.product_flops, rel=1e-3)

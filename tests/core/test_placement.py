@@ -201,7 +201,7 @@ def test_a_mixture_counts_its_active_experts_only():
 def test_the_mlp_counts_its_matmuls_exactly_and_its_mfu_stays_under_its_hfu():
     """An f32 MLP was shown at 'MFU 100%' (compiled FLOPs at the roofline): MFU now counts the model's matmuls —
     2·N forward, 2·N weight gradients, 2·(N − din·dmid) activation gradients — and stays below 1 and HFU."""
-    from sharding_lab import LabConfig, cost
+    from sharding_lab import LabConfig, cost, plan
     from sharding_lab.sharding.mesh import MeshSpec
 
     mlp = family("mlp")
@@ -209,7 +209,7 @@ def test_the_mlp_counts_its_matmuls_exactly_and_its_mfu_stays_under_its_hfu():
     n = 64 * 256 + 256 * 256 + 256 * 64
     assert mlp.model_flops(spec, 32).total == 32 * (6 * n - 2 * 64 * 256)
     config = LabConfig(mesh=MeshSpec((2,), ("data",)), preset="dp", model=spec, batch_size=32)
-    p = cost.predict(config, "h100", "f32")
+    p = cost.predict(plan(config), "h100", "f32")
     assert p.model_flops == pytest.approx(mlp.model_flops(spec, 32).total / 2)
     assert 0 < p.mfu < p.hfu <= 1 and p.mfu < 1
     assert p.to_json()["mfu"] == pytest.approx(p.model_flops / (p.step_s * CHIPS["h100"].peak_flops["f32"]))
@@ -240,7 +240,7 @@ def test_a_two_slice_step_all_reduces_every_gradient_over_dcn():
         mesh=MeshSpec((2, 8), ("dcn", "data")), preset="dp", model=spec, batch_size=16, target="v5e-8x2"
     )
     assert config.resolved_rules().target("batch") == ("dcn", "data")
-    p = cost.predict(config, None, "mixed")
+    p = cost.predict(sl.plan(config), None, "mixed")
     across = [r for r in p.comm if r["axes"] == ("dcn",)]
     assert across and {(r["op"], r["link"], r["group_size"]) for r in across} == {("all-reduce", "DCN", 2)}
     assert 0 < sum(r["bytes"] for r in across) <= 4 * transformer.parameter_count(spec)  # at most every f32 gradient

@@ -259,6 +259,7 @@ def test_a_scanned_remat_full_step_is_costed_per_layer():
     the loop's trip count: its FLOPs and collectives match the same step compiled unrolled (4 layers,
     v5e-8) within 1%, and they are the unrematerialised step's plus the recomputed forward (about 4/3 on the
     blocks). HBM needed stays the looped program's own."""
+    from sharding_lab import plan
     from sharding_lab.cost.compiled import canonical, compile_once, compile_step
     from sharding_lab.models.transformer import unrolled_scan
 
@@ -267,10 +268,10 @@ def test_a_scanned_remat_full_step_is_costed_per_layer():
     full, none = (
         canonical(search.Candidate((2, 4), ("data", "model"), "tp", r).config(base)) for r in ("full", "none")
     )
-    looped = compile_step(full, "mixed")
+    looped = compile_step(plan(full), "mixed")
     with unrolled_scan():
-        unrolled = compile_once(full, "mixed")
-    plain = compile_once(none, "mixed")
+        unrolled = compile_once(plan(full), "mixed")
+    plain = compile_once(plan(none), "mixed")
     assert abs(looped.flops / unrolled.flops - 1) < 0.01, (looped.flops, unrolled.flops)
     wire = [
         (sum(c.bytes * c.count for c in x.collectives), sum(c.count for c in x.collectives)) for x in (looped, unrolled)

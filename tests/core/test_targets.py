@@ -555,7 +555,7 @@ def test_on_a_tpu_target_hbm_needed_is_the_compilers_peak_not_the_sum_that_count
     assert memory.peak_memory_in_bytes > 0 and memory.peak_memory_in_bytes != total
     assert hbm_needed(memory, targets.parse("v5e-8")) == memory.peak_memory_in_bytes
     assert hbm_needed(memory, targets.CPU_TARGET) == total
-    assert compile_once(config, "mixed").hbm_needed == memory.peak_memory_in_bytes  # what cost and plan use
+    assert compile_once(sl.plan(config), "mixed").hbm_needed == memory.peak_memory_in_bytes  # what cost and plan use
     # what the app says of it (issue 36: "HBM per chip" beside temporaries, unexplained): each figure named
     from sharding_lab.app.panels import memory_view
 

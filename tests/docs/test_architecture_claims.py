@@ -54,6 +54,41 @@ def test_only_targets_imports_the_accelerator_plugins():
     assert found == []
 
 
+def test_the_cost_takes_a_plan_and_plans_only_the_probes_it_builds():
+    """The cost's entry points take the caller's Plan (planned once), and the cost package calls plan() only on the
+    configurations it builds itself: extrapolation's smaller meshes, the sweep's batches and strategies, and a GPU
+    target's host compile for its FLOPs."""
+    import inspect
+
+    from sharding_lab.cost import compiled, extrapolation, report, roofline, sweep
+    from sharding_lab.training.config import Plan
+
+    entry_points = [
+        compiled.compile_step,
+        compiled.compile_once,
+        roofline.predict,
+        extrapolation.extrapolate,
+        sweep.batch_sweep,
+        report.print_cost,
+    ]
+    first = {f.__name__: next(iter(inspect.signature(f).parameters.values())) for f in entry_points}
+    assert {name: (p.name, p.annotation) for name, p in first.items()} == {
+        name: ("plan", Plan.__name__) for name in first
+    }
+    planned = sorted(
+        f"{path.removeprefix('sharding_lab/cost/')}:{enclosing}"
+        for path, tree in trees("sharding_lab/cost/*.py")
+        for enclosing, node in (
+            (function.name, node)
+            for function in ast.walk(tree)
+            if isinstance(function, ast.FunctionDef)
+            for node in ast.walk(function)
+        )
+        if isinstance(node, ast.Call) and called(node) in ("make_plan", "plan")
+    )
+    assert planned == ["extrapolation.py:_probe_compiles", "roofline.py:_predict_on_target", "sweep.py:batch_sweep"]
+
+
 def test_every_claim_s_test_exists():
     """The page's table of claims names tests that exist, so a renamed test cannot leave a claim unheld."""
     table = PAGE.read_text(encoding="utf-8").split("## Claims of one place")[1].split("\n## ")[0]

@@ -6,7 +6,6 @@ Every number comes from :mod:`sharding_lab.cost` (the compiled step and the cite
 
 from __future__ import annotations
 
-import dataclasses
 import math
 
 import pandas as pd
@@ -20,7 +19,8 @@ from sharding_lab.errors import ConfigError, in_app
 from sharding_lab.hardware import targets
 from sharding_lab.hardware.chips import CHIPS
 from sharding_lab.sharding.mesh import parse_mesh_shape
-from sharding_lab.training.config import Plan
+from sharding_lab.training.config import LabConfig, Plan
+from sharding_lab.training.config import plan as make_plan
 from sharding_lab.units import format_bytes, format_flops, format_rate
 
 COLORS = {"compute": "#4C78A8", "memory": "#72B7B2", "communication": "#F58518", "latency": "#E45756"}
@@ -125,14 +125,17 @@ def sweep_figure(rows: list[dict], critical: dict | None = None) -> go.Figure:
     return fig
 
 
+# Both caches are keyed by the configuration: a Plan holds a JAX mesh, and Streamlit hashes no argument whose name
+# starts with an underscore. ``_plan`` is the configuration's plan where the caller holds one, else it is planned here
+# (on a miss only).
 @st.cache_data(show_spinner=False, max_entries=32)
-def _predict(config, chip_id: str, dtype: str, target) -> cost.Prediction:
-    return cost.predict(config, chip_id, dtype, target)
+def _predict(config: LabConfig, chip_id: str, dtype: str, target, _plan: Plan | None = None) -> cost.Prediction:
+    return cost.predict(make_plan(config) if _plan is None else _plan, chip_id, dtype, target)
 
 
 @st.cache_data(show_spinner=False, max_entries=16)
-def _sweep(config, chip_id: str, dtype: str, strategies: tuple[str, ...]):
-    return cost.batch_sweep(config, chip_id, dtype, strategies=strategies)
+def _sweep(config: LabConfig, chip_id: str, dtype: str, strategies: tuple[str, ...], _plan: Plan):
+    return cost.batch_sweep(_plan, chip_id, dtype, strategies=strategies)
 
 
 def chip_pickers(chip_col, dtype_col, key: str, on: targets.Target = targets.CPU_TARGET) -> tuple[str, str]:
@@ -189,9 +192,7 @@ def compiler_line(p: cost.Prediction) -> str:
 def cost_panel(plan: Plan, key: str = "cost") -> None:
     """Chip and dtype pickers, the predicted step for ``plan`` (optionally on a bigger mesh), the
     roofline terms as bars, the per-axis links, and the batch sweep on request."""
-    config = canonical(plan.config)
-    if config.preset is None and config.rules is None:
-        config = dataclasses.replace(config, rules=plan.rules)
+    config = canonical(plan.config)  # the caches' key
     st.subheader("What it costs on real chips")
     st.caption(
         "A roofline from the compiled step: FLOPs ÷ peak, HBM traffic ÷ bandwidth, each collective's ring "
@@ -205,7 +206,7 @@ def cost_panel(plan: Plan, key: str = "cost") -> None:
     try:
         target = parse_mesh_shape(target_text) if target_text.strip() else None
         with st.spinner("Compiling the step" + (" on several smaller meshes" if target else "") + "…"):
-            p = _predict(config, chip_id, dtype, target)
+            p = _predict(config, chip_id, dtype, target, plan)
     except ConfigError as error:
         st.warning(in_app(error), icon=":material/block:")
         return
@@ -222,7 +223,7 @@ def cost_panel(plan: Plan, key: str = "cost") -> None:
     for note in p.notes:
         st.caption("Note: " + note)
     st.caption(latency_caveat(p))
-    _sweep_on_request(config, chip_id, dtype, key)
+    _sweep_on_request(plan, chip_id, dtype, key)
     with st.expander("The chips and their sources"):
         st.dataframe(pd.DataFrame(chip_rows()), hide_index=True)
 
@@ -282,7 +283,7 @@ def collective_rows(p: cost.Prediction) -> list[dict]:
     ]
 
 
-def _sweep_on_request(config, chip_id: str, dtype: str, key: str) -> None:
+def _sweep_on_request(plan: Plan, chip_id: str, dtype: str, key: str) -> None:
     """The batch sweep (DP and FSDP, about 12 compiles) in an expander, run when its button is pressed."""
     with st.expander("Where data parallelism turns communication-bound (batch sweep)"):
         st.caption(
@@ -291,8 +292,9 @@ def _sweep_on_request(config, chip_id: str, dtype: str, key: str) -> None:
             "critical batch B/X = C/W."
         )
         if st.button("Run the sweep (about 12 compiles)", key=f"{key}_sweep"):
+            config = canonical(plan.config)
             strategies = tuple(s for s in ("dp", "fsdp") if s in config.family.presets)
-            rows = _sweep(config, chip_id, dtype, strategies)
+            rows = _sweep(config, chip_id, dtype, strategies, plan)
             st.plotly_chart(sweep_figure(rows, cost.critical_batch(chip_id, config, dtype)), key=f"{key}_sweep_fig")
 
 

@@ -254,7 +254,7 @@ def compute_bound(plan: Plan) -> tuple[bool, str]:
     if config.mesh.size < 8:
         return False, f"The mesh has {config.mesh.size} device{'s' if config.mesh.size > 1 else ''}: use 8 or more."
     # an H100 on the simulated host; on a TPU/GPU target, its own chip and its compiler's program
-    p = predict(canonical(config), None, "bf16")
+    p = predict(plan, None, "bf16")
     terms = (
         f"compute {format_seconds(p.compute_s)}, HBM traffic {format_seconds(p.memory_s)}, "
         f"communication {format_seconds(p.comm_s)} + latency {format_seconds(p.latency_s)} per step"
