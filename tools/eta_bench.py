@@ -105,11 +105,54 @@ def row(found: dict) -> str:
     )
 
 
+COMPILED = re.compile(r"^\s+([\d.]+) s\s+\[\d+/\d+\].*: compiled in ([\d.]+) s", re.M)
+
+
+def replay(name: str, out: str, cores: int) -> dict:
+    """Today's rule (:mod:`sharding_lab.search.eta`) over a kept output's compiles, as if it had said its estimates
+    then: after the first ranking and after each compile, on a machine of ``cores`` (the workers: one per core, one
+    for a small model) — for another rule judged on the same compiles. The start is left out (it needs the
+    question's layouts only, which the output does not hold)."""
+    from sharding_lab import search
+    from sharding_lab.search import eta
+    from sharding_lab.search.search import compile_workers
+    from sharding_lab.training.options import config_from_args
+    from tools.plan_bench import bench_parser
+
+    args = bench_parser().parse_args(QUESTIONS[name].split())
+    config = config_from_args(args)
+    base = search.base_config(config.model, config.target, args.batch_tokens, config.optimizer, config.lr)
+    presets = tuple(args.presets.split(",")) if args.presets else None
+    remats = tuple(args.remats.split(",")) if args.remats else None
+    _, variants = eta.question(base, presets, remats)
+    parameters = base.family.parameter_count(base.model)
+    workers = compile_workers(base, None) if parameters < search.SMALL_MODEL else cores
+    ranked = re.search(r"first_ranking_s=([\d.]+) ranked=(\d+)", out)
+    began, layouts = float(ranked.group(1)), int(ranked.group(2))
+    to_compile = eta.to_compile(None, layouts, 0, variants=variants)
+    events = COMPILED.findall(out)
+    found = parse(name, out, float(events[-1][0]) if events else began)
+    found["estimates"] = {}
+
+    def said(label, at, compiled, compile_s):
+        left = eta.Progress(parameters, to_compile, compiled, compile_s, workers, cores, wall_s=at - began)
+        found["estimates"][label] = (at, at + left.seconds_left)
+
+    said("first_ranking", began, 0, 0.0)
+    total = 0.0
+    for k, (at, compile_s) in enumerate(events, 1):
+        total += float(compile_s)
+        said("first_compile" if k == 1 else f"after_compile_{k}", float(at), k, total)
+    return found
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m tools.eta_bench", description=__doc__.splitlines()[0])
     parser.add_argument("names", nargs="*", help=f"questions to run (default all): {', '.join(QUESTIONS)}")
     parser.add_argument("--timeout", type=float, default=900, help="seconds a question may run (default 900)")
     parser.add_argument("--keep", metavar="DIR", help="write each question's plan_bench output to DIR/<name>.txt")
+    parser.add_argument("--replay", metavar="DIR", help="no run: today's rule over the outputs kept in DIR")
+    parser.add_argument("--cores", type=int, default=os.cpu_count(), help="the replayed machine's cores")
     args = parser.parse_args(argv)
     unknown = [n for n in args.names if n not in QUESTIONS]
     if unknown:
@@ -117,6 +160,12 @@ def main(argv=None) -> int:
     print("| question | took | compiled | at the start | after the first ranking | after the first compile | worst |")
     print("| --- | ---: | ---: | ---: | ---: | ---: | ---: |", flush=True)
     for name in args.names or QUESTIONS:
+        if args.replay:
+            kept = os.path.join(args.replay, f"{name}.txt")
+            if os.path.exists(kept):
+                with open(kept) as f:
+                    print(row(replay(name, f.read(), args.cores)), flush=True)
+            continue
         print(row(run(name, args.timeout, args.keep)), flush=True)
     return 0
 

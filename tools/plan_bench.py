@@ -57,14 +57,8 @@ DEFAULT = [
 ]
 
 
-def main(argv=None) -> int:
-    argv = list(sys.argv[1:] if argv is None else argv)
-    if not any(a in argv for a in ("--model", "--size", "--target")):  # only options of the bench: the default
-        argv = DEFAULT + argv
-    if "--against" in argv or "--device-run" in argv:
-        from tools.plan_compare import compare
-
-        return compare(argv)
+def bench_parser() -> argparse.ArgumentParser:
+    """The bench's options: a question as ``sharding-lab plan`` takes it, and the bench's own."""
     parser = argparse.ArgumentParser(prog="python -m tools.plan_bench")
     add_config_options(parser)
     parser.add_argument("--batch-tokens", type=int, required=True)
@@ -78,21 +72,34 @@ def main(argv=None) -> int:
         action="store_true",
         help="stop once the first ranking (the book's count, before any compile) is out; print its time",
     )
-    args = parser.parse_args(argv)
+    return parser
+
+
+def main(argv=None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if not any(a in argv for a in ("--model", "--size", "--target")):  # only options of the bench: the default
+        argv = DEFAULT + argv
+    if "--against" in argv or "--device-run" in argv:
+        from tools.plan_compare import compare
+
+        return compare(argv)
+    args = bench_parser().parse_args(argv)
     config = config_from_args(args)
     base = search.base_config(config.model, config.target, args.batch_tokens, config.optimizer, config.lr)
     presets = tuple(args.presets.split(",")) if args.presets else None
     remats = tuple(args.remats.split(",")) if args.remats else None
     started = time.perf_counter()
     parameters, at_once = base.family.parameter_count(base.model), compile_workers(base, args.workers)
-    seen = {"compiled": 0, "compile_s": 0.0, "ranked": None}
+    seen = {"compiled": 0, "compile_s": 0.0, "ranked": None, "began": None}
 
     def estimate(label: str) -> None:
         """The search's own estimate of its whole time (search.eta), as the CLI and the Plan page give it."""
         ranked = seen["ranked"] if seen["ranked"] is not None else layouts
         to_compile = eta.to_compile(None, ranked, 0, variants=variants)
-        left = eta.Progress(parameters, to_compile, seen["compiled"], seen["compile_s"], at_once)
         elapsed = time.perf_counter() - started
+        began = seen["began"]
+        wall = elapsed - began if began is not None else 0.0
+        left = eta.Progress(parameters, to_compile, seen["compiled"], seen["compile_s"], at_once, wall_s=wall)
         print(
             f"estimate_{label}_s={elapsed + left.seconds_left:.0f} (at {elapsed:.0f} s, from {left.basis})", flush=True
         )
@@ -126,6 +133,7 @@ def main(argv=None) -> int:
     def first(ranked, seconds):
         print(f"first_ranking_s={seconds:.1f} ranked={len(ranked)}", flush=True)
         seen["ranked"] = len(ranked)
+        seen["began"] = time.perf_counter() - started  # the compiles begin once the first ranking is out
         estimate("first_ranking")
         print(search.first_table(ranked, seconds, rows=5), flush=True)
         if args.first_only:

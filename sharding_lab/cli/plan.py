@@ -138,6 +138,7 @@ class _Reporter:
         if self.voice is not None:
             self.voice.spoke()
         self.left.ranked = len(ranked)
+        self.left.began = time.monotonic()
         if not self.args.json:
             print(search.first_table(ranked, seconds), file=sys.stderr, flush=True)
             print(self.left.sentence(), file=sys.stderr, flush=True)
@@ -254,6 +255,7 @@ class Left:
         # the layouts until the first ranking says how many pass the screens
         self.ranked, self.variants = eta.question(base, presets, remats, attentions)
         self.compiled, self.compile_s = 0, 0.0
+        self.began: float | None = None  # when the compiles began (the first ranking is out)
 
     def answered(self, result) -> None:
         if result.skipped is None:
@@ -267,5 +269,6 @@ class Left:
             self.compiled,
             self.compile_s,
             self.workers,
+            wall_s=time.monotonic() - self.began if self.began is not None else 0.0,
         )
         return f"about {self.eta.format_seconds_left(left.seconds_left)} of compiles left (from {left.basis})"

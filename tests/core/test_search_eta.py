@@ -99,3 +99,14 @@ def test_the_command_line_speaks_after_a_silence_and_not_before():
         assert out.getvalue().count("\n") == lines
     finally:
         voice.close()
+
+
+def test_in_one_process_a_candidate_counts_its_whole_time_not_only_its_compile():
+    # the small transformer, one process: 4 candidates in 13 s since the compiles began, 10 s of it compiling; the
+    # prior (2.5 s) counted as one compile: (2.5 + 13) ÷ 5 = 3.1 s each, 6 left: 18.6 s
+    serial = eta.Progress(103_000, 10, compiled=4, compile_s=10.0, workers=1, cores=2, wall_s=13.0)
+    assert serial.candidate_s == pytest.approx(3.1) and serial.seconds_left == pytest.approx(18.6)
+    assert serial.basis.startswith("4 compiled, 3 s each")
+    # several workers: the compiles' own times (the wall time holds several at once)
+    pool = eta.Progress(103_000, 10, compiled=4, compile_s=10.0, workers=2, cores=2, wall_s=13.0)
+    assert pool.candidate_s == pytest.approx((2.5 * 1.3**0.5 * 1.3 + 10.0) / 5.3)

@@ -1,5 +1,7 @@
 """The tools import and run (they are nobody's dependency, so only a test notices when they rot)."""
 
+import pytest
+
 from tools import bench
 
 
@@ -47,3 +49,23 @@ def test_the_benches_refuse_a_name_they_do_not_have_and_say_which_they_do(capsys
             f"no {'question' if tool is eta_bench else 'anchor'} named nonesuch: choose from " + ", ".join(names)
             in capsys.readouterr().err
         )
+
+
+def test_eta_bench_replays_todays_rule_over_a_kept_output():
+    from sharding_lab.search import eta
+    from tools import eta_bench
+
+    kept = "\n".join(
+        [
+            "first_ranking_s=0.1 ranked=10",
+            "     2.6 s  [2/13] 8 dp remat none: compiled in 1.9 s (2 layers; fits)",
+            "     5.9 s  [3/13] 8 fsdp remat none: compiled in 2.6 s (2 layers; fits)",
+            "candidates=13 compiled=2 fitting=2 elapsed_s=32.5",
+        ]
+    )
+    found = eta_bench.replay("small", kept, cores=2)
+    # one process (a small model): 10 layouts × 1 variant, the prior counted once beside the 5.8 s since the compiles
+    # began: (prior + 5.8) ÷ 3 a candidate, 8 left, said at 5.9 s
+    each = (eta.prior_candidate_s(104_768) + 5.8) / 3
+    assert found["estimates"]["after_compile_2"] == (5.9, pytest.approx(5.9 + 8 * each))
+    assert found["took"] == 32.5 and found["compiled"] == 2

@@ -191,6 +191,7 @@ def progress_of(found: SharedSearch) -> eta.Progress:
         found.compiled,
         found.compile_s,
         found.workers,
+        wall_s=time.monotonic() - found.started if found.started is not None else 0.0,
     )
 
 
