@@ -4,7 +4,8 @@ of the search's time estimate (:data:`sharding_lab.search.eta.ANCHORS`).
     python -m tools.compile_alone             # the three anchors, one after the other, in one process each
     python -m tools.compile_alone small gpt2  # some of them
 
-Each runs in a fresh process (nothing cached) as a search's worker runs it (``search.costing.compile_job``: remat
+Each runs in a fresh process (nothing cached; warmed by one small compile first, as a search's workers are) as a
+search's worker runs it (``search.costing.compile_job``: remat
 full compiled as its loop runs, a step without remat as ``cost`` compiles it) and prints its wall time and CPU
 time. A benchmark, not a test: the figures are this machine's, at its load.
 """
@@ -40,6 +41,9 @@ axes = ("data", "model")[: len(mesh)]
 config = dataclasses.replace(base, mesh=sl.MeshSpec(tuple(mesh), axes), preset=preset)
 kind = first_jobs(config)[0]
 kind = "whole" if kind.startswith("probe") else kind
+# warm: the process's first compile also starts the compiler (seconds); a search's workers are past that
+small = dataclasses.replace(base_config(fam.named_spec("default"), target, 1024), mesh=config.mesh, preset="dp")
+compile_job("whole", small, "mixed")
 wall, cpu = time.perf_counter(), time.process_time()
 compiled = compile_job(kind, config, "mixed")
 print(json.dumps({"kind": kind, "wall_s": time.perf_counter() - wall, "cpu_s": time.process_time() - cpu,
