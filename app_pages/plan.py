@@ -220,7 +220,7 @@ def _question():
     else:
         model = fam.named_spec(size)
     model = dataclasses.replace(model, seq=int(seq), attention=attention)
-    base = search.base_config(model, target, int(batch_tokens), optimizer)
+    base = search.base_config(model, targets.OFFERED[target], int(batch_tokens), optimizer)
     return base, tuple(presets) or None, tuple(remats) or None
 
 

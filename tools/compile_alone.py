@@ -27,6 +27,7 @@ ANCHORS = {
 ONE = """
 import dataclasses, json, os, sys, time
 import sharding_lab as sl
+from sharding_lab.hardware import targets
 from sharding_lab.models import family
 from sharding_lab.search.candidates import base_config
 from sharding_lab.search.costing import compile_job, first_jobs
@@ -36,13 +37,14 @@ fam = family("transformer")
 spec = dataclasses.replace(fam.named_spec(size), remat=remat)
 if size == "llama3-8b":
     spec = dataclasses.replace(spec, seq=4096)
-base = base_config(spec, target, tokens)
+on = targets.parse(target)
+base = base_config(spec, on, tokens)
 axes = ("data", "model")[: len(mesh)]
 config = dataclasses.replace(base, mesh=sl.MeshSpec(tuple(mesh), axes), preset=preset)
 kind = first_jobs(config)[0]
 kind = "whole" if kind.startswith("probe") else kind
 # warm: the process's first compile also starts the compiler (seconds); a search's workers are past that
-small = dataclasses.replace(base_config(fam.named_spec("default"), target, 1024), mesh=config.mesh, preset="dp")
+small = dataclasses.replace(base_config(fam.named_spec("default"), on, 1024), mesh=config.mesh, preset="dp")
 compile_job("whole", small, "mixed")
 wall, cpu = time.perf_counter(), time.process_time()
 compiled = compile_job(kind, config, "mixed")

@@ -121,7 +121,7 @@ def replay(name: str, out: str, cores: int) -> dict:
 
     args = bench_parser().parse_args(QUESTIONS[name].split())
     config = config_from_args(args)
-    base = search.base_config(config.model, config.target, args.batch_tokens, config.optimizer, config.lr)
+    base = search.base_config(config.model, config.on, args.batch_tokens, config.optimizer, config.lr)
     presets = tuple(args.presets.split(",")) if args.presets else None
     remats = tuple(args.remats.split(",")) if args.remats else None
     _, variants = eta.question(base, presets, remats)

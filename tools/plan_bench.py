@@ -85,7 +85,7 @@ def main(argv=None) -> int:
         return compare(argv)
     args = bench_parser().parse_args(argv)
     config = config_from_args(args)
-    base = search.base_config(config.model, config.target, args.batch_tokens, config.optimizer, config.lr)
+    base = search.base_config(config.model, config.on, args.batch_tokens, config.optimizer, config.lr)
     presets = tuple(args.presets.split(",")) if args.presets else None
     remats = tuple(args.remats.split(",")) if args.remats else None
     started = time.perf_counter()

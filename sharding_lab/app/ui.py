@@ -20,7 +20,7 @@ from sharding_lab.app.state.session import KEEP
 from sharding_lab.export.script import export_script, script_name
 from sharding_lab.hardware import targets
 from sharding_lab.models import ChoiceField
-from sharding_lab.training.run_settings import family_defaults_in_state, settings_on
+from sharding_lab.training.run_settings import family_defaults_in_state, settings_on, target_of
 from sharding_lab.training.setting_groups import named_size_values, size_key
 from sharding_lab.training.setting_kinds import CUSTOM
 from sharding_lab.units import format_count
@@ -279,7 +279,7 @@ def sidebar() -> sl.Plan | sl.ConfigError:
         # "--". It goes in the caption's tooltip, as code; the caption says what it does.
         flag = re.search(r"--[a-z_]+=\d+", info.describe())
         described = info.describe().replace(f", {flag.group(0)}", "") if flag else info.describe()
-        target = targets.parse(state.get("target", targets.CPU))
+        target = target_of(state)
         if target.compile_only:
             described = f"Compiling for {target.label()} with {target.compiler}; {described} train."
         st.caption(described, help=f"Forced with `XLA_FLAGS={flag.group(0)}` before JAX starts." if flag else None)

@@ -23,7 +23,7 @@ def print_plan(args) -> int:
     config = config_from_args(args)
     say_hf_config(args, config)
     source = model_source(args)
-    base = search.base_config(config.model, config.target, args.batch_tokens, config.optimizer, config.lr)
+    base = search.base_config(config.model, config.on, args.batch_tokens, config.optimizer, config.lr)
     presets, remats = _presets(args, base), _remats(args, base)
     attentions = _attentions(args, base)
     activity = search.Activity()

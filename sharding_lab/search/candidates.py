@@ -176,9 +176,9 @@ def three_axis_count(chips: int, slices: int = 1) -> int:
     )
 
 
-def base_config(model, target: str, batch_tokens: int, optimizer: str = "adamw", lr: float = 0.003) -> LabConfig:
-    """The search's starting configuration: ``batch_tokens`` ÷ the model's ``seq`` sequences a step."""
-    on = targets.parse(target)
+def base_config(model, on: targets.Target, batch_tokens: int, optimizer: str = "adamw", lr: float = 0.003) -> LabConfig:
+    """The search's starting configuration on the target ``on``: ``batch_tokens`` ÷ the model's ``seq`` sequences a
+    step."""
     if on.kind != "tpu":
         raise ConfigError(
             f"plan searches TPU slices (v5e-N, v6e-N, v5p-N), whose compiler reports FLOPs and "

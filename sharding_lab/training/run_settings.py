@@ -37,6 +37,13 @@ TARGET = Value(
     canonical=lambda text: targets.parse(text).name,
     json="target",
 )
+
+
+def target_of(state) -> targets.Target:
+    """The target a session's state holds (:data:`TARGET`'s key), parsed: the simulated host where it holds none."""
+    return targets.parse(state.get(TARGET.state, TARGET.default))
+
+
 MODEL_SIZES = ModelSizes("model", "Size", "--size", "size")
 RUN_SETTINGS = (
     TARGET,

@@ -71,7 +71,7 @@ def test_the_pareto_axis_labels_only_powers_of_ten_over_many_decades():
     from sharding_lab.app.panels.search_view import pareto_figure
     from sharding_lab.models.transformer import TransformerSpec
 
-    base = search.base_config(TransformerSpec(seq=32), "v5e-8", 128)
+    base = search.base_config(TransformerSpec(seq=32), targets.parse("v5e-8"), 128)
 
     def found(*gigabytes):
         results = [
@@ -155,7 +155,7 @@ def test_the_script_and_the_sidebar_a_plans_row_gives_train_the_familys_steps_no
     from sharding_lab.models.transformer import TransformerSpec
     from sharding_lab.training.run_settings import family_defaults
 
-    base = search.base_config(TransformerSpec(seq=32), "v5e-8", 128)
+    base = search.base_config(TransformerSpec(seq=32), targets.parse("v5e-8"), 128)
     steps = family_defaults(base.family)["steps"]
     assert steps == 300 and base.steps == steps
     row = search.Result(search.Candidate((2, 4), ("data", "model"), "dp", "none"), fits=True, step_s=0.01)
@@ -231,7 +231,7 @@ def test_stop_before_any_compile_says_nothing_compiled_and_what_was_screened_wit
     search whose results are screens' skips only (the real screens of a small model's candidates on v5e-8)."""
     from sharding_lab.models.transformer import TransformerSpec
 
-    base = search.base_config(TransformerSpec(seq=32), "v5e-8", 256)
+    base = search.base_config(TransformerSpec(seq=32), targets.parse("v5e-8"), 256)
     screened = [search.screen(c, base, "mixed") for c in search.candidates(base, ("dp", "tp", "fsdp_tp"), ("none",))]
     skipped = [r for r in screened if r.skipped]
     assert skipped and len(skipped) < len(screened)
@@ -253,7 +253,7 @@ def test_stop_before_any_compile_says_nothing_compiled_and_what_was_screened_wit
 def test_points_with_the_same_step_and_memory_are_drawn_once_and_named_together():
     from sharding_lab.models.transformer import TransformerSpec
 
-    base = search.base_config(TransformerSpec(seq=32), "v5e-8", 128)
+    base = search.base_config(TransformerSpec(seq=32), targets.parse("v5e-8"), 128)
     results = [
         search.Result(search.Candidate(mesh, axes, "replicated", "none"), hbm_per_chip=17e6, fits=True, step_s=1.75e-4)
         for mesh, axes in (((8,), ("data",)), ((2, 4), ("data", "model")), ((4, 2), ("data", "model")))
@@ -335,7 +335,9 @@ def test_the_plan_job_has_the_first_ranking_before_its_compiles_end():
     from sharding_lab.models import family
 
     spec = family("transformer").Spec(layers=2, embed_dim=64, heads=4, head_dim=16, mlp_dim=128, vocab=64, seq=32)
-    job = search_view.SearchJob(search.base_config(spec, "v5e-8", 32 * 8), "mixed", ("dp", "tp"), ("none",)).start()
+    job = search_view.SearchJob(
+        search.base_config(spec, targets.parse("v5e-8"), 32 * 8), "mixed", ("dp", "tp"), ("none",)
+    ).start()
     deadline = time.monotonic() + 60
     while job.first is None and time.monotonic() < deadline:
         time.sleep(0.05)

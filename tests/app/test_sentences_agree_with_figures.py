@@ -115,7 +115,7 @@ def test_the_app_s_errors_name_its_boxes_not_the_command_line_s_options():
             return error
         raise AssertionError("no ConfigError")
 
-    error = refusal(lambda: search.base_config(TransformerSpec(seq=32), "v5e-8", 100))
+    error = refusal(lambda: search.base_config(TransformerSpec(seq=32), targets.parse("v5e-8"), 100))
     assert error.in_app().startswith("Batch (tokens) must be a multiple of the sequence length 32")
     assert "--" not in error.in_app() and str(error).startswith("--batch-tokens must be a multiple")
     dense = sl.LabConfig(mesh=sl.MeshSpec((2, 4), ("data", "expert")), preset="ep", model=TransformerSpec())

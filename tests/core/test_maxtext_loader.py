@@ -71,7 +71,7 @@ def hf_row(file, shape, axes, preset, target, batch, mesh, **fields):
 
 def plan_row():
     """The plan's row for Llama 3.1 8B on v5e-256 (a Candidate over the search's base: what `plan --json` rows are)."""
-    base = search.base_config(FAMILY.named_spec("llama3.1-8b"), "v5e-256", 4 * 256 * 8192)
+    base = search.base_config(FAMILY.named_spec("llama3.1-8b"), targets.parse("v5e-256"), 4 * 256 * 8192)
     return Candidate((256,), ("data",), "fsdp", "full", "splash").config(base)
 
 

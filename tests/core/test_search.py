@@ -60,7 +60,7 @@ def planned():
 
 def small_base():
     spec = family("transformer").Spec(layers=3, embed_dim=64, heads=4, head_dim=16, mlp_dim=128, vocab=64, seq=32)
-    return search.base_config(spec, "v5e-8", 128)
+    return search.base_config(spec, targets.parse("v5e-8"), 128)
 
 
 def test_meshes_are_the_factorisations_of_the_chip_count():
@@ -228,7 +228,7 @@ def test_when_dp_cannot_fit_the_best_is_not_dp():
     # moments, gradient) = 17.2 GB > the v5e's 16 GB. Split 4 ways (fsdp) it fits. A v5e-4: two meshes (4, 2×2),
     # two compiles of fsdp (a v5e-8's three meshes compiled it three times for the same answer).
     spec = family("transformer").Spec(layers=1, embed_dim=2048, heads=4, head_dim=16, mlp_dim=256, vocab=262144, seq=32)
-    base = search.base_config(spec, "v5e-4", 32 * 4)
+    base = search.base_config(spec, targets.parse("v5e-4"), 32 * 4)
     found = search.search(base, "mixed", ("dp", "fsdp"), ("none",))
     params = family("transformer").parameter_count(spec)
     dp = [r for r in found.results if r.candidate.preset == "dp"]
@@ -264,7 +264,7 @@ def test_a_scanned_remat_full_step_is_costed_per_layer():
     from sharding_lab.models.transformer import unrolled_scan
 
     spec = family("transformer").Spec(layers=4, embed_dim=64, heads=4, head_dim=16, mlp_dim=128, vocab=64, seq=32)
-    base = search.base_config(spec, "v5e-8", 32 * 8)
+    base = search.base_config(spec, targets.parse("v5e-8"), 32 * 8)
     full, none = (
         canonical(search.Candidate((2, 4), ("data", "model"), "tp", r).config(base)) for r in ("full", "none")
     )
@@ -319,7 +319,7 @@ def test_in_workers_a_step_without_remat_is_probed_at_full_depth():
         spec = family("transformer").Spec(
             layers=layers, embed_dim=64, heads=4, head_dim=16, mlp_dim=128, vocab=65536, seq=2048
         )
-        base = search.base_config(spec, "v5e-8", 2048 * 8 * 64)
+        base = search.base_config(spec, targets.parse("v5e-8"), 2048 * 8 * 64)
         found = search.search(base, "mixed", ("dp",), ("none",), check=False, workers=2)
         rows = [r for r in found.results if r.candidate.mesh == (8,)]
         assert len(rows) == 1 and rows[0].skipped is None, rows
@@ -360,7 +360,7 @@ def test_a_multi_slice_plan_searches_which_axis_crosses_the_slices():
     from sharding_lab.hardware import placement
 
     spec = family("transformer").Spec(layers=2, embed_dim=64, heads=4, head_dim=16, mlp_dim=128, vocab=64, seq=32)
-    base = search.base_config(spec, "v5e-8x2", 32 * 16)
+    base = search.base_config(spec, targets.parse("v5e-8x2"), 32 * 16)
     across = {(c.mesh, c.axes): c.across for c in search.candidates(base, ("fsdp",), ("none",))}
     assert across == {
         ((16,), ("data",)): "data",
@@ -431,7 +431,7 @@ def test_a_row_of_the_plan_replays_as_the_same_cost_configuration():
         (seventy, "v5p-512", 4096 * 1024, search.Candidate((256,), ("data",), "fsdp", "full", "splash")),
         (small_base().model, "v5e-256x2", 32 * 512, search.Candidate((2, 256), ("model", "data"), "fsdp_tp", "none")),
     ):
-        config = candidate.config(search.base_config(spec, target, tokens))
+        config = candidate.config(search.base_config(spec, targets.parse(target), tokens))
         parser = argparse.ArgumentParser()
         add_config_options(parser)
         assert config_from_args(parser.parse_args(config_to_args(config))) == config
@@ -486,7 +486,7 @@ def test_the_first_ranking_times_its_collectives_by_the_rule_the_compiled_rows_u
     v5e, fam = chip("tpu-v5e"), family("transformer")
     spec = fam.Spec(layers=2, embed_dim=64, heads=4, head_dim=16, mlp_dim=128, vocab=64, seq=32)
     weights = 2 * fam.parameter_count(spec)  # bytes in the compute dtype (mixed: bf16)
-    base = search.base_config(spec, "v5e-8x2", 32 * 16)
+    base = search.base_config(spec, targets.parse("v5e-8x2"), 32 * 16)
     where = placement.group_placement("v5e-8x2", (16,), ("data",), ("data",))
     assert (where.link, where.slices, where.per_slice) == ("ICI+DCN", 2, 8)
     ops = {
@@ -499,7 +499,7 @@ def test_the_first_ranking_times_its_collectives_by_the_rule_the_compiled_rows_u
         assert book["comm_s"] == pytest.approx(network, rel=1e-9) and set(book["comm_s_per_axis"]) == {"data"}
         combined = (2 if preset == "dp" else 3) * 15 / 16 * weights / placement.link(v5e, where).bytes_per_s
         assert book["comm_s"] < 0.7 * combined  # the count before: one bandwidth for both stages
-    one = search.base_config(spec, "v5e-8", 32 * 16)
+    one = search.base_config(spec, targets.parse("v5e-8"), 32 * 16)
     book = search.screen(search.Candidate((8,), ("data",), "fsdp", "none"), one, "mixed").book
     link = placement.link(v5e, placement.group_placement("v5e-8", (8,), ("data",), ("data",)))
     assert link.name == "ICI" and book["comm_s"] == pytest.approx(3 * 7 / 8 * weights / link.bytes_per_s, rel=1e-9)
@@ -526,14 +526,14 @@ def test_xla_attention_computes_at_least_its_splash_twin_plus_the_scores_the_ker
     products of 2·128 FLOPs each against the kernel's 9 over 10/16 of them: (6 − 5.625) × 256 × 8,388,608 FLOPs
     ÷ 197 TFLOP/s. The XLA step's compiled compute is at least its twin's plus that."""
     spec = family("transformer").Spec(layers=1, embed_dim=256, heads=2, head_dim=128, mlp_dim=256, vocab=256, seq=2048)
-    base = search.base_config(spec, "v5e-8", 2048 * 8)
+    base = search.base_config(spec, targets.parse("v5e-8"), 2048 * 8)
     xla, splash = (search.Candidate((8,), ("data",), "dp", "none", a).config(base) for a in ("xla", "splash"))
     excess = search.xla_attention_excess(xla, "mixed")
     assert excess == pytest.approx((6 - 9 * 10 / 16) * 2 * 128 * 2 * 2048**2 / 1.97e14, rel=1e-12)
     (x, _), (k, _) = search.prediction(xla, "mixed"), search.prediction(splash, "mixed")
     assert x.compute_s >= k.compute_s + excess
     # the twin with 1,024 tokens (3 of 4 pairs visited): the kernel's formula counts more than XLA's einsums
-    short = search.base_config(dataclasses.replace(spec, seq=1024), "v5e-8", 1024 * 8)
+    short = search.base_config(dataclasses.replace(spec, seq=1024), targets.parse("v5e-8"), 1024 * 8)
     assert (
         search.xla_attention_excess(search.Candidate((8,), ("data",), "dp", "none", "xla").config(short), "mixed") < 0
     )
@@ -544,7 +544,7 @@ def test_an_xla_attention_step_that_cannot_beat_a_compiled_one_is_not_compiled()
     why) when twin + the scores' excess ≥ that step — it could not have won: its step is at least its compute —
     and compiled when the best is slower than the bound (it might still win)."""
     spec = family("transformer").Spec(layers=1, embed_dim=256, heads=2, head_dim=128, mlp_dim=256, vocab=256, seq=2048)
-    base = search.base_config(spec, "v5e-8", 2048 * 8)
+    base = search.base_config(spec, targets.parse("v5e-8"), 2048 * 8)
     xla = search.Candidate((8,), ("data",), "dp", "none", "xla")
     twin = search.splash_twin(xla)
     excess = search.xla_attention_excess(xla.config(base), "mixed")
@@ -599,7 +599,7 @@ def test_with_many_workers_a_deferred_candidate_compiles_early_and_the_answer_is
     candidates waited). An idle worker also starts a step without remat before its remat-full twin passed the memory
     check (it is stopped should the twin not fit), and the rows stay the one-process search's."""
     spec = family("transformer").Spec(layers=2, embed_dim=64, heads=4, head_dim=16, mlp_dim=128, vocab=64, seq=256)
-    base = search.base_config(spec, "v5e-8", 256 * 32)
+    base = search.base_config(spec, targets.parse("v5e-8"), 256 * 32)
     question = (base, "mixed", ("dp",), ("full", "none"))
     serial = search.search(*question, check=False, workers=1, attentions=("splash",))
     search.costing._results.clear()  # nothing cached: the workers compile every candidate again

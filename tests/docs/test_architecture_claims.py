@@ -89,6 +89,21 @@ def test_the_cost_takes_a_plan_and_plans_only_the_probes_it_builds():
     assert planned == ["extrapolation.py:_probe_compiles", "roofline.py:_predict_on_target", "sweep.py:batch_sweep"]
 
 
+def test_a_target_is_parsed_only_by_hardware_and_training():
+    """A target's text becomes a Target in hardware/ and training/ alone (plan(), LabConfig.on, the TARGET row's
+    target_of): every other module of the package and the app is handed the parsed Target."""
+    found = [
+        f"{path}:{number}"
+        for pattern in ("app.py", "app_pages/*.py", "sharding_lab/**/*.py")
+        for file in sorted(ROOT.glob(pattern))
+        if not file.relative_to(ROOT).as_posix().startswith(("sharding_lab/hardware/", "sharding_lab/training/"))
+        for path in [file.relative_to(ROOT).as_posix()]
+        for number, line in enumerate(file.read_text(encoding="utf-8").splitlines(), 1)
+        if "targets.parse(" in line or re.search(r"from \S*targets import .*\bparse\b", line)
+    ]
+    assert found == []
+
+
 def test_every_claim_s_test_exists():
     """The page's table of claims names tests that exist, so a renamed test cannot leave a claim unheld."""
     table = PAGE.read_text(encoding="utf-8").split("## Claims of one place")[1].split("\n## ")[0]

@@ -15,7 +15,7 @@ from sharding_lab.sharding.mesh import DEFAULT_SHAPES, default_axes
 from sharding_lab.training import layout_setting, setting_groups
 from sharding_lab.training.config import config_from_values
 from sharding_lab.training.layout_setting import pipelined
-from sharding_lab.training.run_settings import RUN_SETTINGS, VALUES, label_of
+from sharding_lab.training.run_settings import RUN_SETTINGS, VALUES, label_of, target_of
 from sharding_lab.training.setting_groups import size_key, valid_value
 
 PAGE_DEFAULTS = {"focus": None}  # what a page keeps beside the run's settings
@@ -96,7 +96,7 @@ def target_changed(state) -> dict:
     """A mesh that fits a newly chosen target: two axes ('data', 'model') over its devices — on a TPU
     slice along its torus (v5e-8 → 2×4; a 3-D v5p slice folds its first two dimensions into one axis),
     on a GPU node 2×4 per 8 GPUs (nodes × 2 on 'data'); back on the simulated host, the default 2×4."""
-    target = targets.parse(state.get("target", targets.CPU))
+    target = target_of(state)
     if not target.compile_only:
         shape = DEFAULT_SHAPES[2]
     elif target.kind == "tpu":
