@@ -209,23 +209,7 @@ def third_way_chapter(config: sl.LabConfig) -> None:
 
 def transformer_chapter(config: sl.LabConfig) -> None:
     """Heads, Megatron's all-reduces, sequence parallelism and FSDP, each from a compiled step."""
-    if config.family.name == "transformer" and config.mesh.axis_type == "auto":
-        base, preset = config, config.preset
-        st.caption("Live views of the transformer configured in the sidebar.")
-    else:
-        base = dataclasses.replace(
-            config_from_partial({"family": "transformer", "preset": "tp"}),
-            mesh=dataclasses.replace(config.mesh, axis_type="auto"),
-            batch_size=config.batch_size,
-            target=config.target,
-        )  # the sidebar's compiler
-        preset = "tp"
-        st.info(
-            "The sidebar's model is not a transformer (or its axes are Explicit): this chapter uses the "
-            "default transformer on the sidebar's mesh with Auto axes. Pick *Transformer* in the sidebar "
-            "to change its sizes.",
-            icon=":material/info:",
-        )
+    base, preset = transformer_base(config)
     plans = {}
     for name in ("tp", "sp", "fsdp"):
         try:
@@ -237,12 +221,40 @@ def transformer_chapter(config: sl.LabConfig) -> None:
     except sl.ConfigError as error:
         messages.show_error(error)
         return
-    mesh_axes, model = base.mesh.axes, base.model
-    roles = sl.sharding.rules.preset_roles(base.mesh)
-    tp_axis = roles["model"]
-    layouts_now, coords_now = current.layouts(), mesh_coords(current.mesh)
+    tp_axis = sl.sharding.rules.preset_roles(base.mesh)["model"]
     resid = current.arrays["act/resid"].shape
+    heads_section(current, base)
+    tp_report = megatron_section(plans, base, resid, tp_axis)
+    sequence_section(plans, base, resid, tp_axis, tp_report)
+    fsdp_section(plans, base)
+    st.page_link("app_pages/communication.py", label="Every collective of the current plan", icon=":material/hub:")
 
+
+def transformer_base(config: sl.LabConfig) -> tuple[sl.LabConfig, str | None]:
+    """The transformer the chapter compiles and its preset: the sidebar's, or (where the sidebar's model is not a
+    transformer, or its axes are Explicit) the default transformer on the sidebar's mesh, said so."""
+    if config.family.name == "transformer" and config.mesh.axis_type == "auto":
+        st.caption("Live views of the transformer configured in the sidebar.")
+        return config, config.preset
+    base = dataclasses.replace(
+        config_from_partial({"family": "transformer", "preset": "tp"}),
+        mesh=dataclasses.replace(config.mesh, axis_type="auto"),
+        batch_size=config.batch_size,
+        target=config.target,
+    )  # the sidebar's compiler
+    st.info(
+        "The sidebar's model is not a transformer (or its axes are Explicit): this chapter uses the "
+        "default transformer on the sidebar's mesh with Auto axes. Pick *Transformer* in the sidebar "
+        "to change its sizes.",
+        icon=":material/info:",
+    )
+    return base, "tp"
+
+
+def heads_section(current: sl.Plan, base: sl.LabConfig) -> None:
+    """The block's weights and activations as the current plan lays them out: whole heads on each device."""
+    mesh_axes, model = base.mesh.axes, base.model
+    layouts_now, coords_now = current.layouts(), mesh_coords(current.mesh)
     st.markdown(
         f"#### Heads\nA block's attention has **{model.heads} heads** of {model.head_dim} features. "
         "The q, k and v kernels are `(embed, heads, head_dim)` and the output kernel "
@@ -273,13 +285,17 @@ def transformer_chapter(config: sl.LabConfig) -> None:
             )
             col.caption(describe(layouts_now[path], base.mesh.axis_sizes))
 
+
+def megatron_section(plans: dict, base: sl.LabConfig, resid: tuple, tp_axis: str) -> CommReport | None:
+    """tp's two all-reduces a block, counted in its compiled step; that step's report (None: it did not compile)."""
+    model = base.model
     st.markdown(
         "#### Megatron: two all-reduces per block\n`tp` splits q/k/v and `mlp_in` by their outputs "
         "(heads, MLP units) and `o` and `mlp_out` by their inputs. Each device then holds a *partial sum* "
         "of each sublayer's output, and the residual stream needs the whole sum: one all-reduce after "
         "attention, one after the MLP. What XLA compiled for this step:"
     )
-    tp_report = compiled_section(plans, "tp", mesh_axes)
+    tp_report = compiled_section(plans, "tp", base.mesh.axes)
     if tp_report is not None:
         n = count(tp_report, "all-reduce", "forward", resid, tp_axis)
         st.markdown(
@@ -288,40 +304,48 @@ def transformer_chapter(config: sl.LabConfig) -> None:
             f"({2 * model.layers} sublayers). Ops XLA merged into one tuple-shaped all-reduce are listed "
             "once, under the phase of their first part."
         )
+    return tp_report
 
+
+def sequence_section(plans: dict, base: sl.LabConfig, resid: tuple, tp_axis: str, tp_report) -> None:
+    """sp's all-gathers and reduce-scatters (or the all-reduces XLA kept), counted in its compiled step."""
     st.markdown(
         "#### Sequence parallelism\n`sp` also splits the residual stream along its sequence between "
         "sublayers: the norms run on 1/model of the positions, the sublayer's input is **all-gathered** "
         "along the sequence, and its output only needs each device's own positions — textbook Megatron-SP "
         "turns the all-reduce into a **reduce-scatter**. What XLA compiled:"
     )
-    sp_report = compiled_section(plans, "sp", mesh_axes)
-    if sp_report is not None:
-        gathers = count(sp_report, "all-gather", "forward", resid, tp_axis)
-        reduces = count(sp_report, "all-reduce", "forward", resid, tp_axis)
-        scatters = sum(c.count for c in sp_report.collectives if c.op == "reduce-scatter")
-        st.markdown(
-            f"Measured: **{gathers} all-gathers** and **{reduces} all-reduces** of {list(resid)} over "
-            f"`{tp_axis}` in the forward pass, and **{scatters} reduce-scatters** in the whole step. "
-            + (
-                "XLA's CPU compiler kept each sublayer's all-reduce of the whole residual stream instead: "
-                "this compiled program contains no reduce-scatter. "
-                if not scatters
-                else ""
-            )
-            + (
-                ""
-                if tp_report is None
-                else f"Bytes of collectives per step: tp {tp_report.total_bytes:,} · sp {sp_report.total_bytes:,}."
-            )
+    sp_report = compiled_section(plans, "sp", base.mesh.axes)
+    if sp_report is None:
+        return
+    gathers = count(sp_report, "all-gather", "forward", resid, tp_axis)
+    reduces = count(sp_report, "all-reduce", "forward", resid, tp_axis)
+    scatters = sum(c.count for c in sp_report.collectives if c.op == "reduce-scatter")
+    st.markdown(
+        f"Measured: **{gathers} all-gathers** and **{reduces} all-reduces** of {list(resid)} over "
+        f"`{tp_axis}` in the forward pass, and **{scatters} reduce-scatters** in the whole step. "
+        + (
+            "XLA's CPU compiler kept each sublayer's all-reduce of the whole residual stream instead: "
+            "this compiled program contains no reduce-scatter. "
+            if not scatters
+            else ""
         )
+        + (
+            ""
+            if tp_report is None
+            else f"Bytes of collectives per step: tp {tp_report.total_bytes:,} · sp {sp_report.total_bytes:,}."
+        )
+    )
 
+
+def fsdp_section(plans: dict, base: sl.LabConfig) -> None:
+    """fsdp's gathered weights and scattered gradients, counted by op and pass in its compiled step."""
     st.markdown(
         "#### FSDP: weights gathered for the matmuls\n`fsdp` splits the batch *and* every weight over "
         "`data`; before a matmul, some device needs a weight it does not hold. The textbook: all-gather "
         "each weight forward, reduce-scatter its gradient backward. What XLA compiled:"
     )
-    fsdp_report = compiled_section(plans, "fsdp", mesh_axes)
+    fsdp_report = compiled_section(plans, "fsdp", base.mesh.axes)
     if fsdp_report is not None:
         by_op: dict[str, int] = {}
         for c in fsdp_report.collectives:
@@ -331,7 +355,6 @@ def transformer_chapter(config: sl.LabConfig) -> None:
             "Measured: " + ", ".join(f"{n} × {k}" for k, n in by_op.items()) + ". The compiler, not "
             "the preset, decides how the pieces meet."
         )
-    st.page_link("app_pages/communication.py", label="Every collective of the current plan", icon=":material/hub:")
 
 
 if step == 0:

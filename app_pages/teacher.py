@@ -24,6 +24,15 @@ st.caption("Counts only: no names, no session ids. This page refreshes itself ev
 @st.fragment(run_every=5.0)
 @page_errors.guarded("Teacher")
 def overview() -> None:
+    class_metrics()
+    warming_view()
+    challenges_view()
+    servers_view()
+    incidents_view()
+
+
+def class_metrics() -> None:
+    """Sessions, runs, the server's CPU and memory, searches and big compiles: three rows of figures."""
     training, queued = slots.load()
     c1, c2, c3 = st.columns(3)
     c1.metric(
@@ -72,8 +81,11 @@ def overview() -> None:
         f"SHARDING_LAB_MAX_PAGE_COMPILES ({page_compiles.limit()}) at once, the rest wait in one queue, each page "
         "shown its place; a large model's Plan search waits in it too before it starts.",
     )
-    warming = warm.progress()
 
+
+def warming_view() -> None:
+    """How far the compilation cache is warmed, and the button that stops it."""
+    warming = warm.progress()
     if warming:
         st.subheader("Compilation cache")
         state = "stopped" if warming.get("stopped") else "warming" if warming.get("running") else "warm"
@@ -96,6 +108,10 @@ def overview() -> None:
         )
         if warming.get("running") and st.button("Stop warming", key="stop_warming"):
             warm.stop_warming()
+
+
+def challenges_view() -> None:
+    """How many sessions solved each challenge."""
     st.subheader("Challenges")
     counts = classroom.solved_counts()
     if not counts:
@@ -106,8 +122,6 @@ def overview() -> None:
                 "challenge"
             )
         )
-    servers_view()
-    incidents_view()
 
 
 def incidents_view() -> None:
