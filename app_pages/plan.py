@@ -261,7 +261,12 @@ else:
         each = estimate.seconds_each
         text += (
             f". One was compiled just now to time it ({estimate.measured_on}: {each:.1f} s), so the answer should "
-            f"take about {estimate.seconds:.0f} s ({estimate.to_compile - 1} × {each:.1f} s)."
+            f"take about {estimate.seconds:.0f} s ({estimate.to_compile - 1} × {each:.1f} s"
+            + (
+                f", about {estimate.in_flight:.0f} at once, each slower beside the others)."
+                if estimate.workers > 1
+                else ")."
+            )
         )
     elif estimate.to_compile and not page_compiles:  # a small model; this server times none
         text += (

@@ -110,3 +110,25 @@ def test_in_one_process_a_candidate_counts_its_whole_time_not_only_its_compile()
     # several workers: the compiles' own times (the wall time holds several at once)
     pool = eta.Progress(103_000, 10, compiled=4, compile_s=10.0, workers=2, cores=2, wall_s=13.0)
     assert pool.candidate_s == pytest.approx((2.5 * 1.3**0.5 * 1.3 + 10.0) / 5.3)
+
+
+def test_a_lesson_sized_model_compiles_in_workers_on_a_workstation_and_in_one_process_on_a_laptop(monkeypatch):
+    import dataclasses
+    import os
+
+    import sharding_lab as sl
+    from sharding_lab.models import family
+    from sharding_lab.search.search import compile_workers
+
+    transformer = family("transformer")
+    tiny = sl.LabConfig(mesh=sl.MeshSpec((8,), ("data",)), model=transformer.named_spec("default"))
+    eight_layers = dataclasses.replace(  # 6.6M parameters: 8–16 s a compile on the TPU machine's cores
+        tiny,
+        model=dataclasses.replace(tiny.model, layers=8, embed_dim=256, heads=4, head_dim=64, mlp_dim=1024, seq=1024),
+    )
+    gpt2 = dataclasses.replace(tiny, model=transformer.named_spec("gpt2-small"))
+    assert 1e6 < transformer.parameter_count(eight_layers.model) < 1e7
+    for cores, expected in ((2, (1, 1, 2)), (13, (1, 13, 13))):
+        monkeypatch.setattr(os, "cpu_count", lambda cores=cores: cores)
+        assert tuple(compile_workers(c, None) for c in (tiny, eight_layers, gpt2)) == expected
+    assert compile_workers(tiny, 3) == 3  # asked for: given

@@ -47,13 +47,20 @@ class Estimate:
     seconds_each: float | None  # measured on this server; None: not yet (a large model's compile takes minutes)
     measured_on: str = ""
     prior: eta.Progress | None = None  # a large model: the estimate from its size and the cores (search.eta)
+    workers: int = 1  # processes the search will compile in (search.compile_workers)
+
+    @property
+    def in_flight(self) -> float:
+        """Compiles under way at once on average (search.eta's share of the workers; one process: 1)."""
+        return eta.Progress(0, 0, workers=self.workers).in_flight
 
     @property
     def seconds(self) -> float | None:
-        """The search's time from Run: the compiles but the one timed (the search takes it from its cache)."""
+        """The search's time from Run: the compiles but the one timed (the search takes it from its cache), over
+        those under way at once — each slower beside the others by the square root of their number (search.eta)."""
         if self.seconds_each is None or self.to_compile is None:
             return None
-        return (self.to_compile - 1) * self.seconds_each
+        return (self.to_compile - 1) * self.seconds_each / math.sqrt(self.in_flight)
 
 
 def estimate(base: sl.LabConfig, dtype: str, presets, remats, compile_one: bool = True) -> Estimate:
@@ -76,7 +83,7 @@ def estimate(base: sl.LabConfig, dtype: str, presets, remats, compile_one: bool 
     timed = search.cost_candidate(todo[0], base, dtype) if todo and compile_one else None
     if timed is None or not timed.compile_s:
         return Estimate(total, len(todo), None)
-    return Estimate(total, len(todo), timed.compile_s, _name(timed))
+    return Estimate(total, len(todo), timed.compile_s, _name(timed), workers=compile_workers(base, None))
 
 
 def _name(result: search.Result) -> str:
