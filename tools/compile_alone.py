@@ -45,7 +45,8 @@ kind = first_jobs(config)[0]
 kind = "whole" if kind.startswith("probe") else kind
 # warm: the process's first compile also starts the compiler (seconds); a search's workers are past that
 small = dataclasses.replace(
-    base_config(fam.named_spec("default"), targets.parse("v5e-8"), 1024), mesh=sl.MeshSpec((8,), ("data",))
+    base_config(fam.named_spec("default"), targets.parse("v5e-8"), 1024), mesh=sl.MeshSpec((8,), ("data",)),
+    preset="dp",
 )
 compile_job("whole", small, "mixed")
 wall, cpu = time.perf_counter(), time.process_time()
