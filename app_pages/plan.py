@@ -275,7 +275,8 @@ else:
         )
     elif estimate.prior is not None:  # a large model: nothing compiled before Run, the estimate from its size
         text += (
-            f". A model this size is not compiled before Run (one llama3-8b block takes 40–100 s on 2 cores): from "
+            f". A model this size is not compiled before Run (by its size, a compile of it takes about "
+            f"{eta.format_seconds_left(eta.prior_candidate_s(estimate.prior.parameters))} alone here): from "
             f"{estimate.prior.basis} and {estimate.prior.at_once} compiling at once, about "
             f"{eta.format_seconds_left(estimate.prior.seconds_left)} of compiles after the screening; the progress "
             "refines it from the compiles seen."

@@ -7,17 +7,20 @@ arithmetic is one rule, used by the command line and the Plan page alike:
 
     seconds left = seconds a candidate × candidates still to compile ÷ candidates compiled at once
 
-- **seconds a candidate**: before any compile, :func:`prior_candidate_s` — a power law in the model's parameters
-  through two measured compiles alone (the lab's small transformer and llama3-8b, :data:`ANCHORS`), slowed by the
-  compiles beside it (× √ of those at once: compiles share the memory bus — llama3-8b's 50 s alone took 138 s
-  with 8.5 at once on the TPU machine's 13 cores); once compiles are seen, their mean (each compile's own wall
-  time, as the workers saw it: the machine's load and the other compiles included);
+- **seconds a candidate**: before any compile, :func:`prior_candidate_s` — one compile's wall and CPU time alone,
+  interpolated on a log-log scale through three measured compiles (:data:`ANCHORS`), and beside the others the
+  larger of its time alone and its CPU time shared out: a compile runs on about three threads, so on 13 cores
+  with 8.5 at once each gets 13 / 8.5 cores (llama3-8b: 183 s of CPU, 66 s alone, 119 s beside the others — the
+  question's compiles took 118 s on average) and on 2 cores half its CPU time even alone; once compiles are
+  seen, their times (each compile's own wall time, as the workers saw it), the prior kept as a wave's worth of
+  compiles of its own;
 - **candidates still to compile**: those the screens pass (:func:`to_compile`): each layout the first ranking keeps,
   its leanest variant (remat × attention) and :data:`COMPILED_SHARE` of the others — less those compiled;
 - **at once**: :data:`IN_FLIGHT_SHARE` of the workers (no more than the cores), the share a search keeps busy.
 
-Measured (docs/measurements.md, "the search compiles less"): the llama3-8b question on 13 cores took 340 s;
-after the first ranking (3 s) the rule says 364 s (1.07×), after the first compile (157 s) 486 s (1.43×).
+Measured (docs/measurements.md, "the estimate against the time taken"): five questions on the TPU machine's 13
+cores, after the first ranking the rule says 0.37–1.22× the time they took (four within 1.5×), after the first
+compile 0.64–1.35× — fitted on those same runs, so no test of it; the 2-core machine's small question 1.23×.
 """
 
 from __future__ import annotations
@@ -26,10 +29,12 @@ import dataclasses
 import math
 import os
 
-# (parameters, seconds one candidate's compiles take alone): the lab's small transformer (2 layers, 64 wide; the Plan
-# page's question on v5e-8: 10 compiles in 25 s on the 2-core machine) and llama3-8b on v5e-256 (remat full: its
-# loop as it runs, compiled once: 2,092 s of CPU for 21 compiles on the TPU machine, about 50 s a compile alone).
-ANCHORS = ((103_000, 2.5), (8_030_000_000, 50.0))
+# (parameters, seconds one candidate's compile takes alone, seconds of CPU it takes): measured with nothing beside
+# it on the TPU machine's 13 cores (tools/compile_alone.py, docs/measurements.md) — the lab's small transformer
+# (2 layers, 64 wide, v5e-8), GPT-2 small (v5e-8, remat full: its loop as it runs) and llama3-8b (v5e-256, remat
+# full, 4,096 tokens a sequence). The 2-core machine compiles the small one as fast (2.4 s) and GPT-2 small with as
+# much CPU (60.5 s).
+ANCHORS = ((104_768, 3.0, 3.3), (124_337_664, 20.6, 60.7), (8_030_261_248, 66.4, 182.8))
 # Of each ranked layout's variants (remat × attention) beyond its leanest (always compiled), the share compiled: the
 # others are pruned when a leaner one does not fit or bounded when they cannot win (llama3-8b on v5e-256: 21 compiles
 # for 10 layouts × 3 remats, 11 of the 20 others).
@@ -39,13 +44,38 @@ COMPILED_SHARE = 0.55
 IN_FLIGHT_SHARE = 0.65
 
 
-def prior_candidate_s(parameters: int) -> float:
-    """Seconds of one candidate's compiles before any is seen: ``a · parameters^p`` through :data:`ANCHORS`
-    (clamped to their range's ends outside it)."""
-    (n0, s0), (n1, s1) = ANCHORS
-    p = math.log(s1 / s0) / math.log(n1 / n0)
-    n = min(max(parameters, n0), n1 * 100)
-    return s0 * (n / n0) ** p
+def alone(parameters: int) -> tuple[float, float]:
+    """(wall, CPU) seconds of one compile alone on the TPU machine: :data:`ANCHORS` interpolated on a log-log scale
+    (held at the ends' values outside their range)."""
+    n = min(max(parameters, ANCHORS[0][0]), ANCHORS[-1][0])
+    for (n0, w0, c0), (n1, w1, c1) in zip(ANCHORS, ANCHORS[1:]):
+        if n <= n1:
+            f = math.log(n / n0) / math.log(n1 / n0)
+            return w0 * (w1 / w0) ** f, c0 * (c1 / c0) ** f
+    raise AssertionError("unreachable: n is clamped to the anchors' range")
+
+
+# How a compile slows beside others: × (compiles at once)^CONTENTION — they share the cores (a compile runs on about
+# three threads) and the memory bus. Fitted on the TPU machine's 13 cores (docs/measurements.md): GPT-2 small's
+# 20.6 s alone took 44–60 s with 8–12 at once, an 8-layer 256-wide model's 9–11 s took 27–48 s, llama3-8b's 66 s
+# took 145 s with 12 at once.
+CONTENTION = 0.4
+# The fewest rounds of compiles a search takes: a candidate's leaner twin (remat full, the splash kernel) passes the
+# compiler's memory check before the candidate starts, so even with a worker for every candidate they come in two.
+ROUNDS = 2
+# Seconds a candidate takes in one process beyond its compile: lowered, its program read and priced (the small
+# transformer on v5e-8: 3.25 s a candidate for 2.5 s compiles on the 2-core machine, 4.4 s for 3.0 on the TPU
+# machine's). With workers the search's own process does it while they compile.
+SERIAL_OVERHEAD_S = 1.0
+
+
+def prior_candidate_s(parameters: int, in_flight: float = 1.0, cores: int | None = None) -> float:
+    """Seconds of one candidate's compiles before any is seen, ``in_flight`` compiles at once on ``cores``: its
+    time alone (on a machine with fewer cores than its threads, its CPU time over the cores), × ``in_flight`` ^
+    :data:`CONTENTION`."""
+    cores = cores or os.cpu_count() or 1
+    wall, cpu = alone(parameters)
+    return max(wall, cpu / cores) * in_flight**CONTENTION
 
 
 def question(base, presets=None, remats=None, attentions=None) -> tuple[int, int]:
@@ -91,9 +121,10 @@ class Progress:
 
     @property
     def prior_s(self) -> float:
-        """Seconds one candidate's compiles take before any is seen: the prior slowed by the compiles beside it (× √
-        of those in flight)."""
-        return prior_candidate_s(self.parameters) * math.sqrt(self.in_flight)
+        """Seconds one candidate's compiles take before any is seen, beside those in flight
+        (:func:`prior_candidate_s`)."""
+        overhead = SERIAL_OVERHEAD_S if self.at_once == 1 else 0.0
+        return prior_candidate_s(self.parameters, self.in_flight, self.cores) + overhead
 
     @property
     def candidate_s(self) -> float:
@@ -116,7 +147,13 @@ class Progress:
 
     @property
     def seconds_left(self) -> float:
-        return self.candidate_s * max(0, self.to_compile - self.compiled) / self.in_flight
+        """A candidate's seconds × the rounds of compiles left: those still to compile over those at once, and
+        before any answer no fewer than :data:`ROUNDS` (while some remain)."""
+        left = max(0, self.to_compile - self.compiled)
+        rounds = left / self.in_flight
+        if not self.compiled and left:
+            rounds = max(rounds, min(ROUNDS, left))
+        return self.candidate_s * rounds
 
     @property
     def basis(self) -> str:

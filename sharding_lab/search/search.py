@@ -271,28 +271,23 @@ def first_ranking(
 
 SMALL_MODEL = 10_000_000  # parameters: below it a compile takes seconds (the Plan page times one before Run)
 TINY_MODEL = 1_000_000  # parameters: below it a compile takes about a second, less than starting a worker
-WORKSTATION_CORES = 4  # from this many cores a model between the two compiles in workers
 
 
 def compile_workers(base: LabConfig, workers: int | None) -> int:
     """How many processes compile at once: ``workers``, or for None every CPU core there is (the llama3-8b
     example on a 13-core machine: 175 s with 4 workers, docs/plan-physics-measured.md) — but one for a model
-    under :data:`TINY_MODEL` parameters (a worker process takes ~4 s to start: more than such a compile), for one
-    under :data:`SMALL_MODEL` on fewer than :data:`WORKSTATION_CORES` cores (a second worker on 2 cores only
-    shares them: each compile already runs on several threads), and for a family from the user's own module,
-    which a fresh process would not have registered. Why the middle band: an 8-layer 256-wide transformer (6.6M
-    parameters) compiles in 8–16 s on the TPU machine's 13 cores, and one process left 12 of them idle for
-    three minutes (docs/measurements.md)."""
+    under :data:`TINY_MODEL` parameters (a worker process takes ~4 s to start: more than such a compile) and for
+    a family from the user's own module, which a fresh process would not have registered. Why not more: an
+    8-layer 256-wide transformer (6.6M parameters, 8–25 s a compile) took 496 s in one process and 352 s in two
+    workers on the 2-core machine, 117 s in 13 workers on the TPU machine's 13 cores where one process left 12 of
+    them idle (docs/measurements.md)."""
     import os
 
     if not type(base.family).__module__.startswith("sharding_lab."):
         return 1
-    cores = os.cpu_count() or 1
-    if workers is None:
-        parameters = base.family.parameter_count(base.model)
-        if parameters < TINY_MODEL or (parameters < SMALL_MODEL and cores < WORKSTATION_CORES):
-            return 1
-    return max(1, cores if workers is None else int(workers))
+    if workers is None and base.family.parameter_count(base.model) < TINY_MODEL:
+        return 1
+    return max(1, (os.cpu_count() or 1) if workers is None else int(workers))
 
 
 def _counting(progress, counted: int, done: int, total: int, result: Result) -> None:

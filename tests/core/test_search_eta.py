@@ -12,14 +12,18 @@ from sharding_lab.search import eta
 from sharding_lab.search.underway import Activity
 
 
-def test_the_prior_passes_through_its_two_measured_compiles_and_their_geometric_mean():
-    (n0, s0), (n1, s1) = eta.ANCHORS
-    assert eta.prior_candidate_s(n0) == pytest.approx(s0)
-    assert eta.prior_candidate_s(n1) == pytest.approx(s1)
-    # by hand: halfway on the logarithmic scale of parameters, halfway on the logarithmic scale of seconds —
-    # sqrt(103,000 × 8.03e9) = 2.876e7 parameters, sqrt(2.5 × 50) = 11.18 s
-    assert eta.prior_candidate_s(round(math.sqrt(103_000 * 8_030_000_000))) == pytest.approx(11.18, abs=0.01)
-    assert eta.prior_candidate_s(10) == pytest.approx(s0)  # below the smaller anchor: no less than its time
+def test_the_prior_passes_through_its_measured_compiles_and_interpolates_between_them():
+    for n, wall, cpu in eta.ANCHORS:
+        assert eta.alone(n) == (pytest.approx(wall), pytest.approx(cpu))
+    # by hand: halfway between the first two anchors on a logarithmic scale of parameters, halfway on the logarithmic
+    # scales of seconds — sqrt(3.0 × 20.6) = 7.861 s alone, sqrt(3.3 × 60.7) = 14.153 s of CPU
+    wall, cpu = eta.alone(round(math.sqrt(104_768 * 124_337_664)))
+    assert wall == pytest.approx(7.861, abs=0.001) and cpu == pytest.approx(14.153, abs=0.001)
+    assert eta.alone(10) == eta.alone(104_768) and eta.alone(10**12) == eta.alone(8_030_261_248)  # held at the ends
+    # llama3-8b beside 8.45 others on 13 cores: 66.4 s alone × 8.45^0.4 (2.3497) = 156.0 s; on 2 cores alone its
+    # 182.8 s of CPU over the 2 cores (91.4 s) is longer than its 66.4 s on 13
+    assert eta.prior_candidate_s(8_030_261_248, 8.45, 13) == pytest.approx(156.0, abs=0.1)
+    assert eta.prior_candidate_s(8_030_261_248, 1.0, 2) == pytest.approx(91.4)
 
 
 def test_the_candidates_to_compile_come_from_the_screens_then_the_first_ranking_then_what_is_left():
@@ -29,27 +33,36 @@ def test_the_candidates_to_compile_come_from_the_screens_then_the_first_ranking_
     assert eta.to_compile(None, None, 12, done=3) == 9  # nothing ranked yet: every candidate not yet answered
 
 
-def test_the_time_left_is_a_candidates_seconds_times_those_left_over_the_compiles_in_flight():
+def test_the_time_left_is_a_candidates_seconds_times_the_rounds_of_compiles_left():
     # llama3-8b on the TPU machine's 13 cores after its first ranking: 21 to compile, 0.65 × 13 = 8.45 in flight,
-    # 50 s alone × sqrt(8.45) = 145.3 s each beside the others, × 21 ÷ 8.45 = 361.2 s (the search took 340 s)
-    on_13 = eta.Progress(8_030_000_000, 21, workers=13, cores=13)
-    assert on_13.in_flight == pytest.approx(8.45) and on_13.seconds_left == pytest.approx(361.2, abs=0.1)
-    assert on_13.basis == "the model's size (8,030.0M parameters)"
-    # 2 workers on 2 cores: 1.3 in flight, 50 × sqrt(1.3) = 57.0 s each, 14 to compile: 57.0 × 14 ÷ 1.3 = 613.9 s
-    before = eta.Progress(8_030_000_000, 14, workers=2, cores=2)
-    assert before.seconds_left == pytest.approx(613.9, abs=0.1)
-    # two candidates compiled in 300 s between them, the prior (57.0 s) counted as 1.3 compiles of its own:
-    # (57.0 × 1.3 + 300) ÷ 3.3 = 113.4 s each, 12 left, 1.3 in flight: 1,046.5 s
-    seen = eta.Progress(8_030_000_000, 14, compiled=2, compile_s=300.0, workers=2, cores=2)
-    assert seen.candidate_s == pytest.approx((50 * 1.3**0.5 * 1.3 + 300) / 3.3)
-    assert seen.seconds_left == pytest.approx(1046.5, abs=0.1)
-    assert seen.basis == "2 compiled, 150 s each, and the model's size (8,030.0M parameters)"
+    # 156.0 s each (above), 21 ÷ 8.45 = 2.485 rounds: 387.6 s (the search took 320.7 s)
+    on_13 = eta.Progress(8_030_261_248, 21, workers=13, cores=13)
+    assert on_13.in_flight == pytest.approx(8.45) and on_13.seconds_left == pytest.approx(387.6, abs=0.1)
+    assert on_13.basis == "the model's size (8,030.3M parameters)"
+    # 2 workers on 2 cores: 1.3 in flight, 91.4 s × 1.3^0.4 (1.1106) = 101.5 s each, 14 to compile: × 10.77 rounds
+    before = eta.Progress(8_030_261_248, 14, workers=2, cores=2)
+    assert before.candidate_s == pytest.approx(101.5, abs=0.1)
+    assert before.seconds_left == pytest.approx(101.5 * 14 / 1.3, abs=1)
+    # two candidates compiled in 300 s between them, the prior counted as 1.3 compiles of its own:
+    # (101.5 × 1.3 + 300) ÷ 3.3 = 130.9 s each, 12 left over 1.3 in flight: 1,208 s
+    seen = eta.Progress(8_030_261_248, 14, compiled=2, compile_s=300.0, workers=2, cores=2)
+    assert seen.candidate_s == pytest.approx(130.9, abs=0.1)
+    assert seen.seconds_left == pytest.approx(1208, abs=1)
+    assert seen.basis == "2 compiled, 150 s each, and the model's size (8,030.3M parameters)"
     # many compiles seen outweigh the prior: 40 of 150 s each → within 2% of 150 s
-    assert eta.Progress(8_030_000_000, 50, 40, 6000.0, workers=2, cores=2).candidate_s == pytest.approx(150, rel=0.02)
-    # more workers than cores count as the cores; one process compiles one at a time
-    assert eta.Progress(8_030_000_000, 14, workers=4, cores=2).seconds_left == pytest.approx(613.9, abs=0.1)
-    assert eta.Progress(8_030_000_000, 14, workers=1, cores=2).seconds_left == pytest.approx(50 * 14)
-    assert eta.Progress(8_030_000_000, 14, compiled=20, compile_s=1.0).seconds_left == 0.0  # never below zero
+    assert eta.Progress(8_030_261_248, 50, 40, 6000.0, workers=2, cores=2).candidate_s == pytest.approx(150, rel=0.02)
+    # before any answer, no fewer than two rounds (leaner twins first): 3 left on 13 workers is 2 × 156.0 s, not
+    # 3 ÷ 8.45 of it; once one answered, the rounds are what is left over those at once
+    assert eta.Progress(8_030_261_248, 3, workers=13, cores=13).seconds_left == pytest.approx(312.0, abs=0.2)
+    after_one = eta.Progress(8_030_261_248, 3, compiled=1, compile_s=156.0, workers=13, cores=13)
+    assert after_one.seconds_left == pytest.approx(156.0 * 2 / 8.45, abs=0.1)
+    # more workers than cores count as the cores; one process compiles one at a time and also lowers and prices
+    # each candidate between compiles (+1 s): 14 × (91.4 + 1.0) s
+    assert eta.Progress(8_030_261_248, 14, workers=4, cores=2).seconds_left == pytest.approx(
+        before.seconds_left, abs=0.1
+    )
+    assert eta.Progress(8_030_261_248, 14, workers=1, cores=2).seconds_left == pytest.approx(14 * 92.4)
+    assert eta.Progress(8_030_261_248, 14, compiled=20, compile_s=1.0).seconds_left == 0.0  # never below zero
     assert eta.format_seconds_left(119) == "119 s" and eta.format_seconds_left(791) == "13 min"
 
 
@@ -103,16 +116,16 @@ def test_the_command_line_speaks_after_a_silence_and_not_before():
 
 def test_in_one_process_a_candidate_counts_its_whole_time_not_only_its_compile():
     # the small transformer, one process: 4 candidates in 13 s since the compiles began, 10 s of it compiling; the
-    # prior (2.5 s) counted as one compile: (2.5 + 13) ÷ 5 = 3.1 s each, 6 left: 18.6 s
-    serial = eta.Progress(103_000, 10, compiled=4, compile_s=10.0, workers=1, cores=2, wall_s=13.0)
-    assert serial.candidate_s == pytest.approx(3.1) and serial.seconds_left == pytest.approx(18.6)
+    # prior (3.0 s alone + 1.0 s beside its compile) counted as one compile: (4.0 + 13) ÷ 5 = 3.4 s each, 6 left
+    serial = eta.Progress(104_768, 10, compiled=4, compile_s=10.0, workers=1, cores=2, wall_s=13.0)
+    assert serial.candidate_s == pytest.approx(3.4) and serial.seconds_left == pytest.approx(3.4 * 6)
     assert serial.basis.startswith("4 compiled, 3 s each")
     # several workers: the compiles' own times (the wall time holds several at once)
-    pool = eta.Progress(103_000, 10, compiled=4, compile_s=10.0, workers=2, cores=2, wall_s=13.0)
-    assert pool.candidate_s == pytest.approx((2.5 * 1.3**0.5 * 1.3 + 10.0) / 5.3)
+    pool = eta.Progress(104_768, 10, compiled=4, compile_s=10.0, workers=2, cores=2, wall_s=13.0)
+    assert pool.candidate_s == pytest.approx((3.0 * 1.3**0.4 * 1.3 + 10.0) / 5.3)
 
 
-def test_a_lesson_sized_model_compiles_in_workers_on_a_workstation_and_in_one_process_on_a_laptop(monkeypatch):
+def test_a_lesson_sized_model_compiles_in_workers_and_the_smallest_in_one_process(monkeypatch):
     import dataclasses
     import os
 
@@ -122,13 +135,13 @@ def test_a_lesson_sized_model_compiles_in_workers_on_a_workstation_and_in_one_pr
 
     transformer = family("transformer")
     tiny = sl.LabConfig(mesh=sl.MeshSpec((8,), ("data",)), model=transformer.named_spec("default"))
-    eight_layers = dataclasses.replace(  # 6.6M parameters: 8–16 s a compile on the TPU machine's cores
+    eight_layers = dataclasses.replace(  # 6.6M parameters: 8–25 s a compile
         tiny,
         model=dataclasses.replace(tiny.model, layers=8, embed_dim=256, heads=4, head_dim=64, mlp_dim=1024, seq=1024),
     )
     gpt2 = dataclasses.replace(tiny, model=transformer.named_spec("gpt2-small"))
     assert 1e6 < transformer.parameter_count(eight_layers.model) < 1e7
-    for cores, expected in ((2, (1, 1, 2)), (13, (1, 13, 13))):
+    for cores, expected in ((2, (1, 2, 2)), (13, (1, 13, 13))):
         monkeypatch.setattr(os, "cpu_count", lambda cores=cores: cores)
         assert tuple(compile_workers(c, None) for c in (tiny, eight_layers, gpt2)) == expected
     assert compile_workers(tiny, 3) == 3  # asked for: given

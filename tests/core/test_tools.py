@@ -52,7 +52,6 @@ def test_the_benches_refuse_a_name_they_do_not_have_and_say_which_they_do(capsys
 
 
 def test_eta_bench_replays_todays_rule_over_a_kept_output():
-    from sharding_lab.search import eta
     from tools import eta_bench
 
     kept = "\n".join(
@@ -64,8 +63,8 @@ def test_eta_bench_replays_todays_rule_over_a_kept_output():
         ]
     )
     found = eta_bench.replay("small", kept, cores=2)
-    # one process (a small model): 10 layouts × 1 variant, the prior counted once beside the 5.8 s since the compiles
-    # began: (prior + 5.8) ÷ 3 a candidate, 8 left, said at 5.9 s
-    each = (eta.prior_candidate_s(104_768) + 5.8) / 3
+    # one process (a small model): 10 layouts × 1 variant, the prior (3.0 s alone + 1.0 s beside the compile)
+    # counted once beside the 5.8 s since the compiles began: (4.0 + 5.8) ÷ 3 a candidate, 8 left, said at 5.9 s
+    each = (4.0 + 5.8) / 3
     assert found["estimates"]["after_compile_2"] == (5.9, pytest.approx(5.9 + 8 * each))
     assert found["took"] == 32.5 and found["compiled"] == 2
