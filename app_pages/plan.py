@@ -247,7 +247,7 @@ else:
     page_compiles = settings.PAGE_COMPILES.get()
     if state.get("plan_estimate", (None,))[0] != search_view.question(*asked):
         timing = " (and timing one compile of a small model)" if page_compiles else ""
-        with st.spinner(f"Counting the candidates{timing}…"):
+        with st.spinner(f"Counting and screening the candidates{timing}…"):
             state.plan_estimate = (
                 search_view.question(*asked),
                 search_view.estimate(asked[0], DTYPE, *asked[1:], compile_one=page_compiles),
@@ -276,9 +276,9 @@ else:
     elif estimate.prior is not None:  # a large model: nothing compiled before Run, the estimate from its size
         text += (
             f". A model this size is not compiled before Run (by its size, a compile of it takes about "
-            f"{eta.format_seconds_left(eta.prior_candidate_s(estimate.prior.parameters))} alone here): from "
-            f"{estimate.prior.basis} and {estimate.prior.at_once} compiling at once, about "
-            f"{eta.format_seconds_left(estimate.prior.seconds_left)} of compiles after the screening; the progress "
+            f"{eta.format_seconds_left(eta.prior_candidate_s(estimate.prior.parameters))} alone here). The screens "
+            f"keep {estimate.layouts} layouts: from {estimate.prior.basis} and {estimate.prior.at_once} compiling "
+            f"at once, about {eta.format_seconds_left(estimate.prior.seconds_left)} of compiles; the progress "
             "refines it from the compiles seen."
         )
     st.caption(text)

@@ -290,10 +290,16 @@ def test_a_compile_worker_that_dies_is_reported_in_place_and_the_page_stays():
     at.selectbox(key="plan_target").set_value("v5e-8").run()
     at.number_input(key="plan_seq").set_value(128).run()
     at.number_input(key="plan_batch_tokens").set_value(1024).run()
-    assert at.session_state["plan_estimate"][1].to_compile is None  # a large model: counted, not compiled before Run
+    estimate = at.session_state["plan_estimate"][1]
+    assert estimate.to_compile is None  # a large model: counted, not compiled before Run
+    # its layouts screened before Run for the estimate (issue 56: the count of every layout said hours for llama3-8b)
+    assert any(f"The screens keep {estimate.layouts} layouts" in c.value for c in at.caption)
     at.button(key="plan_run").click().run()
     job = at.session_state["plan_job"]
     deadline = time.monotonic() + 240
+    while time.monotonic() < deadline and job.search.first is None:
+        time.sleep(0.2)
+    assert len(job.search.first) == estimate.layouts  # the search's own first ranking kept as many
     while time.monotonic() < deadline and job.running:
         workers = [p for p in psutil.Process().children() if "spawn_main" in " ".join(command_line(p))]
         if workers and job.compiled == 0:
