@@ -5,15 +5,14 @@ Why: a search of a real model takes minutes (a compile is 95% of a candidate's t
 llama3-8b on v5e-256, docs/measurements.md), and a class decides from the first sentence whether to wait. The
 arithmetic is one rule, used by the command line and the Plan page alike:
 
-    seconds left = seconds a candidate × candidates still to compile ÷ candidates compiled at once
+    seconds left = seconds a candidate × (candidates still to compile ÷ candidates compiled at once)
 
-- **seconds a candidate**: before any compile, :func:`prior_candidate_s` — one compile's wall and CPU time alone,
-  interpolated on a log-log scale through three measured compiles (:data:`ANCHORS`), and beside the others the
-  larger of its time alone and its CPU time shared out: a compile runs on about three threads, so on 13 cores
-  with 8.5 at once each gets 13 / 8.5 cores (llama3-8b: 183 s of CPU, 66 s alone, 119 s beside the others — the
-  question's compiles took 118 s on average) and on 2 cores half its CPU time even alone; once compiles are
-  seen, their times (each compile's own wall time, as the workers saw it), the prior kept as a wave's worth of
-  compiles of its own;
+- **seconds a candidate**: before any compile, :func:`prior_candidate_s` — one compile's time alone, interpolated
+  on a log-log scale through three measured compiles (:data:`ANCHORS`; on a machine with fewer cores than a
+  compile's threads, about three, its CPU time over the cores), × (compiles at once)^:data:`CONTENTION` beside the
+  others (llama3-8b: 66 s alone, 145 s with 12 at once on 13 cores), and in one process :data:`SERIAL_OVERHEAD_S`
+  more; once compiles are seen, their times (each compile's own wall time, as the workers saw it) blended with the
+  prior, counted as a round's worth of compiles of its own; before any answer at least :data:`ROUNDS` rounds;
 - **candidates still to compile**: those the screens pass (:func:`to_compile`): each layout the first ranking keeps,
   its leanest variant (remat × attention) and :data:`COMPILED_SHARE` of the others — less those compiled;
 - **at once**: :data:`IN_FLIGHT_SHARE` of the workers (no more than the cores), the share a search keeps busy.
