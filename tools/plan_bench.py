@@ -75,6 +75,20 @@ def bench_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def timeline_text(timeline: dict, started: float) -> str:
+    """A candidate's compiles in the pool (kind → [sent, memory check passed, answered], perf_counter seconds), in
+    seconds since the bench started: where the workers waited shows between one compile's answer and the next's
+    start."""
+
+    def at(t):
+        return "—" if t is None else f"{t - started:.1f}"
+
+    return "; ".join(
+        f"{kind} sent {at(sent)} checked {at(checked)} answered {at(answered)}"
+        for kind, (sent, checked, answered) in sorted(timeline.items(), key=lambda kv: kv[1][0] or 0.0)
+    )
+
+
 def main(argv=None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if not any(a in argv for a in ("--model", "--size", "--target")):  # only options of the bench: the default
@@ -127,6 +141,8 @@ def main(argv=None) -> int:
             f"{c.mesh_text} {c.preset} remat {c.remat}: {what}",
             flush=True,
         )
+        if getattr(result, "timeline", None):  # in workers: each compile's start, memory check and answer
+            print(f"{'':14}timeline: {timeline_text(result.timeline, started)}", flush=True)
 
     stop = threading.Event()
 

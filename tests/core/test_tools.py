@@ -68,3 +68,12 @@ def test_eta_bench_replays_todays_rule_over_a_kept_output():
     each = (4.0 + 5.8) / 3
     assert found["estimates"]["after_compile_2"] == (5.9, pytest.approx(5.9 + 8 * each))
     assert found["took"] == 32.5 and found["compiled"] == 2
+
+
+def test_plan_bench_prints_a_candidates_compiles_in_seconds_since_it_started():
+    from tools.plan_bench import timeline_text
+
+    timeline = {"probe": [110.0, None, 150.5], "probe_short": [101.0, 120.25, None]}
+    assert timeline_text(timeline, 100.0) == (
+        "probe_short sent 1.0 checked 20.2 answered —; probe sent 10.0 checked — answered 50.5"
+    )
