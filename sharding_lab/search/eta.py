@@ -31,8 +31,8 @@ import os
 # (parameters, seconds one candidate's compile takes alone, seconds of CPU it takes): measured with nothing beside
 # it on the TPU machine's 13 cores (tools/compile_alone.py, docs/measurements.md) — the lab's small transformer
 # (2 layers, 64 wide, v5e-8), GPT-2 small (v5e-8, remat full: its loop as it runs) and llama3-8b (v5e-256, remat
-# full, 4,096 tokens a sequence). The 2-core machine compiles the small one as fast (2.4 s) and GPT-2 small with as
-# much CPU (60.5 s).
+# full, 4,096 tokens a sequence). On the 2-core machine, quiet, the rule below (CPU time over 2 cores) says 30.4 s
+# and 91.4 s for the last two, and they took 28.8 s and 96.0 s.
 ANCHORS = ((104_768, 3.0, 3.3), (124_337_664, 20.6, 60.7), (8_030_261_248, 66.4, 182.8))
 # Of each ranked layout's variants (remat × attention) beyond its leanest (always compiled), the share compiled: the
 # others are pruned when a leaner one does not fit or bounded when they cannot win (llama3-8b on v5e-256: 21 compiles
