@@ -126,12 +126,7 @@ def replay(name: str, out: str, cores: int) -> dict:
     remats = tuple(args.remats.split(",")) if args.remats else None
     _, variants = eta.question(base, presets, remats)
     parameters = base.family.parameter_count(base.model)
-    real = os.cpu_count
-    os.cpu_count = lambda: cores  # the workers the search gave itself on that machine
-    try:
-        workers = compile_workers(base, None)
-    finally:
-        os.cpu_count = real
+    workers = compile_workers(base, None, cores)  # the workers the search gave itself on that machine
     ranked = re.search(r"first_ranking_s=([\d.]+) ranked=(\d+)", out)
     began, layouts = float(ranked.group(1)), int(ranked.group(2))
     to_compile = eta.to_compile(None, layouts, 0, variants=variants)

@@ -282,11 +282,12 @@ SMALL_MODEL = 10_000_000  # parameters: below it a compile takes seconds (the Pl
 TINY_MODEL = 1_000_000  # parameters: below it a compile takes about a second, less than starting a worker
 
 
-def compile_workers(base: LabConfig, workers: int | None) -> int:
+def compile_workers(base: LabConfig, workers: int | None, cores: int | None = None) -> int:
     """How many processes compile at once: ``workers``, or for None every CPU core there is (the llama3-8b
     example on a 13-core machine: 175 s with 4 workers, docs/plan-physics-measured.md) — but one for a model
     under :data:`TINY_MODEL` parameters (a worker process takes ~4 s to start: more than such a compile) and for
-    a family from the user's own module, which a fresh process would not have registered. Why not more: an
+    a family from the user's own module, which a fresh process would not have registered (``cores``: another
+    machine's, for an estimate replayed from its run; None: this one's). Why not more: an
     8-layer 256-wide transformer (6.6M parameters, 8–25 s a compile) took 496 s in one process and 352 s in two
     workers on the 2-core machine, 117 s in 13 workers on the TPU machine's 13 cores where one process left 12 of
     them idle (docs/measurements.md)."""
@@ -296,7 +297,7 @@ def compile_workers(base: LabConfig, workers: int | None) -> int:
         return 1
     if workers is None and base.family.parameter_count(base.model) < TINY_MODEL:
         return 1
-    return max(1, (os.cpu_count() or 1) if workers is None else int(workers))
+    return max(1, (cores or os.cpu_count() or 1) if workers is None else int(workers))
 
 
 def _counting(progress, counted: int, done: int, total: int, result: Result) -> None:
