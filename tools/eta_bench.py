@@ -61,6 +61,7 @@ def run(name: str, timeout: float, keep: str | None = None) -> dict:
         os.killpg(process.pid, signal.SIGKILL)
         out, err = process.communicate()
     if keep:  # the whole output, for replaying another rule over the same compiles
+        os.makedirs(keep, exist_ok=True)
         with open(os.path.join(keep, f"{name}.txt"), "w") as f:
             f.write(out)
     if process.returncode not in (0, -signal.SIGKILL):

@@ -68,6 +68,12 @@ def bench_parser() -> argparse.ArgumentParser:
     parser.add_argument("--workers", type=int, default=None, help="processes compiling at once (default: the cores)")
     parser.add_argument("--attentions", default=None, help="attention kinds searched, comma-separated")
     parser.add_argument(
+        "--price-every-fit",
+        action="store_true",
+        help="compile every step that fits to the end (the search before it priced a step's program at its memory "
+        "check)",
+    )
+    parser.add_argument(
         "--first-only",
         action="store_true",
         help="stop once the first ranking (the book's count, before any compile) is out; print its time",
@@ -124,16 +130,19 @@ def main(argv=None) -> int:
 
     def progress(done, total, result):
         c = result.candidate
-        if result.skipped is None:
+        if result.compiled:
             seen["compiled"] += 1
             seen["compile_s"] += result.compile_s
             estimate("first_compile" if seen["compiled"] == 1 else f"after_compile_{seen['compiled']}")
         depth = "+".join(map(str, result.compiled_layers))
         what = (
-            f"skipped: {result.skipped}"
+            f"fits, answered at its memory check: {result.detail}"
+            if result.skipped == search.SKIP_FLOOR
+            else f"skipped: {result.skipped}"
             if result.skipped
             else f"compiled in {result.compile_s:.1f} s ({depth} layers; "
             + ("refused" if result.refused else "fits" if result.fits else "does not fit")
+            + (f"; step {result.step_s!r} s, floor {result.step_floor_s!r} s" if result.step_s is not None else "")
             + ")"
         )
         print(
@@ -166,12 +175,17 @@ def main(argv=None) -> int:
         workers=args.workers,
         attentions=attentions,
         first=first,
+        price_every_fit=args.price_every_fit,
     )
     elapsed = time.perf_counter() - started
+    floored = [r for r in found.results if r.skipped == search.SKIP_FLOOR]
+    best = found.best
     print(
-        f"candidates={len(found.results)} compiled={len(found.costed)} fitting={len(found.fitting)} "
-        f"elapsed_s={elapsed:.1f}"
+        f"candidates={len(found.results)} compiled={len(found.costed)} "
+        f"fitting={len(found.fitting) + len(floored)} floored={len(floored)} elapsed_s={elapsed:.1f}"
     )
+    if best is not None:
+        print(f"best={search.label(best.candidate)} step_s={best.step_s!r} hbm_per_chip={best.hbm_per_chip!r}")
     print(f"candidates_per_s={len(found.results) / elapsed:.3f}")
     return 0
 

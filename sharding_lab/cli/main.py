@@ -208,8 +208,15 @@ def _add_plan(commands) -> None:
         type=int,
         default=None,
         help="compile this many candidates at once, each in its own process (default: one per "
-        "CPU core — one for a model under 10M parameters, whose compiles take "
+        "CPU core — one for a model under 1M parameters, whose compiles take "
         "less than starting a process; 1: all in this process)",
+    )
+    plan_parser.add_argument(
+        "--price-every-fit",
+        action="store_true",
+        help="compile every step that fits to the end, to price each one (minutes each on a large model); by "
+        "default a remat step whose program, priced before code generation, cannot beat a compiled step that "
+        "fits is answered at the compiler's memory check: it fits, and it is not the best",
     )
     plan_parser.add_argument("--json", action="store_true", help="print one JSON object")
 

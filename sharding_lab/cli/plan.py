@@ -50,6 +50,7 @@ def print_plan(args) -> int:
             attentions=attentions,
             first=reporter.first,
             activity=activity,
+            price_every_fit=args.price_every_fit,
         )
     finally:
         if reporter.voice is not None:
@@ -123,7 +124,9 @@ class _Reporter:
         print(
             f"[{'#' * filled}{'.' * (20 - filled)}] {done}/{total} {what}: "
             + (
-                f"skipped ({result.skipped})"
+                f"fits, answered at the compiler's memory check: {result.detail}"
+                if result.skipped == search.SKIP_FLOOR
+                else f"skipped ({result.skipped})"
                 if result.skipped
                 else f"{'fits' if result.fits else 'does not fit'}, compiled in {result.compile_s:.1f} s"
             )
@@ -258,7 +261,7 @@ class Left:
         self.began: float | None = None  # when the compiles began (the first ranking is out)
 
     def answered(self, result) -> None:
-        if result.skipped is None:
+        if result.compiled:
             self.compiled += 1
             self.compile_s += result.compile_s
 

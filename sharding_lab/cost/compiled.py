@@ -76,12 +76,17 @@ class Compiled:
 
     def by_key(self) -> dict[tuple[str, tuple[str, ...]], dict]:
         """(op, axes) → total result bytes per step, op count, a representative collective."""
-        out: dict = {}
-        for c in self.collectives:
-            row = out.setdefault((c.op, c.axes), {"bytes": 0, "count": 0, "example": c})
-            row["bytes"] += c.bytes * c.count
-            row["count"] += c.count
-        return out
+        return by_key(self.collectives)
+
+
+def by_key(collectives) -> dict[tuple[str, tuple[str, ...]], dict]:
+    """Collectives keyed by (op, axes): total result bytes per step, op count, a representative one."""
+    out: dict = {}
+    for c in collectives:
+        row = out.setdefault((c.op, c.axes), {"bytes": 0, "count": 0, "example": c})
+        row["bytes"] += c.bytes * c.count
+        row["count"] += c.count
+    return out
 
 
 def dtype_name(dtype: str) -> str:
@@ -211,9 +216,7 @@ def compile_once(plan: Plan, dtype: str) -> Compiled:
         PROGRAMS.append((config.target, hlo))
     on_cpu = config.target == "cpu"
     runs = hlo_ops.runs(hlo)  # each collective and product as often as the step runs it: a loop's body once a trip
-    collectives = parse_collectives(hlo, config.mesh.shape, config.mesh.axes, runs) + _between_slices(hlo, plan, runs)
-    if on_cpu:  # XLA:CPU computes bf16 in f32: count float collectives at the compute dtype's size
-        collectives = [recount(c, dtype) for c in collectives]
+    collectives = program_collectives(hlo, plan, dtype, runs)
     itemsize = np.dtype(DTYPES[dtype]).itemsize
     fused = memory.argument_size_in_bytes + memory.output_size_in_bytes + matmul_traffic(hlo, itemsize, runs)
     accessed = float(cost.get("bytes accessed", 0.0))
@@ -234,12 +237,7 @@ def compile_once(plan: Plan, dtype: str) -> Compiled:
     kernel = kernel_figures(hlo, itemsize)
     traffic += kernel["hbm_bytes"] * (counted["kernel_calls"] / max(1, counted_once["kernel_calls"]))
     chip_calibration = _calibration(plan.on)
-    priced = None
-    if chip_calibration:
-        from ..hardware.chips import chip as get_chip
-
-        host_link = get_chip(plan.on.chip).host_bytes_per_s
-        priced = calibration.price(found, chip_calibration, host_link, program=hlo)
+    priced = program_priced(found, plan, hlo)
     extra = {k: float(cost[k]) for k in ("optimal_seconds", "utilization operand 0 {}") if k in cost}
     return Compiled(
         tuple(config.mesh.shape),
@@ -329,6 +327,27 @@ def read_flops(hlo: str, xla_flops: float) -> ReadFlops:
     scale = elements / elements_once if elements_once else 1.0
     products = counted["product_flops"] + counted["kernel_flops"]
     return ReadFlops(products + others_once * scale, products, others_once, found, counted, counted_once)
+
+
+def program_collectives(hlo: str, plan: Plan, dtype: str, runs: dict[str, int]) -> list[Collective]:
+    """The collectives of a program's text, each as often as the step runs it (``runs``: :func:`hlo_ops.runs`), the
+    ones between slices included; on the simulated host a float collective at the compute dtype's size."""
+    config = plan.config
+    collectives = parse_collectives(hlo, config.mesh.shape, config.mesh.axes, runs) + _between_slices(hlo, plan, runs)
+    if config.target == "cpu":  # XLA:CPU computes bf16 in f32: count float collectives at the compute dtype's size
+        collectives = [recount(c, dtype) for c in collectives]
+    return collectives
+
+
+def program_priced(found: list, plan: Plan, hlo: str):
+    """The program's ops (``found``: :func:`hlo_ops.ops` of its text ``hlo``) priced at the calibration of the
+    target's chip (:func:`calibration.price`); None where the chip has none."""
+    chip_calibration = _calibration(plan.on)
+    if not chip_calibration:
+        return None
+    from ..hardware.chips import chip as get_chip
+
+    return calibration.price(found, chip_calibration, get_chip(plan.on.chip).host_bytes_per_s, program=hlo)
 
 
 def _calibration(on: Target):

@@ -21,6 +21,7 @@ from .candidates import (
     REMATS,
     SKIP_BATCH,
     SKIP_BOUND,
+    SKIP_FLOOR,
     SKIP_HEADS,
     SKIP_INDIVISIBLE,
     SKIP_MEMORY,
@@ -51,7 +52,7 @@ from .depth import check_extension
 from .scheduler import pruned
 from .search import SMALL_MODEL, Search, first_ranking, search
 from .underway import Activity
-from .verdict import depth_text, first_table, table, why
+from .verdict import depth_text, first_table, ordered, table, why
 
 __all__ = [
     "Activity",
@@ -59,6 +60,7 @@ __all__ = [
     "REMATS",
     "SKIP_BATCH",
     "SKIP_BOUND",
+    "SKIP_FLOOR",
     "SKIP_HEADS",
     "SKIP_INDIVISIBLE",
     "SKIP_MEMORY",
@@ -90,6 +92,7 @@ __all__ = [
     "label",
     "leaner",
     "mesh_shapes",
+    "ordered",
     "model_ways",
     "prediction",
     "prediction_of",

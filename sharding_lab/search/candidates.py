@@ -59,6 +59,12 @@ SKIP_BOUND = (
     "repeat each other's work: the weights' FLOPs; sharding_lab.search.bound)"
 )
 
+SKIP_FLOOR = (
+    "fits (it passed the compiler's memory check) but cannot be faster than a compiled candidate that fits: its "
+    "program, priced op by op before code generation, already takes no less than that candidate's step "
+    "(sharding_lab.cost.floor); its code generation was not finished"
+)
+
 
 @dataclasses.dataclass(frozen=True)
 class Candidate:
@@ -108,12 +114,19 @@ class Result:
     compiled_layers: tuple[int, ...] = ()  # the depths compiled: (L,) as it is, (1, 2) extended to L
     extension: dict | None = None  # the check of its extension, once made (check_extension)
     book: dict | None = None  # the first ranking's figures: the scaling book's count before compiling (.first)
+    step_floor_s: float | None = None  # before code generation, its program priced: the step is no less (cost.floor)
     # each compile of it in a worker: kind → [sent, memory check passed (or None), answered], seconds from the start
     timeline: dict | None = None
 
     @property
     def extended(self) -> bool:
         return len(self.compiled_layers) > 1
+
+    @property
+    def compiled(self) -> bool:
+        """Whether the compiler answered it: compiled to the end, or to its memory check when its program already
+        showed it cannot win (:data:`SKIP_FLOOR`)."""
+        return self.skipped is None or self.skipped == SKIP_FLOOR
 
     def to_json(self) -> dict:
         c = self.candidate
@@ -141,6 +154,7 @@ class Result:
             "compile_s": round(self.compile_s, 2),
             "compiled_layers": list(self.compiled_layers) or None,
             "book": self.book,
+            "step_floor_s": self.step_floor_s,
             "timeline": self.timeline,
         }
 

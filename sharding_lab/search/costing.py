@@ -169,10 +169,11 @@ def short_probe_layers(layers: int) -> int:
 
 def compile_job(kind: str, config: LabConfig, dtype: str):
     """One of a candidate's compiles, as a worker runs it (:mod:`sharding_lab.search.pool`): ``whole`` or
-    ``looped`` (a remat-full step's loop as it runs, counted by its trips) as ``cost`` compiles it; ``probe`` full
+    ``looped`` (a remat-full step's loop as it runs, counted by its trips; ``resumed``: the same, sent again after it
+    waited at its memory check) as ``cost`` compiles it; ``probe`` full
     depth, unrolled (watched only to its memory check), ``probe_short`` the same at :func:`short_probe_layers`;
     ``layers1`` / ``layers2`` 1 and 2 layers, unrolled, to extend."""
-    if kind in ("whole", "looped"):
+    if kind in ("whole", "looped", "resumed"):
         return full_depth(config, dtype)
     if kind == "probe_short":
         return compiled_figures(at_layers(config, short_probe_layers(config.model.layers)), dtype)

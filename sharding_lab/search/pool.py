@@ -119,6 +119,20 @@ class Worker:
             glob.glob(os.path.join(self.folder, "*after_optimizations_after_buffer_assignment*"))
         )
 
+    def program(self) -> str | None:
+        """The text of the program the compiler decided, once it passed its memory check (before code
+        generation): what :func:`sharding_lab.cost.floor.step_floor` prices. None where it is not written."""
+        # the same text as the buffer assignment's (whose appearance is the check), written before it: complete
+        return self._read("*after_optimizations.txt")
+
+    def _read(self, pattern: str) -> str | None:
+        found = glob.glob(os.path.join(self.folder, pattern)) if self.folder else []
+        try:
+            with open(found[0]) as f:
+                return f.read()
+        except (IndexError, OSError):
+            return None
+
     def kill(self) -> None:
         self.process.kill()
         self.process.join()

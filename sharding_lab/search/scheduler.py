@@ -7,12 +7,27 @@ shows it cannot be faster than a compiled candidate that fits (:mod:`~sharding_l
 from __future__ import annotations
 
 import collections
+import math
 import time
 
+from ..cost.compiled import canonical
+from ..cost.floor import step_floor
 from ..hardware import targets
 from ..training.config import LabConfig
+from ..training.config import plan as make_plan
+from ..units import format_seconds
 from .bound import bounded, defer
-from .candidates import SKIP_MEMORY_INPUTS, SKIP_REMAT_FULL_REFUSED, Candidate, Result, gb, label, leaner, screen
+from .candidates import (
+    SKIP_FLOOR,
+    SKIP_MEMORY_INPUTS,
+    SKIP_REMAT_FULL_REFUSED,
+    Candidate,
+    Result,
+    gb,
+    label,
+    leaner,
+    screen,
+)
 from .costing import cached, compile_job, cost_candidate, fill, first_jobs, prediction_of, remember, short_probe_layers
 from .underway import Activity, compile_words
 
@@ -65,7 +80,9 @@ def run_serial(queue, base, dtype, stop, results, progress, activity: Activity |
 EARLY_START_WORKERS = 4  # from this many workers, an idle one compiles a deferred candidate before its turn
 
 
-def run_pool(queue, base, dtype, stop, results, progress, workers: int, activity: Activity | None = None) -> bool:
+def run_pool(
+    queue, base, dtype, stop, results, progress, workers: int, activity: Activity | None = None, floors: bool = True
+) -> bool:
     """The queue compiled by ``workers`` processes (:mod:`sharding_lab.search.pool`), each candidate
     screened here first (a skip never leaves this process). Each compile is watched to the compiler's memory
     check: a looped step (remat full) is compiled once, as it runs; a full-depth
@@ -81,14 +98,20 @@ def run_pool(queue, base, dtype, stop, results, progress, workers: int, activity
     the twins' checks were chains of compiles one after the other while most cores waited (the llama3-8b question:
     6.2 of 13 cores busy on average). The turn still decides — the bound is held
     against the answers it would have met — so the answer is the one the search gives in turn; with fewer workers
-    (the 2-core machine) every core already has a compile, and an early one would only slow those."""
+    (the 2-core machine) every core already has a compile, and an early one would only slow those.
+
+    With ``floors``, a looped step past its memory check is priced from the program its compiler decided, before
+    code generation (:meth:`_Pool.weigh`): code generation goes on only for the steps that may still be the best.
+    The best is the one every step compiled to the end gives — a floor never exceeds its step — and every step
+    still says whether it fits."""
     targets.quiet_libtpu()
-    state = _Pool(queue, base, dtype, results, progress, workers)
+    state = _Pool(queue, base, dtype, results, progress, workers, floors)
     try:
         while state.waiting or state.pending:
             if stop is not None and stop.is_set():
                 return True
             state.prune_pending()
+            state.unpark()
             state.decide_early()
             state.kill_unneeded()
             state.start_waiting()
@@ -107,7 +130,7 @@ class _Pool:
     """:func:`run_pool`'s state — the workers, the candidates waiting, started (``pending``) and answered
     (``done``), the compile jobs queued, each compile's timeline — and what it does at each turn of its loop."""
 
-    def __init__(self, queue, base, dtype, results, progress, workers: int):
+    def __init__(self, queue, base, dtype, results, progress, workers: int, floors: bool = True):
         from ..hardware.chips import chip as get_chip
         from . import pool as sw
 
@@ -130,6 +153,13 @@ class _Pool:
         self.ranks: dict[Candidate, int] = {}
         self.early: set = set()  # deferred candidates an idle worker compiles before their turn (many workers only)
         self.held: dict = {}  # their answers, kept until their turn: (runs, depths)
+        # a looped step past its memory check: its program priced before code generation (cost.floor); those
+        # generating code; those stopped at the check, waiting for a lower floor's answer (parked); those sent again
+        self.use_floors = floors
+        self.floors: dict[Candidate, float] = {}
+        self.generating: set = set()
+        self.parked: set = set()
+        self.resumed: set = set()
 
     def later(self, candidate) -> int:
         if candidate not in self.ranks:
@@ -139,6 +169,9 @@ class _Pool:
     def record(self, candidate, result) -> None:
         self.early.discard(candidate)
         self.held.pop(candidate, None)
+        self.generating.discard(candidate)
+        self.parked.discard(candidate)
+        self.resumed.discard(candidate)
         self.done[candidate] = result
         self.results.append(result)
         self.count += 1
@@ -157,6 +190,7 @@ class _Pool:
         self.parts.pop(candidate, None)
         fill(result, prediction_of(candidate.config(self.base), self.dtype, runs))
         result.compiled_layers = depths
+        result.step_floor_s = self.floors.get(candidate)
         result.timeline = self.timeline.pop(candidate, None)
         remember(candidate, self.base, self.dtype, result)
         self.record(candidate, result)
@@ -168,14 +202,14 @@ class _Pool:
         got = self.parts.setdefault(candidate, {})
         got[kind] = compiled
         layers = getattr(self.base.model, "layers", None)
-        if kind == "looped":
+        if kind in ("looped", "resumed"):
             self.passed_check[candidate] = not compiled.refused
         too_big = kind == "probe" and (compiled.refused or compiled.hbm_needed > self.capacity)
         if kind == "probe_short" and compiled.refused:  # refused at a quarter of its layers: at all of them too
             self.finish(candidate, [compiled], (short_probe_layers(layers),))
         elif kind == "probe_short":  # compiled before its memory check was seen (a small model): the full depth's
             self.enqueue(candidate, "probe", urgent=True)
-        elif kind in ("whole", "looped") or too_big:
+        elif kind in ("whole", "looped", "resumed") or too_big:
             self.finish(candidate, [compiled], (layers,) if layers else ())
         elif kind == "probe":  # compiled whole before its memory check was seen (a small model): it fits, so
             self.enqueue(candidate, "layers1", urgent=True)  # extended as when the check is seen (and in one process)
@@ -199,6 +233,69 @@ class _Pool:
             self.enqueue(candidate, "layers2", urgent=True)
         else:  # the loop as it runs fits: the candidates waiting for it may start
             self.passed_check[candidate] = True
+            self.weigh(index, candidate, kind)
+
+    def weigh(self, index, candidate, kind) -> None:
+        """A looped step past its memory check, its program priced before code generation (:mod:`sharding_lab.cost.
+        floor`): code generation — minutes — goes on only for a step that may still be the best. One whose floor is
+        no less than a compiled fitting step's is answered now (:meth:`floored`); one whose floor is above that of
+        another step generating code waits — its compile stopped, parked until that one is answered (:meth:`unpark`),
+        which will most likely rule it out (a floor is usually the step itself)."""
+        floor = None if kind == "resumed" else self.floor_of(candidate, self.pool[index])  # kept for its row
+        if not self.use_floors:
+            floor = None
+        if floor is None or not self.floored(candidate):
+            if floor is not None and self.lower_generating(floor):
+                self.pool[index].kill()
+                self.pool[index] = self.sw.Worker(self.context)
+                self.parked.add(candidate)
+            else:
+                self.generating.add(candidate)
+
+    def lower_generating(self, floor: float) -> bool:
+        return any(self.floors.get(d, math.inf) <= floor for d in self.generating)
+
+    def unpark(self) -> None:
+        """A parked step no step of a floor as low is generating code for any more, and not ruled out by their
+        answers: sent again, first in the queue (it may be the best), to generate its code this time."""
+        for candidate in [c for c in self.parked if not self.lower_generating(self.floors[c])]:
+            self.parked.discard(candidate)
+            self.resumed.add(candidate)
+            self.enqueue(candidate, "resumed", urgent=True)
+
+    def floor_of(self, candidate, worker) -> float | None:
+        """The step's floor from the program its compiler decided (None where it was not written, or the chip has
+        no calibration), kept."""
+        program = worker.program()
+        if program is None:
+            return None
+        floor = step_floor(make_plan(canonical(candidate.config(self.base))), self.dtype, program).step_s
+        if floor is not None:
+            self.floors[candidate] = floor
+        return floor
+
+    def floored(self, candidate) -> bool:
+        """Answer ``candidate`` — past its memory check, generating code or waiting — when its floor is no less than
+        the step of a compiled candidate that fits: it fits (the compiler's answer, given at its memory check) and
+        cannot be the best. Its code generation, which would only have priced it, is not finished."""
+        floor = self.floors.get(candidate)
+        fitting = [r for r in self.done.values() if r.fits and r.step_s is not None]
+        if floor is None or not fitting or candidate in self.held:
+            return False
+        best = min(fitting, key=lambda r: r.step_s)
+        if floor < best.step_s:
+            return False
+        result = self.pending.pop(candidate)
+        self.parts.pop(candidate, None)
+        result.skipped, result.fits, result.step_floor_s = SKIP_FLOOR, True, floor
+        result.detail = (
+            f"its program before code generation takes at least {format_seconds(floor)}, not below "
+            f"{label(best.candidate)}'s step of {format_seconds(best.step_s)}"
+        )
+        result.timeline = self.timeline.pop(candidate, None)
+        result.compile_s = compiling_s(result.timeline)
+        self.record(candidate, result)
+        return True
 
     def turn(self, candidate) -> bool:
         """Whether every candidate deferred less than ``candidate`` is answered (bound.defer's order)."""
@@ -223,13 +320,16 @@ class _Pool:
                 self.finish(candidate, *self.held.pop(candidate))
 
     def prune_pending(self) -> None:
-        """A started candidate whose leaner twin was found not to fit after it started: it stops here."""
+        """A started candidate whose leaner twin was found not to fit after it started, or whose floor a compiled
+        fitting step has since reached (:meth:`floored`): it stops here."""
         for candidate in list(self.pending):
             result = pruned(candidate, self.base, self.dtype, self.done)
             if result is not None:
                 self.pending.pop(candidate)
                 self.parts.pop(candidate, None)
                 self.record(candidate, result)
+            elif self.use_floors and candidate in self.floors:
+                self.floored(candidate)
 
     def kill_unneeded(self) -> None:
         """A compile whose candidate is answered (or held until its turn) is not needed any more: its worker
@@ -294,11 +394,19 @@ class _Pool:
             if compiled is not None:
                 self.on_result(candidate, kind, compiled)
             elif (
-                kind in ("looped", "probe", "probe_short")
+                kind in ("looped", "resumed", "probe", "probe_short")
                 and (candidate, kind) not in self.checked
                 and worker.memory_checked()
             ):
                 self.on_memory_check(index, candidate, kind)
+
+
+def compiling_s(timeline: dict | None) -> float:
+    """Seconds a candidate's compiles took until now (kind → [sent, memory check passed, answered], perf_counter
+    seconds): each to its answer, one stopped at its memory check to that check, the last sent to now."""
+    now, sent = time.perf_counter(), [t for t in (timeline or {}).values() if t[0] is not None]
+    last = max((t[0] for t in sent), default=None)
+    return sum((a or (now if s == last else c or now)) - s for s, c, a in sent)
 
 
 def in_flight(pool, timeline: dict) -> list[tuple[str, float]]:

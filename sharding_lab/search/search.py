@@ -58,6 +58,7 @@ from typing import Callable
 
 from ..training.config import LabConfig
 from .candidates import (
+    SKIP_FLOOR,
     SKIP_NO_REMAT,
     SKIP_OTHER,
     SKIP_THREE_AXES,
@@ -102,8 +103,15 @@ class Search:
     def best(self) -> Result | None:
         return self.fitting[0] if self.fitting else None
 
+    @property
+    def floored(self) -> list[Result]:
+        """The steps that fit but were answered at the compiler's memory check, their program priced before code
+        generation no faster than a compiled step's (:data:`~sharding_lab.search.candidates.SKIP_FLOOR`), by floor."""
+        return sorted((r for r in self.results if r.skipped == SKIP_FLOOR), key=lambda r: r.step_floor_s)
+
     def skipped(self) -> dict[str, int]:
-        return dict(collections.Counter(r.skipped for r in self.results if r.skipped))
+        """Why candidates were not compiled, and how many each (those answered at their memory check are not)."""
+        return dict(collections.Counter(r.skipped for r in self.results if r.skipped and not r.compiled))
 
     def to_json(self) -> dict:
         best = self.best
@@ -121,6 +129,7 @@ class Search:
             "candidates": [r.to_json() for r in self.results if r.skipped is None],
             "best": best.to_json() if best else None,
             "skipped": self.skipped(),
+            "answered_at_memory_check": len(self.floored),
             "skipped_candidates": [r.to_json() for r in self.results if r.skipped],
             "why": why(self),
             "extension_check": self.extension,
@@ -145,6 +154,7 @@ def search(
     attentions: tuple[str, ...] | None = None,
     first: Callable[[list[Result], float], None] | None = None,
     activity: Activity | None = None,
+    price_every_fit: bool = False,
 ) -> Search:
     """Every candidate of ``base`` on its target, screened, compiled and costed; the extension checked
     against one compile of the best (``check``) at full depth, or at ``check_layers`` (> 2) layers when a
@@ -153,7 +163,10 @@ def search(
     candidates.ATTENTIONS`) searches those attention kinds too; None: the model's own. Before any compile every
     candidate is screened and the survivors ranked by the book's count (:mod:`.first`): ``first`` gets that
     ranking and the seconds it took, and the answer keeps it. ``activity`` is kept told what is screened and
-    compiled at each moment (:mod:`.underway`: the command line and the Plan page say it between candidates)."""
+    compiled at each moment (:mod:`.underway`: the command line and the Plan page say it between candidates).
+    In workers, a remat step that fits but whose program, priced before code generation, cannot beat a compiled
+    step that fits is answered at its memory check (:mod:`sharding_lab.cost.floor`); ``price_every_fit`` has every
+    one compiled to the end instead (minutes each on a large model)."""
     from ..cost.compiled import dtype_name
 
     dtype = dtype_name(dtype)
@@ -168,7 +181,7 @@ def search(
     workers = compile_workers(base, workers)
     step = functools.partial(run_serial, activity=activity)
     if workers > 1:
-        step = functools.partial(run_pool, workers=workers, activity=activity)
+        step = functools.partial(run_pool, workers=workers, activity=activity, floors=not price_every_fit)
     if progress is not None and results:
         progress = _report_skipped(progress, results, len(queue))
     stopped = step(queue, base, dtype, stop, results, progress)

@@ -17,6 +17,7 @@ import time
 KIND_WORDS = {
     "whole": "as `cost` compiles it",
     "looped": "its loop of blocks as it runs",
+    "resumed": "its loop of blocks as it runs, again: it waited for a step that may rule it out",
     "probe": "at full depth, to the compiler's memory check",
     "probe_short": "at a quarter of its depth, to the compiler's memory check",
     "layers1": "at 1 layer",

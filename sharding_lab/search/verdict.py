@@ -45,7 +45,14 @@ def why(s) -> str:
         f"latency {format_seconds(t['latency_s'])}), {_utilisation(best)}, "
         f"{gb(best.hbm_per_chip)} of HBM per chip. " + _links_sentence(best)
     ]
-    if len(s.fitting) > 1:
+    if len(s.fitting) == 1 and s.floored:
+        nearest = s.floored[0]
+        words.append(
+            f"{len(s.floored)} other layout{'s' * (len(s.floored) > 1)} fit but cannot be faster: each one's program, "
+            f"priced op by op when the compiler had decided it (before code generating it), already takes at least "
+            f"as long — the nearest, {label(nearest.candidate)}, at least {format_seconds(nearest.step_floor_s)}."
+        )
+    elif len(s.fitting) > 1:
         second = s.fitting[1]
         worse = max(second.terms, key=lambda k: second.terms[k] - t[k])
         ratio = second.step_s / best.step_s
@@ -59,9 +66,12 @@ def why(s) -> str:
         words.append("No other candidate fits.")
     words.append(_critical_sentence(s, best))
     refused = [r for r in costed if not r.fits]
+    floored = len(s.floored)
     words.append(
-        f"{len(s.results)} candidates: {len(s.results) - len(costed)} skipped before compiling, "
-        f"{len(costed)} compiled, " + (f"{len(refused)} of them do not fit." if refused else "all of them fit.")
+        f"{len(s.results)} candidates: {len(s.results) - len(costed) - floored} skipped before compiling, "
+        + (f"{floored} answered at the compiler's memory check (they fit), " if floored else "")
+        + f"{len(costed)} compiled, "
+        + (f"{len(refused)} of them do not fit." if refused else "all of them fit.")
     )
     return " ".join(words)
 
@@ -108,9 +118,23 @@ def _critical_sentence(s, best: Result) -> str:
     )
 
 
+def ordered(s) -> list[Result]:
+    """The rows of the answer: the compiled candidates fastest fitting first, those answered at their memory check
+    (they fit, their step no less than their floor) among them by floor, the ones that do not fit last."""
+    rows = [*s.costed, *s.floored]
+
+    def step(r):
+        return r.step_s if r.step_s is not None else r.step_floor_s if r.step_floor_s is not None else math.inf
+
+    return sorted(rows, key=lambda r: (not r.fits, step(r)))
+
+
 def depth_text(result: Result, s) -> str:
-    """How a row's figures were compiled: the whole depth, or 1 and 2 layers extended to it."""
+    """How a row's figures were compiled: the whole depth, or 1 and 2 layers extended to it (or, answered at its
+    memory check, to there)."""
     layers = getattr(s.base.model, "layers", None)
+    if result.skipped:
+        return "to its memory check"
     if result.extended:
         return f"1+2 layers → {layers}"
     return f"{layers} layers" if layers else "whole"
@@ -120,7 +144,7 @@ def table(s) -> str:
     """The candidates as a readable table, fastest fitting first, then the others, then the skips."""
     from ..units import format_seconds
 
-    rows = sorted(s.costed, key=lambda r: (not r.fits, r.step_s if r.step_s is not None else math.inf))
+    rows = ordered(s)
     attention = any(r.candidate.attention for r in rows)
     across = any(r.candidate.across for r in rows)
     head = (
@@ -136,6 +160,8 @@ def table(s) -> str:
         c = r.candidate
         hbm = f"{r.hbm_per_chip / 1e9:.2f} GB" if r.hbm_per_chip is not None else "refused"
         step = format_seconds(r.step_s) if r.step_s is not None else "-"
+        if r.skipped:  # answered at its memory check: it fits, its step no less than its program's price
+            hbm, step = "-", f"≥ {format_seconds(r.step_floor_s)}"
         mark = "  ← best" if r is best else ""
         if r.hbm_per_chip is not None and r.hbm_per_chip < 1e8:
             hbm = f"{r.hbm_per_chip / 1e6:.2f} MB"

@@ -168,11 +168,15 @@ class Searches:
             if found.abandoned():
                 found.stop.set()
             found.done, found.total = done, total
-            found.compiled += result.skipped is None
-            found.compile_s += result.compile_s if result.skipped is None else 0.0
+            found.compiled += result.compiled
+            found.compile_s += result.compile_s if result.compiled else 0.0
             name = f"{result.candidate.mesh_text} {result.candidate.preset} remat {result.candidate.remat}"
             found.last = f"{name}: " + (
-                f"skipped ({result.skipped})" if result.skipped else ("fits" if result.fits else "does not fit")
+                "fits, answered at its memory check: cannot be the best"
+                if result.skipped == search.SKIP_FLOOR
+                else f"skipped ({result.skipped})"
+                if result.skipped
+                else ("fits" if result.fits else "does not fit")
             )
             if result.candidate.preset == "-":  # the candidates counted without a layout, reported first
                 found.last = f"skipped ({result.skipped})"

@@ -286,7 +286,17 @@ def test_the_search_compiles_in_worker_processes_with_the_same_figures(planned, 
     """--workers 2: the candidates compiled in two processes come back with the figures of one process."""
     monkeypatch.setattr(search.costing, "_results", {})  # nothing cached here: every candidate goes to a worker
     code, out, _ = run_cli(
-        "plan", *SMALL, "--presets", "tp", "--remats", "full,none", "--workers", "2", "--json", "--no-check"
+        "plan",
+        *SMALL,
+        "--presets",
+        "tp",
+        "--remats",
+        "full,none",
+        "--workers",
+        "2",
+        "--json",
+        "--no-check",
+        "--price-every-fit",
     )
     assert code == 0
     rows = json.loads(out)["candidates"]
@@ -604,7 +614,7 @@ def test_with_many_workers_a_deferred_candidate_compiles_early_and_the_answer_is
     serial = search.search(*question, check=False, workers=1, attentions=("splash",))
     search.costing._results.clear()  # nothing cached: the workers compile every candidate again
     assert search.scheduler.EARLY_START_WORKERS <= 4
-    pooled = search.search(*question, check=False, workers=4, attentions=("splash",))
+    pooled = search.search(*question, check=False, workers=4, attentions=("splash",), price_every_fit=True)
     rows = {r.candidate: (r.skipped, r.fits, r.step_s, r.hbm_per_chip) for r in serial.results}
     assert {r.candidate: (r.skipped, r.fits, r.step_s, r.hbm_per_chip) for r in pooled.results} == rows
     assert pooled.best.candidate == serial.best.candidate == search.Candidate((8,), ("data",), "dp", "none", "splash")
@@ -614,3 +624,30 @@ def test_with_many_workers_a_deferred_candidate_compiles_early_and_the_answer_is
     # not every deferred compile fits beside the undeferred ones)
     twin = next(r for r in pooled.results if r.candidate == search.Candidate((8,), ("data",), "dp", "full", "splash"))
     assert first[0] < twin.timeline["looped"][2]  # the step without remat sent before its remat-full twin's answer
+
+
+@pytest.mark.timeout(600)  # two workers start JAX: ~60 s on the quiet 2-core machine, with the one-process search
+def test_in_workers_a_step_that_fits_but_cannot_win_is_answered_at_its_memory_check():
+    """A looped step past the compiler's memory check is priced from the program the compiler wrote before code
+    generation (cost.floor); one whose floor is no less than a compiled fitting step's is answered there: it fits
+    (the compiler's answer) and is not the best. The best and every fit are those of the one-process search, which
+    compiles every step to the end, and each floor is no more than that search's step."""
+    spec = family("transformer").Spec(layers=3, embed_dim=64, heads=4, head_dim=16, mlp_dim=128, vocab=64, seq=32)
+    base = search.base_config(spec, targets.parse("v5e-8"), 32 * 16)
+    question = (base, "mixed", ("dp", "fsdp", "tp"), ("full",))
+    serial = search.search(*question, check=False, workers=1, attentions=("xla",))
+    search.costing._results.clear()  # nothing cached: the workers compile every candidate again
+    pooled = search.search(*question, check=False, workers=2, attentions=("xla",))
+    alone = {r.candidate: r for r in serial.results}
+    floored = [r for r in pooled.results if r.skipped == search.SKIP_FLOOR]
+    assert floored, "no step was answered at its memory check"
+    assert {r.candidate for r in pooled.results if r.fits} == {r.candidate for r in serial.results if r.fits}
+    best = pooled.best
+    assert (best.candidate, best.step_s, best.hbm_per_chip) == (
+        serial.best.candidate,
+        serial.best.step_s,
+        serial.best.hbm_per_chip,
+    )
+    for r in floored:
+        assert best.step_s <= r.step_floor_s <= alone[r.candidate].step_s, r
+        assert r.step_s is None and r.hbm_per_chip is None and r.timeline["looped"][1] is not None

@@ -261,7 +261,7 @@ def rows(found: search.Search) -> list[dict]:
     """The table: every compiled candidate, fastest fitting first."""
     from sharding_lab.cost import format_seconds
 
-    ordered = sorted(found.costed, key=lambda r: (not r.fits, r.step_s if r.step_s is not None else float("inf")))
+    ordered = search.ordered(found)
     best = found.best
     return [
         {
@@ -272,9 +272,15 @@ def rows(found: search.Search) -> list[dict]:
             "remat": r.candidate.remat,
             **({"attention": r.candidate.attention} if r.candidate.attention else {}),
             **({"across slices": r.candidate.across} if r.candidate.across else {}),
-            "HBM per chip": _bytes(r.hbm_per_chip),
+            "HBM per chip": "not generated" if r.skipped else _bytes(r.hbm_per_chip),
             "fits": bool(r.fits),
-            "step": format_seconds(r.step_s) if r.step_s is not None else "refused",
+            "step": (
+                f"≥ {format_seconds(r.step_floor_s)}"
+                if r.skipped
+                else format_seconds(r.step_s)
+                if r.step_s is not None
+                else "refused"
+            ),
             "bound": r.bound or "-",
             "MFU": f"{r.mfu:.0%}" if r.mfu is not None else "-",
             "HFU": f"{r.hfu:.0%}" if r.hfu is not None else "-",
