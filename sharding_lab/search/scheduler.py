@@ -279,7 +279,9 @@ class _Pool:
         the step of a compiled candidate that fits: it fits (the compiler's answer, given at its memory check) and
         cannot be the best. Its code generation, which would only have priced it, is not finished."""
         floor = self.floors.get(candidate)
-        fitting = [r for r in self.done.values() if r.fits and r.step_s is not None]
+        # held against steps compiled whole only: an extended step's figures may still move when the best is compiled
+        # at full depth (search.depth), and a step answered here could then no longer be chosen
+        fitting = [r for r in self.done.values() if r.fits and r.step_s is not None and not r.extended]
         if floor is None or not fitting or candidate in self.held:
             return False
         best = min(fitting, key=lambda r: r.step_s)
@@ -293,7 +295,7 @@ class _Pool:
             f"{label(best.candidate)}'s step of {format_seconds(best.step_s)}"
         )
         result.timeline = self.timeline.pop(candidate, None)
-        result.compile_s = compiling_s(result.timeline)
+        result.compile_s = compiling_s(result.timeline, running=candidate not in self.parked)
         self.record(candidate, result)
         return True
 
@@ -401,11 +403,12 @@ class _Pool:
                 self.on_memory_check(index, candidate, kind)
 
 
-def compiling_s(timeline: dict | None) -> float:
+def compiling_s(timeline: dict | None, running: bool = True) -> float:
     """Seconds a candidate's compiles took until now (kind → [sent, memory check passed, answered], perf_counter
-    seconds): each to its answer, one stopped at its memory check to that check, the last sent to now."""
+    seconds): each to its answer, one stopped at its memory check to that check, the last sent — while it still
+    ``running`` (not parked) — to now."""
     now, sent = time.perf_counter(), [t for t in (timeline or {}).values() if t[0] is not None]
-    last = max((t[0] for t in sent), default=None)
+    last = max((t[0] for t in sent), default=None) if running else None
     return sum((a or (now if s == last else c or now)) - s for s, c, a in sent)
 
 
