@@ -257,7 +257,14 @@ else:
     if estimate.to_compile is not None:
         ruled_out = estimate.candidates - estimate.to_compile
         text += f": {estimate.to_compile} to compile, {ruled_out} ruled out before compiling"
-    if estimate.seconds is not None:
+    if estimate.seconds is not None and estimate.floors:
+        each = estimate.seconds_each
+        text += (
+            f". One was compiled just now to time it ({estimate.measured_on}: {each:.1f} s), so the answer should "
+            f"take about {estimate.seconds:.0f} s (one round of whole compiles, about {estimate.in_flight:.0f} at "
+            "once; then, for the steps that cannot win, only the compiler's memory check)."
+        )
+    elif estimate.seconds is not None:
         each = estimate.seconds_each
         text += (
             f". One was compiled just now to time it ({estimate.measured_on}: {each:.1f} s), so the answer should "

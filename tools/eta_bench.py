@@ -107,6 +107,25 @@ def row(found: dict) -> str:
 
 
 COMPILED = re.compile(r"^\s+([\d.]+) s\s+\[\d+/\d+\].*: compiled in ([\d.]+) s", re.M)
+FLOORED = re.compile(r"^\s+([\d.]+) s\s+\[\d+/\d+\].*: fits, answered at its memory check(?: in ([\d.]+) s)?")
+TIMELINE = re.compile(r"(\w+) sent ([\d.]+) checked ([\d.]+|—) answered ([\d.]+|—)")
+
+
+def answered(out: str) -> list[tuple[str, str, bool]]:
+    """Each candidate the compiler answered, in order: (seconds from the start, seconds its compiles took, whether at
+    its memory check: refused there, or answered there — its compiles' time as the bench printed it, or in an output
+    from before it did from its timeline, each compile to its check — or compiled to the end)."""
+    lines, events = out.splitlines(), []
+    for k, line in enumerate(lines):
+        whole, floored = COMPILED.match(line), FLOORED.match(line)
+        if whole:
+            events.append((*whole.groups(), "refused)" in line))
+        elif floored and k + 1 < len(lines):
+            at = float(floored.group(1))
+            spans = [(float(s), None if c == "—" else float(c)) for _, s, c, _ in TIMELINE.findall(lines[k + 1])]
+            took = sum((c or at) - s for s, c in spans)  # parked or generating, not told apart: to the check
+            events.append((floored.group(1), floored.group(2) or f"{took:.1f}", True))
+    return events
 
 
 def replay(name: str, out: str, cores: int) -> dict:
@@ -128,22 +147,24 @@ def replay(name: str, out: str, cores: int) -> dict:
     _, variants = eta.question(base, presets, remats)
     parameters = base.family.parameter_count(base.model)
     workers = compile_workers(base, None, cores)  # the workers the search gave itself on that machine
+    floored = eta.floors(base, remats, workers) and "floor" in out  # a run before floors priced every step
     ranked = re.search(r"first_ranking_s=([\d.]+) ranked=(\d+)", out)
     began, layouts = float(ranked.group(1)), int(ranked.group(2))
     to_compile = eta.to_compile(None, layouts, 0, variants=variants)
-    events = COMPILED.findall(out)
+    events = answered(out)
     found = parse(name, out, float(events[-1][0]) if events else began)
     found["estimates"] = {}
 
-    def said(label, at, compiled, compile_s):
-        left = eta.Progress(parameters, to_compile, compiled, compile_s, workers, cores, wall_s=at - began)
+    def said(label, at, compiled, compile_s, checked=(0, 0.0)):
+        left = eta.Progress(parameters, to_compile, compiled, compile_s, workers, cores, at - began, floored, *checked)
         found["estimates"][label] = (at, at + left.seconds_left)
 
     said("first_ranking", began, 0, 0.0)
-    total = 0.0
-    for k, (at, compile_s) in enumerate(events, 1):
+    total, checked, checked_s = 0.0, 0, 0.0
+    for k, (at, compile_s, at_check) in enumerate(events, 1):
         total += float(compile_s)
-        said("first_compile" if k == 1 else f"after_compile_{k}", float(at), k, total)
+        checked, checked_s = checked + at_check, checked_s + (float(compile_s) if at_check else 0.0)
+        said("first_compile" if k == 1 else f"after_compile_{k}", float(at), k, total, (checked, checked_s))
     return found
 
 

@@ -110,7 +110,7 @@ def main(argv=None) -> int:
     remats = tuple(args.remats.split(",")) if args.remats else None
     started = time.perf_counter()
     parameters, at_once = base.family.parameter_count(base.model), compile_workers(base, args.workers)
-    seen = {"compiled": 0, "compile_s": 0.0, "ranked": None, "began": None}
+    seen = {"compiled": 0, "compile_s": 0.0, "checked": 0, "checked_s": 0.0, "ranked": None, "began": None}
 
     def estimate(label: str) -> None:
         """The search's own estimate of its whole time (search.eta), as the CLI and the Plan page give it."""
@@ -119,7 +119,17 @@ def main(argv=None) -> int:
         elapsed = time.perf_counter() - started
         began = seen["began"]
         wall = elapsed - began if began is not None else 0.0
-        left = eta.Progress(parameters, to_compile, seen["compiled"], seen["compile_s"], at_once, wall_s=wall)
+        left = eta.Progress(
+            parameters,
+            to_compile,
+            seen["compiled"],
+            seen["compile_s"],
+            at_once,
+            wall_s=wall,
+            floors=not args.price_every_fit and eta.floors(base, remats, at_once),
+            checked=seen["checked"],
+            checked_s=seen["checked_s"],
+        )
         print(
             f"estimate_{label}_s={elapsed + left.seconds_left:.0f} (at {elapsed:.0f} s, from {left.basis})", flush=True
         )
@@ -130,13 +140,16 @@ def main(argv=None) -> int:
 
     def progress(done, total, result):
         c = result.candidate
+        if result.compiled and (result.skipped is not None or result.refused):  # at its memory check
+            seen["checked"] += 1
+            seen["checked_s"] += result.compile_s
         if result.compiled:
             seen["compiled"] += 1
             seen["compile_s"] += result.compile_s
             estimate("first_compile" if seen["compiled"] == 1 else f"after_compile_{seen['compiled']}")
         depth = "+".join(map(str, result.compiled_layers))
         what = (
-            f"fits, answered at its memory check: {result.detail}"
+            f"fits, answered at its memory check in {result.compile_s:.1f} s: {result.detail}"
             if result.skipped == search.SKIP_FLOOR
             else f"skipped: {result.skipped}"
             if result.skipped

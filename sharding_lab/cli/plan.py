@@ -27,7 +27,7 @@ def print_plan(args) -> int:
     presets, remats = _presets(args, base), _remats(args, base)
     attentions = _attentions(args, base)
     activity = search.Activity()
-    reporter = _Reporter(args, Left(base, args.workers, presets, remats, attentions))
+    reporter = _Reporter(args, Left(base, args.workers, presets, remats, attentions, args.price_every_fit))
     if args.check_layers is not None and args.check_layers <= 2:
         raise ConfigError(
             f"--check-layers must be more than 2 (the extension starts from 1 and 2), not {args.check_layers}", "model"
@@ -248,22 +248,27 @@ class Left:
     """The time left as the command says it (:mod:`sharding_lab.search.eta`): from the model's size and the cores
     at the start, from the first ranking's layouts once it is out, from the compiles seen once they are in."""
 
-    def __init__(self, base, workers, presets, remats, attentions=None):
+    def __init__(self, base, workers, presets, remats, attentions=None, price_every_fit=False):
         from ..search import eta
         from ..search.search import compile_workers
 
         self.eta = eta
         self.parameters = base.family.parameter_count(base.model)
         self.workers = compile_workers(base, workers)
+        self.floors = not price_every_fit and eta.floors(base, remats, self.workers)
         # the layouts until the first ranking says how many pass the screens
         self.ranked, self.variants = eta.question(base, presets, remats, attentions)
         self.compiled, self.compile_s = 0, 0.0
+        self.checked, self.checked_s = 0, 0.0  # of them, answered at their memory check
         self.began: float | None = None  # when the compiles began (the first ranking is out)
 
     def answered(self, result) -> None:
         if result.compiled:
             self.compiled += 1
             self.compile_s += result.compile_s
+        if result.compiled and (result.skipped is not None or result.refused):  # at its memory check
+            self.checked += 1
+            self.checked_s += result.compile_s
 
     def opening(self) -> str:
         """Before the screens: how many layouts they look at, and that the time follows from the ones they keep (every
@@ -281,5 +286,8 @@ class Left:
             self.compile_s,
             self.workers,
             wall_s=time.monotonic() - self.began if self.began is not None else 0.0,
+            floors=self.floors,
+            checked=self.checked,
+            checked_s=self.checked_s,
         )
         return f"about {self.eta.format_seconds_left(left.seconds_left)} of compiles left (from {left.basis})"

@@ -7,6 +7,9 @@ arithmetic is one rule, used by the command line and the Plan page alike:
 
     seconds left = seconds a candidate × (candidates still to compile ÷ candidates compiled at once)
 
+(with floors — workers, remat steps — the prior's rounds after the first count :data:`CHECK_SHARE` each: most
+steps are answered at the compiler's memory check)
+
 - **seconds a candidate**: before any compile, :func:`prior_candidate_s` — one compile's time alone, interpolated
   on a log-log scale through three measured compiles (:data:`ANCHORS`; on a machine with fewer cores than a
   compile's threads, about three, its CPU time over the cores), × (compiles at once)^:data:`CONTENTION` beside the
@@ -63,6 +66,11 @@ CONTENTION = 0.4
 # The fewest rounds of compiles a search takes: a candidate's leaner twin (remat full, the splash kernel) passes the
 # compiler's memory check before the candidate starts, so even with a worker for every candidate they come in two.
 ROUNDS = 2
+# With floors (workers, a question with looped remat steps: search.scheduler answers a step that fits but cannot win
+# at the compiler's memory check), of a round of compiles beyond the first the share a candidate costs: the first
+# round holds the best's code generation, the others mostly memory checks. Fitted on llama3-8b on v5e-256 (13 cores:
+# 205.3 s taken, 214 s said; 2 cores: 411.3 s taken, 487 s said) and GPT-2 small on v5e-16 (13 cores: 48.9 s, 61 s).
+CHECK_SHARE = 0.25
 # Seconds a candidate takes in one process beyond its compile: lowered, its program read and priced (the small
 # transformer on v5e-8: 3.25 s a candidate for 2.5 s compiles on the 2-core machine, 4.4 s for 3.0 on the TPU
 # machine's). With workers the search's own process does it while they compile.
@@ -76,6 +84,13 @@ def prior_candidate_s(parameters: int, in_flight: float = 1.0, cores: int | None
     cores = cores or os.cpu_count() or 1
     wall, cpu = alone(parameters)
     return max(wall, cpu / cores) * in_flight**CONTENTION
+
+
+def floors(base, remats=None, workers: int = 1) -> bool:
+    """Whether a search of ``base`` answers steps at their memory check (:mod:`sharding_lab.cost.floor`): in workers,
+    for a family with remat, a question with a remat policy (the default holds two)."""
+    has_remat = "remat" in base.family.step_only_fields
+    return workers > 1 and has_remat and (remats is None or any(r != "none" for r in remats))
 
 
 def question(base, presets=None, remats=None, attentions=None) -> tuple[int, int]:
@@ -109,6 +124,11 @@ class Progress:
     workers: int = 1
     cores: int = dataclasses.field(default_factory=lambda: os.cpu_count() or 1)
     wall_s: float = 0.0  # seconds since the compiles began (0: not known)
+    floors: bool = False  # steps that cannot win are answered at their memory check (:func:`floors`)
+    # of ``compiled``, those answered at the compiler's memory check — refused there, or fitting but unable to win —
+    # and their compiles' times, summed (in ``compile_s`` too); the others generated their code
+    checked: int = 0
+    checked_s: float = 0.0
 
     @property
     def at_once(self) -> int:
@@ -153,7 +173,19 @@ class Progress:
         rounds = left / self.in_flight
         if not self.compiled and left:
             rounds = max(rounds, min(ROUNDS, left))
-        return self.candidate_s * rounds
+        if not self.floors or not left:
+            return self.candidate_s * rounds
+        return self.floored_left(rounds)
+
+    def floored_left(self, rounds: float) -> float:
+        """With floors: until a step was compiled to the end, one round of whole compiles (the best's code generation,
+        the others' memory checks beside it) and memory checks for the rounds after; then memory checks only. A whole
+        compile's seconds and a check's are each the prior blended with those seen, as :attr:`candidate_s` does."""
+        weight, whole = self.in_flight, self.compiled - self.checked
+        check_s = (self.prior_s * CHECK_SHARE * weight + self.checked_s) / (weight + self.checked)
+        if whole:
+            return check_s * rounds
+        return self.candidate_s + check_s * max(0.0, rounds - 1)
 
     @property
     def basis(self) -> str:

@@ -46,6 +46,8 @@ class SharedSearch:
     done: int = 0
     compiled: int = 0
     compile_s: float = 0.0  # the compiled candidates' compile times, summed (the time left is estimated from them)
+    checked: int = 0  # of the compiled, those answered at their memory check (search.eta)
+    checked_s: float = 0.0
     workers: int = 1  # candidates compiled at once
     compile_ahead: int | None = None  # while it waits for a turn of the server's compile queue: how many before it
     last: str = ""
@@ -170,6 +172,9 @@ class Searches:
             found.done, found.total = done, total
             found.compiled += result.compiled
             found.compile_s += result.compile_s if result.compiled else 0.0
+            if result.compiled and (result.skipped is not None or result.refused):  # at its memory check
+                found.checked += 1
+                found.checked_s += result.compile_s
             name = f"{result.candidate.mesh_text} {result.candidate.preset} remat {result.candidate.remat}"
             found.last = f"{name}: " + (
                 "fits, answered at its memory check: cannot be the best"

@@ -145,3 +145,44 @@ def test_a_lesson_sized_model_compiles_in_workers_and_the_smallest_in_one_proces
         monkeypatch.setattr(os, "cpu_count", lambda cores=cores: cores)
         assert tuple(compile_workers(c, None) for c in (tiny, eight_layers, gpt2)) == expected
     assert compile_workers(tiny, 3) == 3  # asked for: given
+
+
+def test_with_floors_the_prior_counts_one_round_of_whole_compiles_and_memory_checks_after_it():
+    # llama3-8b on 13 cores after its first ranking: 156.0 s for the round holding the best's code generation, then
+    # 1.485 rounds of memory checks at 0.25 of it: 156.0 × (1 + 0.25 × 1.485) = 213.9 s (the search took 205.3 s)
+    floored = eta.Progress(8_030_261_248, 21, workers=13, cores=13, floors=True)
+    assert floored.seconds_left == pytest.approx(156.0 * (1 + 0.25 * (21 / 8.45 - 1)), abs=0.2)
+    # on 2 cores: 101.5 s, then 15.15 rounds of checks at 25.4 s: 486 s (the search took 411.3 s)
+    two = eta.Progress(8_030_261_248, 21, workers=2, cores=2, floors=True)
+    assert two.seconds_left == pytest.approx(101.5 * (1 + 0.25 * (21 / 1.3 - 1)), abs=1)
+    # once a step generated its code, what is left is memory checks: the prior's check (25.4 s, counted as 1.3 of
+    # its own) blended with the 3 checks seen (45 s): (25.4 × 1.3 + 45) ÷ 4.3 = 18.1 s × 16 left ÷ 1.3 in flight
+    after = eta.Progress(8_030_261_248, 21, 5, 195.0, 2, 2, floors=True, checked=3, checked_s=45.0)
+    assert after.seconds_left == pytest.approx((101.5 * 0.25 * 1.3 + 45.0) / 4.3 * 16 / 1.3, abs=1)
+    # checks only, no step compiled whole yet: one whole compile (blended) still to come, then the checks
+    waiting = eta.Progress(8_030_261_248, 21, 3, 45.0, 2, 2, floors=True, checked=3, checked_s=45.0)
+    assert waiting.seconds_left == pytest.approx(
+        waiting.candidate_s + (101.5 * 0.25 * 1.3 + 45.0) / 4.3 * (18 / 1.3 - 1), abs=1
+    )
+    # who has floors: workers, and a family with remat asked for a remat policy (the default holds two)
+    from sharding_lab import search
+    from sharding_lab.hardware import targets
+    from sharding_lab.models import family
+
+    spec = family("transformer").Spec(layers=2, embed_dim=64, heads=4, head_dim=16, mlp_dim=128, vocab=64, seq=32)
+    base = search.base_config(spec, targets.parse("v5e-8"), 256)
+    assert eta.floors(base, None, 2) and eta.floors(base, ("none", "full"), 2)
+    assert not eta.floors(base, ("none",), 2) and not eta.floors(base, None, 1)
+
+
+def test_a_candidates_compile_time_counts_a_parked_wait_out():
+    from sharding_lab.search.scheduler import compiling_s
+
+    now = time.perf_counter()
+    # sent 30 s ago, past its check 20 s ago, still generating: 30 s; parked at that check since: 10 s
+    running = {"looped": [now - 30.0, now - 20.0, None]}
+    assert compiling_s(running) == pytest.approx(30.0, abs=0.5)
+    assert compiling_s(running, running=False) == pytest.approx(10.0, abs=0.01)
+    # parked, then sent again 5 s ago: 10 s to the first check and 5 s of this one
+    again = {"looped": [now - 30.0, now - 20.0, None], "resumed": [now - 5.0, None, None]}
+    assert compiling_s(again) == pytest.approx(15.0, abs=0.5)

@@ -49,6 +49,7 @@ class Estimate:
     prior: eta.Progress | None = None  # a large model: the estimate from its size and the cores (search.eta)
     workers: int = 1  # processes the search will compile in (search.compile_workers)
     layouts: int | None = None  # a large model: the layouts the screens keep (the first ranking's)
+    floors: bool = False  # steps that cannot win are answered at their memory check (search.eta.floors)
 
     @property
     def in_flight(self) -> float:
@@ -61,6 +62,9 @@ class Estimate:
         those under way at once — each slower beside the others by the square root of their number (search.eta)."""
         if self.seconds_each is None or self.to_compile is None:
             return None
+        if self.floors:  # one round of whole compiles, then mostly memory checks (search.eta.CHECK_SHARE)
+            rounds = (self.to_compile - 1) / self.in_flight
+            return self.seconds_each * (1 + eta.CHECK_SHARE * max(0.0, rounds - 1)) if self.to_compile > 1 else 0.0
         return (self.to_compile - 1) * self.seconds_each / math.sqrt(self.in_flight)
 
 
@@ -80,14 +84,21 @@ def estimate(base: sl.LabConfig, dtype: str, presets, remats, compile_one: bool 
             total,
             None,
             None,
-            prior=eta.Progress(parameters, eta.to_compile(None, layouts, total, variants=variants), workers=workers),
+            prior=eta.Progress(
+                parameters,
+                eta.to_compile(None, layouts, total, variants=variants),
+                workers=workers,
+                floors=eta.floors(base, remats, workers),
+            ),
             layouts=layouts,
         )
     todo = [c for c in search.candidates(base, presets, remats) if search.screen(c, base, dtype).skipped is None]
     timed = search.cost_candidate(todo[0], base, dtype) if todo and compile_one else None
     if timed is None or not timed.compile_s:
         return Estimate(total, len(todo), None)
-    return Estimate(total, len(todo), timed.compile_s, _name(timed), workers=compile_workers(base, None))
+    workers = compile_workers(base, None)
+    floors = eta.floors(base, remats, workers)
+    return Estimate(total, len(todo), timed.compile_s, _name(timed), workers=workers, floors=floors)
 
 
 def _name(result: search.Result) -> str:
@@ -203,6 +214,9 @@ def progress_of(found: SharedSearch) -> eta.Progress:
         found.compile_s,
         found.workers,
         wall_s=time.monotonic() - found.started if found.started is not None else 0.0,
+        floors=eta.floors(found.base, found.remats, found.workers),
+        checked=found.checked,
+        checked_s=found.checked_s,
     )
 
 
