@@ -45,24 +45,27 @@ def why(s) -> str:
         f"latency {format_seconds(t['latency_s'])}), {_utilisation(best)}, "
         f"{gb(best.hbm_per_chip)} of HBM per chip. " + _links_sentence(best)
     ]
-    if len(s.fitting) == 1 and s.floored:
-        nearest = s.floored[0]
-        words.append(
-            f"{len(s.floored)} other layout{'s' * (len(s.floored) > 1)} fit but cannot be faster: each one's program, "
-            f"priced op by op when the compiler had decided it (before code generating it), already takes at least "
-            f"as long — the nearest, {label(nearest.candidate)}, at least {format_seconds(nearest.step_floor_s)}."
-        )
-    elif len(s.fitting) > 1:
+    if len(s.fitting) > 1:
         second = s.fitting[1]
         worse = max(second.terms, key=lambda k: second.terms[k] - t[k])
         ratio = second.step_s / best.step_s
         slower = f"{ratio:.1f}× as slow" if ratio >= 2 else f"{ratio - 1:.1%} slower"
+        among = " among the steps compiled to the end" if s.floored else ""
         words.append(
-            f"The runner-up, {label(second.candidate)}, is {slower} "
+            f"The runner-up{among}, {label(second.candidate)}, is {slower} "
             f"({format_seconds(second.step_s)}, {second.bound}-bound); its {_term_name(worse)} costs it most: "
             f"{format_seconds(second.terms[worse])} against {format_seconds(t[worse])}."
         )
-    else:
+    if s.floored:
+        nearest, many = s.floored[0], len(s.floored) > 1
+        whose = "each one's" if many else "its"
+        words.append(
+            f"{len(s.floored)} other layout{'s' * many} fit{'s' * (not many)} but cannot be faster: "
+            f"{whose} program, priced op by op once the compiler had decided it (before "
+            f"generating its code), already takes at least as long as the best's step — the nearest, "
+            f"{label(nearest.candidate)}, at least {format_seconds(nearest.step_floor_s)}."
+        )
+    elif len(s.fitting) == 1:
         words.append("No other candidate fits.")
     words.append(_critical_sentence(s, best))
     refused = [r for r in costed if not r.fits]

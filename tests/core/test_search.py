@@ -651,3 +651,9 @@ def test_in_workers_a_step_that_fits_but_cannot_win_is_answered_at_its_memory_ch
     for r in floored:
         assert best.step_s <= r.step_floor_s <= alone[r.candidate].step_s, r
         assert r.step_s is None and r.hbm_per_chip is None and r.timeline["looped"][1] is not None
+    # the answer says so: each such row in the table with its floor, counted apart from the skips and the compiled
+    text = search.table(pooled)
+    assert text.count("to its memory check") == len(floored) and "≥ " in text
+    assert search.SKIP_FLOOR not in pooled.skipped()
+    assert f"{len(floored)} answered at the compiler's memory check (they fit)" in search.why(pooled)
+    assert pooled.to_json()["answered_at_memory_check"] == len(floored)
