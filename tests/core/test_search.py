@@ -640,6 +640,12 @@ def test_in_workers_a_step_that_fits_but_cannot_win_is_answered_at_its_memory_ch
     pooled = search.search(*question, check=False, workers=2, attentions=("xla",))
     alone = {r.candidate: r for r in serial.results}
     floored = [r for r in pooled.results if r.skipped == search.SKIP_FLOOR]
+    if tuple(map(int, jax.__version__.split(".")[:2])) >= (0, 12):
+        # JAX 0.12's compiler writes a program before code generation that gives no floor (cost.floor): every step
+        assert not floored  # generated its code, as in the one-process search
+        rows = {r.candidate: (r.skipped, r.fits, r.step_s, r.hbm_per_chip) for r in serial.results}
+        assert {r.candidate: (r.skipped, r.fits, r.step_s, r.hbm_per_chip) for r in pooled.results} == rows
+        return
     assert floored, "no step was answered at its memory check"
     assert {r.candidate for r in pooled.results if r.fits} == {r.candidate for r in serial.results if r.fits}
     best = pooled.best
