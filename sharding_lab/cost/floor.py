@@ -24,12 +24,23 @@ arguments are not in it). Whether the step fits is the compiler's answer at that
 from __future__ import annotations
 
 import dataclasses
+import functools
+
+import jax
 
 from ..hardware.chips import chip as get_chip
 from ..training.config import Plan
 from . import hlo_ops
 from .collectives import rows
 from .compiled import by_key, dtype_name, loop_layers, program_collectives, program_priced
+
+
+@functools.cache
+def available() -> bool:
+    """Whether this JAX's compiler writes its program before code generation with a loop over layers the lab reads
+    with its trips: JAX 0.10.2's does, 0.12.1's does not (module docstring) — there no step gets a floor, and the
+    search and its estimate know it."""
+    return tuple(int(part) for part in jax.__version__.split(".")[:2]) < (0, 12)
 
 
 @dataclasses.dataclass(frozen=True)

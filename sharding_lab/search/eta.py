@@ -87,10 +87,13 @@ def prior_candidate_s(parameters: int, in_flight: float = 1.0, cores: int | None
 
 
 def floors(base, remats=None, workers: int = 1) -> bool:
-    """Whether a search of ``base`` answers steps at their memory check (:mod:`sharding_lab.cost.floor`): in workers,
-    for a family with remat, a question with a remat policy (the default holds two)."""
+    """Whether a search of ``base`` answers steps at their memory check (:mod:`sharding_lab.cost.floor`): with a
+    compiler that gives floors, in workers, for a family with remat, a question with a remat policy (the default holds
+    two)."""
+    from ..cost.floor import available
+
     has_remat = "remat" in base.family.step_only_fields
-    return workers > 1 and has_remat and (remats is None or any(r != "none" for r in remats))
+    return available() and workers > 1 and has_remat and (remats is None or any(r != "none" for r in remats))
 
 
 def question(base, presets=None, remats=None, attentions=None) -> tuple[int, int]:

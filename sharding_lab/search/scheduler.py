@@ -11,7 +11,7 @@ import math
 import time
 
 from ..cost.compiled import canonical
-from ..cost.floor import step_floor
+from ..cost.floor import available, step_floor
 from ..hardware import targets
 from ..training.config import LabConfig
 from ..training.config import plan as make_plan
@@ -266,7 +266,7 @@ class _Pool:
     def floor_of(self, candidate, worker) -> float | None:
         """The step's floor from the program its compiler decided (None where it was not written, or the chip has
         no calibration), kept."""
-        program = worker.program()
+        program = worker.program() if available() else None
         if program is None:
             return None
         floor = step_floor(make_plan(canonical(candidate.config(self.base))), self.dtype, program).step_s

@@ -171,7 +171,9 @@ def test_with_floors_the_prior_counts_one_round_of_whole_compiles_and_memory_che
 
     spec = family("transformer").Spec(layers=2, embed_dim=64, heads=4, head_dim=16, mlp_dim=128, vocab=64, seq=32)
     base = search.base_config(spec, targets.parse("v5e-8"), 256)
-    assert eta.floors(base, None, 2) and eta.floors(base, ("none", "full"), 2)
+    from sharding_lab.cost import floor
+
+    assert eta.floors(base, None, 2) == eta.floors(base, ("none", "full"), 2) == floor.available()
     assert not eta.floors(base, ("none",), 2) and not eta.floors(base, None, 1)
 
 
