@@ -140,7 +140,7 @@ def main(argv=None) -> int:
 
     def progress(done, total, result):
         c = result.candidate
-        if result.compiled and (result.skipped is not None or result.refused):  # at its memory check
+        if result.at_memory_check:
             seen["checked"] += 1
             seen["checked_s"] += result.compile_s
         if result.compiled:
@@ -191,7 +191,7 @@ def main(argv=None) -> int:
         price_every_fit=args.price_every_fit,
     )
     elapsed = time.perf_counter() - started
-    floored = [r for r in found.results if r.skipped == search.SKIP_FLOOR]
+    floored = found.floored
     best = found.best
     print(
         f"candidates={len(found.results)} compiled={len(found.costed)} "

@@ -266,7 +266,7 @@ class Left:
         if result.compiled:
             self.compiled += 1
             self.compile_s += result.compile_s
-        if result.compiled and (result.skipped is not None or result.refused):  # at its memory check
+        if result.at_memory_check:
             self.checked += 1
             self.checked_s += result.compile_s
 

@@ -3,14 +3,15 @@
 The TPU compiler decides a step's program in its first seconds — HLO passes, then buffer assignment, where a step
 that does not fit is refused — and then spends minutes generating its code (a llama3-8b block on v5e-256: 40–100 s
 on 2 cores; :mod:`sharding_lab.search.pool`). The program it has decided is written out before that
-(``*after_optimizations_after_buffer_assignment.txt`` under ``xla_dump_to``), and code generation does not change
-what the lab reads of it: priced op by op (:func:`~sharding_lab.cost.calibration.price`) and its collectives
-(:func:`~sharding_lab.program.communication.parse_collectives`), that text gives the finished program's figures to
-the digit (GPT-2 small, ``fsdp_tp`` on v5e-8: the same op-by-op price and the same 32 collectives; a small step in
-``tests/core/test_floor.py``) — with JAX 0.10.2's compiler. JAX 0.12.1's writes the same loop over layers in a form
-whose trips :mod:`.hlo_ops` does not read before code generation (each body counted once: 13 all-gathers over
-``data`` where the finished program runs 37), so where that loop is not read with the model's layers the text gives no
-floor (:func:`step_floor` says None) and the search generates that step's code as before.
+(``*after_optimizations.txt`` under ``xla_dump_to``, the same text as the buffer assignment's
+``*after_optimizations_after_buffer_assignment.txt``, whose appearance is the memory check), and code generation
+does not change what the lab reads of it: priced op by op (:func:`~sharding_lab.cost.calibration.price`) and its
+collectives (:func:`~sharding_lab.program.communication.parse_collectives`), that text gives the finished program's
+figures to the digit (GPT-2 small, ``fsdp_tp`` on v5e-8: the same op-by-op price and the same 32 collectives; a
+small step in ``tests/core/test_floor.py``) — with JAX 0.10.2's compiler. JAX 0.12.1's writes the same loop over
+layers in a form whose trips :mod:`.hlo_ops` does not read before code generation (each body counted once: 13
+all-gathers over ``data`` where the finished program runs 37), so where that loop is not read with the model's
+layers the text gives no floor (:func:`step_floor` says None) and the search generates that step's code as before.
 
 What code generation adds is XLA's own ``cost_analysis()`` (its FLOPs beyond the products, its HBM traffic) and
 ``memory_analysis()`` (the peak). The calibrated step is the larger of the step priced op by op and the roofline
@@ -68,10 +69,9 @@ def step_floor(plan: Plan, dtype: str, hlo: str) -> Floor:
     collectives = program_collectives(hlo, plan, dtype, runs)
     chip = dataclasses.replace(get_chip(on.chip), torus=on.torus)
     timed = rows(chip, tuple(config.mesh.shape), tuple(config.mesh.axes), by_key(collectives), on)
-    comm = sum(r["seconds"] for r in timed) + sum(r.get("latency_s", 0.0) for r in timed)
+    bandwidth, latency = sum(r["seconds"] for r in timed), sum(r.get("latency_s", 0.0) for r in timed)
     priced = program_priced(hlo_ops.ops(hlo), plan, hlo)
     if priced is None:
-        return Floor(None, None, comm)
-    bandwidth = sum(r["seconds"] for r in timed)
-    priced_s = priced.step_s(bandwidth, comm - bandwidth)
-    return Floor(max(priced_s, comm), priced_s, comm)
+        return Floor(None, None, bandwidth + latency)
+    priced_s = priced.step_s(bandwidth, latency)
+    return Floor(max(priced_s, bandwidth + latency), priced_s, bandwidth + latency)

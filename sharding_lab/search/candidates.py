@@ -128,6 +128,12 @@ class Result:
         showed it cannot win (:data:`SKIP_FLOOR`)."""
         return self.skipped is None or self.skipped == SKIP_FLOOR
 
+    @property
+    def at_memory_check(self) -> bool:
+        """Whether the compiler answered it at its memory check: refused there, or fitting but unable to win
+        (:data:`SKIP_FLOOR`) — the others it answered generated their code (search.eta counts them apart)."""
+        return self.compiled and (self.skipped is not None or bool(self.refused))
+
     def to_json(self) -> dict:
         c = self.candidate
         return {

@@ -154,12 +154,11 @@ class _Pool:
         self.early: set = set()  # deferred candidates an idle worker compiles before their turn (many workers only)
         self.held: dict = {}  # their answers, kept until their turn: (runs, depths)
         # a looped step past its memory check: its program priced before code generation (cost.floor); those
-        # generating code; those stopped at the check, waiting for a lower floor's answer (parked); those sent again
+        # generating code; those stopped at the check, waiting for a lower floor's answer (parked)
         self.use_floors = floors
         self.floors: dict[Candidate, float] = {}
         self.generating: set = set()
         self.parked: set = set()
-        self.resumed: set = set()
 
     def later(self, candidate) -> int:
         if candidate not in self.ranks:
@@ -171,7 +170,6 @@ class _Pool:
         self.held.pop(candidate, None)
         self.generating.discard(candidate)
         self.parked.discard(candidate)
-        self.resumed.discard(candidate)
         self.done[candidate] = result
         self.results.append(result)
         self.count += 1
@@ -260,7 +258,6 @@ class _Pool:
         answers: sent again, first in the queue (it may be the best), to generate its code this time."""
         for candidate in [c for c in self.parked if not self.lower_generating(self.floors[c])]:
             self.parked.discard(candidate)
-            self.resumed.add(candidate)
             self.enqueue(candidate, "resumed", urgent=True)
 
     def floor_of(self, candidate, worker) -> float | None:

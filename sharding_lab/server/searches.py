@@ -172,7 +172,7 @@ class Searches:
             found.done, found.total = done, total
             found.compiled += result.compiled
             found.compile_s += result.compile_s if result.compiled else 0.0
-            if result.compiled and (result.skipped is not None or result.refused):  # at its memory check
+            if result.at_memory_check:
                 found.checked += 1
                 found.checked_s += result.compile_s
             name = f"{result.candidate.mesh_text} {result.candidate.preset} remat {result.candidate.remat}"
